@@ -1,0 +1,44 @@
+"""cudamagic: a ``%%cuda`` cell magic for NVRTC-compiled, disk-cached CUDA kernels.
+
+``%load_ext cudamagic`` registers the magics and loads nothing else: CuPy, NVRTC and the CUDA
+driver load on the first build. The same pipeline is a Python API::
+
+    import cudamagic
+    mod = cudamagic.build(source, name_expressions=["saxpy<float>"])
+    mod["saxpy<float>"]((blocks,), (threads,), (a, x, y, n))
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["build", "load_cubin", "Module", "Kernel", "KernelCache", "load_ipython_extension",
+           "CudaMagicError", "CompileError", "NameResolutionError", "OptionError", "LaunchError",
+           "NoDeviceError", "CacheError", "ImageError", "ContextPoisonedError"]
+
+from .errors import (CacheError, CompileError, ContextPoisonedError, CudaMagicError, ImageError,
+                     LaunchError, NameResolutionError, NoDeviceError, OptionError)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import KernelCache
+    from .kernel import Kernel
+    from .session import Module, build, load_cubin
+
+_LAZY = {"build": "session", "load_cubin": "session", "Module": "session", "Kernel": "kernel",
+         "KernelCache": "cache"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'cudamagic' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext cudamagic``: register ``%%cuda`` and the cache magics."""
+    from .magic import CudaMagics
+
+    ipython.register_magics(CudaMagics)

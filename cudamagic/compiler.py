@@ -1,0 +1,157 @@
+"""NVRTC: source and name expressions in, CUBIN and the exact lowered-name map out.
+
+Every NVRTC call goes through :func:`_check`, which turns ``(status, value...)`` into the value or
+an error. A failed compile raises :class:`~cudamagic.errors.CompileError` whose message is NVRTC's
+log rewritten to the cell's own line numbers, and an error in a name expression points at its
+``-n`` option.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .errors import CompileError, OptionError
+
+__all__ = ["CompileResult", "compile_cubin", "nvrtc_version", "supported_archs", "rewrite_log"]
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What one NVRTC compile gave.
+
+    Attributes
+    ----------
+    cubin : bytes
+    lowered : dict of str to str
+        Name expression -> mangled symbol, exactly as NVRTC lowered it.
+    log : str
+        NVRTC's log (warnings), rewritten to cell line numbers; empty when silent.
+    seconds : float
+        Wall time of the compile.
+    """
+
+    cubin: bytes
+    lowered: dict[str, str]
+    log: str
+    seconds: float
+
+
+def _nvrtc():
+    from cuda.bindings import nvrtc  # imported on first compile: it loads libnvrtc
+
+    return nvrtc
+
+
+def _check(result, what: str):
+    """``(status, *values)`` -> values (one value unwrapped); a bad status raises."""
+    status, *values = result
+    if int(status) != 0:
+        err, msg = _nvrtc().nvrtcGetErrorString(status)
+        raise CompileError(f"NVRTC failed in {what}: {msg.decode() if msg else status}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> str:
+    """NVRTC's version as ``"major.minor"``."""
+    major, minor = _check(_nvrtc().nvrtcVersion(), "nvrtcVersion")
+    return f"{major}.{minor}"
+
+
+@functools.lru_cache(maxsize=1)
+def supported_archs() -> tuple[int, ...]:
+    """The SM versions this NVRTC can build a CUBIN for (``(75, 80, ..., 120)``)."""
+    return tuple(int(a) for a in _check(_nvrtc().nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs"))
+
+
+def _log(prog) -> str:
+    nvrtc = _nvrtc()
+    size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+    buf = b" " * size
+    _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+    return buf.rstrip(b"\0 \n").decode("utf-8", "replace")
+
+
+def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequence[str],
+                  program_name: str = "cell.cu", line_offset: int = 0) -> CompileResult:
+    """Compile CUDA C++ to a CUBIN with NVRTC.
+
+    Parameters
+    ----------
+    source : str
+        The CUDA C++ source.
+    name_expressions : sequence of str
+        Expressions to instantiate and lower (``"saxpy<float>"``).
+    options : sequence of str
+        NVRTC options, ``-arch=sm_XX`` among them (a CUBIN needs a real architecture).
+    program_name : str
+        The file name NVRTC uses in its log.
+    line_offset : int
+        Added to NVRTC's line numbers in the rewritten log (1 when a magic line precedes the
+        source in the cell).
+
+    :raises CompileError: NVRTC refused the source or a name expression.
+    :raises OptionError: NVRTC refused an option.
+    """
+    nvrtc = _nvrtc()
+    start = time.perf_counter()
+    prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), program_name.encode(), 0, [], []),
+                  "nvrtcCreateProgram")
+    try:
+        for expr in name_expressions:
+            _check(nvrtc.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression")
+        opts = [o.encode() for o in options]
+        status, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        log = _log(prog)
+        if status == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
+            raise OptionError("NVRTC refused an option; the options passed were: "
+                              + " ".join(options) + (f"\n{log}" if log else ""))
+        if int(status) != 0:
+            text = rewrite_log(log, program_name, name_expressions, line_offset, source)
+            count = len(re.findall(r"^\S.*?: (?:catastrophic )?error", text, re.M))
+            raise CompileError(f"NVRTC could not compile {program_name}"
+                               f" ({count or 'an'} error{'s' if count != 1 else ''}):\n{text}",
+                               text)
+        lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),
+                                "nvrtcGetLoweredName").decode() for expr in name_expressions}
+        size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    text = rewrite_log(log, program_name, name_expressions, line_offset, source) if log else ""
+    return CompileResult(cubin, lowered, text, time.perf_counter() - start)
+
+
+_LOCATED = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<rest>.*)$")
+_NAME_MAP = "__nv_name_map"
+_SUMMARY = re.compile(r"^\d+ errors? detected in the compilation of .*$")
+
+
+def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
+                line_offset: int = 0, source: str | None = None) -> str:
+    """NVRTC's log with ``cell.cu(6): error`` as ``line 7: error`` and name-map lines as ``-n``.
+
+    The echo of the offending line and its caret, which NVRTC prints below each diagnostic, are
+    kept; the trailing "N errors detected" summary is dropped (the message counts errors itself).
+    """
+    out: list[str] = []
+    for line in log.splitlines():
+        m = _LOCATED.match(line)
+        if m and m.group("file") == program_name:
+            out.append(f"line {int(m.group('line')) + line_offset}: {m.group('rest')}")
+        elif m and m.group("file") == _NAME_MAP:
+            index = int(m.group("line")) - 2
+            expr = (name_expressions[index] if 0 <= index < len(name_expressions) else "?")
+            out.append(f'name expression -n "{expr}": {m.group("rest")}')
+        elif _SUMMARY.match(line.strip()):
+            continue
+        else:
+            out.append(line)
+    return "\n".join(out).strip("\n")

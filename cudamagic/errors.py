@@ -1,0 +1,73 @@
+"""The project's error hierarchy.
+
+Every error says what went wrong, where, and what to do. In IPython the errors render without a
+Python traceback (``_render_traceback_``): the message is the useful part, the stack is noise.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CudaMagicError",
+    "OptionError",
+    "CompileError",
+    "NameResolutionError",
+    "ImageError",
+    "CacheError",
+    "LaunchError",
+    "NoDeviceError",
+    "ContextPoisonedError",
+]
+
+
+class CudaMagicError(Exception):
+    """Base class of every error cudamagic raises on purpose."""
+
+    def _render_traceback_(self) -> list[str]:
+        """Lines IPython shows instead of a traceback."""
+        return [f"{type(self).__name__}: {line}" if i == 0 else line
+                for i, line in enumerate(str(self).splitlines() or [""])]
+
+
+class OptionError(CudaMagicError, ValueError):
+    """A bad magic line or a bad argument to :func:`cudamagic.build`."""
+
+
+class CompileError(CudaMagicError):
+    """NVRTC refused the source.
+
+    Attributes
+    ----------
+    log : str
+        NVRTC's log, rewritten to the cell's own line numbers where it could be.
+    """
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+class NameResolutionError(CudaMagicError, LookupError):
+    """A name expression that names no kernel, or names more than one."""
+
+    def __str__(self) -> str:  # LookupError would quote the message like a dict key
+        return str(self.args[0]) if self.args else ""
+
+
+class ImageError(CudaMagicError):
+    """A CUBIN that cannot be read (not an ELF file for a CUDA device, or truncated)."""
+
+
+class CacheError(CudaMagicError):
+    """The on-disk cache cannot be used as asked."""
+
+
+class LaunchError(CudaMagicError):
+    """A kernel launch that failed or was refused before it reached the GPU."""
+
+
+class NoDeviceError(LaunchError):
+    """No CUDA device or driver is available for a launch."""
+
+
+class ContextPoisonedError(LaunchError):
+    """A kernel faulted; the CUDA context of this process can no longer be used."""

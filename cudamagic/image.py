@@ -1,0 +1,187 @@
+"""Reading a CUBIN without a GPU: its kernels (ELF symbol table) and their parameter records.
+
+A CUBIN is an ELF64 file for the CUDA machine (EM_CUDA, 190). Each kernel is a FUNC symbol with
+the CUDA entry bit in ``st_other`` (GLOBAL binding for ``extern "C"`` and ordinary functions, WEAK
+for template instances), and each has a section ``.nv.info.<symbol>`` whose EIATTR_KPARAM_INFO
+records give every parameter's ordinal, offset and size: the same numbers the driver's
+``cuFuncGetParamInfo`` reports. This module is pure Python: no CUDA.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .errors import ImageError
+
+__all__ = ["Param", "KernelImage", "CubinImage", "read_cubin"]
+
+_EM_CUDA = 190
+_SHT_SYMTAB = 2
+_STT_FUNC = 2
+_STO_CUDA_ENTRY = 0x10
+_EIATTR_KPARAM_INFO = 0x17
+_EIATTR_CBANK_PARAM_SIZE = 0x19
+# .nv.info record formats: the byte before the attribute
+_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter as the CUBIN records it."""
+
+    ordinal: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class KernelImage:
+    """One kernel of a CUBIN.
+
+    Attributes
+    ----------
+    symbol : str
+        The mangled name (or the plain name of an ``extern "C"`` kernel).
+    params : tuple of Param or None
+        Parameters in ordinal order; None where the CUBIN carries no parameter records.
+    param_bytes : int or None
+        Total size of the parameter buffer, where recorded.
+    """
+
+    symbol: str
+    params: tuple[Param, ...] | None
+    param_bytes: int | None
+
+
+@dataclass(frozen=True)
+class CubinImage:
+    """The kernels of one CUBIN, in symbol-table order, and the target it was built for."""
+
+    kernels: tuple[KernelImage, ...]
+    sm: int | None
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """Every kernel's symbol."""
+        return tuple(k.symbol for k in self.kernels)
+
+    def kernel(self, symbol: str) -> KernelImage:
+        """The kernel with this symbol.
+
+        :raises KeyError: no kernel has that symbol.
+        """
+        for k in self.kernels:
+            if k.symbol == symbol:
+                return k
+        raise KeyError(symbol)
+
+
+def _cstr(blob: bytes, offset: int) -> str:
+    end = blob.find(b"\0", offset)
+    if end < 0:
+        raise ImageError("a string table entry runs past the end of its section")
+    return blob[offset:end].decode("utf-8", "replace")
+
+
+def read_cubin(data: bytes) -> CubinImage:
+    """List the kernels of a CUBIN from its ELF symbol table.
+
+    Parameters
+    ----------
+    data : bytes
+        The CUBIN's bytes.
+
+    Returns
+    -------
+    CubinImage
+
+    :raises ImageError: not a 64-bit little-endian ELF file for a CUDA device, or malformed.
+    """
+    try:
+        return _read(memoryview(data).tobytes() if not isinstance(data, bytes) else data)
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
+        raise ImageError(f"the CUBIN is malformed or truncated ({exc})") from None
+
+
+def _read(data: bytes) -> CubinImage:
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        raise ImageError("not a CUBIN: the data does not start with an ELF header")
+    if data[4] != 2 or data[5] != 1:
+        raise ImageError("not a CUBIN: only 64-bit little-endian ELF files are CUDA images")
+    (e_machine,) = struct.unpack_from("<H", data, 18)
+    if e_machine != _EM_CUDA:
+        raise ImageError(f"not a CUBIN: ELF machine {e_machine}, a CUDA image has {_EM_CUDA}")
+    (e_flags,) = struct.unpack_from("<I", data, 48)
+    e_shoff, = struct.unpack_from("<Q", data, 40)
+    e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", data, 58)
+    if e_shentsize != 64 or e_shoff + e_shnum * 64 > len(data):
+        raise ImageError("the CUBIN is truncated: its section table lies past the end")
+
+    sections = []
+    for i in range(e_shnum):
+        name, stype, _flags, _addr, off, size, link, info, _align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", data, e_shoff + i * 64)
+        if stype != 8 and off + size > len(data):  # 8: SHT_NOBITS holds no bytes
+            raise ImageError(f"the CUBIN is truncated: section {i} lies past the end")
+        sections.append((name, stype, off, size, link, entsize))
+    shstr = _section_bytes(data, sections[e_shstrndx])
+    names = [_cstr(shstr, s[0]) for s in sections]
+
+    kernels: list[KernelImage] = []
+    for sec in sections:
+        if sec[1] != _SHT_SYMTAB:
+            continue
+        symtab = _section_bytes(data, sec)
+        strtab = _section_bytes(data, sections[sec[4]])
+        for off in range(0, len(symtab) - 23, 24):
+            st_name, st_info, st_other, st_shndx = struct.unpack_from("<IBBH", symtab, off)
+            if st_info & 0xF != _STT_FUNC or st_shndx == 0 or not st_other & _STO_CUDA_ENTRY:
+                continue
+            symbol = _cstr(strtab, st_name)
+            info_index = _index_of(names, ".nv.info." + symbol)
+            params, param_bytes = (_kparams(_section_bytes(data, sections[info_index]))
+                                   if info_index >= 0 else (None, None))
+            kernels.append(KernelImage(symbol, params, param_bytes))
+    sm = (e_flags >> 8) & 0xFF if e_flags >> 8 & 0xFF else None
+    return CubinImage(tuple(kernels), sm)
+
+
+def _index_of(names: list[str], wanted: str) -> int:
+    try:
+        return names.index(wanted)
+    except ValueError:
+        return -1
+
+
+def _section_bytes(data: bytes, sec: tuple) -> bytes:
+    _name, _stype, off, size, _link, _entsize = sec
+    return data[off:off + size]
+
+
+def _kparams(info: bytes) -> tuple[tuple[Param, ...], int | None]:
+    """Parameter records of one ``.nv.info.<symbol>`` section."""
+    params: dict[int, Param] = {}
+    cbank_size: int | None = None
+    pos = 0
+    while pos + 4 <= len(info):
+        fmt, attr = info[pos], info[pos + 1]
+        if fmt == _EIFMT_SVAL:
+            (size,) = struct.unpack_from("<H", info, pos + 2)
+            body = info[pos + 4:pos + 4 + size]
+            if len(body) < size:
+                raise ImageError("a parameter record runs past the end of its section")
+            if attr == _EIATTR_KPARAM_INFO and size >= 12:
+                _index, ordinal, offset, flags = struct.unpack_from("<IHHI", body)
+                params[ordinal] = Param(ordinal, offset, (flags >> 18) & 0x3FFF)
+            pos += 4 + size
+        elif fmt in (_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL):
+            if attr == _EIATTR_CBANK_PARAM_SIZE:
+                (cbank_size,) = struct.unpack_from("<H", info, pos + 2)
+            pos += 4
+        else:
+            raise ImageError(f"unknown .nv.info record format {fmt}")
+    ordered = tuple(params[k] for k in sorted(params))
+    if ordered and [p.ordinal for p in ordered] != list(range(len(ordered))):
+        raise ImageError("the parameter records of a kernel skip an ordinal")
+    return ordered, cbank_size

@@ -1,0 +1,373 @@
+"""One kernel as a Python callable: argument checks and packing, then ``cuLaunchKernel``.
+
+The CUBIN says how many parameters a kernel takes and where each lies in the parameter buffer
+(:mod:`cudamagic.image`); the demangled signature says their types where the kernel has one.
+Arguments are checked and packed against both before anything reaches the GPU, so the checks
+run (and are tested) without one. Python scalars take the parameter's own type: ``int`` to an
+``int`` parameter is an int32, ``float`` to a ``float`` parameter a float32.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import driver
+from .errors import LaunchError
+from .image import KernelImage
+from .names import Signature
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import Module
+
+__all__ = ["Kernel", "ParamSpec", "param_specs", "pack_args"]
+
+# canonical builtin type -> numpy dtype
+_SCALAR_DTYPES = {
+    "bool": "?", "char": "i1", "signed char": "i1", "unsigned char": "u1", "short": "i2",
+    "unsigned short": "u2", "int": "i4", "unsigned int": "u4", "long": "i8",
+    "unsigned long": "u8", "long long": "i8", "unsigned long long": "u8", "float": "f4",
+    "double": "f8", "__half": "f2", "half": "f2", "wchar_t": "i4", "char16_t": "u2",
+    "char32_t": "u4", "__nv_bfloat16": None,
+}
+_COMPLEX = re.compile(r"(?:^|::)complex<(float|double)>$")
+
+
+def _dtype_of(ctype: str) -> np.dtype | None:
+    """The numpy dtype of a canonical C++ type, where it has one."""
+    if ctype in _SCALAR_DTYPES:
+        code = _SCALAR_DTYPES[ctype]
+        return np.dtype(code) if code else None
+    m = _COMPLEX.search(ctype)
+    if m:
+        return np.dtype("c8" if m.group(1) == "float" else "c16")
+    return None
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """How one kernel parameter is checked and packed.
+
+    Attributes
+    ----------
+    index, offset, size : int
+        Position, byte offset in the parameter buffer, byte size (from the CUBIN).
+    ctype : str or None
+        Canonical C++ type from the signature; None where the kernel has none (``extern "C"``).
+    kind : str
+        ``"pointer"``, ``"scalar"`` (a builtin number type), ``"value"`` (a struct or vector type
+        passed by value: bytes of its size) or ``"untyped"``.
+    dtype : numpy.dtype or None
+        The scalar's dtype, or a pointer's pointee dtype where known.
+    const : bool
+        A pointer to const (read-only arrays are accepted).
+    """
+
+    index: int
+    offset: int
+    size: int
+    ctype: str | None
+    kind: str
+    dtype: np.dtype | None
+    const: bool = False
+
+    def describe(self) -> str:
+        """``parameter 2 (float* x)``-style text for messages."""
+        return f"parameter {self.index} ({self.ctype or f'{self.size} bytes'})"
+
+
+def param_specs(image: KernelImage, signature: Signature | None) -> tuple[ParamSpec, ...] | None:
+    """Parameter specs from the CUBIN's records and, where it matches, the signature.
+
+    Returns None where the CUBIN carries no parameter records (nothing can be checked).
+    """
+    if image.params is None:
+        return None
+    types: Sequence[str | None] = [None] * len(image.params)
+    if signature is not None and signature.params is not None \
+            and len(signature.params) == len(image.params):
+        types = signature.params
+    specs = []
+    for p, ctype in zip(image.params, types):
+        if ctype is None:
+            specs.append(ParamSpec(p.ordinal, p.offset, p.size, None, "untyped", None))
+        elif ctype.endswith("*") or ctype.endswith("*__restrict__"):
+            pointee = ctype.rsplit("*", 1)[0]
+            const = pointee.endswith(" const") or pointee.endswith("const")
+            base = pointee[:-len("const")].rstrip() if const else pointee
+            specs.append(ParamSpec(p.ordinal, p.offset, p.size, ctype, "pointer",
+                                   _dtype_of(base), const))
+        elif _dtype_of(ctype) is not None and _dtype_of(ctype).itemsize == p.size:
+            specs.append(ParamSpec(p.ordinal, p.offset, p.size, ctype, "scalar", _dtype_of(ctype)))
+        else:
+            specs.append(ParamSpec(p.ordinal, p.offset, p.size, ctype, "value", None))
+    return tuple(specs)
+
+
+def _fail(kernel: str, spec: ParamSpec, message: str, exc: type = TypeError) -> Exception:
+    return exc(f"{kernel}: {spec.describe()}: {message}")
+
+
+def _device_pointer(kernel: str, spec: ParamSpec, value: Any) -> int:
+    if value is None:
+        return 0
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is None and hasattr(value, "__dlpack_device__") and not hasattr(value, "__array_interface__"):
+        cai = _from_dlpack(kernel, spec, value)
+    if cai is None:
+        if hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
+            raise _fail(kernel, spec, f"got a host array ({type(value).__name__}); a pointer "
+                                      "parameter needs device memory: copy it first, e.g. "
+                                      "cupy.asarray(x)")
+        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40}; a pointer parameter "
+                                  "takes a CUDA array (CuPy, PyTorch, anything with "
+                                  "__cuda_array_interface__ or DLPack) or None")
+    ptr, readonly = cai["data"]
+    dtype = np.dtype(cai["typestr"])
+    if spec.dtype is not None and dtype != spec.dtype:
+        raise _fail(kernel, spec, f"got an array of {dtype} where the kernel reads "
+                                  f"{spec.dtype} elements")
+    if readonly and not spec.const:
+        raise _fail(kernel, spec, "got a read-only array for a pointer the kernel may write "
+                                  "through (declare it const, or pass a writable copy)",
+                    ValueError)
+    return int(ptr or 0)
+
+
+def _from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
+    device_type, _ = value.__dlpack_device__()
+    if int(device_type) not in (2, 3, 13):  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        raise _fail(kernel, spec, f"got a DLPack array on device type {int(device_type)}, not "
+                                  "CUDA memory")
+    import cupy  # only for DLPack producers without __cuda_array_interface__
+
+    return cupy.from_dlpack(value).__cuda_array_interface__
+
+
+def _scalar(kernel: str, spec: ParamSpec, value: Any) -> Any:
+    dtype = spec.dtype
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, np.generic):
+        if not np.can_cast(value.dtype, dtype, "same_kind") and not (
+                dtype.kind in "iu" and value.dtype.kind in "iub"):
+            raise _fail(kernel, spec, f"got a {value.dtype} scalar, which does not convert "
+                                      f"safely to {spec.ctype}")
+        value = value.item()
+    if isinstance(value, bool) or dtype.kind == "b":
+        if not isinstance(value, (bool, int)):
+            raise _fail(kernel, spec, f"got {type(value).__name__}; a bool parameter takes "
+                                      "True/False")
+        return np.array(bool(value) if dtype.kind == "b" else int(value), dtype)
+    if dtype.kind in "iu":
+        if not isinstance(value, int):
+            raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40} for an integer "
+                                      "parameter")
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise _fail(kernel, spec, f"{value} does not fit in {spec.ctype} "
+                                      f"[{info.min}, {info.max}]", ValueError)
+        return np.array(value, dtype)
+    if dtype.kind == "f":
+        if not isinstance(value, (int, float)):
+            raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40} for a "
+                                      "floating-point parameter")
+        return np.array(value, dtype)
+    if dtype.kind == "c":
+        if not isinstance(value, (int, float, complex)):
+            raise _fail(kernel, spec, f"got {type(value).__name__} for a complex parameter")
+        return np.array(value, dtype)
+    raise _fail(kernel, spec, f"cannot pass {type(value).__name__}")
+
+
+def _value_bytes(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+    elif isinstance(value, (np.generic, np.ndarray)) and getattr(value, "size", 1) >= 1 \
+            and not hasattr(value, "__cuda_array_interface__"):
+        data = np.ascontiguousarray(value).tobytes()
+    elif isinstance(value, complex) and spec.size in (8, 16):
+        data = np.array(value, "c8" if spec.size == 8 else "c16").tobytes()
+    else:
+        raise _fail(kernel, spec, f"got {type(value).__name__}; a by-value "
+                                  f"{spec.ctype or 'parameter'} takes a NumPy scalar or "
+                                  f"structured value, or {spec.size} raw bytes")
+    if len(data) != spec.size:
+        raise _fail(kernel, spec, f"got {len(data)} bytes, the kernel takes {spec.size}",
+                    ValueError)
+    return data
+
+
+def _untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """No signature (``extern "C"``): arrays are pointers, Python numbers take the slot's size."""
+    if value is None or hasattr(value, "__cuda_array_interface__") or (
+            hasattr(value, "__dlpack_device__") and not hasattr(value, "__array_interface__")):
+        if spec.size != 8:
+            raise _fail(kernel, spec, f"got an array for a {spec.size}-byte parameter")
+        return struct.pack("<Q", _device_pointer(kernel, spec, value))
+    if isinstance(value, bool):
+        return int(value).to_bytes(spec.size, "little")
+    if isinstance(value, int) and spec.size in (1, 2, 4, 8):
+        code = {1: "i1", 2: "i2", 4: "i4", 8: "i8"}[spec.size]
+        return _scalar(kernel, ParamSpec(spec.index, spec.offset, spec.size, f"int{spec.size * 8}",
+                                         "scalar", np.dtype(code)), value).tobytes()
+    if isinstance(value, float) and spec.size in (4, 8):
+        return np.array(value, "f4" if spec.size == 4 else "f8").tobytes()
+    return _value_bytes(kernel, spec, value)
+
+
+def pack_args(kernel: str, specs: Sequence[ParamSpec], args: Sequence[Any]) -> list[bytes]:
+    """Check every argument against its parameter and return each one's bytes.
+
+    :raises TypeError: wrong count, a host array for a pointer, a dtype that is not the pointee's,
+        a value of the wrong kind.
+    :raises ValueError: a scalar out of range, a read-only array for a non-const pointer.
+    """
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"{kernel}: args must be a tuple or list of arguments, "
+                        f"got {type(args).__name__}")
+    if len(args) != len(specs):
+        raise TypeError(f"{kernel} takes {len(specs)} argument{'s' if len(specs) != 1 else ''}"
+                        f" ({', '.join(s.ctype or '?' for s in specs)}), got {len(args)}")
+    out = []
+    for spec, value in zip(specs, args):
+        if spec.kind == "pointer":
+            out.append(struct.pack("<Q", _device_pointer(kernel, spec, value)))
+        elif spec.kind == "scalar":
+            out.append(_scalar(kernel, spec, value).tobytes())
+        elif spec.kind == "value":
+            out.append(_value_bytes(kernel, spec, value))
+        else:
+            out.append(_untyped(kernel, spec, value))
+    return out
+
+
+def _dims(name: str, what: str, value: Any) -> tuple[int, int, int]:
+    if isinstance(value, (int, np.integer)):
+        value = (int(value),)
+    if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3:
+        raise TypeError(f"{name}: {what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
+    dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
+    if any(d < 1 for d in dims):
+        raise ValueError(f"{name}: every {what} dimension must be at least 1, got {value!r}")
+    return dims  # type: ignore[return-value]
+
+
+class _Buffers(threading.local):
+    def __init__(self) -> None:
+        self.by_kernel: dict[int, tuple[ctypes.Array, ctypes.Array]] = {}
+
+
+_BUFFERS = _Buffers()
+
+
+class Kernel:
+    """A kernel of a built module, callable as ``kernel(grid, block, args, shared_mem=0, stream=None)``.
+
+    Attributes
+    ----------
+    name_expression : str
+        The user's exact string (or the plain name of an ``extern "C"`` kernel).
+    symbol : str
+        The mangled name in the CUBIN.
+    python_name : str
+        The identifier it is pushed under in the notebook.
+    signature : str
+        The demangled signature.
+    resolved_by : str
+        ``"nvrtc"``, ``"stored"``, ``"demangled"`` or ``"extern-c"``.
+    params : tuple of ParamSpec or None
+    """
+
+    def __init__(self, module: "Module", name_expression: str, symbol: str, python_name: str,
+                 signature: Signature, resolved_by: str, image: KernelImage) -> None:
+        self.module = module
+        self.name_expression = name_expression
+        self.symbol = symbol
+        self.python_name = python_name
+        self.signature = signature.text
+        self.resolved_by = resolved_by
+        self.params = param_specs(image, signature)
+        self._param_bytes = max((p.offset + p.size for p in image.params or ()), default=0)
+        self._handles: dict[int, object] = {}
+        self._shared_limit: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"<cudamagic.Kernel {self.name_expression!r} symbol={self.symbol!r} "
+                f"resolved_by={self.resolved_by!r}>")
+
+    def _handle(self, device: int):
+        handle = self._handles.get(device)
+        if handle is None:
+            with self._lock:
+                driver.ensure_context(device)
+                handle = self._handles[device] = self.module._library().kernel(self.symbol)
+        return handle
+
+    def attributes(self, device: int | None = None) -> dict[str, int]:
+        """Registers, static shared, local and constant memory, and max threads per block."""
+        device = driver.current_device() if device is None else device
+        return driver.kernel_attributes(self._handle(device), device)
+
+    def _params_address(self, blobs: list[bytes]) -> int:
+        bufs = _BUFFERS.by_kernel.get(id(self))
+        if bufs is None:
+            n = len(blobs)
+            data = (ctypes.c_char * max(self._param_bytes, 1))()
+            ptrs = (ctypes.c_void_p * max(n, 1))()
+            base = ctypes.addressof(data)
+            for i, spec in enumerate(self.params or ()):
+                ptrs[i] = base + spec.offset
+            bufs = _BUFFERS.by_kernel[id(self)] = (data, ptrs)
+        data, ptrs = bufs
+        for spec, blob in zip(self.params or (), blobs):
+            ctypes.memmove(ctypes.addressof(data) + spec.offset, blob, len(blob))
+        return ctypes.addressof(ptrs)
+
+    def __call__(self, grid: Any, block: Any, args: Sequence[Any] = (), shared_mem: int = 0,
+                 stream: Any = None) -> None:
+        """Launch the kernel (asynchronously, on ``stream``: CuPy's current one by default).
+
+        :raises TypeError, ValueError: an argument that does not fit its parameter (checked
+            before the launch, no GPU needed).
+        :raises NoDeviceError: no CUDA device is available.
+        :raises ContextPoisonedError: the context is unusable after a kernel fault.
+        :raises LaunchError: the driver refused the launch.
+        """
+        name = self.name_expression
+        g = _dims(name, "grid", grid)
+        b = _dims(name, "block", block)
+        if self.params is None:
+            raise LaunchError(f"{name}: the CUBIN carries no parameter records for {self.symbol}; "
+                              "cudamagic cannot pack its arguments safely")
+        blobs = pack_args(name, self.params, args)
+        device = driver.current_device()
+        handle = self._handle(device)
+        if shared_mem > 48 * 1024 and self._shared_limit.get(device, 0) < shared_mem:
+            driver.set_max_dynamic_shared(handle, device, shared_mem)
+            self._shared_limit[device] = shared_mem
+        driver.launch(handle, g, b, int(shared_mem), _stream_handle(stream),
+                      self._params_address(blobs), f"launching {name}")
+
+
+def _stream_handle(stream: Any) -> int:
+    if stream is None:
+        return driver.current_stream()
+    if isinstance(stream, int):
+        return stream
+    for attr in ("ptr", "cuda_stream", "handle"):
+        value = getattr(stream, attr, None)
+        if isinstance(value, int):
+            return value
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    raise TypeError(f"stream must be a CuPy or PyTorch stream, an object with __cuda_stream__, "
+                    f"or a raw handle (int), got {type(stream).__name__}")
