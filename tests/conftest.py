@@ -1,0 +1,97 @@
+"""Shared test fixtures: the recorded GPU-machine outputs, a fresh cache, a watched compiler."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class FixtureRow:
+    """One row of demangle_fixtures.tsv: read off the GPU machine (CUDA 13.0)."""
+
+    expression: str
+    symbol: str
+    cufilt: str
+    libstdcxx: str
+    params: tuple[tuple[int, int], ...]
+
+
+def fixture_rows() -> list[FixtureRow]:
+    rows = []
+    for line in (FIXTURES / "demangle_fixtures.tsv").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        expr, sym, cuf, lib, params = line.split("\t")
+        pairs = tuple(tuple(int(x) for x in p.split(":")) for p in params.split())
+        rows.append(FixtureRow(expr, sym, cuf, lib, pairs))
+    return rows
+
+
+@pytest.fixture(scope="session")
+def rows() -> list[FixtureRow]:
+    return fixture_rows()
+
+
+@pytest.fixture
+def cache(tmp_path):
+    from cudamagic.cache import KernelCache
+
+    c = KernelCache(tmp_path / "cache")
+    yield c
+    c.close()
+
+
+class WatchedCompiler:
+    """The real NVRTC compile, counted."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, source, name_expressions, options, **kw):
+        from cudamagic.compiler import compile_cubin
+
+        self.calls.append(tuple(name_expressions))
+        return compile_cubin(source, name_expressions, options, **kw)
+
+
+@pytest.fixture
+def compiler() -> WatchedCompiler:
+    return WatchedCompiler()
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+    """Run code in a fresh interpreter (a kernel restart); its stdout, or a failure with stderr."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=env.get("CWD", None) if env else None)
+    if proc.returncode != 0:
+        raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def _gpu_reason() -> str | None:
+    try:
+        from cudamagic import driver
+
+        return None if driver.available() else "no CUDA device or driver on this machine"
+    except Exception as exc:  # pragma: no cover
+        return f"the CUDA driver could not be queried: {exc}"
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _gpu_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"gpu test: {reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,210 @@
+"""The whole pipeline with the real NVRTC and a real diskcache: miss, hit, restore, recompile."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+
+import pytest
+
+import cudamagic
+from cudamagic import driver
+from cudamagic.errors import CompileError, NameResolutionError, NoDeviceError
+from cudamagic.session import build_module, options_from_nvrtc
+
+from .conftest import run_python
+
+# Every kind of spelling variant the core issue names, several naming one symbol.
+SOURCE = r"""
+#include <cupy/complex.cuh>
+namespace ns { template <typename T, int K> __global__ void scale(T* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= K; } }
+template <typename T> __global__ void saxpy(T a, const T* x, T* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }
+template <typename T, int K> __global__ void shift(T* x) {}
+template <typename T, bool B> __global__ void flag(T* x, unsigned n) {}
+template <typename T> __global__ void by_size(T* x) {}
+enum class Tag { A, B };
+template <Tag t> __global__ void tagged(int* x) {}
+template <typename A, typename B> __global__ void cast(const A* in, B* out) {}
+template <typename T> __global__ void cx(complex<T>* z, int n) {
+  int i = threadIdx.x; if (i < n) z[i] = exp(z[i]); }
+extern "C" __global__ void fill(float* x, float v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = v; }
+"""
+DECIDABLE = ["ns::scale<float, 3>", "ns::scale<float,(int)3>", "saxpy<float>", "saxpy< double >",
+             "shift<float, -1>", "shift<float, (int)-2>", "flag<double, true>",
+             "flag<double, (bool)0>", "by_size<unsigned long>", "tagged<(Tag)0>",
+             "cast<const float*, float *>", "cast<float const *,float*>", "cx<float>",
+             "cx<double>"]
+UNDECIDABLE = ["by_size<size_t>", "tagged<Tag::B>"]  # an alias; an enumerator
+ALL = DECIDABLE + UNDECIDABLE
+
+CHILD = r"""
+import json, sys
+from cuda.bindings import nvrtc
+compiles = []
+real = nvrtc.nvrtcCompileProgram
+def counted(*a):
+    compiles.append(1)
+    return real(*a)
+nvrtc.nvrtcCompileProgram = counted
+import cudamagic
+args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else None
+mod = cudamagic.build(SOURCE, EXPRS, cache=CACHE)
+print(json.dumps({"hit": mod.hit, "compiles": len(compiles),
+                  "map": {k.name_expression: k.symbol for k in mod.kernels.values()},
+                  "how": {k.name_expression: k.resolved_by for k in mod.kernels.values()},
+                  "names": {k.name_expression: k.python_name for k in mod.kernels.values()}}))
+"""
+
+
+def _child(cache_dir, exprs) -> dict:
+    code = f"SOURCE = {SOURCE!r}\nEXPRS = {exprs!r}\nCACHE = {str(cache_dir)!r}\n" + CHILD
+    return json.loads(run_python(code).strip().splitlines()[-1])
+
+
+def test_fresh_process_is_a_hit_with_nvrtcs_exact_map(tmp_path):
+    first = _child(tmp_path, ALL)
+    assert not first["hit"] and first["compiles"] == 1
+    assert set(first["how"].values()) == {"nvrtc", "extern-c"}
+    second = _child(tmp_path, ALL)  # a kernel restart
+    assert second["hit"] and second["compiles"] == 0
+    assert second["map"] == first["map"]
+    assert {second["how"][e] for e in ALL} == {"stored"}
+    # the spelling variants name one symbol each, as NVRTC says
+    assert first["map"]["by_size<size_t>"] == first["map"]["by_size<unsigned long>"]
+    assert first["map"]["ns::scale<float, 3>"] == "_ZN2ns5scaleIfLi3EEEvPT_i"
+    assert second["names"]["ns::scale<float, 3>"] == "ns_scale_float_3"
+    assert second["names"]["fill"] == "fill"
+
+
+def _strip_lowered_map(cache, module):
+    record, _ = cache.get(module.key)
+    cache.put(module.key, dataclasses.replace(record, lowered=None))
+
+
+def test_without_stored_map_decidable_expressions_still_hit(cache, compiler):
+    first = build_module(SOURCE, options_from_nvrtc([], DECIDABLE), cache=cache, compiler=compiler)
+    _strip_lowered_map(cache, first)
+    again = build_module(SOURCE, options_from_nvrtc([], DECIDABLE), cache=cache, compiler=compiler)
+    assert again.hit and len(compiler.calls) == 1
+    assert {e: again[e].resolved_by for e in DECIDABLE} == {e: "demangled" for e in DECIDABLE}
+    assert {e: again[e].symbol for e in DECIDABLE} == {e: first[e].symbol for e in DECIDABLE}
+
+
+def test_without_stored_map_undecidable_expressions_recompile_and_restore_the_map(cache, compiler):
+    first = build_module(SOURCE, options_from_nvrtc([], ALL), cache=cache, compiler=compiler)
+    _strip_lowered_map(cache, first)
+    again = build_module(SOURCE, options_from_nvrtc([], ALL), cache=cache, compiler=compiler)
+    assert not again.hit and len(compiler.calls) == 2
+    assert "could not be resolved" in again.report.miss_reason
+    assert {e: again[e].symbol for e in ALL} == {e: first[e].symbol for e in ALL}
+    record, _ = cache.get(first.key)
+    assert record.lowered == {e: first[e].symbol for e in ALL}  # re-stored with its map
+    third = build_module(SOURCE, options_from_nvrtc([], ALL), cache=cache, compiler=compiler)
+    assert third.hit and len(compiler.calls) == 2
+
+
+def test_stored_symbol_missing_from_cubin_recompiles(cache, compiler):
+    first = build_module(SOURCE, options_from_nvrtc([], ["saxpy<float>"]), cache=cache,
+                         compiler=compiler)
+    record, _ = cache.get(first.key)
+    cache.put(first.key, dataclasses.replace(record, lowered={"saxpy<float>": "_Z5wrongv"}))
+    again = build_module(SOURCE, options_from_nvrtc([], ["saxpy<float>"]), cache=cache,
+                         compiler=compiler)
+    assert not again.hit and "bad entry" in again.report.miss_reason
+    assert again["saxpy<float>"].symbol == first["saxpy<float>"].symbol
+
+
+def test_force_and_no_cache(cache, compiler):
+    opts = options_from_nvrtc([], ["saxpy<float>"])
+    build_module(SOURCE, opts, cache=cache, compiler=compiler)
+    forced = build_module(SOURCE, dataclasses.replace(opts, force=True), cache=cache,
+                          compiler=compiler)
+    assert not forced.hit and forced.report.miss_reason == "--force"
+    uncached = build_module(SOURCE, dataclasses.replace(opts, no_cache=True), cache=cache,
+                            compiler=compiler)
+    assert not uncached.hit and len(compiler.calls) == 3 and len(cache) == 1
+
+
+def test_unknown_lookup_lists_what_the_module_holds(cache):
+    mod = cudamagic.build(SOURCE, ["saxpy<float>", "saxpy<double>"], cache=cache)
+    with pytest.raises(NameResolutionError) as err:
+        mod["saxpy<flaot>"]
+    assert "saxpy<float>" in str(err.value) and "Closest" in str(err.value)
+    assert set(mod.kernels) == {"saxpy<float>", "saxpy<double>", "fill"}
+
+
+def test_failed_compile_leaves_no_entry(cache):
+    with pytest.raises(CompileError):
+        cudamagic.build("__global__ void k( {", ["k"], cache=cache)
+    with pytest.raises(CompileError, match='-n "nothere"'):
+        cudamagic.build(SOURCE, ["nothere"], cache=cache)
+    assert len(cache) == 0
+
+
+def test_device_function_is_not_a_kernel(cache):
+    with pytest.raises(CompileError, match='-n "twice<float>".*non-__global__'):
+        cudamagic.build("template <typename T> __device__ T twice(T x) { return 2 * x; }\n"
+                        "template __device__ float twice<float>(float);\n", ["twice<float>"],
+                        cache=cache)
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize("include, expr", [
+    ("#include <cupy/complex.cuh>\ntemplate <typename T> __global__ void k(complex<T>* z)"
+     " { z[0] = exp(z[0]); }", "k<float>"),
+    ("#include <cuda/std/complex>\ntemplate <typename T> __global__ void k(cuda::std::complex<T>* z)"
+     " { z[0] = cuda::std::exp(z[0]); }", "k<double>"),
+    ("#include <cub/warp/warp_reduce.cuh>\ntemplate <typename T> __global__ void k(T* x)"
+     " { using W = cub::WarpReduce<T>; __shared__ typename W::TempStorage t;"
+     " T s = W(t).Sum(x[threadIdx.x]); if (threadIdx.x == 0) x[0] = s; }", "k<int>"),
+    ("#include <cuda_fp16.h>\ntemplate <typename T> __global__ void k(T* x)"
+     " { x[0] = __float2half(1.0f); }", "k<__half>"),
+])
+def test_headers_users_expect(cache, include, expr):
+    mod = cudamagic.build(include, [expr], cache=cache)
+    assert mod[expr].resolved_by == "nvrtc"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_load_cubin_from_nvcc(tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text("namespace ns { template <typename T, int K> __global__ void scale(T* x, int n) {} }\n"
+                   "template __global__ void ns::scale<float, 3>(float*, int);\n"
+                   "template __global__ void ns::scale<double, -1>(double*, int);\n"
+                   'extern "C" __global__ void c(double* x) {}\n')
+    out = tmp_path / "k.cubin"
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(out), str(src)], check=True,
+                   capture_output=True)
+    mod = cudamagic.load_cubin(out, ["ns::scale<float, 3>", "ns::scale<double,(int)-1>"])
+    assert mod["ns::scale<float, 3>"].symbol == "_ZN2ns5scaleIfLi3EEEvPT_i"
+    assert mod["ns::scale<double,(int)-1>"].symbol == "_ZN2ns5scaleIdLin1EEEvPT_i"
+    assert {k.resolved_by for k in mod.kernels.values()} == {"demangled", "extern-c"}
+    assert mod.report.origin == "cubin" and mod.report.arch == "sm_90"
+    with pytest.raises(NameResolutionError, match="closest"):
+        cudamagic.load_cubin(out, ["ns::scale<float, 4>"])
+
+
+@pytest.mark.skipif(driver.available(), reason="this machine has a GPU")
+def test_calling_without_a_gpu_says_so(cache):
+    mod = cudamagic.build(SOURCE, ["saxpy<float>"], cache=cache)
+    assert mod.report.enumerated_by == "ELF symbol table"
+    with pytest.raises(NoDeviceError, match="no CUDA device is available"):
+        mod["saxpy<float>"]((1,), (32,), (1.0, None, None, 0))
+
+
+def test_relative_includes_and_header_edits(tmp_path, cache, compiler):
+    (tmp_path / "inc").mkdir()
+    header = tmp_path / "inc" / "k.cuh"
+    header.write_text("#define K 2\n")
+    src = '#include "k.cuh"\ntemplate <typename T> __global__ void k(T* x) { x[0] *= K; }\n'
+    opts = options_from_nvrtc(["-I", "inc"], ["k<float>"])
+    build_module(src, opts, cache=cache, base_dir=tmp_path, compiler=compiler)
+    assert build_module(src, opts, cache=cache, base_dir=tmp_path, compiler=compiler).hit
+    header.write_text("#define K 3\n")
+    assert not build_module(src, opts, cache=cache, base_dir=tmp_path, compiler=compiler).hit
+    assert len(compiler.calls) == 2
