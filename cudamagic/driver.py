@@ -8,6 +8,7 @@ lazily, once per device, on the first launch there.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import sys
 import threading
@@ -211,8 +212,41 @@ def current_stream() -> int:
     return 0
 
 
-def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
-           stream: int, params_address: int, what: str) -> None:
-    """``cuLaunchKernel`` with a prepared ``void*[]`` of parameter addresses."""
-    check(_cu().cuLaunchKernel(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                               shared_mem, stream, params_address, 0), what)
+@functools.lru_cache(maxsize=1)
+def _raw_launch():
+    """``cuLaunchKernel`` of the driver library itself, through ctypes.
+
+    The launch is the one hot call: cuda.bindings' wrapper costs about 6 us a call on an H200
+    host, a direct ctypes call under 1 us (benchmarks/launch_overhead.py). Everything else goes
+    through cuda.bindings.
+    """
+    _require()
+    fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    u = ctypes.c_uint
+    fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_INVALID_CONTEXT = 201
+
+
+def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int],
+           shared_mem: int, stream: int, params_address: int, device: int, what: str) -> None:
+    """Launch a kernel (``CUkernel`` or ``CUfunction`` address) with a ``void*[]`` of arguments.
+
+    A thread with no current context (a new thread that never touched CuPy) gets the device's
+    primary context and one retry.
+
+    :raises ContextPoisonedError, LaunchError: the driver refused the launch.
+    """
+    fn = _raw_launch()
+    rc = fn(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
+            stream, params_address, None)
+    if rc == _INVALID_CONTEXT:
+        ensure_context(device)
+        rc = fn(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
+                stream, params_address, None)
+    if rc:
+        check((_cu().CUresult(rc),), what)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import ctypes
 import re
 import struct
+import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -223,6 +224,25 @@ def _untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     return _value_bytes(kernel, spec, value)
 
 
+def _arg_bytes(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """One argument checked against its parameter, as the bytes the kernel receives."""
+    if spec.kind == "pointer":
+        return struct.pack("<Q", _device_pointer(kernel, spec, value))
+    if spec.kind == "scalar":
+        return _scalar(kernel, spec, value).tobytes()
+    if spec.kind == "value":
+        return _value_bytes(kernel, spec, value)
+    return _untyped(kernel, spec, value)
+
+
+def _count_error(kernel: str, specs: Sequence[ParamSpec], args: Any) -> TypeError:
+    if not isinstance(args, (tuple, list)):
+        return TypeError(f"{kernel}: args must be a tuple or list of arguments, "
+                         f"got {type(args).__name__}")
+    return TypeError(f"{kernel} takes {len(specs)} argument{'s' if len(specs) != 1 else ''}"
+                     f" ({', '.join(s.ctype or '?' for s in specs)}), got {len(args)}")
+
+
 def pack_args(kernel: str, specs: Sequence[ParamSpec], args: Sequence[Any]) -> list[bytes]:
     """Check every argument against its parameter and return each one's bytes.
 
@@ -230,26 +250,85 @@ def pack_args(kernel: str, specs: Sequence[ParamSpec], args: Sequence[Any]) -> l
         a value of the wrong kind.
     :raises ValueError: a scalar out of range, a read-only array for a non-const pointer.
     """
-    if not isinstance(args, (tuple, list)):
-        raise TypeError(f"{kernel}: args must be a tuple or list of arguments, "
-                        f"got {type(args).__name__}")
-    if len(args) != len(specs):
-        raise TypeError(f"{kernel} takes {len(specs)} argument{'s' if len(specs) != 1 else ''}"
-                        f" ({', '.join(s.ctype or '?' for s in specs)}), got {len(args)}")
-    out = []
-    for spec, value in zip(specs, args):
-        if spec.kind == "pointer":
-            out.append(struct.pack("<Q", _device_pointer(kernel, spec, value)))
-        elif spec.kind == "scalar":
-            out.append(_scalar(kernel, spec, value).tobytes())
-        elif spec.kind == "value":
-            out.append(_value_bytes(kernel, spec, value))
-        else:
-            out.append(_untyped(kernel, spec, value))
-    return out
+    if not isinstance(args, (tuple, list)) or len(args) != len(specs):
+        raise _count_error(kernel, specs, args)
+    return [_arg_bytes(kernel, spec, value) for spec, value in zip(specs, args)]
+
+
+# type -> (pointer, dtype) for array types whose fields can be read without building a
+# __cuda_array_interface__ dict (CuPy's is rebuilt on every access); filled on first launch
+_FAST_ARRAYS: dict[type, Callable[[Any], tuple[int, np.dtype]]] = {}
+
+
+def _register_fast_arrays() -> None:
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and cupy.ndarray not in _FAST_ARRAYS:
+        _FAST_ARRAYS[cupy.ndarray] = lambda a: (a.data.ptr, a.dtype)  # always writable
+
+
+def _packer(kernel: str, spec: ParamSpec, buf: ctypes.Array) -> Callable[[Any], None]:
+    """A function that writes one argument into the parameter buffer.
+
+    It takes the common case (a CuPy array of the right dtype, a Python number in range) in a
+    few hundred nanoseconds and hands everything else to :func:`_arg_bytes`, which does every
+    check and says exactly what is wrong.
+    """
+    off = spec.offset
+    pack_into = struct.pack_into
+
+    def checked(value: Any) -> None:
+        blob = _arg_bytes(kernel, spec, value)
+        ctypes.memmove(ctypes.addressof(buf) + off, blob, len(blob))
+
+    if spec.kind == "pointer":
+        want = spec.dtype
+        fast = _FAST_ARRAYS
+
+        def pointer(value: Any) -> None:
+            get = fast.get(type(value))
+            if get is not None:
+                ptr, dtype = get(value)
+                if want is None or dtype == want:
+                    pack_into("<Q", buf, off, ptr)
+                    return
+            checked(value)
+        return pointer
+    if spec.kind == "scalar" and spec.dtype.kind in "iu":
+        info = np.iinfo(spec.dtype)
+        lo, hi, fmt = int(info.min), int(info.max), "<" + spec.dtype.char
+
+        def integer(value: Any) -> None:
+            if type(value) is int and lo <= value <= hi:
+                pack_into(fmt, buf, off, value)
+            else:
+                checked(value)
+        return integer
+    if spec.kind == "scalar" and spec.dtype.kind == "f" and spec.dtype.itemsize in (4, 8):
+        ffmt = "<f" if spec.dtype.itemsize == 4 else "<d"
+
+        def floating(value: Any) -> None:
+            if type(value) is float or type(value) is int:
+                try:
+                    pack_into(ffmt, buf, off, value)
+                    return
+                except OverflowError:
+                    pass
+            checked(value)
+        return floating
+    return checked
 
 
 def _dims(name: str, what: str, value: Any) -> tuple[int, int, int]:
+    """A launch dimension as three positive ints (fast for tuples of ints)."""
+    if type(value) is tuple:
+        if len(value) == 1:
+            x = value[0]
+            if type(x) is int and x > 0:
+                return (x, 1, 1)
+        elif len(value) == 3:
+            x, y, z = value
+            if type(x) is int and type(y) is int and type(z) is int and x > 0 and y > 0 and z > 0:
+                return value
     if isinstance(value, (int, np.integer)):
         value = (int(value),)
     if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3:
@@ -258,14 +337,6 @@ def _dims(name: str, what: str, value: Any) -> tuple[int, int, int]:
     if any(d < 1 for d in dims):
         raise ValueError(f"{name}: every {what} dimension must be at least 1, got {value!r}")
     return dims  # type: ignore[return-value]
-
-
-class _Buffers(threading.local):
-    def __init__(self) -> None:
-        self.by_kernel: dict[int, tuple[ctypes.Array, ctypes.Array]] = {}
-
-
-_BUFFERS = _Buffers()
 
 
 class Kernel:
@@ -296,8 +367,10 @@ class Kernel:
         self.resolved_by = resolved_by
         self.params = param_specs(image, signature)
         self._param_bytes = max((p.offset + p.size for p in image.params or ()), default=0)
-        self._handles: dict[int, object] = {}
+        self._handles: dict[int, object] = {}  # device -> CUkernel
+        self._functions: dict[int, int] = {}  # device -> the same handle as an address
         self._shared_limit: dict[int, int] = {}
+        self._launchers: dict[int, tuple[int, tuple[Callable[[Any], None], ...], tuple]] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -310,6 +383,7 @@ class Kernel:
             with self._lock:
                 driver.ensure_context(device)
                 handle = self._handles[device] = self.module._library().kernel(self.symbol)
+                self._functions[device] = int(handle)
         return handle
 
     def attributes(self, device: int | None = None) -> dict[str, int]:
@@ -317,20 +391,21 @@ class Kernel:
         device = driver.current_device() if device is None else device
         return driver.kernel_attributes(self._handle(device), device)
 
-    def _params_address(self, blobs: list[bytes]) -> int:
-        bufs = _BUFFERS.by_kernel.get(id(self))
-        if bufs is None:
-            n = len(blobs)
+    def _launcher(self) -> tuple[int, tuple[Callable[[Any], None], ...], tuple]:
+        """This thread's ``void*[]`` address, packers, and the buffers they fill."""
+        launcher = self._launchers.get(threading.get_ident())
+        if launcher is None:
+            specs = self.params or ()
             data = (ctypes.c_char * max(self._param_bytes, 1))()
-            ptrs = (ctypes.c_void_p * max(n, 1))()
-            base = ctypes.addressof(data)
-            for i, spec in enumerate(self.params or ()):
-                ptrs[i] = base + spec.offset
-            bufs = _BUFFERS.by_kernel[id(self)] = (data, ptrs)
-        data, ptrs = bufs
-        for spec, blob in zip(self.params or (), blobs):
-            ctypes.memmove(ctypes.addressof(data) + spec.offset, blob, len(blob))
-        return ctypes.addressof(ptrs)
+            ptrs = (ctypes.c_void_p * max(len(specs), 1))()
+            for i, spec in enumerate(specs):
+                ptrs[i] = ctypes.addressof(data) + spec.offset
+            _register_fast_arrays()
+            packers = tuple(_packer(self.name_expression, spec, data) for spec in specs)
+            launcher = (ctypes.addressof(ptrs), packers, (data, ptrs))  # keeps both alive
+            # by thread: a thread id reused after a thread ends takes over a dead thread's buffers
+            self._launchers[threading.get_ident()] = launcher
+        return launcher
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any] = (), shared_mem: int = 0,
                  stream: Any = None) -> None:
@@ -348,14 +423,21 @@ class Kernel:
         if self.params is None:
             raise LaunchError(f"{name}: the CUBIN carries no parameter records for {self.symbol}; "
                               "cudamagic cannot pack its arguments safely")
-        blobs = pack_args(name, self.params, args)
+        address, packers, _ = self._launcher()
+        if type(args) is not tuple and type(args) is not list or len(args) != len(packers):
+            raise _count_error(name, self.params, args)
+        for pack, value in zip(packers, args):
+            pack(value)
         device = driver.current_device()
-        handle = self._handle(device)
+        fn = self._functions.get(device)
+        if fn is None:
+            fn = int(self._handle(device))
         if shared_mem > 48 * 1024 and self._shared_limit.get(device, 0) < shared_mem:
-            driver.set_max_dynamic_shared(handle, device, shared_mem)
+            driver.set_max_dynamic_shared(self._handle(device), device, shared_mem)
             self._shared_limit[device] = shared_mem
-        driver.launch(handle, g, b, int(shared_mem), _stream_handle(stream),
-                      self._params_address(blobs), f"launching {name}")
+        driver.launch(fn, g, b, shared_mem,
+                      driver.current_stream() if stream is None else _stream_handle(stream),
+                      address, device, name)
 
 
 def _stream_handle(stream: Any) -> int:

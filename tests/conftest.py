@@ -70,7 +70,8 @@ def compiler() -> WatchedCompiler:
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
     """Run code in a fresh interpreter (a kernel restart); its stdout, or a failure with stderr."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=env.get("CWD", None) if env else None)
     if proc.returncode != 0:

@@ -100,6 +100,7 @@ def test_driver_enumeration_equals_elf(tmp_path):
 
 def test_driver_parameter_info_equals_elf_records():
     cubin = (FIXTURES / "fixture.cubin").read_bytes()
+    driver.ensure_context(0)
     lib = driver.Library.load(cubin)
     for k in read_cubin(cubin).kernels:
         got = driver.param_info(lib.kernel(k.symbol), len(k.params))

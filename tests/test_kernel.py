@@ -136,3 +136,31 @@ def test_stream_handles():
     assert [_stream_handle(s) for s in (CupyLike(), TorchLike(), Protocol(), 5)] == [1234, 99, 77, 5]
     with pytest.raises(TypeError, match="stream must be"):
         _stream_handle("default")
+
+
+def test_fast_packers_write_what_the_checked_path_gives(mod, monkeypatch):
+    from cudamagic import kernel as kmod
+
+    # the fast path reads (pointer, dtype) straight off known array types, as it does for CuPy's
+    monkeypatch.setitem(kmod._FAST_ARRAYS, DeviceArray,
+                        lambda a: (a.__cuda_array_interface__["data"][0],
+                                   np.dtype(a.__cuda_array_interface__["typestr"])))
+    cases = {"fill<float>": (DeviceArray("f4", ptr=0x1234), 2.5, 7),
+             "fill<unsigned char>": (DeviceArray("u1"), 255, -3),
+             "pack<int, float, double>": (-1, 1e30, 2),
+             "c_kernel": (DeviceArray("f4"), 9)}
+    for expr, args in cases.items():
+        k = mod[expr]
+        address, packers, (data, _) = k._launcher()
+        for pack, value in zip(packers, args):
+            pack(value)
+        expected = bytearray(len(data))
+        for spec, blob in zip(k.params, pack_args(expr, k.params, args)):
+            expected[spec.offset:spec.offset + spec.size] = blob
+        assert bytes(data) == bytes(expected), expr
+    # the fast path still refuses what the checked path refuses
+    address, packers, _ = mod["fill<float>"]._launcher()
+    with pytest.raises(TypeError, match="array of float64"):
+        packers[0](DeviceArray("f8"))
+    with pytest.raises(ValueError, match="does not fit"):
+        packers[2](2 ** 31)
