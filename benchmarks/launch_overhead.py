@@ -45,6 +45,7 @@ def per_launch(fn, n: int, repeats: int = 5) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--launches", type=int, default=20000)
+    ap.add_argument("--breakdown", action="store_true", help="time each piece of a launch")
     args = ap.parse_args()
     n = args.launches
     cp.cuda.Device(0).synchronize()  # the context exists before any clock starts
@@ -79,5 +80,38 @@ def main() -> None:
         print(f"{name:44} {t * 1e6:10.2f} {t / cupy_t:8.2f}")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--breakdown" not in __import__("sys").argv:
     main()
+
+
+def breakdown() -> None:
+    """Where a cudamagic launch spends its time, piece by piece (run with --breakdown)."""
+    import timeit
+
+    from cudamagic import driver
+
+    x = cp.zeros(16, cp.float32)
+    mod = cudamagic.build(SRC, ["empty_t<float>"], cache=tempfile.mkdtemp())
+    k = mod["empty_t<float>"]
+    k((1,), (1,), (x, 1.5, 16))
+    address, packers, _ = k._launcher()
+    fn = k._functions[0]
+    stream = driver.current_stream()
+    raw = driver._raw_launch()
+    n = 100000
+    pieces = {
+        "current_device()": lambda: driver.current_device(),
+        "current_stream()": lambda: driver.current_stream(),
+        "packers (3 args)": lambda: [p(v) for p, v in zip(packers, (x, 1.5, 16))],
+        "ctypes cuLaunchKernel": lambda: raw(fn, 1, 1, 1, 1, 1, 1, 0, stream, address, None),
+        "driver.launch": lambda: driver.launch(fn, (1, 1, 1), (1, 1, 1), 0, stream, address, 0, "x"),
+        "whole call": lambda: k((1,), (1,), (x, 1.5, 16)),
+    }
+    for name, f in pieces.items():
+        t = timeit.timeit(f, number=n) / n
+        cp.cuda.runtime.deviceSynchronize()
+        print(f"  {name:28} {t * 1e6:7.2f} us")
+
+
+if __name__ == "__main__" and "--breakdown" in __import__("sys").argv:
+    breakdown()

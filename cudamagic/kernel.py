@@ -315,6 +315,27 @@ def _packer(kernel: str, spec: ParamSpec, buf: ctypes.Array) -> Callable[[Any], 
                     pass
             checked(value)
         return floating
+    if spec.kind == "untyped" and spec.size in (4, 8):
+        ifmt, ufmt = ("<i", "<f") if spec.size == 4 else ("<q", "<d")
+        fast_arrays = _FAST_ARRAYS
+
+        def by_size(value: Any) -> None:
+            t = type(value)
+            try:
+                if t is int:
+                    pack_into(ifmt, buf, off, value)
+                    return
+                if t is float:
+                    pack_into(ufmt, buf, off, value)
+                    return
+            except (struct.error, OverflowError):
+                pass
+            get = fast_arrays.get(t)
+            if get is not None and spec.size == 8:
+                pack_into("<Q", buf, off, get(value)[0])
+                return
+            checked(value)
+        return by_size
     return checked
 
 
