@@ -1,11 +1,18 @@
 """The on-disk CUBIN cache: entry records in a diskcache folder, never pickled.
 
-An entry is one bytes value: a fixed magic, the length of a JSON header, the header (format
-version, CUBIN size and sha256, the lowered-name map, log, options, arch, NVRTC version, created
-time), then the CUBIN. A value that unpickled would be code execution for whoever can write the
-cache folder, so the diskcache ``Disk`` used here stores bytes only and refuses to unpickle.
-Every read checks the magic, the header's shape and the CUBIN's sha256; a bad entry is deleted
-and reported as a miss with its reason, so the caller rebuilds it.
+An entry is one bytes value: a fixed magic, the sha256 of everything after it, the length of a
+JSON header, the header (format version, CUBIN size and sha256, the lowered-name map, log, options,
+arch, NVRTC version, created time), then the CUBIN. A value that unpickled would be code execution
+for whoever can write the cache folder, so the diskcache ``Disk`` used here stores bytes only and
+refuses to unpickle. Every read checks the magic, the checksum, the header's shape and the CUBIN's
+sha256; a bad entry is deleted and reported as a miss with its reason, so the caller rebuilds it.
+
+Every value is its own file (``disk_min_file_size=0``): the database holds keys and bookkeeping
+only, so a damaged CUBIN file costs one entry, never the database.
+
+Where the folder cannot be used (it cannot be created or written, the disk is full, the database
+is damaged, or it is writable by others or owned by someone else, which would let them plant
+code), the cache warns once and goes on in memory for the rest of the process.
 """
 
 from __future__ import annotations
@@ -13,8 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
+import stat
 import struct
 import time
+import warnings
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,14 +33,15 @@ from typing import Any
 
 import diskcache
 
-from .errors import CacheError
+from .errors import CacheWarning
 from .keys import FORMAT_VERSION
 
 __all__ = ["EntryRecord", "BadEntry", "encode_entry", "decode_entry", "KernelCache",
-           "default_cache_dir", "DEFAULT_SIZE_LIMIT"]
+           "default_cache_dir", "DEFAULT_SIZE_LIMIT", "parse_size"]
 
 _MAGIC = b"CUDAMAGIC-ENTRY\n"
 _HEADER_LEN = struct.Struct("<I")
+_SUM = 32  # sha256 of everything after it
 DEFAULT_SIZE_LIMIT = 1 << 30  # 1 GiB
 
 
@@ -83,7 +95,8 @@ def encode_entry(rec: EntryRecord, format_version: int = FORMAT_VERSION) -> byte
     if rec.lowered is not None:
         header["lowered"] = dict(rec.lowered)
     blob = json.dumps(header, sort_keys=True).encode()
-    return _MAGIC + _HEADER_LEN.pack(len(blob)) + blob + rec.cubin
+    body = _HEADER_LEN.pack(len(blob)) + blob + rec.cubin
+    return _MAGIC + hashlib.sha256(body).digest() + body
 
 
 _SHAPE = {"format": int, "cubin_size": int, "cubin_sha256": str, "log": str, "options": list,
@@ -103,10 +116,14 @@ def decode_entry(value: object) -> EntryRecord:
     if not data.startswith(_MAGIC):
         raise BadEntry("the stored value does not start with an entry record's magic "
                        "(a bare CUBIN or foreign data)")
-    start = len(_MAGIC) + _HEADER_LEN.size
+    head = len(_MAGIC) + _SUM
+    start = head + _HEADER_LEN.size
     if len(data) < start:
         raise BadEntry("the entry is truncated inside its header")
-    (hlen,) = _HEADER_LEN.unpack_from(data, len(_MAGIC))
+    if hashlib.sha256(data[head:]).digest() != data[len(_MAGIC):head]:
+        raise BadEntry("the entry's checksum does not match its contents (corrupted, truncated "
+                       "or extended)")
+    (hlen,) = _HEADER_LEN.unpack_from(data, head)
     try:
         header = json.loads(data[start:start + hlen].decode())
     except (UnicodeDecodeError, ValueError) as exc:
@@ -163,6 +180,93 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "cudamagic"
 
 
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(text: str | int) -> int:
+    """``"512MB"``, ``"1 GiB"``, ``"1048576"`` -> bytes (binary units).
+
+    :raises ValueError: not a size.
+    """
+    if isinstance(text, int):
+        return text
+    t = str(text).strip().lower().replace(" ", "")
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = t[len(num):]
+    if not num or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a size such as 512MB or 1GiB")
+    return int(float(num) * _UNITS[unit])
+
+
+def _untrusted(directory: Path) -> str | None:
+    """Why a folder must not be trusted with code (None when it can be)."""
+    st = directory.stat()
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it is owned by another user (uid {st.st_uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+class _MemoryStore:
+    """What the cache falls back to: least-recently-used values in a dict, for this process."""
+
+    def __init__(self, size_limit: int) -> None:
+        self.size_limit = size_limit
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+
+    def get(self, key: str, default=None, retry: bool = True):
+        if key not in self._data:
+            return default
+        self._data.move_to_end(key)
+        return self._data[key]
+
+    def set(self, key: str, value: bytes, retry: bool = True) -> bool:
+        if not isinstance(value, bytes):
+            raise TypeError("cudamagic's cache stores bytes only")
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while self.volume() > self.size_limit and len(self._data) > 1:
+            self._data.popitem(last=False)
+        return True
+
+    def delete(self, key: str, retry: bool = True) -> bool:
+        return self._data.pop(key, None) is not None
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._data))
+
+    def volume(self) -> int:
+        return sum(len(v) for v in self._data.values())
+
+    def clear(self, retry: bool = True) -> int:
+        n = len(self._data)
+        self._data.clear()
+        return n
+
+    def close(self) -> None:
+        pass
+
+
+_STORE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
+
+
 class KernelCache:
     """Entry records by key, in a diskcache folder with least-recently-used eviction.
 
@@ -170,23 +274,54 @@ class KernelCache:
     ----------
     directory : path, optional
         Default :func:`default_cache_dir`.
-    size_limit : int, optional
+    size_limit : int or str, optional
         Bytes kept before the least recently used entries go (default 1 GiB, or
-        ``$CUDAMAGIC_CACHE_SIZE_LIMIT``).
+        ``$CUDAMAGIC_CACHE_SIZE_LIMIT``, which takes sizes such as ``512MB``).
+
+    Attributes
+    ----------
+    directory : Path
+    in_memory : str or None
+        Why the cache is in memory instead of the folder (None while on disk).
     """
 
     def __init__(self, directory: str | os.PathLike | None = None,
-                 size_limit: int | None = None) -> None:
+                 size_limit: int | str | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         if size_limit is None:
-            size_limit = int(os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT", DEFAULT_SIZE_LIMIT))
+            size_limit = os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT", DEFAULT_SIZE_LIMIT)
+        self.size_limit = parse_size(size_limit)
+        self.in_memory: str | None = None
+        self._dc: Any = None
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            why = _untrusted(self.directory)
+            if why:
+                self._fall_back(f"the cache folder {self.directory} is not trusted: {why}; "
+                                "a CUBIN from there could be anyone's code. Fix its owner or mode "
+                                "(chmod 700) or set CUDAMAGIC_CACHE_DIR")
+                return
             self._dc = diskcache.Cache(str(self.directory), disk=_BytesDisk,
-                                       size_limit=size_limit,
+                                       size_limit=self.size_limit, disk_min_file_size=0,
                                        eviction_policy="least-recently-used")
-        except (OSError, diskcache.core.sqlite3.Error) as exc:
-            raise CacheError(f"cannot open the cache folder {self.directory}: {exc}") from exc
+        except _STORE_ERRORS as exc:
+            self._fall_back(f"the cache folder {self.directory} cannot be used ({exc})")
+
+    def _fall_back(self, why: str) -> None:
+        _warn_once(str(self.directory), f"cudamagic: {why}; compiled kernels are cached in "
+                                        "memory for this session only")
+        self.in_memory = why
+        if self._dc is not None:
+            try:
+                self._dc.close()
+            except _STORE_ERRORS:
+                pass
+        self._dc = _MemoryStore(self.size_limit)
+
+    @property
+    def location(self) -> str:
+        """The folder, or ``"memory (<why>)"``."""
+        return f"memory ({self.in_memory})" if self.in_memory else str(self.directory)
 
     @classmethod
     def wrap(cls, cache: "KernelCache | diskcache.Cache | str | os.PathLike | None"
@@ -205,6 +340,9 @@ class KernelCache:
         except _RefusedPickle:
             self.delete(key)
             return None, "the stored value was pickled; cudamagic never unpickles (deleted)"
+        except _STORE_ERRORS as exc:
+            self._fall_back(f"reading the cache folder {self.directory} failed ({exc})")
+            return None, "the cache folder could not be read"
         if value is None:
             return None, None
         try:
@@ -215,15 +353,22 @@ class KernelCache:
 
     def put(self, key: str, record: EntryRecord) -> None:
         """Store an entry (replacing any under the same key)."""
-        self._dc.set(key, encode_entry(record), retry=True)
+        self.put_raw(key, encode_entry(record))
 
     def put_raw(self, key: str, value: bytes) -> None:
         """Store raw bytes under a key (tests use it to plant foreign values)."""
-        self._dc.set(key, value, retry=True)
+        try:
+            self._dc.set(key, value, retry=True)
+        except _STORE_ERRORS as exc:
+            self._fall_back(f"writing to the cache folder {self.directory} failed ({exc})")
+            self._dc.set(key, value)
 
     def delete(self, key: str) -> bool:
         """Remove an entry; True if there was one."""
-        return bool(self._dc.delete(key, retry=True))
+        try:
+            return bool(self._dc.delete(key, retry=True))
+        except _STORE_ERRORS:
+            return False
 
     def __contains__(self, key: str) -> bool:
         return key in self._dc
@@ -232,12 +377,21 @@ class KernelCache:
         return len(self._dc)
 
     def keys(self) -> Iterator[str]:
-        """Every key, oldest first."""
+        """Every key."""
         return iter(self._dc)
 
     def volume(self) -> int:
-        """Bytes the cache folder holds."""
+        """Bytes the cache holds (on disk: the folder, database included)."""
         return self._dc.volume()
+
+    def set_size_limit(self, size_limit: int | str) -> None:
+        """Change the size limit (kept in the folder's settings); evicts down to it now."""
+        self.size_limit = parse_size(size_limit)
+        if isinstance(self._dc, _MemoryStore):
+            self._dc.size_limit = self.size_limit
+        else:
+            self._dc.reset("size_limit", self.size_limit)
+            self._dc.cull()
 
     def clear(self) -> int:
         """Remove every entry; returns how many there were."""
@@ -248,10 +402,9 @@ class KernelCache:
         self._dc.close()
 
     @property
-    def raw(self) -> diskcache.Cache:
-        """The underlying diskcache (for cache tools and tests)."""
+    def raw(self) -> Any:
+        """The underlying diskcache (or the in-memory store after a fall-back)."""
         return self._dc
 
     def __repr__(self) -> str:
-        return f"KernelCache({str(self.directory)!r})"
-
+        return f"KernelCache({self.location!r})"

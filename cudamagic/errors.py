@@ -16,6 +16,10 @@ __all__ = [
     "LaunchError",
     "NoDeviceError",
     "ContextPoisonedError",
+    "CudaMagicWarning",
+    "CacheWarning",
+    "ShadowWarning",
+    "InputWarning",
 ]
 
 
@@ -71,3 +75,19 @@ class NoDeviceError(LaunchError):
 
 class ContextPoisonedError(LaunchError):
     """A kernel faulted; the CUDA context of this process can no longer be used."""
+
+
+class CudaMagicWarning(UserWarning):
+    """Base class of cudamagic's warnings: something worked, but not quite as asked."""
+
+
+class CacheWarning(CudaMagicWarning):
+    """The cache folder cannot be used; the cache is in memory for this process."""
+
+
+class ShadowWarning(CudaMagicWarning):
+    """A kernel's Python name replaced a user variable or hid a builtin."""
+
+
+class InputWarning(CudaMagicWarning):
+    """A cell or magic line that works but is probably not what was meant."""

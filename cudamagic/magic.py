@@ -12,13 +12,10 @@ import warnings
 
 from IPython.core.magic import Magics, cell_magic, magics_class
 
+from .errors import ShadowWarning
 from .options import magic_parser, parse_magic_line
 
 __all__ = ["CudaMagics"]
-
-
-class ShadowWarning(UserWarning):
-    """A kernel's Python name replaced a user variable or hid a builtin."""
 
 
 @magics_class

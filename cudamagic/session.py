@@ -362,7 +362,7 @@ def _finish(module: Module, opts: BuildOptions, hit: bool, origin: str, miss_rea
     module.report = BuildReport(
         key=module.key, hit=hit, origin=origin, miss_reason=miss_reason, timings=timings,
         demangler=demangler.name, enumerated_by=module.enumerated_by,
-        arch=arch, nvrtc_version=nv, cache_dir=str(store.directory) if store else "(not cached)",
+        arch=arch, nvrtc_version=nv, cache_dir=store.location if store else "(not cached)",
         log=record.log, rows=rows, warnings=module.warnings)
 
 

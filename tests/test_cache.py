@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 
 import diskcache
@@ -21,6 +22,12 @@ def _record(**kw) -> EntryRecord:
                        options=("-arch=sm_90",), arch="sm_90", nvrtc_version="13.5", **kw)
 
 
+def _resum(blob: bytes) -> bytes:
+    """Recompute the record checksum, as a writer with a bug (or a forger) would."""
+    head = len(b"CUDAMAGIC-ENTRY\n")
+    return blob[:head] + hashlib.sha256(blob[head + 32:]).digest() + blob[head + 32:]
+
+
 def test_round_trip():
     rec = _record()
     assert decode_entry(encode_entry(rec)) == rec
@@ -33,10 +40,13 @@ def test_entry_without_lowered_map_still_reads():
 
 @pytest.mark.parametrize("mutate, reason", [
     (lambda b: CUBIN, "magic"),                                   # a bare CUBIN
-    (lambda b: b[:-1], "truncated"),
-    (lambda b: b + b"x", "extended"),
-    (lambda b: b[:-10] + bytes([b[-10] ^ 1]) + b[-9:], "sha256"),
+    (lambda b: b[:-1], "checksum"),
+    (lambda b: b + b"x", "checksum"),
+    (lambda b: b[:-10] + bytes([b[-10] ^ 1]) + b[-9:], "checksum"),
+    (lambda b: b[:70] + bytes([b[70] ^ 1]) + b[71:], "checksum"),  # inside the JSON header
     (lambda b: b[:20], "header"),
+    (lambda b: _resum(b[:-10] + bytes([b[-10] ^ 1]) + b[-9:]), "CUBIN's sha256"),
+    (lambda b: _resum(b[:-1]), "truncated"),
     (lambda b: pickle.dumps({"cubin": CUBIN}), "magic"),
 ])
 def test_bad_values_are_refused(mutate, reason):
