@@ -264,7 +264,9 @@ class _MemoryStore:
         pass
 
 
-_STORE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
+# What a damaged, full or unwritable folder raises from inside diskcache and sqlite (a damaged
+# database also surfaces as UnicodeDecodeError or ValueError while reading its settings).
+_STORE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout, UnicodeError, ValueError, KeyError)
 
 
 class KernelCache:
@@ -303,6 +305,7 @@ class KernelCache:
                 return
             self._dc = diskcache.Cache(str(self.directory), disk=_BytesDisk,
                                        size_limit=self.size_limit, disk_min_file_size=0,
+                                       cull_limit=1,  # evict one entry, the least recently used, per write
                                        eviction_policy="least-recently-used")
         except _STORE_ERRORS as exc:
             self._fall_back(f"the cache folder {self.directory} cannot be used ({exc})")

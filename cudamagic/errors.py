@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "CudaMagicError",
     "OptionError",
+    "SourceError",
     "CompileError",
     "NameResolutionError",
     "ImageError",
@@ -34,6 +35,10 @@ class CudaMagicError(Exception):
 
 class OptionError(CudaMagicError, ValueError):
     """A bad magic line or a bad argument to :func:`cudamagic.build`."""
+
+
+class SourceError(CudaMagicError, ValueError):
+    """Source text that cannot be handed to NVRTC (empty, NUL bytes, not valid UTF-8)."""
 
 
 class CompileError(CudaMagicError):

@@ -12,10 +12,11 @@ import importlib.util
 import os
 import re
 import shlex
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import OptionError
+from .errors import InputWarning, OptionError
 
 __all__ = [
     "BuildOptions",
@@ -91,6 +92,10 @@ class BuildOptions:
         for opt in self.extra:
             _check_extra(opt)
         deduped = tuple(dict.fromkeys(self.name_expressions))
+        if len(deduped) != len(self.name_expressions):
+            twice = sorted({e for e in self.name_expressions if self.name_expressions.count(e) > 1})
+            warnings.warn(f"-n given more than once for {', '.join(map(repr, twice))}: "
+                          "each is compiled once", InputWarning, stacklevel=3)
         object.__setattr__(self, "name_expressions", deduped)
 
     def with_arch(self, arch: str) -> "BuildOptions":

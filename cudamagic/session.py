@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from . import driver
 from .cache import EntryRecord, KernelCache, default_cache_dir
 from .compiler import CompileResult, compile_cubin, nvrtc_version, supported_archs
 from .demangle import Demangler, default_demangler
-from .errors import ImageError, NameResolutionError, OptionError
+from .errors import ImageError, InputWarning, NameResolutionError, OptionError, SourceError
 from .image import CubinImage, read_cubin
 from .kernel import Kernel
 from .keys import cache_key, quoted_headers
@@ -27,8 +28,8 @@ from .options import DEFAULT_ARCH, BuildOptions, normalize_arch, nvrtc_options, 
 from .report import BuildReport, KernelRow
 from .resolve import NVRTC, Resolution, Resolved, closest, plain_kernels, resolve
 
-__all__ = ["Module", "build", "build_module", "load_cubin", "default_arch", "default_cache",
-           "options_from_nvrtc"]
+__all__ = ["Module", "build", "build_module", "entry_key", "load_cubin", "default_arch",
+           "default_cache", "options_from_nvrtc"]
 
 Compiler = Callable[..., CompileResult]
 
@@ -195,18 +196,9 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
                         base_dir=base_dir)
 
 
-def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None = None,
-                 base_dir: str | os.PathLike | None = None, line_offset: int = 0,
-                 program_name: str = "cell.cu", compiler: Compiler = compile_cubin,
-                 demangler: Demangler | None = None) -> Module:
-    """The pipeline behind :func:`build` and the ``%%cuda`` magic.
-
-    ``line_offset`` shifts NVRTC's line numbers to the cell's (1 below a magic line).
-    """
-    if not isinstance(source, str):
-        raise OptionError(f"the source must be a str, got {type(source).__name__}")
-    t0 = time.perf_counter()
-    timings: dict[str, float] = {}
+def entry_key(source: str, opts: BuildOptions, base_dir: str | os.PathLike | None = None
+              ) -> tuple[str, str, tuple[str, ...], str]:
+    """The cache key of a build, with the arch, NVRTC options and NVRTC version it implies."""
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     arch = opts.arch or default_arch()
     options = nvrtc_options(opts, arch, base)
@@ -216,6 +208,54 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
                     options=(f"-std={opts.std}", *(f"-I{d}" for d in opts.include_dirs),
                              *(f"-D{d}" for d in opts.defines), *opts.extra),
                     arch=arch, nvrtc_version=nv, toolkit=toolkit_fingerprint(), headers=headers)
+    return key, arch, options, nv
+
+
+def _line_of(source: str, index: int, line_offset: int) -> int:
+    return source.count("\n", 0, index) + 1 + line_offset
+
+
+def _check_source(source: str, line_offset: int) -> None:
+    """Refuse what NVRTC cannot take, saying where.
+
+    :raises SourceError: an empty source, a NUL byte, text that is not valid UTF-8.
+    """
+    if not isinstance(source, str):
+        raise SourceError(f"the source must be a str, got {type(source).__name__}")
+    if not source.strip():
+        raise SourceError("the cell is empty: there is no CUDA C++ to compile")
+    if "\0" in source:
+        raise SourceError(f"line {_line_of(source, source.index(chr(0)), line_offset)}: the "
+                          "source holds a NUL byte, which NVRTC cannot take; remove it")
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SourceError(f"line {_line_of(source, exc.start, line_offset)}: the source holds "
+                          f"text that is not valid UTF-8 ({source[exc.start]!r}); re-type or "
+                          "remove it") from None
+
+
+def _check_include_dirs(opts: BuildOptions, base_dir: str | os.PathLike | None) -> None:
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    for d in opts.include_dirs:
+        if not (base / d).is_dir():
+            warnings.warn(f"-I {d}: no such folder (looked for {base / d})", InputWarning,
+                          stacklevel=3)
+
+
+def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None = None,
+                 base_dir: str | os.PathLike | None = None, line_offset: int = 0,
+                 program_name: str = "cell.cu", compiler: Compiler = compile_cubin,
+                 demangler: Demangler | None = None) -> Module:
+    """The pipeline behind :func:`build` and the ``%%cuda`` magic.
+
+    ``line_offset`` shifts NVRTC's line numbers to the cell's (1 below a magic line).
+    """
+    _check_source(source, line_offset)
+    _check_include_dirs(opts, base_dir)
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    key, arch, options, nv = entry_key(source, opts, base_dir)
     timings["key"] = time.perf_counter() - t0
     store = None if opts.no_cache else (cache if cache is not None else default_cache())
     demangler = demangler or default_demangler()
@@ -327,7 +367,7 @@ def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Mapping[str
                  ) -> None:
     names_by_symbol: dict[str, str] = {}
     used: dict[str, str] = {}  # python name -> symbol
-    warnings: list[str] = []
+    notes: list[str] = []
 
     def name_for(label: str, symbol: str) -> str:
         if symbol in names_by_symbol:
@@ -337,7 +377,7 @@ def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Mapping[str
         while name in used and used[name] != symbol:
             name, n = f"{base}_{n}", n + 1
         if name != base:
-            warnings.append(f"{label!r} and {used_label[base]!r} both sanitize to {base!r}; "
+            notes.append(f"{label!r} and {used_label[base]!r} both sanitize to {base!r}; "
                             f"{label!r} is pushed as {name!r}")
         used[name] = symbol
         used_label.setdefault(name, label)
@@ -350,13 +390,25 @@ def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Mapping[str
         kern = Kernel(module, r.name_expression, r.symbol, name_for(r.name_expression, r.symbol),
                       sigs[r.symbol], r.resolved_by, module.image.kernel(r.symbol))
         module.kernels[r.name_expression] = kern
-    module.warnings = tuple(warnings)
+    named = {k.symbol for k in module.kernels.values()}
+    # non-template kernels left without a name are overloads: only a cast can pick one
+    unnamed = [sigs[s].text for s in sigs if s not in named and "<" not in sigs[s].name]
+    if not sigs:
+        notes.append("the source defines no kernel: a __global__ template is only compiled "
+                     "when a -n names an instance of it")
+    elif unnamed:
+        notes.append(f"{len(unnamed)} overloaded kernel(s) have no name to call them by; "
+                     f"name each with a cast, e.g. -n \"(void(*)(float*))f\": "
+                     + "; ".join(unnamed[:5]))
+    module.warnings = tuple(notes)
 
 
 def _finish(module: Module, opts: BuildOptions, hit: bool, origin: str, miss_reason: str | None,
             record: EntryRecord, demangler: Demangler, arch: str, nv: str,
             store: KernelCache | None, timings: dict[str, float], t0: float) -> None:
     timings["total"] = time.perf_counter() - t0
+    for note in module.warnings:
+        warnings.warn(note, InputWarning, stacklevel=4)
     rows = tuple(KernelRow(k.python_name, k.name_expression, k.symbol, k.signature,
                            k.resolved_by) for k in module.kernels.values())
     module.report = BuildReport(

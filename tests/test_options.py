@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic.errors import OptionError
+from cudamagic.errors import InputWarning, OptionError
 from cudamagic.options import BuildOptions, normalize_arch, nvrtc_options, parse_magic_line
 from cudamagic.session import options_from_nvrtc
 
@@ -41,7 +41,8 @@ def test_bad_lines_say_what(line, message):
 
 
 def test_duplicate_expressions_are_dropped_in_order():
-    assert BuildOptions(name_expressions=("a", "b", "a")).name_expressions == ("a", "b")
+    with pytest.warns(InputWarning, match="more than once for 'a'"):
+        assert BuildOptions(name_expressions=("a", "b", "a")).name_expressions == ("a", "b")
 
 
 def test_nvrtc_option_list(tmp_path):
