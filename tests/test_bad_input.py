@@ -1,0 +1,113 @@
+"""A corpus of bad cells and magic lines, through IPython: each gets a specific error or warning
+of the project's own, the notebook stays usable, and no failed compile leaves a cache entry."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cudamagic.cache import KernelCache
+from cudamagic.errors import (CompileError, CudaMagicError, InputWarning, OptionError,
+                              ShadowWarning, SourceError)
+
+K = "template <typename T> __global__ void k(T* x) { x[0] = T(1); }\n"
+OVERLOADS = "__global__ void f(float* x) {}\n__global__ void f(double* x) {}\n"
+
+# (label, magic line, cell, what must happen: an error class or a warning class)
+CORPUS = [
+    ("syntax error", "-n k<float>", K.replace(";", ""), CompileError),
+    ("unknown -n", '-n "nothere<int>"', K, CompileError),
+    ("malformed -n", '-n "k<float"', K, CompileError),
+    ("-n with trailing junk", '-n "k<float>; int y"', K, CompileError),
+    ("empty -n", '-n ""', K, OptionError),
+    ("-n naming a __device__ function", "-n d", "__device__ void d() {}\n" + K, CompileError),
+    ("ambiguous overload without a cast", "-n f", OVERLOADS, CompileError),
+    ("-n naming no kernel and a type", "-n int", K, CompileError),
+    ("unknown NVRTC option", "-o -bogus", K, OptionError),
+    ("option without its dash", "-o lineinfo", K, OptionError),
+    ("conflicting arch options", "--arch sm_90 -o -arch=sm_80", K, OptionError),
+    ("conflicting std options", "-o -std=c++14", K, OptionError),
+    ("arch NVRTC does not know", "--arch sm_99", K, OptionError),
+    ("PTX arch", "--arch compute_90", K, OptionError),
+    ("bad dialect", "--std c++98", K, OptionError),
+    ("unknown magic flag", "--bogus", K, OptionError),
+    ("flag missing its value", "-n", K, OptionError),
+    ("unbalanced quote", '-n "k<float>', K, OptionError),
+    ("module name not an identifier", "--module 3d", K, OptionError),
+    ("malformed macro", "-D 1X=2", K, OptionError),
+    ("option that makes no CUBIN", "-o -ptx", K, OptionError),
+    ("empty cell", "", "\n", SourceError),
+    ("blank cell", "", "  \n\t\n", SourceError),
+    ("NUL byte", "", "__global__ void z(int* x) {}\n\0\n", SourceError),
+    ("invalid UTF-8", "", "// caf\udce9\n__global__ void z(int* x) {}\n", SourceError),
+    ("missing quoted header", "", '#include "nothere.cuh"\n__global__ void z(int* x) {}\n', CompileError),
+    ("#error", "", "#error stop here\n", CompileError),
+    ("static_assert", "-n k<float>", K + "static_assert(sizeof(int) == 3, \"no\");\n", CompileError),
+    ("name expression with a NUL", '-n "k<float>\0"', K, OptionError),
+    ("cell with no kernels", "", "__device__ int twice(int x) { return 2 * x; }\n", InputWarning),
+    ("templates but no -n", "", K, InputWarning),
+    ("duplicate -n", "-n k<float> -n k<float>", K, InputWarning),
+    ("expressions that sanitize to one name", '-n "k<a::b>" -n "k<a_b>"',
+     "namespace a { struct b {}; }\nstruct a_b {};\n" + K.replace("T(1)", "T()"), InputWarning),
+    ("-I folder that does not exist", "-I no/such/dir", "__global__ void z(int* x) {}\n", InputWarning),
+    ("kernel name shadowing a builtin", "", "extern \"C\" __global__ void sum(int* x) {}\n", ShadowWarning),
+    ("kernel name shadowing a user variable", "", "extern \"C\" __global__ void data(int* x) {}\n",
+     ShadowWarning),
+    ("module name shadowing a user variable", "--module results", K.replace("T(1)", "T(2)") + "__global__ void z2(int* x) {}\n",
+     ShadowWarning),
+    ("overloads without names", "", OVERLOADS, InputWarning),
+    ("1 MB source", "", "// " + "x" * 80 + "\n" * 1 + ("// " + "y" * 100 + "\n") * 10000
+     + "__global__ void big(int* x) {}\n", None),
+    ("1000 name expressions", " ".join(f'-n "lots<{i}>"' for i in range(1000)),
+     "template <int N> __global__ void lots(int* x) { x[0] = N; }\n", None),
+]
+
+
+@pytest.fixture(scope="module")
+def shell(tmp_path_factory):
+    import os
+
+    old = os.environ.get("CUDAMAGIC_CACHE_DIR")
+    os.environ["CUDAMAGIC_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "cudamagic")
+    yield ip
+    if old is None:
+        os.environ.pop("CUDAMAGIC_CACHE_DIR")
+    else:
+        os.environ["CUDAMAGIC_CACHE_DIR"] = old
+
+
+def _run(ip, line: str, cell: str):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = ip.run_cell(f"%%cuda {line}\n{cell}", store_history=False, silent=True)
+    return result.error_in_exec, [w.category for w in caught]
+
+
+def test_corpus(shell):
+    assert len(CORPUS) >= 30
+    shell.user_ns["data"] = [1, 2, 3]  # a user's variables
+    shell.user_ns["results"] = {"a": 1}
+    cache = KernelCache()
+    handled = 0
+    for label, line, cell, expect in CORPUS:
+        before = set(cache.keys())
+        error, warned = _run(shell, line, cell)
+        if expect is not None and not issubclass(expect, Warning):
+            assert isinstance(error, expect), (label, error)
+            assert isinstance(error, CudaMagicError), label
+            assert set(cache.keys()) == before, f"{label}: a failed cell left a cache entry"
+        elif expect is not None:
+            assert error is None, (label, error)
+            assert expect in warned, (label, warned)
+        else:
+            assert error is None, (label, error)
+        handled += 1
+        # the notebook stays usable: a good cell still builds and its kernel is there
+        ok_error, _ = _run(shell, "-q -n k<float>", K)
+        assert ok_error is None and callable(shell.user_ns["k_float"]), label
+    print(f"\nbad input: {len(CORPUS)} inputs tried, {handled} handled")
+    assert handled == len(CORPUS)
