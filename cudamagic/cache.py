@@ -36,7 +36,7 @@ import diskcache
 from .errors import CacheWarning
 from .keys import FORMAT_VERSION
 
-__all__ = ["EntryRecord", "BadEntry", "encode_entry", "decode_entry", "KernelCache",
+__all__ = ["EntryRecord", "EntryInfo", "BadEntry", "encode_entry", "decode_entry", "KernelCache",
            "default_cache_dir", "DEFAULT_SIZE_LIMIT", "parse_size"]
 
 _MAGIC = b"CUDAMAGIC-ENTRY\n"
@@ -218,16 +218,31 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, CacheWarning, stacklevel=4)
 
 
+@dataclass(frozen=True)
+class EntryInfo:
+    """One cache entry as ``%cuda_cache list`` shows it."""
+
+    key: str
+    size: int
+    created: float | None
+    last_used: float | None
+    name_expressions: tuple[str, ...]
+    readable: bool
+
+
 class _MemoryStore:
     """What the cache falls back to: least-recently-used values in a dict, for this process."""
 
     def __init__(self, size_limit: int) -> None:
         self.size_limit = size_limit
         self._data: OrderedDict[str, bytes] = OrderedDict()
+        self.hits = self.misses = 0
 
     def get(self, key: str, default=None, retry: bool = True):
         if key not in self._data:
+            self.misses += 1
             return default
+        self.hits += 1
         self._data.move_to_end(key)
         return self._data[key]
 
@@ -291,8 +306,10 @@ class KernelCache:
                  size_limit: int | str | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         if size_limit is None:
-            size_limit = os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT", DEFAULT_SIZE_LIMIT)
-        self.size_limit = parse_size(size_limit)
+            size_limit = os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT")
+        # without an explicit limit the folder keeps the one set last (%cuda_cache limit)
+        settings = {} if size_limit is None else {"size_limit": parse_size(size_limit)}
+        self.size_limit = settings.get("size_limit", DEFAULT_SIZE_LIMIT)
         self.in_memory: str | None = None
         self._dc: Any = None
         try:
@@ -303,10 +320,11 @@ class KernelCache:
                                 "a CUBIN from there could be anyone's code. Fix its owner or mode "
                                 "(chmod 700) or set CUDAMAGIC_CACHE_DIR")
                 return
-            self._dc = diskcache.Cache(str(self.directory), disk=_BytesDisk,
-                                       size_limit=self.size_limit, disk_min_file_size=0,
+            self._dc = diskcache.Cache(str(self.directory), disk=_BytesDisk, statistics=1,
+                                       disk_min_file_size=0,
                                        cull_limit=1,  # evict one entry, the least recently used, per write
-                                       eviction_policy="least-recently-used")
+                                       eviction_policy="least-recently-used", **settings)
+            self.size_limit = int(self._dc.size_limit)
         except _STORE_ERRORS as exc:
             self._fall_back(f"the cache folder {self.directory} cannot be used ({exc})")
 
@@ -399,6 +417,49 @@ class KernelCache:
     def clear(self) -> int:
         """Remove every entry; returns how many there were."""
         return self._dc.clear(retry=True)
+
+    def stats(self) -> tuple[int, int]:
+        """``(hits, misses)`` of lookups, counted in the folder across sessions."""
+        if isinstance(self._dc, _MemoryStore):
+            return self._dc.hits, self._dc.misses
+        return self._dc.stats()
+
+    def entries(self) -> list["EntryInfo"]:
+        """Every entry, newest first, read without touching its last-used time."""
+        infos = []
+        if isinstance(self._dc, _MemoryStore):
+            rows = [(k, None, len(v), None, None, v) for k, v in self._dc._data.items()]
+        else:
+            rows = [(*r, None) for r in self._rows()]
+        for key, filename, size, stored, used, value in rows:
+            if value is None:
+                try:
+                    value = (self.directory / filename).read_bytes() if filename else b""
+                except OSError:
+                    value = b""
+            try:
+                rec = decode_entry(value)
+                exprs, created, ok = tuple(rec.lowered or ()), rec.created, True
+            except BadEntry:
+                exprs, created, ok = (), stored, False
+            infos.append(EntryInfo(key, size, created, used, exprs, ok))
+        return sorted(infos, key=lambda e: e.created or 0, reverse=True)
+
+    def _rows(self) -> list[tuple]:
+        # diskcache keeps its bookkeeping in the "Cache" table of cache.db; read it directly so
+        # that listing does not count as use (a get would refresh every entry's LRU time)
+        con = sqlite3.connect(f"file:{self.directory / 'cache.db'}?mode=ro", uri=True)
+        try:
+            return con.execute("SELECT key, filename, size, store_time, access_time "
+                               "FROM Cache").fetchall()
+        finally:
+            con.close()
+
+    def evict_older_than(self, seconds: float) -> int:
+        """Remove the entries last used more than ``seconds`` ago; returns how many."""
+        cutoff = time.time() - seconds
+        old = [e.key for e in self.entries() if (e.last_used or e.created or 0) < cutoff]
+        return sum(self.delete(k) for k in old)
 
     def close(self) -> None:
         """Close the database connection (it reopens on next use)."""

@@ -97,6 +97,14 @@ def driver_version() -> str | None:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
+def device_name(device: int) -> str:
+    """A device's name (``"NVIDIA H200"``)."""
+    _require()
+    cu = _cu()
+    dev = check(cu.cuDeviceGet(device), "cuDeviceGet")
+    return check(cu.cuDeviceGetName(256, dev), "cuDeviceGetName").split(b"\0")[0].decode()
+
+
 def compute_capability(device: int) -> tuple[int, int]:
     """``(major, minor)`` of a device."""
     _require()

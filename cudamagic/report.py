@@ -79,19 +79,29 @@ class BuildReport:
                 f"{'s' if len(self.rows) != 1 else ''}, {self.arch}, key {self.short_key}")
 
     _COLUMNS = ("Python name", "name expression", "symbol", "signature", "resolved by")
+    _GPU_COLUMNS = ("registers", "shared (static)", "local")
 
-    def _cells(self, row: KernelRow) -> tuple[str, ...]:
-        return (row.python_name, row.name_expression, row.symbol, row.signature, row.resolved_by)
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The name map's columns; the per-kernel resources where a GPU reported them."""
+        gpu = any(r.attributes for r in self.rows)
+        return self._COLUMNS + (self._GPU_COLUMNS if gpu else ())
+
+    def cells(self, row: KernelRow) -> tuple[str, ...]:
+        """One row of the name map as text, in :attr:`columns` order."""
+        out = (row.python_name, row.name_expression, row.symbol, row.signature, row.resolved_by)
+        if len(self.columns) > len(self._COLUMNS):
+            a = row.attributes or {}
+            out += (str(a.get("registers", "")), f"{a.get('static_shared_bytes', '')} B",
+                    f"{a.get('local_bytes', '')} B")
+        return out
 
     def text(self) -> str:
         """The report as plain text (terminal IPython, logs)."""
         lines = [self.headline(),
                  f"  demangler {self.demangler}, kernels enumerated by {self.enumerated_by}, "
                  f"NVRTC {self.nvrtc_version}, cache {self.cache_dir}"]
-        table = [self._COLUMNS] + [self._cells(r) for r in self.rows]
-        widths = [max(len(r[i]) for r in table) for i in range(len(self._COLUMNS))]
-        for r in table:
-            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        lines += _table_text(self.columns, [self.cells(r) for r in self.rows])
         lines += [f"  warning: {w}" for w in self.warnings]
         if self.log:
             lines += ["  compile log:"] + [f"    {ln}" for ln in self.log.splitlines()]
@@ -100,8 +110,8 @@ class BuildReport:
     def html(self) -> str:
         """The report as an HTML fragment (notebook exports where widgets do not render)."""
         esc = html.escape
-        head = "".join(f"<th>{esc(c)}</th>" for c in self._COLUMNS)
-        body = "".join("<tr>" + "".join(f"<td><code>{esc(c)}</code></td>" for c in self._cells(r))
+        head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td><code>{esc(c)}</code></td>" for c in self.cells(r))
                        + "</tr>" for r in self.rows)
         warn = "".join(f"<li>{esc(w)}</li>" for w in self.warnings)
         log = (f"<details><summary>compile log</summary><pre>{esc(self.log)}</pre></details>"
@@ -109,7 +119,8 @@ class BuildReport:
         return (f'<div class="cudamagic-report"><p><b>{esc(self.headline())}</b><br>'
                 f"demangler {esc(self.demangler)}, kernels enumerated by "
                 f"{esc(self.enumerated_by)}, NVRTC {esc(self.nvrtc_version)}</p>"
-                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                f'<table class="cudamagic-names"><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>"
                 f"{'<ul>' + warn + '</ul>' if warn else ''}{log}</div>")
 
     def _repr_pretty_(self, p, cycle: bool) -> None:
@@ -117,3 +128,107 @@ class BuildReport:
 
     def _repr_html_(self) -> str:
         return self.html()
+
+
+def _table_text(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    table = [columns, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+
+
+def _table_html(columns: tuple[str, ...], rows: list[tuple[str, ...]], cls: str) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+class _Record:
+    """Text and HTML views of a small record: its ``pairs()`` and an optional table."""
+
+    title = ""
+    columns: tuple[str, ...] = ()
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return []
+
+    def table(self) -> list[tuple[str, ...]]:
+        return []
+
+    def text(self) -> str:
+        lines = [self.title] + [f"  {k}: {v}" for k, v in self.pairs()]
+        if self.columns:
+            lines += _table_text(self.columns, self.table())
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        esc = html.escape
+        dl = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td>{esc(v)}</td></tr>"
+                     for k, v in self.pairs())
+        tab = _table_html(self.columns, self.table(), "cudamagic-list") if self.columns else ""
+        return f"<div><b>{esc(self.title)}</b><table>{dl}</table>{tab}</div>"
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(self.text())
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+
+def _when(t: float | None) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2 ** 20:.2f} MiB"
+
+
+@dataclass(frozen=True)
+class CacheStats(_Record):
+    """``%cuda_cache stats``."""
+
+    location: str
+    entries: int
+    volume: int
+    size_limit: int
+    hits: int
+    misses: int
+    title = "cudamagic cache"
+
+    @classmethod
+    def of(cls, cache) -> "CacheStats":
+        """Read the numbers off a :class:`~cudamagic.cache.KernelCache`."""
+        hits, misses = cache.stats()
+        return cls(cache.location, len(cache), cache.volume(), cache.size_limit, hits, misses)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [("location", self.location), ("entries", str(self.entries)),
+                ("size", f"{_mib(self.volume)} of {_mib(self.size_limit)}"),
+                ("lookups", f"{self.hits} hits, {self.misses} misses")]
+
+
+@dataclass(frozen=True)
+class CacheListing(_Record):
+    """``%cuda_cache list``: entries, newest first."""
+
+    entries: tuple
+    title = "cudamagic cache entries (newest first)"
+    columns = ("key", "size", "created", "last used", "name expressions")
+
+    def table(self) -> list[tuple[str, ...]]:
+        return [(e.key[:12], f"{e.size / 1024:.1f} KiB", _when(e.created), _when(e.last_used),
+                 ", ".join(e.name_expressions) if e.readable else "(unreadable: rebuilt on use)")
+                for e in self.entries]
+
+
+@dataclass(frozen=True)
+class EnvironmentInfo(_Record):
+    """``%cuda_info``: what a build would use here."""
+
+    fields: tuple[tuple[str, str], ...]
+    title = "cudamagic environment"
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return list(self.fields)

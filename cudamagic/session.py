@@ -7,13 +7,15 @@ cache come in as arguments so tests can watch them.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 from . import driver
 from .cache import EntryRecord, KernelCache, default_cache_dir
@@ -25,7 +27,7 @@ from .kernel import Kernel
 from .keys import cache_key, quoted_headers
 from .names import Signature, parse_demangled, python_name
 from .options import DEFAULT_ARCH, BuildOptions, normalize_arch, nvrtc_options, toolkit_fingerprint
-from .report import BuildReport, KernelRow
+from .report import BuildReport, EnvironmentInfo, KernelRow
 from .resolve import NVRTC, Resolution, Resolved, closest, plain_kernels, resolve
 
 __all__ = ["Module", "build", "build_module", "entry_key", "load_cubin", "default_arch",
@@ -246,10 +248,12 @@ def _check_include_dirs(opts: BuildOptions, base_dir: str | os.PathLike | None) 
 def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None = None,
                  base_dir: str | os.PathLike | None = None, line_offset: int = 0,
                  program_name: str = "cell.cu", compiler: Compiler = compile_cubin,
-                 demangler: Demangler | None = None) -> Module:
+                 demangler: Demangler | None = None,
+                 compile_notice: Callable[[], ContextManager[Any]] | None = None) -> Module:
     """The pipeline behind :func:`build` and the ``%%cuda`` magic.
 
-    ``line_offset`` shifts NVRTC's line numbers to the cell's (1 below a magic line).
+    ``line_offset`` shifts NVRTC's line numbers to the cell's (1 below a magic line);
+    ``compile_notice`` wraps the compile, when there is one (the magic says "compiling..." there).
     """
     _check_source(source, line_offset)
     _check_include_dirs(opts, base_dir)
@@ -281,8 +285,9 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
             store.delete(key)
 
     t = time.perf_counter()
-    result = compiler(source, opts.name_expressions, options, program_name=program_name,
-                      line_offset=line_offset)
+    with (compile_notice or contextlib.nullcontext)():
+        result = compiler(source, opts.name_expressions, options, program_name=program_name,
+                          line_offset=line_offset)
     timings["compile"] = time.perf_counter() - t
     record = EntryRecord(cubin=result.cubin, lowered=dict(result.lowered), log=result.log,
                          options=options, arch=arch, nvrtc_version=nv,
@@ -455,3 +460,54 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     _finish(module, BuildOptions(name_expressions=tuple(name_expressions)), False, "cubin", None,
             record, demangler, arch, "-", None, timings, t0)
     return module
+
+
+def report_with_attributes(module: Module, limit: int = 64) -> BuildReport:
+    """The module's report with registers and shared/local memory per kernel, where a GPU is.
+
+    Reading them loads the module on the current device, so only the display asks (and for at
+    most ``limit`` kernels); :func:`build` itself stays lazy.
+    """
+    if not driver.available() or not module.kernels or len(module.kernels) > limit:
+        return module.report
+    device = driver.current_device()
+    by_symbol = {}
+    for k in module.kernels.values():
+        if k.symbol not in by_symbol:
+            by_symbol[k.symbol] = k.attributes(device)
+    rows = tuple(dataclasses.replace(r, attributes=by_symbol.get(r.symbol))
+                 for r in module.report.rows)
+    return dataclasses.replace(module.report, rows=rows)
+
+
+def environment_info() -> EnvironmentInfo:
+    """What a build uses here: devices, driver, NVRTC, demangler, target arch, cache."""
+    import importlib.metadata
+
+    from .demangle import CuFilt
+
+    fields: list[tuple[str, str]] = []
+    if driver.available():
+        for i in range(driver.device_count()):
+            major, minor = driver.compute_capability(i)
+            fields.append((f"device {i}", f"{driver.device_name(i)} (sm_{major}{minor})"))
+        fields.append(("driver", f"CUDA {driver.driver_version()}"))
+    else:
+        fields.append(("device", "none (compile, cache and name resolution work; launches "
+                                 "need a GPU)"))
+    fields.append(("NVRTC", nvrtc_version()))
+    d = default_demangler()
+    fields.append(("demangler", f"{d.name} ({d.path})" if isinstance(d, CuFilt) else d.name))
+    try:
+        fields.append(("arch in use", default_arch()))
+    except OptionError as exc:
+        fields.append(("arch in use", str(exc)))
+    cache = default_cache()
+    fields.append(("cache", f"{cache.location} ({len(cache)} entries, "
+                            f"{cache.volume() / 2**20:.1f} of {cache.size_limit / 2**20:.0f} MiB)"))
+    for dist in ("cupy-cuda13x", "cupy-cuda12x", "cuda-bindings", "nvidia-cuda-nvrtc"):
+        try:
+            fields.append((dist, importlib.metadata.version(dist)))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return EnvironmentInfo(tuple(fields))

@@ -50,10 +50,10 @@ def report_widget(report: BuildReport):
 
 def _table(report: BuildReport) -> str:
     head = "".join(f"<th style='text-align:left;padding:0 8px'>{html.escape(c)}</th>"
-                   for c in report._COLUMNS)
+                   for c in report.columns)
     rows = "".join(
         "<tr>" + "".join(f"<td style='padding:0 8px'><code>{html.escape(c)}</code></td>"
-                         for c in report._cells(r)) + "</tr>" for r in report.rows)
+                         for c in report.cells(r)) + "</tr>" for r in report.rows)
     return (f'<table class="cudamagic-names"><thead><tr>{head}</tr></thead>'
             f"<tbody>{rows}</tbody></table>")
 

@@ -201,7 +201,7 @@ print(json.dumps({{"hits": hits, "warnings": [str(w.message) for w in caught],
 """
     out = json.loads(run_python(code).strip().splitlines()[-1])
     assert out["hits"] == [False, True, True] and out["memory"]
-    assert len(out["warnings"]) == 1 and "writing to the cache folder" in out["warnings"][0]
+    assert len(out["warnings"]) == 1 and "cached in memory for this session" in out["warnings"][0]
 
 
 def test_least_recently_used_entry_goes_first(tmp_path):

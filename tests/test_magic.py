@@ -53,3 +53,75 @@ print("FAILED" if r.error_in_exec is not None else "OK", type(r.error_in_exec)._
     assert "CompileError: NVRTC could not compile cuda_module.cu" in out
     assert 'line 5: error: expected a ";"' in out
     assert "Traceback" not in out and out.strip().endswith("FAILED CompileError")
+
+
+def _shell(tmp_path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "cache"))
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "cudamagic")
+    return ip
+
+
+def test_help_is_the_parsers(tmp_path, monkeypatch):
+    ip = _shell(tmp_path, monkeypatch)
+    doc = ip.find_cell_magic("cuda").__doc__
+    for flag in ("--name-expression", "--arch", "--std", "-I", "-D", "--option", "--module",
+                 "--force", "--no-cache", "--quiet"):
+        assert flag in doc
+
+
+def test_cache_magics(tmp_path, monkeypatch, capsys):
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_cell_magic("cuda", '-q -n "saxpy<float>"', CELL)
+    ip.run_cell_magic("cuda", '-q -n "saxpy<float>"', CELL)  # a hit
+    ip.run_cell_magic("cuda", '-q -n "saxpy<double>"', CELL)
+    stats = ip.run_line_magic("cuda_cache", "stats")
+    assert (stats.entries, stats.hits, stats.misses) == (2, 1, 2)
+    assert stats.location == str(tmp_path / "cache") and "2 hits" not in stats.text()
+    listing = ip.run_line_magic("cuda_cache", "list")
+    assert [e.name_expressions for e in listing.entries] == [("saxpy<double>",), ("saxpy<float>",)]
+    assert "saxpy<double>" in listing.text().splitlines()[2]  # newest first
+    ip.run_line_magic("cuda_cache", "clear --older-than 1h")
+    assert ip.run_line_magic("cuda_cache", "stats").entries == 2
+    ip.run_line_magic("cuda_cache", "limit 256MB")
+    from cudamagic.cache import KernelCache
+
+    assert KernelCache(tmp_path / "cache").size_limit == 256 << 20  # kept by the folder
+    ip.run_line_magic("cuda_cache", "clear")
+    assert ip.run_line_magic("cuda_cache", "stats").entries == 0
+    assert "removed 2 entries" in capsys.readouterr().out
+
+
+def test_cuda_load_and_cuda_info(tmp_path, monkeypatch):
+    from .conftest import FIXTURES
+
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_line_magic("cuda_load", f'{FIXTURES / "fixture.cubin"} -n "fill<float>" -n "shift<int, 0x10>" '
+                                   "--module fx -q")
+    assert ip.user_ns["fx"]["shift<int, 0x10>"].symbol == "_Z5shiftIiLi16EEvPT_j"
+    assert callable(ip.user_ns["fill_float"]) and callable(ip.user_ns["shift_int_16"])
+    info = dict(ip.run_line_magic("cuda_info", "").fields)
+    assert info["NVRTC"].count(".") == 1 and info["demangler"]
+    assert str(tmp_path / "cache") in info["cache"]
+
+
+def test_a_slow_compile_says_so_in_a_terminal(tmp_path):
+    code = r'''
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "cudamagic")
+ip.run_cell_magic("cuda", '-q -n "k<float>"', "#include <cuda/std/complex>\n"
+    "template <typename T> __global__ void k(cuda::std::complex<T>* z) { z[0] = cuda::std::exp(z[0]); }\n")
+'''
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          env={**__import__("os").environ, "CUDAMAGIC_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert "compiling cuda_module.cu with NVRTC..." in proc.stderr
+    assert "compiled cuda_module.cu in" in proc.stderr

@@ -39,15 +39,34 @@ def cache_env(tmp_path):
         os.environ["CUDAMAGIC_CACHE_DIR"] = old
 
 
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _report_bundle(nb) -> dict:
+    cell = next(c for c in nb.cells if c.source.startswith("%%cuda"))
+    return next(o["data"] for o in cell.outputs if WIDGET in o.get("data", {}))
+
+
 def test_quickstart_runs_and_a_rerun_is_a_hit(cache_env):
     first = _execute(cache_env)
-    magic_cell = next(c for c in first.cells if c.source.startswith("%%cuda"))
-    bundle = magic_cell.outputs[0]["data"]
-    assert "application/vnd.jupyter.widget-view+json" in bundle  # the widget
+    bundle = _report_bundle(first)
     assert "cache miss" in bundle["text/plain"] and "<table" in bundle["text/html"]
     assert any("takes 4 arguments" in t for t in _outputs(first))
     second = _execute(cache_env)  # a fresh kernel: a restart
-    bundle = next(c for c in second.cells if c.source.startswith("%%cuda")).outputs[0]["data"]
+    bundle = _report_bundle(second)
     assert "cache hit" in bundle["text/plain"]
     for name in ("saxpy_float", "ns_scale_float_3", "fill"):
         assert name in bundle["text/plain"]
+
+
+def test_slow_compile_shows_progress_in_the_notebook(cache_env, tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext cudamagic"),
+                nbformat.v4.new_code_cell(
+                    '%%cuda -n "k<float>"\n#include <cuda/std/complex>\ntemplate <typename T>\n'
+                    "__global__ void k(cuda::std::complex<T>* z) { z[0] = cuda::std::exp(z[0]); }\n")]
+    os.environ["CUDAMAGIC_CACHE_DIR"] = str(cache_env)
+    NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    texts = [o.get("data", {}).get("text/plain", "") for o in nb.cells[1].outputs]
+    # one output, updated in place: it ends saying how long the compile took
+    assert any(t.startswith("compiled cuda_module.cu in") for t in texts), texts
