@@ -181,6 +181,11 @@ class Library:
         check(_cu().cuLibraryUnload(self.handle), "cuLibraryUnload")
 
 
+def kernel_function(kernel):
+    """The ``CUfunction`` of a ``CUkernel`` in the current context (loads it there)."""
+    return check(_cu().cuKernelGetFunction(kernel), "cuKernelGetFunction")
+
+
 def param_info(kernel, count: int) -> list[tuple[int, int]]:
     """``(offset, size)`` of each parameter, as the driver reports them."""
     cu = _cu()
@@ -212,6 +217,23 @@ def set_max_dynamic_shared(kernel, device: int, nbytes: int) -> None:
         device), "cuKernelSetAttribute")
 
 
+def device_getter():
+    """The fastest way to ask for the current device: CuPy's own call once CuPy is imported."""
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and available():
+        return cupy.cuda.runtime.getDevice
+    return current_device  # raises NoDeviceError where there is no GPU
+
+
+def stream_getter():
+    """The fastest way to ask for the current stream's handle."""
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        get = cupy.cuda.get_current_stream
+        return lambda: get().ptr
+    return current_stream
+
+
 def current_stream() -> int:
     """CuPy's current stream handle when CuPy is imported, else the default stream (0)."""
     cupy = sys.modules.get("cupy")
@@ -221,7 +243,7 @@ def current_stream() -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _raw_launch():
+def raw_launch():
     """``cuLaunchKernel`` of the driver library itself, through ctypes.
 
     The launch is the one hot call: cuda.bindings' wrapper costs about 6 us a call on an H200
@@ -249,7 +271,7 @@ def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int
 
     :raises ContextPoisonedError, LaunchError: the driver refused the launch.
     """
-    fn = _raw_launch()
+    fn = raw_launch()
     rc = fn(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
             stream, params_address, None)
     if rc == _INVALID_CONTEXT:

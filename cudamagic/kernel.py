@@ -392,6 +392,7 @@ class Kernel:
         self._functions: dict[int, int] = {}  # device -> the same handle as an address
         self._shared_limit: dict[int, int] = {}
         self._launchers: dict[int, tuple[int, tuple[Callable[[Any], None], ...], tuple]] = {}
+        self._runs: dict[int, Callable[[Any, Any, Any, int, Any], None]] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -406,6 +407,11 @@ class Kernel:
                 handle = self._handles[device] = self.module._library().kernel(self.symbol)
                 self._functions[device] = int(handle)
         return handle
+
+    def function(self, device: int | None = None):
+        """The kernel's ``CUfunction`` in a device's context, loading the module there if needed."""
+        device = driver.current_device() if device is None else device
+        return driver.kernel_function(self._handle(device))
 
     def attributes(self, device: int | None = None) -> dict[str, int]:
         """Registers, static shared, local and constant memory, and max threads per block."""
@@ -438,27 +444,54 @@ class Kernel:
         :raises ContextPoisonedError: the context is unusable after a kernel fault.
         :raises LaunchError: the driver refused the launch.
         """
-        name = self.name_expression
-        g = _dims(name, "grid", grid)
-        b = _dims(name, "block", block)
-        if self.params is None:
+        run = self._runs.get(threading.get_ident())
+        if run is None:
+            run = self._make_run()
+        run(grid, block, args, shared_mem, stream)
+
+    def _make_run(self) -> Callable[[Any, Any, Any, int, Any], None]:
+        """This thread's launch function, with everything it needs bound as locals.
+
+        A launch is the one hot path (benchmarks/launch_overhead.py): no attribute lookups or
+        method calls that can be done once are done per launch.
+        """
+        name, params = self.name_expression, self.params
+        if params is None:
             raise LaunchError(f"{name}: the CUBIN carries no parameter records for {self.symbol}; "
                               "cudamagic cannot pack its arguments safely")
         address, packers, _ = self._launcher()
-        if type(args) is not tuple and type(args) is not list or len(args) != len(packers):
-            raise _count_error(name, self.params, args)
-        for pack, value in zip(packers, args):
-            pack(value)
-        device = driver.current_device()
-        fn = self._functions.get(device)
-        if fn is None:
-            fn = int(self._handle(device))
-        if shared_mem > 48 * 1024 and self._shared_limit.get(device, 0) < shared_mem:
-            driver.set_max_dynamic_shared(self._handle(device), device, shared_mem)
-            self._shared_limit[device] = shared_mem
-        driver.launch(fn, g, b, shared_mem,
-                      driver.current_stream() if stream is None else _stream_handle(stream),
-                      address, device, name)
+        nargs = len(packers)
+        functions, handle_for = self._functions, self._handle
+        shared_limit = self._shared_limit
+        dims, count_error, stream_handle = _dims, _count_error, _stream_handle
+        get_device, get_stream = driver.device_getter(), driver.stream_getter()
+        raw = None
+
+        def run(grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> None:
+            nonlocal raw
+            g = dims(name, "grid", grid)
+            b = dims(name, "block", block)
+            if (type(args) is not tuple and type(args) is not list) or len(args) != nargs:
+                raise count_error(name, params, args)
+            for pack, value in zip(packers, args):
+                pack(value)
+            device = get_device()
+            fn = functions.get(device)
+            if fn is None:
+                handle_for(device)
+                fn = functions[device]
+            if shared_mem > 49152 and shared_limit.get(device, 0) < shared_mem:
+                driver.set_max_dynamic_shared(handle_for(device), device, shared_mem)
+                shared_limit[device] = shared_mem
+            if raw is None:
+                raw = driver.raw_launch()
+            st = get_stream() if stream is None else stream_handle(stream)
+            if raw(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, st, address, None):
+                # failed: the slow path retries without a context, or says what went wrong
+                driver.launch(fn, g, b, shared_mem, st, address, device, f"launching {name}")
+
+        self._runs[threading.get_ident()] = run
+        return run
 
 
 def _stream_handle(stream: Any) -> int:

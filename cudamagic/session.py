@@ -104,6 +104,16 @@ class Module(Mapping[str, Kernel]):
                 self._lib = driver.Library.load(self.cubin)
             return self._lib
 
+    def load(self, device: int | None = None) -> "Module":
+        """Load every kernel on a device now (default: the current one) instead of at first call.
+
+        :raises NoDeviceError: no CUDA device is available.
+        """
+        device = driver.current_device() if device is None else device
+        for kern in self.kernels.values():
+            kern.function(device)
+        return self
+
     def __getitem__(self, expr: str) -> Kernel:
         try:
             return self.kernels[expr]

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One GPU-machine run: the GPU tests, then the whole suite, then the benchmarks, logs under $OUT.
 # Usage (device tool, carrying .whl made by ../shared/device/wheels.sh):  bash scripts/device.sh [what...]
-# what: gpu (default), all, launch, restore, suite
+# what: gpu (default), suite, launch, bench (benchmarks/run_all.py), or a benchmarks/NAME.py
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -16,6 +16,7 @@ for what in "${@:-gpu}"; do
     gpu) python3 -m pytest -m gpu -v -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
     suite) python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log" ;;
     launch) python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch.log" ;;
+    bench) (cd benchmarks && python3 run_all.py) 2>&1 | tee "$OUT/bench.log" ;;
     *) [ -f "benchmarks/$what.py" ] && python3 "benchmarks/$what.py" 2>&1 | tee "$OUT/$what.log" ;;
   esac
 done

@@ -112,3 +112,171 @@ def test_cufilt_is_used_and_gives_the_recorded_outputs():
     assert d.name == "cu++filt"
     rows = fixture_rows()
     assert d.demangle([r.symbol for r in rows]) == [r.cufilt for r in rows]
+
+
+LAUNCH_SRC = r"""
+template <typename T> __global__ void axpb(T a, const T* x, T* y, T b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + b; }
+__global__ void big_shared(float* out, int n) {
+  extern __shared__ float buf[];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = float(i);
+  __syncthreads();
+  float s = 0; for (int i = 0; i < n; ++i) s += buf[i];
+  if (threadIdx.x == 0) out[0] = s; }
+__global__ void fault(int* p) { p[threadIdx.x] = 1; }
+__global__ void which_device(int* out) { }
+"""
+
+
+@pytest.fixture(scope="module")
+def launch_mod(tmp_path_factory):
+    return cudamagic.build(LAUNCH_SRC, ["axpb<float>", "axpb<double>"],
+                           cache=tmp_path_factory.mktemp("launch"))
+
+
+def _check_axpb(k, x, y, n, dtype, **kw):
+    import cupy as cp
+
+    k(((n + 127) // 128,), (128,), (2.0, x, y, 0.5, n), **kw)
+    cp.cuda.get_current_stream().synchronize()
+    kw.get("stream") and getattr(kw["stream"], "synchronize", lambda: None)()
+    xs = cp.asnumpy(x) if hasattr(x, "get") else x.cpu().numpy()
+    ys = cp.asnumpy(y) if hasattr(y, "get") else y.cpu().numpy()
+    assert np.allclose(ys, dtype(2.0) * xs + dtype(0.5))
+
+
+def test_python_scalars_take_the_parameter_type(launch_mod):
+    import cupy as cp
+
+    n = 1000
+    for expr, dt in (("axpb<float>", np.float32), ("axpb<double>", np.float64)):
+        x = cp.arange(n, dtype=dt)
+        y = cp.zeros(n, dtype=dt)
+        _check_axpb(launch_mod[expr], x, y, n, dt)
+
+
+def test_non_default_stream(launch_mod):
+    import cupy as cp
+
+    n = 4096
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        x = cp.arange(n, dtype=cp.float32)
+        y = cp.zeros(n, dtype=cp.float32)
+    launch_mod["axpb<float>"](((n + 127) // 128,), (128,), (2.0, x, y, 0.5, n), stream=s)
+    s.synchronize()
+    assert np.allclose(cp.asnumpy(y), 2 * np.arange(n, dtype=np.float32) + 0.5)
+    with s:  # CuPy's current stream is the default
+        launch_mod["axpb<float>"](((n + 127) // 128,), (128,), (3.0, x, y, 0.0, n))
+    s.synchronize()
+    assert np.allclose(cp.asnumpy(y), 3 * np.arange(n, dtype=np.float32))
+
+
+def test_pytorch_tensors_and_stream(launch_mod):
+    torch = pytest.importorskip("torch")
+    n = 2048
+    x = torch.arange(n, dtype=torch.float32, device="cuda")
+    y = torch.zeros(n, dtype=torch.float32, device="cuda")
+    ts = torch.cuda.Stream()
+    launch_mod["axpb<float>"](((n + 127) // 128,), (128,), (2.0, x, y, 0.5, n), stream=ts)
+    ts.synchronize()
+    assert torch.allclose(y.cpu(), 2 * torch.arange(n, dtype=torch.float32) + 0.5)
+    with pytest.raises(TypeError, match="float64 where the kernel reads float32"):
+        launch_mod["axpb<float>"]((1,), (1,), (2.0, x.double(), y, 0.5, n))
+
+
+def test_dlpack_only_arrays(launch_mod):
+    import cupy as cp
+
+    class OnlyDLPack:
+        def __init__(self, a):
+            self._a = a
+
+        def __dlpack__(self, **kw):
+            return self._a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self._a.__dlpack_device__()
+
+    n = 512
+    x = cp.arange(n, dtype=cp.float32)
+    y = cp.zeros(n, dtype=cp.float32)
+    launch_mod["axpb<float>"](((n + 127) // 128,), (128,), (2.0, OnlyDLPack(x), OnlyDLPack(y), 0.5, n))
+    assert np.allclose(cp.asnumpy(y), 2 * np.arange(n, dtype=np.float32) + 0.5)
+
+
+def test_real_arrays_are_checked(launch_mod):
+    import cupy as cp
+
+    k = launch_mod["axpb<float>"]
+    y = cp.zeros(4, cp.float32)
+    with pytest.raises(TypeError, match="host array"):
+        k((1,), (4,), (1.0, np.zeros(4, np.float32), y, 0.0, 4))
+    with pytest.raises(TypeError, match="float64 where the kernel reads float32"):
+        k((1,), (4,), (1.0, cp.zeros(4, cp.float64), y, 0.0, 4))
+    with pytest.raises(ValueError, match="does not fit"):
+        k((1,), (4,), (1.0, y, y, 0.0, 2 ** 40))
+
+
+def test_dynamic_shared_memory_above_48k(launch_mod):
+    import cupy as cp
+
+    n = 20000  # 80 000 bytes of dynamic shared memory
+    out = cp.zeros(1, cp.float32)
+    launch_mod["big_shared"]((1,), (256,), (out, n), shared_mem=n * 4)
+    assert float(out.get()[0]) == pytest.approx(n * (n - 1) / 2, rel=1e-5)
+
+
+def test_kernel_attributes_and_report(launch_mod):
+    from cudamagic.session import report_with_attributes
+
+    attrs = launch_mod["axpb<float>"].attributes()
+    assert attrs["registers"] > 0 and attrs["max_threads_per_block"] >= 128
+    report = report_with_attributes(launch_mod)
+    assert "registers" in report.columns and all(r.attributes for r in report.rows)
+
+
+def test_every_device(tmp_path):
+    import cupy as cp
+
+    count = cp.cuda.runtime.getDeviceCount()
+    if count < 2:
+        pytest.skip("one GPU: the two-GPU machine runs this")
+    mod = cudamagic.build(LAUNCH_SRC, ["axpb<float>"], cache=tmp_path)
+    n = 1000
+    for dev in range(count):
+        with cp.cuda.Device(dev):
+            x = cp.arange(n, dtype=cp.float32)
+            y = cp.zeros(n, dtype=cp.float32)
+            mod["axpb<float>"](((n + 127) // 128,), (128,), (2.0, x, y, 0.5, n))
+            cp.cuda.Device(dev).synchronize()
+            assert y.device.id == dev
+            assert np.allclose(cp.asnumpy(y), 2 * np.arange(n, dtype=np.float32) + 0.5)
+    assert sorted(mod["axpb<float>"]._handles) == list(range(count))  # loaded once per device
+
+
+def test_a_fault_says_the_context_is_gone(tmp_path):
+    code = f"""
+import json, cupy as cp, cudamagic
+from cudamagic.errors import ContextPoisonedError
+mod = cudamagic.build({LAUNCH_SRC!r}, cache={str(tmp_path)!r})
+x = cp.zeros(4, cp.int32)
+mod["fault"]((1,), (32,), (None,))  # writes through a null pointer
+try:
+    for _ in range(100):
+        mod["which_device"]((1,), (1,), (x,))
+        cp.cuda.runtime.deviceSynchronize()
+    print(json.dumps({{"raised": None}}))
+except ContextPoisonedError as err:
+    print(json.dumps({{"raised": "ContextPoisonedError", "message": str(err)}}))
+except Exception as err:
+    # CuPy's synchronize may see the fault first; the next cudamagic launch must still say so
+    try:
+        mod["which_device"]((1,), (1,), (x,))
+        print(json.dumps({{"raised": type(err).__name__, "then": None}}))
+    except ContextPoisonedError as err2:
+        print(json.dumps({{"raised": "ContextPoisonedError", "message": str(err2)}}))
+"""
+    out = json.loads(run_python(code).strip().splitlines()[-1])
+    assert out["raised"] == "ContextPoisonedError", out
+    assert "restart the notebook kernel" in out["message"]
