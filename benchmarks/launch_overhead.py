@@ -78,11 +78,17 @@ def paths():
     address = ctypes.addressof(ptrs)
     kernel = k_c._handles[0]
     c_launch = driver.raw_launch()
+    keep = (vals, ptrs)  # the packed arguments must outlive this function
+
+    def bare_ctypes(_keep=keep):
+        c_launch(function, 1, 1, 1, 1, 1, 1, 0, stream, address, None)
+
+    def bare_bindings(_keep=keep):
+        cu.cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, stream, address, 0)
+
     return [
-        ("bare cuLaunchKernel, ctypes (pre-packed)",
-         lambda: c_launch(function, 1, 1, 1, 1, 1, 1, 0, stream, address, None)),
-        ("bare cuLaunchKernel, cuda.bindings (pre-packed)",
-         lambda: cu.cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, stream, address, 0)),
+        ("bare cuLaunchKernel, ctypes (pre-packed)", bare_ctypes),
+        ("bare cuLaunchKernel, cuda.bindings (pre-packed)", bare_bindings),
         ("CuPy RawKernel (NumPy scalars)", lambda: raw((1,), (1,), (x, a32, n32))),
         ('cudamagic, extern "C" kernel', lambda: k_c((1,), (1,), (x, 1.5, 16))),
         ("cudamagic, template kernel (typed checks)", lambda: k_t((1,), (1,), (x, 1.5, 16))),
