@@ -25,16 +25,21 @@ cp.cuda.Device(0).synchronize()          # the context exists before the clock s
 if tool == "cudamagic":
     import cudamagic
     t = time.perf_counter()
-    mod = cudamagic.build(src, exprs, cache=cache).load()
+    mod = cudamagic.build(src, exprs, cache=cache)
+    t_build = time.perf_counter() - t
+    mod.load()
     dt = time.perf_counter() - t
     hit = mod.hit
+    phases = {k: round(v * 1e3, 3) for k, v in mod.report.timings.items()}
+    phases["import+setup"] = round((t_build - mod.report.timings["total"]) * 1e3, 3)
+    phases["load"] = round((dt - t_build) * 1e3, 3)
 else:
     t = time.perf_counter()
     m = cp.RawModule(code=src, name_expressions=exprs, options=opts)
     fns = [m.get_function(e) for e in exprs]
     dt = time.perf_counter() - t
-    hit = None
-print(json.dumps({"seconds": dt, "hit": hit}))
+    hit, phases = None, {}
+print(json.dumps({"seconds": dt, "hit": hit, "phases": phases}))
 """
 
 SIZES = {"small": (1, 10, 100, 1000), "heavy": (1, 10, 100)}
@@ -53,10 +58,12 @@ def run(repeats: int = 5) -> list[dict]:
                 runs = [fresh(CHILD, tool, kind, str(n), cache, env=env) for _ in range(repeats)]
                 assert tool == "cupy" or all(r["hit"] for r in runs), "cudamagic missed its cache"
                 row[tool] = median(r["seconds"] for r in runs)
+                if tool == "cudamagic":
+                    row["phases"] = runs[len(runs) // 2]["phases"]
             rows.append(row)
             print(f"  warm restore {kind:5} {n:5} names: cudamagic {row['cudamagic'] * 1e3:8.2f} ms"
-                  f"  CuPy {row['cupy'] * 1e3:8.2f} ms  ratio {row['cudamagic'] / row['cupy']:.3f}",
-                  flush=True)
+                  f"  CuPy {row['cupy'] * 1e3:8.2f} ms  ratio {row['cudamagic'] / row['cupy']:.3f}"
+                  f"  phases(ms) {row['phases']}", flush=True)
     return rows
 
 
