@@ -8,7 +8,6 @@ lazily, once per device, on the first launch there.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import sys
 import threading
@@ -242,41 +241,45 @@ def current_stream() -> int:
     return 0
 
 
-@functools.lru_cache(maxsize=1)
-def raw_launch():
-    """``cuLaunchKernel`` of the driver library itself, through ctypes.
-
-    The launch is the one hot call: cuda.bindings' wrapper costs about 6 us a call on an H200
-    host, a direct ctypes call under 1 us (benchmarks/launch_overhead.py). Everything else goes
-    through cuda.bindings.
-    """
-    _require()
-    fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-    u = ctypes.c_uint
-    fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
-                   ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
-
-
 _INVALID_CONTEXT = 201
 
 
-def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int],
-           shared_mem: int, stream: int, params_address: int, device: int, what: str) -> None:
-    """Launch a kernel (``CUkernel`` or ``CUfunction`` address) with a ``void*[]`` of arguments.
+def fast_launch():
+    """The cheapest ``cuLaunchKernel`` to call from Python, as ``f(function, gx, gy, gz, bx, by,
+    bz, shared_mem, stream, params_address, extra)`` taking plain ints; it raises on failure.
 
-    A thread with no current context (a new thread that never touched CuPy) gets the device's
-    primary context and one retry.
+    With CuPy imported that is CuPy's own typed driver binding (a C call with no argument
+    conversion: about 1 us less per launch than cuda.bindings' general wrapper, and 3.5 us less
+    than ctypes, on an H200 host; benchmarks/launch_overhead.py). Without CuPy, cuda.bindings.
+    """
+    cupy_driver = sys.modules.get("cupy_backends.cuda.api.driver")
+    if cupy_driver is not None and hasattr(cupy_driver, "launchKernel"):
+        return cupy_driver.launchKernel
+    cu = _cu()
+    launch_kernel, success = cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS
+
+    def bindings_launch(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra):
+        status = launch_kernel(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra)
+        if status[0] is not success:
+            raise LaunchError(getattr(status[0], "name", str(status[0])))
+    return bindings_launch
+
+
+def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int],
+           shared_mem: int, stream: int, params_address: int, device: int, what: str) -> None:
+    """Launch a ``CUkernel`` with a ``void*[]`` of arguments, through cuda.bindings, checked.
+
+    The slow path: after a failed fast launch it says exactly what went wrong. A thread with no
+    current context (a new thread that never touched CuPy) gets the device's primary context
+    and one retry.
 
     :raises ContextPoisonedError, LaunchError: the driver refused the launch.
     """
-    fn = raw_launch()
-    rc = fn(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
-            stream, params_address, None)
-    if rc == _INVALID_CONTEXT:
+    cu = _cu()
+    result = cu.cuLaunchKernel(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                               shared_mem, stream, params_address, 0)
+    if int(result[0]) == _INVALID_CONTEXT:
         ensure_context(device)
-        rc = fn(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
-                stream, params_address, None)
-    if rc:
-        check((_cu().CUresult(rc),), what)
+        result = cu.cuLaunchKernel(kernel, grid[0], grid[1], grid[2], block[0], block[1],
+                                   block[2], shared_mem, stream, params_address, 0)
+    check(result, what)

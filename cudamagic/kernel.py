@@ -461,14 +461,14 @@ class Kernel:
                               "cudamagic cannot pack its arguments safely")
         address, packers, _ = self._launcher()
         nargs = len(packers)
-        functions, handle_for = self._functions, self._handle
+        functions, handles, handle_for = self._functions, self._handles, self._handle
         shared_limit = self._shared_limit
         dims, count_error, stream_handle = _dims, _count_error, _stream_handle
         get_device, get_stream = driver.device_getter(), driver.stream_getter()
-        raw = None
+        fast = None
 
         def run(grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> None:
-            nonlocal raw
+            nonlocal fast
             g = dims(name, "grid", grid)
             b = dims(name, "block", block)
             if (type(args) is not tuple and type(args) is not list) or len(args) != nargs:
@@ -483,12 +483,16 @@ class Kernel:
             if shared_mem > 49152 and shared_limit.get(device, 0) < shared_mem:
                 driver.set_max_dynamic_shared(handle_for(device), device, shared_mem)
                 shared_limit[device] = shared_mem
-            if raw is None:
-                raw = driver.raw_launch()
+            if fast is None:
+                fast = driver.fast_launch()
             st = get_stream() if stream is None else stream_handle(stream)
-            if raw(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, st, address, None):
-                # failed: the slow path retries without a context, or says what went wrong
-                driver.launch(fn, g, b, shared_mem, st, address, device, f"launching {name}")
+            try:
+                fast(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, st, address, 0)
+            except Exception:
+                # nothing was launched: the checked path retries where a thread has no
+                # context, or raises the error that says what went wrong
+                driver.launch(handles[device], g, b, shared_mem, st, address, device,
+                              f"launching {name}")
 
         self._runs[threading.get_ident()] = run
         return run

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.metadata
+import hashlib
 import importlib.util
 import os
 import re
@@ -29,6 +29,7 @@ __all__ = [
     "nvrtc_options",
     "system_include_dirs",
     "toolkit_fingerprint",
+    "nvrtc_wheel",
 ]
 
 #: The architecture a build targets where no GPU is there to ask (Hopper: H100, H200).
@@ -220,17 +221,38 @@ def system_include_dirs() -> tuple[str, ...]:
     return tuple(d for d in seen if not Path(d, "cuda_fp16.h").is_file()) + tuple(toolkit[:1])
 
 
+_FINGERPRINT_DISTS = ("cupy", "nvidia_cuda_runtime", "nvidia_cuda_nvrtc", "nvidia_cuda_cccl")
+
+
 @functools.lru_cache(maxsize=1)
 def toolkit_fingerprint() -> str:
-    """The versions of the packages whose headers every build sees (they belong in the key)."""
-    parts = []
-    for dist in ("cupy-cuda13x", "cupy-cuda12x", "cupy", "nvidia-cuda-runtime",
-                 "nvidia-cuda-runtime-cu12"):
+    """What identifies the headers every build sees and the NVRTC that compiles (in the key).
+
+    The names of the installed distributions that ship them (``cupy_cuda13x-14.2.0.dist-info``,
+    ``nvidia_cuda_nvrtc-13.5.37.dist-info``...), read off their site-packages folders in one
+    listing each, a toolkit's ``version.json`` under ``$CUDA_HOME``, and the header folders.
+    Cheap on purpose: it is computed on every first build of a process, hits included.
+    """
+    parts: list[str] = []
+    sites = {d.parent for d in (_package_dir("cupy"), _package_dir("nvidia")) if d is not None}
+    for site in sorted(sites):
         try:
-            parts.append(f"{dist}=={importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
+            parts += sorted(n for n in os.listdir(site)
+                            if n.endswith(".dist-info") and n.startswith(_FINGERPRINT_DISTS))
+        except OSError:
             continue
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root and os.path.isfile(os.path.join(root, "version.json")):
+            with open(os.path.join(root, "version.json"), "rb") as f:
+                parts.append(f"{var}:" + hashlib.sha256(f.read()).hexdigest()[:16])
     return ";".join(parts + list(system_include_dirs()))
+
+
+def nvrtc_wheel() -> str | None:
+    """The installed ``nvidia-cuda-nvrtc`` wheel's dist-info name, which NVRTC is loaded from."""
+    return next((p for p in toolkit_fingerprint().split(";")
+                 if p.startswith("nvidia_cuda_nvrtc")), None)
 
 
 def nvrtc_options(opts: BuildOptions, arch: str, base_dir: str | os.PathLike | None = None,

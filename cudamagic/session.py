@@ -26,7 +26,8 @@ from .image import CubinImage, read_cubin
 from .kernel import Kernel
 from .keys import cache_key, quoted_headers
 from .names import Signature, parse_demangled, python_name
-from .options import DEFAULT_ARCH, BuildOptions, normalize_arch, nvrtc_options, toolkit_fingerprint
+from .options import (DEFAULT_ARCH, BuildOptions, nvrtc_options, nvrtc_wheel,
+                      toolkit_fingerprint)
 from .report import BuildReport, EnvironmentInfo, KernelRow
 from .resolve import NVRTC, Resolution, Resolved, closest, plain_kernels, resolve
 
@@ -214,7 +215,9 @@ def entry_key(source: str, opts: BuildOptions, base_dir: str | os.PathLike | Non
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     arch = opts.arch or default_arch()
     options = nvrtc_options(opts, arch, base)
-    nv = nvrtc_version()
+    # the NVRTC wheel's identity when it is installed (cuda.bindings loads NVRTC from it); else
+    # ask NVRTC itself, which loads the library (tens of ms: kept off the hit path where it can)
+    nv = nvrtc_wheel() or nvrtc_version()
     headers = quoted_headers(source, [*(base / d for d in opts.include_dirs), base])
     key = cache_key(source=source, name_expressions=opts.name_expressions,
                     options=(f"-std={opts.std}", *(f"-I{d}" for d in opts.include_dirs),
@@ -269,7 +272,7 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
     _check_include_dirs(opts, base_dir)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    key, arch, options, nv = entry_key(source, opts, base_dir)
+    key, arch, options, _ = entry_key(source, opts, base_dir)
     timings["key"] = time.perf_counter() - t0
     store = None if opts.no_cache else (cache if cache is not None else default_cache())
     demangler = demangler or default_demangler()
@@ -288,8 +291,8 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
         if record is not None:
             found = _restore(record, opts.name_expressions, key, demangler, timings)
             if isinstance(found, Module):
-                _finish(found, opts, True, "cache", None, record, demangler, arch, nv, store,
-                        timings, t0)
+                _finish(found, opts, True, "cache", None, record, demangler, arch,
+                        record.nvrtc_version, store, timings, t0)
                 return found
             miss_reason = found
             store.delete(key)
@@ -300,15 +303,15 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
                           line_offset=line_offset)
     timings["compile"] = time.perf_counter() - t
     record = EntryRecord(cubin=result.cubin, lowered=dict(result.lowered), log=result.log,
-                         options=options, arch=arch, nvrtc_version=nv,
+                         options=options, arch=arch, nvrtc_version=nvrtc_version(),
                          compile_seconds=result.seconds)
     module = _assemble(record, opts.name_expressions, key, demangler, timings, from_nvrtc=True)
     if store is not None:
         t = time.perf_counter()
         store.put(key, record)
         timings["store"] = time.perf_counter() - t
-    _finish(module, opts, False, "compiled", miss_reason, record, demangler, arch, nv, store,
-            timings, t0)
+    _finish(module, opts, False, "compiled", miss_reason, record, demangler, arch,
+            record.nvrtc_version, store, timings, t0)
     return module
 
 
