@@ -78,7 +78,7 @@ def paths():
     vals = (ctypes.c_void_p(x.data.ptr), ctypes.c_float(1.5), ctypes.c_int(16))
     ptrs = (ctypes.c_void_p * 3)(*[ctypes.addressof(v) for v in vals])
     address = ctypes.addressof(ptrs)
-    kernel = k_c._handles[0]
+    kernel = cu.CUkernel(k_c._handles[0])
     typed_launch = cupy_driver.launchKernel
     keep = (vals, ptrs)  # the packed arguments must outlive this function
 

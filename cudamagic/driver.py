@@ -1,13 +1,19 @@
-"""The CUDA driver, through cuda.bindings: contexts, libraries, enumeration, launches.
+"""The CUDA driver: contexts, libraries, enumeration, attributes, launches.
 
-Every call goes through :func:`check`, which turns ``(status, *values)`` into the values or a
-typed error. The driver is loaded on first use only (``%load_ext cudamagic`` loads nothing). A
-CUBIN is loaded as a *library* (``cuLibraryLoadData``): the driver loads it into each context
-lazily, once per device, on the first launch there.
+The calls a build and a restore make go straight to the driver library (``libcuda.so.1``)
+through ctypes: importing cuda.bindings' driver module costs about 25 ms in a fresh process on
+an H200 host (its Cython module setup), more than a whole warm restore is allowed
+(docs/performance.md). Launches use CuPy's typed binding when CuPy is loaded, else cuda.bindings.
+Every call goes through :func:`check`, which turns a status into a typed error.
+
+Nothing is loaded until first use: ``%load_ext cudamagic`` touches no driver. A CUBIN is loaded
+as a *library* (``cuLibraryLoadData``): the driver puts it into each device's context lazily,
+once per device, on first use there.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import sys
 import threading
@@ -15,56 +21,105 @@ from dataclasses import dataclass
 
 from .errors import ContextPoisonedError, LaunchError, NoDeviceError
 
-__all__ = ["check", "available", "device_count", "current_device", "ensure_context",
-           "Library", "current_stream", "launch", "compute_capability", "driver_version"]
+__all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
+           "current_stream", "launch", "fast_launch", "compute_capability", "driver_version",
+           "device_name", "kernel_attributes", "kernel_function", "param_info",
+           "set_max_dynamic_shared", "device_getter", "stream_getter"]
 
 # Errors after which the context is unusable until the process ends (CUDA's "sticky" errors).
 _STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_MISALIGNED_ADDRESS",
            "CUDA_ERROR_ILLEGAL_INSTRUCTION", "CUDA_ERROR_INVALID_ADDRESS_SPACE",
            "CUDA_ERROR_INVALID_PC", "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ASSERT",
            "CUDA_ERROR_LAUNCH_TIMEOUT", "CUDA_ERROR_ECC_UNCORRECTABLE"}
+_INVALID_CONTEXT = 201
+_CC_MAJOR, _CC_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR
+_FUNC_ATTRIBUTES = {  # CUfunction_attribute
+    "max_threads_per_block": 0, "static_shared_bytes": 1, "const_bytes": 2, "local_bytes": 3,
+    "registers": 4, "max_dynamic_shared_bytes": 8,
+}
+_MAX_DYNAMIC_SHARED = 8
+
+_p, _u, _i, _sz = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
+_PROTOTYPES = {
+    "cuInit": [_u], "cuDeviceGetCount": [ctypes.POINTER(_i)],
+    "cuDeviceGet": [ctypes.POINTER(_i), _i],
+    "cuDeviceGetAttribute": [ctypes.POINTER(_i), _i, _i],
+    "cuDeviceGetName": [ctypes.c_char_p, _i, _i], "cuDriverGetVersion": [ctypes.POINTER(_i)],
+    "cuCtxGetCurrent": [ctypes.POINTER(_p)], "cuCtxGetDevice": [ctypes.POINTER(_i)],
+    "cuCtxSetCurrent": [_p], "cuDevicePrimaryCtxRetain": [ctypes.POINTER(_p), _i],
+    "cuLibraryLoadData": [ctypes.POINTER(_p), ctypes.c_char_p, _p, _p, _u, _p, _p, _u],
+    "cuLibraryUnload": [_p], "cuLibraryGetKernelCount": [ctypes.POINTER(_u), _p],
+    "cuLibraryEnumerateKernels": [ctypes.POINTER(_p), _u, _p],
+    "cuKernelGetName": [ctypes.POINTER(ctypes.c_char_p), _p],
+    "cuLibraryGetKernel": [ctypes.POINTER(_p), _p, ctypes.c_char_p],
+    "cuKernelGetFunction": [ctypes.POINTER(_p), _p],
+    "cuKernelGetAttribute": [ctypes.POINTER(_i), _i, _p, _i],
+    "cuKernelSetAttribute": [_i, _i, _p, _i],
+    "cuKernelGetParamInfo": [_p, _sz, ctypes.POINTER(_sz), ctypes.POINTER(_sz)],
+    "cuGetErrorName": [_i, ctypes.POINTER(ctypes.c_char_p)],
+    "cuGetErrorString": [_i, ctypes.POINTER(ctypes.c_char_p)],
+    "cuLaunchKernel": [_p, _u, _u, _u, _u, _u, _u, _u, _p, _p, _p],
+}
 
 
-def _cu():
-    from cuda.bindings import driver as cu
+class _Driver:
+    """``libcuda.so.1`` with the prototypes this module uses, each looked up once."""
 
-    return cu
+    def __init__(self) -> None:
+        self._lib = ctypes.CDLL("libcuda.so.1")
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._lib, name)
+        fn.argtypes = _PROTOTYPES[name]
+        fn.restype = ctypes.c_int
+        setattr(self, name, fn)
+        return fn
 
 
-def check(result, what: str):
-    """``(status, *values)`` from cuda.bindings -> the value(s); a failure raises.
+@functools.lru_cache(maxsize=1)
+def _lib() -> _Driver:
+    return _Driver()
+
+
+def _error_name(status: int) -> tuple[str, str]:
+    name, text = ctypes.c_char_p(), ctypes.c_char_p()
+    try:
+        _lib().cuGetErrorName(status, ctypes.byref(name))
+        _lib().cuGetErrorString(status, ctypes.byref(text))
+    except (OSError, AttributeError):  # pragma: no cover - no driver to ask
+        pass
+    return ((name.value or b"").decode() or f"CUresult {status}", (text.value or b"").decode())
+
+
+def check(status: int, what: str) -> None:
+    """Raise the error that a driver status means (nothing for success).
 
     :raises ContextPoisonedError: a sticky error (the kernel faulted; restart the notebook kernel).
     :raises LaunchError: any other driver error.
     """
-    status, *values = result if isinstance(result, tuple) else (result,)
-    if int(status) != 0:
-        name = getattr(status, "name", str(status))
-        if name in _STICKY:
-            raise ContextPoisonedError(
-                f"{what} failed with {name}: a kernel faulted and this process's CUDA context "
-                "can no longer be used. Every later CUDA call in this notebook will fail too: "
-                "restart the notebook kernel (the compiled kernels stay cached).")
-        _, text = _cu().cuGetErrorString(status)
-        raise LaunchError(f"{what} failed with {name}"
-                          + (f": {text.decode()}" if text else ""))
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
+    if status == 0:
+        return
+    name, text = _error_name(int(status))
+    if name in _STICKY:
+        raise ContextPoisonedError(
+            f"{what} failed with {name}: a kernel faulted and this process's CUDA context "
+            "can no longer be used. Every later CUDA call in this notebook will fail too: "
+            "restart the notebook kernel (the compiled kernels stay cached).")
+    raise LaunchError(f"{what} failed with {name}" + (f": {text}" if text else ""))
 
 
 @functools.lru_cache(maxsize=1)
 def _init() -> str | None:
     """Initialize the driver once; returns why it is unavailable, or None."""
     try:
-        cu = _cu()
-        status, = cu.cuInit(0)
-    except Exception as exc:  # no libcuda.so at all
+        lib = _lib()
+    except OSError as exc:
         return f"the CUDA driver library could not be loaded ({exc})"
-    if int(status) != 0:
-        return f"cuInit failed with {getattr(status, 'name', status)}"
-    status, count = cu.cuDeviceGetCount()
-    if int(status) != 0 or count == 0:
+    status = lib.cuInit(0)
+    if status != 0:
+        return f"cuInit failed with {_error_name(status)[0]}"
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
         return "the CUDA driver reports no device"
     return None
 
@@ -74,146 +129,149 @@ def available() -> bool:
     return _init() is None
 
 
-def _require() -> None:
+def _require() -> _Driver:
     why = _init()
     if why is not None:
         raise NoDeviceError(f"no CUDA device is available: {why}. Compiling, caching and "
                             "name resolution work without one; launching a kernel needs a GPU.")
+    return _lib()
+
+
+def _out(ctype, fn, *args, what: str):
+    value = ctype()
+    check(fn(ctypes.byref(value), *args), what)
+    return value.value
 
 
 def device_count() -> int:
     """Number of CUDA devices (0 without a driver)."""
     if not available():
         return 0
-    return check(_cu().cuDeviceGetCount(), "cuDeviceGetCount")
+    return _out(ctypes.c_int, _lib().cuDeviceGetCount, what="cuDeviceGetCount")
 
 
 def driver_version() -> str | None:
     """The driver's CUDA version (``"13.0"``), or None without a driver."""
     if not available():
         return None
-    v = check(_cu().cuDriverGetVersion(), "cuDriverGetVersion")
+    v = _out(ctypes.c_int, _lib().cuDriverGetVersion, what="cuDriverGetVersion")
     return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _device(ordinal: int) -> int:
+    return _out(ctypes.c_int, _require().cuDeviceGet, ordinal, what="cuDeviceGet")
 
 
 def device_name(device: int) -> str:
     """A device's name (``"NVIDIA H200"``)."""
-    _require()
-    cu = _cu()
-    dev = check(cu.cuDeviceGet(device), "cuDeviceGet")
-    return check(cu.cuDeviceGetName(256, dev), "cuDeviceGetName").split(b"\0")[0].decode()
+    buf = ctypes.create_string_buffer(256)
+    check(_require().cuDeviceGetName(buf, 256, _device(device)), "cuDeviceGetName")
+    return buf.value.decode()
 
 
 def compute_capability(device: int) -> tuple[int, int]:
     """``(major, minor)`` of a device."""
-    _require()
-    cu = _cu()
-    attr = cu.CUdevice_attribute
-    major = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-                  "cuDeviceGetAttribute")
-    minor = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-                  "cuDeviceGetAttribute")
-    return major, minor
+    lib, dev = _require(), _device(device)
+    return (_out(ctypes.c_int, lib.cuDeviceGetAttribute, _CC_MAJOR, dev, what="cuDeviceGetAttribute"),
+            _out(ctypes.c_int, lib.cuDeviceGetAttribute, _CC_MINOR, dev, what="cuDeviceGetAttribute"))
 
 
 def current_device() -> int:
     """The device CuPy (when imported) or the current context points at; 0 otherwise."""
-    _require()
+    lib = _require()
     cupy = sys.modules.get("cupy")
     if cupy is not None:
         return int(cupy.cuda.runtime.getDevice())
-    cu = _cu()
-    ctx = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    if int(ctx) != 0:
-        return int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))
+    if _out(ctypes.c_void_p, lib.cuCtxGetCurrent, what="cuCtxGetCurrent"):
+        return _out(ctypes.c_int, lib.cuCtxGetDevice, what="cuCtxGetDevice")
     return 0
 
 
-_primary: dict[int, object] = {}
+_primary: dict[int, int] = {}
 _primary_lock = threading.Lock()
 
 
 def ensure_context(device: int) -> None:
     """Make the device's primary context (the one CuPy and the runtime use) current here."""
-    _require()
-    cu = _cu()
+    lib = _require()
     with _primary_lock:
         ctx = _primary.get(device)
         if ctx is None:
-            dev = check(cu.cuDeviceGet(device), "cuDeviceGet")
-            ctx = _primary[device] = check(cu.cuDevicePrimaryCtxRetain(dev),
-                                           "cuDevicePrimaryCtxRetain")
-    current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    if int(current) != int(ctx):
-        check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+            ctx = _primary[device] = _out(ctypes.c_void_p, lib.cuDevicePrimaryCtxRetain,
+                                          _device(device), what="cuDevicePrimaryCtxRetain")
+    if _out(ctypes.c_void_p, lib.cuCtxGetCurrent, what="cuCtxGetCurrent") != ctx:
+        check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
 @dataclass
 class Library:
-    """A CUBIN loaded through ``cuLibraryLoadData`` (context-independent)."""
+    """A CUBIN loaded through ``cuLibraryLoadData`` (context-independent); ``handle`` is its
+    ``CUlibrary``, and ``image`` keeps the bytes the driver read alive."""
 
-    handle: object
+    handle: int
+    image: bytes
 
     @classmethod
     def load(cls, cubin: bytes) -> "Library":
         """Load a CUBIN; the driver puts it into each device's context on first use there."""
-        _require()
-        handle = check(_cu().cuLibraryLoadData(cubin, None, None, 0, None, None, 0),
-                       "cuLibraryLoadData")
-        return cls(handle)
+        lib = _require()
+        handle = ctypes.c_void_p()
+        check(lib.cuLibraryLoadData(ctypes.byref(handle), cubin, None, None, 0, None, None, 0),
+              "cuLibraryLoadData")
+        return cls(handle.value, cubin)
 
     def kernel_names(self) -> list[str]:
         """Every kernel's symbol, as the driver enumerates them."""
-        cu = _cu()
-        count = check(cu.cuLibraryGetKernelCount(self.handle), "cuLibraryGetKernelCount")
-        kernels = check(cu.cuLibraryEnumerateKernels(count, self.handle),
-                        "cuLibraryEnumerateKernels")
-        return [check(cu.cuKernelGetName(k), "cuKernelGetName").decode() for k in kernels]
+        lib = _lib()
+        count = _out(ctypes.c_uint, lib.cuLibraryGetKernelCount, self.handle,
+                     what="cuLibraryGetKernelCount")
+        kernels = (ctypes.c_void_p * max(count, 1))()
+        check(lib.cuLibraryEnumerateKernels(kernels, count, self.handle),
+              "cuLibraryEnumerateKernels")
+        names = []
+        for k in kernels[:count]:
+            names.append(_out(ctypes.c_char_p, lib.cuKernelGetName, k,
+                              what="cuKernelGetName").decode())
+        return names
 
-    def kernel(self, symbol: str):
-        """The ``CUkernel`` handle of one symbol."""
-        return check(_cu().cuLibraryGetKernel(self.handle, symbol.encode()),
-                     f"cuLibraryGetKernel({symbol})")
+    def kernel(self, symbol: str) -> int:
+        """The ``CUkernel`` handle (an address) of one symbol."""
+        return _out(ctypes.c_void_p, _lib().cuLibraryGetKernel, self.handle, symbol.encode(),
+                    what=f"cuLibraryGetKernel({symbol})")
 
     def unload(self) -> None:
         """Unload the library from every context."""
-        check(_cu().cuLibraryUnload(self.handle), "cuLibraryUnload")
+        check(_lib().cuLibraryUnload(self.handle), "cuLibraryUnload")
 
 
-def kernel_function(kernel):
+def kernel_function(kernel: int) -> int:
     """The ``CUfunction`` of a ``CUkernel`` in the current context (loads it there)."""
-    return check(_cu().cuKernelGetFunction(kernel), "cuKernelGetFunction")
+    return _out(ctypes.c_void_p, _require().cuKernelGetFunction, kernel,
+                what="cuKernelGetFunction")
 
 
-def param_info(kernel, count: int) -> list[tuple[int, int]]:
+def param_info(kernel: int, count: int) -> list[tuple[int, int]]:
     """``(offset, size)`` of each parameter, as the driver reports them."""
-    cu = _cu()
-    return [tuple(int(x) for x in check(cu.cuKernelGetParamInfo(kernel, i), "cuKernelGetParamInfo"))
-            for i in range(count)]
+    lib, out = _require(), []
+    for i in range(count):
+        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+        check(lib.cuKernelGetParamInfo(kernel, i, ctypes.byref(offset), ctypes.byref(size)),
+              "cuKernelGetParamInfo")
+        out.append((offset.value, size.value))
+    return out
 
 
-def kernel_attributes(kernel, device: int) -> dict[str, int]:
+def kernel_attributes(kernel: int, device: int) -> dict[str, int]:
     """Registers, shared/local/constant memory and the block-size limit of a kernel on a device."""
-    cu = _cu()
-    a = cu.CUfunction_attribute
-    wanted = {
-        "registers": a.CU_FUNC_ATTRIBUTE_NUM_REGS,
-        "static_shared_bytes": a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-        "local_bytes": a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
-        "const_bytes": a.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
-        "max_threads_per_block": a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-        "max_dynamic_shared_bytes": a.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-    }
-    return {k: int(check(cu.cuKernelGetAttribute(v, kernel, device), "cuKernelGetAttribute"))
-            for k, v in wanted.items()}
+    lib, dev = _require(), _device(device)
+    return {name: _out(ctypes.c_int, lib.cuKernelGetAttribute, attr, kernel, dev,
+                       what="cuKernelGetAttribute") for name, attr in _FUNC_ATTRIBUTES.items()}
 
 
-def set_max_dynamic_shared(kernel, device: int, nbytes: int) -> None:
+def set_max_dynamic_shared(kernel: int, device: int, nbytes: int) -> None:
     """Raise a kernel's dynamic shared memory limit (needed above 48 KiB)."""
-    cu = _cu()
-    check(cu.cuKernelSetAttribute(
-        cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes, kernel,
-        device), "cuKernelSetAttribute")
+    check(_require().cuKernelSetAttribute(_MAX_DYNAMIC_SHARED, nbytes, kernel, _device(device)),
+          "cuKernelSetAttribute")
 
 
 def device_getter():
@@ -222,6 +280,14 @@ def device_getter():
     if cupy is not None and available():
         return cupy.cuda.runtime.getDevice
     return current_device  # raises NoDeviceError where there is no GPU
+
+
+def current_stream() -> int:
+    """CuPy's current stream handle when CuPy is imported, else the default stream (0)."""
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
 
 
 def stream_getter():
@@ -233,53 +299,44 @@ def stream_getter():
     return current_stream
 
 
-def current_stream() -> int:
-    """CuPy's current stream handle when CuPy is imported, else the default stream (0)."""
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        return int(cupy.cuda.get_current_stream().ptr)
-    return 0
-
-
-_INVALID_CONTEXT = 201
-
-
 def fast_launch():
     """The cheapest ``cuLaunchKernel`` to call from Python, as ``f(function, gx, gy, gz, bx, by,
     bz, shared_mem, stream, params_address, extra)`` taking plain ints; it raises on failure.
 
     With CuPy imported that is CuPy's own typed driver binding (a C call with no argument
-    conversion: about 1 us less per launch than cuda.bindings' general wrapper, and 3.5 us less
-    than ctypes, on an H200 host; benchmarks/launch_overhead.py). Without CuPy, cuda.bindings.
+    conversion: about 1.5 us less per launch than cuda.bindings' general wrapper, and 3.5 us
+    less than ctypes, on an H200 host; benchmarks/launch_overhead.py). Without CuPy,
+    cuda.bindings.
     """
     cupy_driver = sys.modules.get("cupy_backends.cuda.api.driver")
     if cupy_driver is not None and hasattr(cupy_driver, "launchKernel"):
         return cupy_driver.launchKernel
-    cu = _cu()
-    launch_kernel, success = cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS
+    from cuda.bindings import driver as cu
 
-    def bindings_launch(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra):
-        status = launch_kernel(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra)
+    launch_kernel, success, function = cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS, cu.CUfunction
+
+    def bindings_launch(fn, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra):
+        status = launch_kernel(function(fn), gx, gy, gz, bx, by, bz, shared_mem, stream, params,
+                               extra)
         if status[0] is not success:
             raise LaunchError(getattr(status[0], "name", str(status[0])))
     return bindings_launch
 
 
-def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int],
+def launch(kernel: int, grid: tuple[int, int, int], block: tuple[int, int, int],
            shared_mem: int, stream: int, params_address: int, device: int, what: str) -> None:
-    """Launch a ``CUkernel`` with a ``void*[]`` of arguments, through cuda.bindings, checked.
+    """Launch a ``CUkernel`` with a ``void*[]`` of arguments, checked (the slow path).
 
-    The slow path: after a failed fast launch it says exactly what went wrong. A thread with no
-    current context (a new thread that never touched CuPy) gets the device's primary context
-    and one retry.
+    After a failed fast launch it says exactly what went wrong. A thread with no current
+    context (a new thread that never touched CuPy) gets the device's primary context and one
+    retry.
 
     :raises ContextPoisonedError, LaunchError: the driver refused the launch.
     """
-    cu = _cu()
-    result = cu.cuLaunchKernel(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                               shared_mem, stream, params_address, 0)
-    if int(result[0]) == _INVALID_CONTEXT:
+    lib = _require()
+    args = (kernel, *grid, *block, shared_mem, stream, params_address, None)
+    status = lib.cuLaunchKernel(*args)
+    if status == _INVALID_CONTEXT:
         ensure_context(device)
-        result = cu.cuLaunchKernel(kernel, grid[0], grid[1], grid[2], block[0], block[1],
-                                   block[2], shared_mem, stream, params_address, 0)
-    check(result, what)
+        status = lib.cuLaunchKernel(*args)
+    check(status, what)

@@ -128,6 +128,7 @@ def _read(data: bytes) -> CubinImage:
     shstr = _section_bytes(data, sections[e_shstrndx])
     names = [_cstr(shstr, s[0]) for s in sections]
 
+    index_of = {name: i for i, name in enumerate(names)}
     kernels: list[KernelImage] = []
     for sec in sections:
         if sec[1] != _SHT_SYMTAB:
@@ -139,19 +140,12 @@ def _read(data: bytes) -> CubinImage:
             if st_info & 0xF != _STT_FUNC or st_shndx == 0 or not st_other & _STO_CUDA_ENTRY:
                 continue
             symbol = _cstr(strtab, st_name)
-            info_index = _index_of(names, ".nv.info." + symbol)
+            info_index = index_of.get(".nv.info." + symbol)
             params, param_bytes = (_kparams(_section_bytes(data, sections[info_index]))
-                                   if info_index >= 0 else (None, None))
+                                   if info_index is not None else (None, None))
             kernels.append(KernelImage(symbol, params, param_bytes))
     sm = (e_flags >> 8) & 0xFF if e_flags >> 8 & 0xFF else None
     return CubinImage(tuple(kernels), sm)
-
-
-def _index_of(names: list[str], wanted: str) -> int:
-    try:
-        return names.index(wanted)
-    except ValueError:
-        return -1
 
 
 def _section_bytes(data: bytes, sec: tuple) -> bytes:

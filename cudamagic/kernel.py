@@ -23,7 +23,7 @@ import numpy as np
 from . import driver
 from .errors import LaunchError
 from .image import KernelImage
-from .names import Signature
+from .names import Signature, Signatures
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import Module
@@ -379,21 +379,31 @@ class Kernel:
     """
 
     def __init__(self, module: "Module", name_expression: str, symbol: str, python_name: str,
-                 signature: Signature, resolved_by: str, image: KernelImage) -> None:
+                 signatures: Signatures, resolved_by: str, image: KernelImage) -> None:
         self.module = module
         self.name_expression = name_expression
         self.symbol = symbol
         self.python_name = python_name
-        self.signature = signature.text
+        self.signature = signatures.text(symbol)
         self.resolved_by = resolved_by
-        self.params = param_specs(image, signature)
+        self._signatures = signatures
+        self._image = image
+        self._params: tuple[ParamSpec, ...] | None | bool = False  # False: not read yet
         self._param_bytes = max((p.offset + p.size for p in image.params or ()), default=0)
-        self._handles: dict[int, object] = {}  # device -> CUkernel
-        self._functions: dict[int, int] = {}  # device -> the same handle as an address
+        self._handles: dict[int, int] = {}  # device -> CUkernel (an address)
+        self._functions: dict[int, int] = {}  # device -> the handle launches use
         self._shared_limit: dict[int, int] = {}
         self._launchers: dict[int, tuple[int, tuple[Callable[[Any], None], ...], tuple]] = {}
         self._runs: dict[int, Callable[[Any, Any, Any, int, Any], None]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def params(self) -> tuple[ParamSpec, ...] | None:
+        """How each parameter is checked and packed (read from the CUBIN and the signature on
+        first use, so a restore of many kernels parses only those that are called)."""
+        if self._params is False:
+            self._params = param_specs(self._image, self._signatures[self.symbol])
+        return self._params  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return (f"<cudamagic.Kernel {self.name_expression!r} symbol={self.symbol!r} "
@@ -405,7 +415,7 @@ class Kernel:
             with self._lock:
                 driver.ensure_context(device)
                 handle = self._handles[device] = self.module._library().kernel(self.symbol)
-                self._functions[device] = int(handle)
+                self._functions[device] = handle
         return handle
 
     def function(self, device: int | None = None):

@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .names import Signature, parse_expression
+from .names import Signature, Signatures, parse_expression
 
 __all__ = ["Resolved", "Unresolved", "Resolution", "resolve", "plain_kernels", "closest"]
 
@@ -82,9 +82,7 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
         The lowered-name map stored with the cache entry (expression -> symbol).
     """
     stored = stored or {}
-    by_name: dict[str, list[tuple[str, Signature]]] = {}
-    for symbol, sig in kernels.items():
-        by_name.setdefault(sig.name, []).append((symbol, sig))
+    by_name: dict[str, list[tuple[str, Signature]]] | None = None  # built when first needed
 
     resolved: list[Resolved] = []
     unresolved: list[Unresolved] = []
@@ -97,6 +95,10 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
                 stale.append(expr)
             continue
         want = parse_expression(expr)
+        if by_name is None:
+            by_name = {}
+            for symbol, sig in kernels.items():
+                by_name.setdefault(sig.name, []).append((symbol, sig))
         hits = [sym for sym, sig in by_name.get(want.name, ())
                 if want.params is None or sig.params == want.params]
         if len(hits) == 1:
@@ -114,18 +116,21 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
     return Resolution(tuple(resolved), tuple(unresolved), tuple(stale))
 
 
-def plain_kernels(kernels: Mapping[str, Signature], taken: set[str]) -> list[Resolved]:
+def plain_kernels(kernels: Signatures, taken: set[str]) -> list[Resolved]:
     """Kernels a user can call by their plain name without a name expression.
 
     ``extern "C"`` kernels (their symbol is their name) and non-template kernels whose name no
-    other kernel shares; ``taken`` holds symbols already named by an expression.
+    other kernel shares; ``taken`` holds symbols already named by an expression. Template
+    instances are never plain, and are not parsed to find that out.
     """
+    candidates = [s for s in kernels if kernels.maybe_plain(s)]
     counts: dict[str, int] = {}
-    for sig in kernels.values():
-        counts[sig.name] = counts.get(sig.name, 0) + 1
+    for symbol in candidates:
+        counts[kernels[symbol].name] = counts.get(kernels[symbol].name, 0) + 1
     out = []
-    for symbol, sig in kernels.items():
-        if symbol in taken or counts[sig.name] != 1 or sig.template_args or "<" in sig.name:
+    for symbol in candidates:
+        sig = kernels[symbol]
+        if symbol in taken or counts[sig.name] != 1 or "<" in sig.name:
             continue
         how = EXTERN_C if symbol == sig.name else DEMANGLED
         out.append(Resolved(sig.name, symbol, how))

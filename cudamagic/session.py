@@ -25,7 +25,7 @@ from .errors import ImageError, InputWarning, NameResolutionError, OptionError, 
 from .image import CubinImage, read_cubin
 from .kernel import Kernel
 from .keys import cache_key, quoted_headers
-from .names import Signature, parse_demangled, python_name
+from .names import Signatures, python_name
 from .options import (DEFAULT_ARCH, BuildOptions, nvrtc_options, nvrtc_wheel,
                       toolkit_fingerprint)
 from .report import BuildReport, EnvironmentInfo, KernelRow
@@ -50,19 +50,23 @@ def default_cache() -> KernelCache:
 
 
 def default_arch() -> str:
-    """The current device's ``sm_XX``; :data:`~cudamagic.options.DEFAULT_ARCH` without a GPU.
-
-    :raises OptionError: the device is newer than this NVRTC can build for.
-    """
+    """The current device's ``sm_XX``; :data:`~cudamagic.options.DEFAULT_ARCH` without a GPU."""
     if not driver.available():
         return DEFAULT_ARCH
     major, minor = driver.compute_capability(driver.current_device())
-    sm = major * 10 + minor
+    return f"sm_{major * 10 + minor}"
+
+
+def _check_arch(arch: str) -> None:
+    """Before a compile (never on a hit: asking NVRTC loads it): can this NVRTC target arch?
+
+    :raises OptionError: it cannot (a GPU newer than the NVRTC, or a typo in --arch).
+    """
+    sm = int("".join(ch for ch in arch if ch.isdigit()))
     if sm not in supported_archs():
-        raise OptionError(f"this GPU is sm_{sm}, which NVRTC {nvrtc_version()} cannot build a "
-                          f"CUBIN for (it supports {', '.join(map(str, supported_archs()))}); "
-                          "install a newer nvidia-cuda-nvrtc or pass --arch")
-    return f"sm_{sm}"
+        raise OptionError(f"NVRTC {nvrtc_version()} cannot build a CUBIN for {arch} (it supports "
+                          f"sm_{', sm_'.join(map(str, supported_archs()))}); install a newer "
+                          "nvidia-cuda-nvrtc, or pass --arch")
 
 
 class Module(Mapping[str, Kernel]):
@@ -297,6 +301,7 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
             miss_reason = found
             store.delete(key)
 
+    _check_arch(arch)
     t = time.perf_counter()
     with (compile_notice or contextlib.nullcontext)():
         result = compiler(source, opts.name_expressions, options, program_name=program_name,
@@ -353,7 +358,7 @@ def _assemble(record: EntryRecord, expressions: Sequence[str], key: str, demangl
     t = time.perf_counter()
     symbols = list(image.symbols)
     demangled = demangler.demangle(symbols)
-    sigs = {s: parse_demangled(d, demangler.placeholders) for s, d in zip(symbols, demangled)}
+    sigs = Signatures(dict(zip(symbols, demangled)), demangler.placeholders)
     timings["demangle"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -381,8 +386,7 @@ def _assemble(record: EntryRecord, expressions: Sequence[str], key: str, demangl
     return module
 
 
-def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Mapping[str, Signature]
-                 ) -> None:
+def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Signatures) -> None:
     names_by_symbol: dict[str, str] = {}
     used: dict[str, str] = {}  # python name -> symbol
     notes: list[str] = []
@@ -406,11 +410,12 @@ def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Mapping[str
     extra = plain_kernels(sigs, {r.symbol for r in resolved})
     for r in (*resolved, *extra):
         kern = Kernel(module, r.name_expression, r.symbol, name_for(r.name_expression, r.symbol),
-                      sigs[r.symbol], r.resolved_by, module.image.kernel(r.symbol))
+                      sigs, r.resolved_by, module.image.kernel(r.symbol))
         module.kernels[r.name_expression] = kern
     named = {k.symbol for k in module.kernels.values()}
     # non-template kernels left without a name are overloads: only a cast can pick one
-    unnamed = [sigs[s].text for s in sigs if s not in named and "<" not in sigs[s].name]
+    unnamed = [sigs.text(s) for s in sigs
+               if s not in named and sigs.maybe_plain(s) and "<" not in sigs[s].name]
     if not sigs:
         notes.append("the source defines no kernel: a __global__ template is only compiled "
                      "when a -n names an instance of it")
@@ -460,8 +465,8 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
                            from_nvrtc=False)
     except _Unservable:
         symbols = list(image.symbols)
-        sigs = {s: parse_demangled(d, demangler.placeholders)
-                for s, d in zip(symbols, demangler.demangle(symbols))}
+        sigs = Signatures(dict(zip(symbols, demangler.demangle(symbols))),
+                          demangler.placeholders)
         res = resolve(name_expressions, sigs)
         lines = [f"  {u.name_expression!r}: {u.reason}"
                  + (f"; closest: {'; '.join(u.candidates)}" if u.candidates else "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic.names import parse_demangled
+from cudamagic.names import Signatures, parse_demangled
 from cudamagic.resolve import plain_kernels, resolve
 
 from .test_names import UNDECIDABLE
@@ -55,7 +55,8 @@ def test_unknown_expression_lists_close_candidates(rows):
 
 
 def test_plain_kernels_are_extern_c_and_unique_non_templates(rows):
-    kernels = _kernels(rows, "cufilt")
+    kernels = Signatures({r.symbol: r.cufilt for r in rows}, placeholders=True)
     plain = {p.name_expression: p for p in plain_kernels(kernels, set())}
     assert set(plain) == {"c_kernel"}  # "overloaded" has two kernels: not plain
     assert plain["c_kernel"].resolved_by == "extern-c"
+    assert len(kernels._parsed) == 3  # template instances were not parsed to find that out
