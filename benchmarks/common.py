@@ -37,9 +37,12 @@ def median(xs) -> float:
 def fresh(code: str, *args: str, env: dict[str, str] | None = None) -> dict:
     """Run ``code`` in a fresh interpreter; it prints one JSON object last."""
     full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-            **(env or {})}
+            # bytecode as an installed package has it (some images disable writing it; then
+            # every fresh process would compile every module from source)
+            "PYTHONPYCACHEPREFIX": "/tmp/cudamagic-bench-pycache", **(env or {})}
+    full.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env=full, timeout=900)
+                          env=full, timeout=900, cwd=REPO)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -48,7 +48,8 @@ def main() -> int:
                 target, met = "< 50 ms", r["cudamagic"] < 0.05
             results.append((f"warm restore ({r['source']}, {r['names']} names)",
                             f"{r['cudamagic'] * 1e3:.2f} ms vs CuPy {r['cupy'] * 1e3:.2f} ms "
-                            f"({ratio:.3f}x)", target, met))
+                            f"({ratio:.3f}x); cell {r['cell'] * 1e3:.2f}, cold import "
+                            f"{r['cold-import'] * 1e3:.2f} ms", target, met))
         small = {r["names"]: r["cudamagic"] for r in rows if r["source"] == "small"}
         growth = small[1000] / small[100]
         results.append(("warm restore growth, 100 -> 1000 names", f"{growth:.1f}x",

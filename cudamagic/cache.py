@@ -67,6 +67,9 @@ class EntryRecord:
     created : float
         Seconds since the epoch.
     compile_seconds : float
+    python_names : dict of str to str or None
+        Name expression -> Python name as the miss derived them (a restore of 1000 kernels
+        need not derive them again); optional like ``lowered``.
     """
 
     cubin: bytes
@@ -77,6 +80,7 @@ class EntryRecord:
     nvrtc_version: str = ""
     created: float = field(default_factory=time.time)
     compile_seconds: float = 0.0
+    python_names: dict[str, str] | None = None
 
     @property
     def cubin_sha256(self) -> str:
@@ -94,6 +98,8 @@ def encode_entry(rec: EntryRecord, format_version: int = FORMAT_VERSION) -> byte
     }
     if rec.lowered is not None:
         header["lowered"] = dict(rec.lowered)
+    if rec.python_names is not None:
+        header["python_names"] = dict(rec.python_names)
     blob = json.dumps(header, sort_keys=True).encode()
     body = _HEADER_LEN.pack(len(blob)) + blob + rec.cubin
     return _MAGIC + hashlib.sha256(body).digest() + body
@@ -137,20 +143,22 @@ def decode_entry(value: object) -> EntryRecord:
     for name, typ in _SHAPE.items():
         if not isinstance(header.get(name), typ) or isinstance(header.get(name), bool):
             raise BadEntry(f"the entry's header field {name!r} is missing or of the wrong type")
-    lowered = header.get("lowered")
-    if lowered is not None and not (isinstance(lowered, dict) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in lowered.items())):
-        raise BadEntry("the entry's lowered-name map is not a map of strings")
+    for name in ("lowered", "python_names"):
+        value = header.get(name)
+        if value is not None and not (isinstance(value, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+            raise BadEntry(f"the entry's {name!r} field is not a map of strings")
     cubin = data[start + hlen:]
     if len(cubin) != header["cubin_size"]:
         raise BadEntry(f"the CUBIN is {len(cubin)} bytes, its header says "
                        f"{header['cubin_size']} (truncated or extended)")
     if hashlib.sha256(cubin).hexdigest() != header["cubin_sha256"]:
         raise BadEntry("the CUBIN's sha256 does not match its header (corrupted)")
-    return EntryRecord(cubin=cubin, lowered=lowered, log=header["log"],
+    return EntryRecord(cubin=cubin, lowered=header.get("lowered"), log=header["log"],
                        options=tuple(header["options"]), arch=header["arch"],
                        nvrtc_version=header["nvrtc_version"], created=float(header["created"]),
-                       compile_seconds=float(header["compile_seconds"]))
+                       compile_seconds=float(header["compile_seconds"]),
+                       python_names=header.get("python_names"))
 
 
 class _RefusedPickle(Exception):

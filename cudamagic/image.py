@@ -9,6 +9,7 @@ records give every parameter's ordinal, offset and size: the same numbers the dr
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -43,15 +44,30 @@ class KernelImage:
     ----------
     symbol : str
         The mangled name (or the plain name of an ``extern "C"`` kernel).
-    params : tuple of Param or None
-        Parameters in ordinal order; None where the CUBIN carries no parameter records.
-    param_bytes : int or None
-        Total size of the parameter buffer, where recorded.
+    info : bytes or None
+        Its ``.nv.info.<symbol>`` section, read into :attr:`params` on first use (a restore of
+        1000 kernels reads only those that are called).
     """
 
     symbol: str
-    params: tuple[Param, ...] | None
-    param_bytes: int | None
+    info: bytes | None = None
+
+    @functools.cached_property
+    def _records(self) -> tuple[tuple[Param, ...] | None, int | None]:
+        return _kparams(self.info) if self.info is not None else (None, None)
+
+    @property
+    def params(self) -> tuple[Param, ...] | None:
+        """Parameters in ordinal order; None where the CUBIN carries no parameter records.
+
+        :raises ImageError: the records are malformed.
+        """
+        return self._records[0]
+
+    @property
+    def param_bytes(self) -> int | None:
+        """Total size of the parameter buffer, where recorded."""
+        return self._records[1]
 
 
 @dataclass(frozen=True)
@@ -66,15 +82,16 @@ class CubinImage:
         """Every kernel's symbol."""
         return tuple(k.symbol for k in self.kernels)
 
+    @functools.cached_property
+    def _by_symbol(self) -> dict[str, KernelImage]:
+        return {k.symbol: k for k in self.kernels}
+
     def kernel(self, symbol: str) -> KernelImage:
         """The kernel with this symbol.
 
         :raises KeyError: no kernel has that symbol.
         """
-        for k in self.kernels:
-            if k.symbol == symbol:
-                return k
-        raise KeyError(symbol)
+        return self._by_symbol[symbol]
 
 
 def _cstr(blob: bytes, offset: int) -> str:
@@ -141,9 +158,8 @@ def _read(data: bytes) -> CubinImage:
                 continue
             symbol = _cstr(strtab, st_name)
             info_index = index_of.get(".nv.info." + symbol)
-            params, param_bytes = (_kparams(_section_bytes(data, sections[info_index]))
-                                   if info_index is not None else (None, None))
-            kernels.append(KernelImage(symbol, params, param_bytes))
+            kernels.append(KernelImage(symbol, None if info_index is None
+                                       else _section_bytes(data, sections[info_index])))
     sm = (e_flags >> 8) & 0xFF if e_flags >> 8 & 0xFF else None
     return CubinImage(tuple(kernels), sm)
 

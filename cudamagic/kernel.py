@@ -389,7 +389,6 @@ class Kernel:
         self._signatures = signatures
         self._image = image
         self._params: tuple[ParamSpec, ...] | None | bool = False  # False: not read yet
-        self._param_bytes = max((p.offset + p.size for p in image.params or ()), default=0)
         self._handles: dict[int, int] = {}  # device -> CUkernel (an address)
         self._functions: dict[int, int] = {}  # device -> the handle launches use
         self._shared_limit: dict[int, int] = {}
@@ -433,7 +432,8 @@ class Kernel:
         launcher = self._launchers.get(threading.get_ident())
         if launcher is None:
             specs = self.params or ()
-            data = (ctypes.c_char * max(self._param_bytes, 1))()
+            size = max((p.offset + p.size for p in self._image.params or ()), default=0)
+            data = (ctypes.c_char * max(size, 1))()
             ptrs = (ctypes.c_void_p * max(len(specs), 1))()
             for i, spec in enumerate(specs):
                 ptrs[i] = ctypes.addressof(data) + spec.offset

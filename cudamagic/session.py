@@ -311,6 +311,8 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
                          options=options, arch=arch, nvrtc_version=nvrtc_version(),
                          compile_seconds=result.seconds)
     module = _assemble(record, opts.name_expressions, key, demangler, timings, from_nvrtc=True)
+    record = dataclasses.replace(record, python_names={
+        e: module.kernels[e].python_name for e in opts.name_expressions})
     if store is not None:
         t = time.perf_counter()
         store.put(key, record)
@@ -382,11 +384,13 @@ def _assemble(record: EntryRecord, expressions: Sequence[str], key: str, demangl
     timings["resolve"] = time.perf_counter() - t
 
     module = Module(record.cubin, image, key, library, how)
-    _add_kernels(module, resolution.resolved, sigs)
+    _add_kernels(module, resolution.resolved, sigs, record.python_names or {})
     return module
 
 
-def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Signatures) -> None:
+def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Signatures,
+                 known: Mapping[str, str]) -> None:
+    """Make the kernels; ``known`` holds Python names a miss derived already."""
     names_by_symbol: dict[str, str] = {}
     used: dict[str, str] = {}  # python name -> symbol
     notes: list[str] = []
@@ -394,7 +398,7 @@ def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Signatures)
     def name_for(label: str, symbol: str) -> str:
         if symbol in names_by_symbol:
             return names_by_symbol[symbol]
-        base = python_name(label)
+        base = known.get(label) or python_name(label)
         name, n = base, 2
         while name in used and used[name] != symbol:
             name, n = f"{base}_{n}", n + 1
