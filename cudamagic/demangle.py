@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Demangler", "CuFilt", "LibStdCxx", "find_cufilt", "default_demangler"]
+__all__ = ["Demangler", "Pending", "CuFilt", "LibStdCxx", "find_cufilt", "default_demangler"]
 
 
 class Demangler:
@@ -38,6 +38,24 @@ class Demangler:
         """Demangle many symbols at once; a name that is not mangled comes back unchanged."""
         raise NotImplementedError
 
+    def start(self) -> "Pending":
+        """Get ready to demangle (a demangler that is a process starts it now, so that its
+        start overlaps other work); call the result with the symbols, then close it."""
+        return Pending(self.demangle)
+
+
+class Pending:
+    """A demangling under way: call it once with the symbols; ``close`` it in any case."""
+
+    def __init__(self, run) -> None:
+        self._run = run
+
+    def __call__(self, symbols: Sequence[str]) -> list[str]:
+        return self._run(symbols)
+
+    def close(self) -> None:
+        """Release what :meth:`Demangler.start` took (a process that was never fed)."""
+
 
 @dataclass(frozen=True)
 class CuFilt(Demangler):
@@ -48,16 +66,31 @@ class CuFilt(Demangler):
     placeholders = True
 
     def demangle(self, symbols: Sequence[str]) -> list[str]:
-        if not symbols:
-            return []
-        if any("\n" in s for s in symbols):
-            raise ValueError("a symbol holds a line break")
-        proc = subprocess.run([self.path], input="\n".join(symbols) + "\n", capture_output=True,
-                              text=True, timeout=60, check=True)
-        out = proc.stdout.splitlines()
-        if len(out) != len(symbols):
-            raise RuntimeError(f"{self.path} printed {len(out)} lines for {len(symbols)} symbols")
-        return [o.strip() or s for o, s in zip(out, symbols)]
+        pending = self.start()
+        try:
+            return pending(symbols)
+        finally:
+            pending.close()
+
+    def start(self) -> Pending:
+        # cu++filt answers only at the end of its input, so one process serves one batch; its
+        # start (about 1 ms) overlaps the compile or the cache read
+        proc = subprocess.Popen([self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+
+        def run(symbols: Sequence[str]) -> list[str]:
+            if any("\n" in s for s in symbols):
+                raise ValueError("a symbol holds a line break")
+            out, _ = proc.communicate("\n".join(symbols) + "\n" if symbols else "", timeout=60)
+            lines = out.splitlines()
+            if proc.returncode != 0 or len(lines) != len(symbols):
+                raise RuntimeError(f"{self.path} exited {proc.returncode} and printed "
+                                   f"{len(lines)} lines for {len(symbols)} symbols")
+            return [o.strip() or s for o, s in zip(lines, symbols)]
+
+        pending = Pending(run)
+        pending.close = lambda: (proc.kill(), proc.wait()) if proc.poll() is None else None
+        return pending
 
 
 class LibStdCxx(Demangler):

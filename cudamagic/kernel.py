@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Kernel", "ParamSpec", "param_specs", "pack_args"]
 
 # canonical builtin type -> numpy dtype
+_get_ident = threading.get_ident
 _SCALAR_DTYPES = {
     "bool": "?", "char": "i1", "signed char": "i1", "unsigned char": "u1", "short": "i2",
     "unsigned short": "u2", "int": "i4", "unsigned int": "u4", "long": "i8",
@@ -180,7 +181,11 @@ def _scalar(kernel: str, spec: ParamSpec, value: Any) -> Any:
         if not isinstance(value, (int, float)):
             raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40} for a "
                                       "floating-point parameter")
-        return np.array(value, dtype)
+        with np.errstate(over="ignore"):
+            out = np.array(value, dtype)
+        if np.isinf(out) and not np.isinf(float(value)):
+            raise _fail(kernel, spec, f"{value!r} does not fit in {spec.ctype}", ValueError)
+        return out
     if dtype.kind == "c":
         if not isinstance(value, (int, float, complex)):
             raise _fail(kernel, spec, f"got {type(value).__name__} for a complex parameter")
@@ -283,14 +288,22 @@ def _packer(kernel: str, spec: ParamSpec, buf: ctypes.Array) -> Callable[[Any], 
     if spec.kind == "pointer":
         want = spec.dtype
         fast = _FAST_ARRAYS
+        cupy = sys.modules.get("cupy")
+        cupy_array = cupy.ndarray if cupy is not None else None
 
         def pointer(value: Any) -> None:
-            get = fast.get(type(value))
-            if get is not None:
-                ptr, dtype = get(value)
-                if want is None or dtype == want:
-                    pack_into("<Q", buf, off, ptr)
+            if type(value) is cupy_array:  # CuPy arrays are always writable
+                dtype = value.dtype
+                if want is None or dtype is want or dtype == want:
+                    pack_into("<Q", buf, off, value.data.ptr)
                     return
+            else:
+                get = fast.get(type(value))
+                if get is not None:
+                    ptr, dtype = get(value)
+                    if want is None or dtype == want:
+                        pack_into("<Q", buf, off, ptr)
+                        return
             checked(value)
         return pointer
     if spec.kind == "scalar" and spec.dtype.kind in "iu":
@@ -454,7 +467,7 @@ class Kernel:
         :raises ContextPoisonedError: the context is unusable after a kernel fault.
         :raises LaunchError: the driver refused the launch.
         """
-        run = self._runs.get(threading.get_ident())
+        run = self._runs.get(_get_ident())
         if run is None:
             run = self._make_run()
         run(grid, block, args, shared_mem, stream)
@@ -475,12 +488,19 @@ class Kernel:
         shared_limit = self._shared_limit
         dims, count_error, stream_handle = _dims, _count_error, _stream_handle
         get_device, get_stream = driver.device_getter(), driver.stream_getter()
-        fast = None
+        fast = driver.fast_launch() if "cupy_backends.cuda.api.driver" in sys.modules else None
 
         def run(grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> None:
             nonlocal fast
-            g = dims(name, "grid", grid)
-            b = dims(name, "block", block)
+            # the common launch shapes without a call; anything else through dims()
+            if type(grid) is tuple and len(grid) == 1 and type(grid[0]) is int and grid[0] > 0:
+                g = (grid[0], 1, 1)
+            else:
+                g = dims(name, "grid", grid)
+            if type(block) is tuple and len(block) == 1 and type(block[0]) is int and block[0] > 0:
+                b = (block[0], 1, 1)
+            else:
+                b = dims(name, "block", block)
             if (type(args) is not tuple and type(args) is not list) or len(args) != nargs:
                 raise count_error(name, params, args)
             for pack, value in zip(packers, args):
@@ -504,8 +524,85 @@ class Kernel:
                 driver.launch(handles[device], g, b, shared_mem, st, address, device,
                               f"launching {name}")
 
-        self._runs[threading.get_ident()] = run
-        return run
+        express = _express_path(name, params, run, address, self._launcher()[2][0],
+                                functions, get_device, fast)
+        self._runs[threading.get_ident()] = express or run
+        return express or run
+
+
+_STRUCT_CODES = {"i1": "b", "u1": "B", "i2": "h", "u2": "H", "i4": "i", "u4": "I", "i8": "q",
+                 "u8": "Q", "f4": "f", "f8": "d"}
+
+
+def _express_path(name: str, specs: Sequence[ParamSpec], checked_run: Callable, address: int,
+                  buf: ctypes.Array, functions: dict[int, int], get_device: Callable,
+                  launch: Callable | None) -> Callable | None:
+    """A launch function generated for this kernel's parameters, for the common call: CuPy
+    arrays of the pointee's dtype, Python numbers, 1-D grid and block, CuPy's current stream.
+
+    One ``struct.pack_into`` writes every argument (ints out of range make it fail), and the
+    launch goes straight to CuPy's typed binding. Any other call, or any doubt, goes to
+    ``checked_run``, which does every check and says what is wrong. Generated per kernel (as
+    CuPy and Numba generate their launchers) because a Python-level loop over per-argument
+    packers costs about 1 us a launch (benchmarks/launch_overhead.py). None where it does not
+    apply (no CuPy, or a parameter it does not take).
+    """
+    cupy = sys.modules.get("cupy")
+    if cupy is None or launch is None or not specs:
+        return None
+    fmt, pos, guards, values = "<", 0, [], []
+    env: dict[str, Any] = {"ND": cupy.ndarray, "checked_run": checked_run, "buf": buf,
+                           "functions": functions, "get_device": get_device, "launch": launch,
+                           "get_stream": cupy.cuda.get_current_stream, "address": address,
+                           "struct_error": struct.error}
+    for i, spec in enumerate(specs):
+        if spec.offset < pos:
+            return None
+        fmt += f"{spec.offset - pos}x" if spec.offset > pos else ""
+        if spec.kind == "pointer" and spec.size == 8:
+            fmt += "Q"
+            if spec.dtype is not None:
+                env[f"D{i}"] = spec.dtype
+                guards.append(f"type(a{i}) is ND and a{i}.dtype is D{i}")
+            else:
+                guards.append(f"type(a{i}) is ND")
+            values.append(f"a{i}.data.ptr")
+        elif spec.kind == "scalar" and spec.dtype.str[1:] in _STRUCT_CODES \
+                and spec.dtype.itemsize == spec.size:
+            code = _STRUCT_CODES[spec.dtype.str[1:]]
+            fmt += code
+            guards.append(f"(type(a{i}) is float or type(a{i}) is int)" if code in "fd"
+                          else f"type(a{i}) is int")
+            values.append(f"a{i}")
+        else:
+            return None
+        pos = spec.offset + spec.size
+    env["pack"] = struct.Struct(fmt).pack_into
+    names = ", ".join(f"a{i}" for i in range(len(specs)))
+    src = f"""
+def express(grid, block, args, shared_mem, stream):
+    if (stream is None and shared_mem == 0 and type(args) is tuple and len(args) == {len(specs)}
+            and type(grid) is tuple and len(grid) == 1 and type(block) is tuple
+            and len(block) == 1):
+        {names}{"," if len(specs) == 1 else ""} = args
+        gx = grid[0]
+        bx = block[0]
+        if (type(gx) is int and type(bx) is int and gx > 0 and bx > 0
+                and {" and ".join(guards)}):
+            fn = functions.get(get_device())
+            if fn is not None:
+                try:
+                    pack(buf, 0, {", ".join(values)})
+                    launch(fn, gx, 1, 1, bx, 1, 1, 0, get_stream().ptr, address, 0)
+                    return
+                except (struct_error, OverflowError):
+                    pass  # a number that does not fit: the checked path says which
+                except Exception:
+                    pass  # a launch the driver refused: the checked path says why
+    checked_run(grid, block, args, shared_mem, stream)
+"""
+    exec(compile(src, f"<cudamagic launcher for {name}>", "exec"), env)
+    return env["express"]
 
 
 def _stream_handle(stream: Any) -> int:

@@ -18,7 +18,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Any
 
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 
 from .errors import OptionError, ShadowWarning
 from .options import magic_parser, parse_magic_line
@@ -112,6 +112,9 @@ def _compile_notice(shell, program: str):
 class CudaMagics(Magics):
     """``%%cuda``: compile a cell with NVRTC (cached) and push its kernels into the notebook."""
 
+    # no $var/{expr} expansion of the line: braces and dollars are C++ there (S{1}, operator$),
+    # and IPython's expansion of a line with 1000 -n options takes seconds
+    @no_var_expand
     @cell_magic
     def cuda(self, line: str, cell: str):
         from .session import build_module  # the pipeline loads on first use, not at %load_ext

@@ -170,19 +170,28 @@ def parse_magic_line(line: str) -> BuildOptions:
         tokens = shlex.split(line)
     except ValueError as exc:
         raise OptionError(f"%%cuda: cannot split the line ({exc}): check its quotes") from None
-    # "-o -lineinfo": argparse would take "-lineinfo" for a flag of its own
+    # "-o -lineinfo": argparse would take "-lineinfo" for a flag of its own; and -n is taken
+    # out here, because argparse's parsing grows with the square of the number of options
     joined: list[str] = []
+    exprs: list[str] = []
     i = 0
     while i < len(tokens):
-        if tokens[i] in ("-o", "--option") and i + 1 < len(tokens):
-            joined.append(f"--option={tokens[i + 1]}")
+        tok = tokens[i]
+        if tok in ("-o", "--option", "-n", "--name-expression") and i + 1 < len(tokens):
+            if tok in ("-o", "--option"):
+                joined.append(f"--option={tokens[i + 1]}")
+            else:
+                exprs.append(tokens[i + 1])
             i += 2
+        elif tok.startswith("--name-expression="):
+            exprs.append(tok.split("=", 1)[1])
+            i += 1
         else:
-            joined.append(tokens[i])
+            joined.append(tok)
             i += 1
     ns = magic_parser().parse_args(joined)
     return BuildOptions(
-        name_expressions=tuple(ns.name_expression), arch=ns.arch, std=ns.std,
+        name_expressions=tuple(exprs) + tuple(ns.name_expression), arch=ns.arch, std=ns.std,
         include_dirs=tuple(ns.include_dirs), defines=tuple(ns.defines), extra=tuple(ns.extra),
         module=ns.module, force=ns.force, no_cache=ns.no_cache, quiet=ns.quiet)
 

@@ -20,7 +20,7 @@ from typing import Any, ContextManager
 from . import driver
 from .cache import EntryRecord, KernelCache, default_cache_dir
 from .compiler import CompileResult, compile_cubin, nvrtc_version, supported_archs
-from .demangle import Demangler, default_demangler
+from .demangle import Demangler, Pending, default_demangler
 from .errors import ImageError, InputWarning, NameResolutionError, OptionError, SourceError
 from .image import CubinImage, read_cubin
 from .kernel import Kernel
@@ -280,7 +280,20 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
     timings["key"] = time.perf_counter() - t0
     store = None if opts.no_cache else (cache if cache is not None else default_cache())
     demangler = demangler or default_demangler()
+    pending = demangler.start()
+    try:
+        return _build(source, opts, key, arch, options, store, demangler, pending, timings, t0,
+                      line_offset, program_name, compiler, compile_notice)
+    finally:
+        pending.close()
 
+
+def _build(source: str, opts: BuildOptions, key: str, arch: str, options: tuple[str, ...],
+           store: KernelCache | None, demangler: Demangler, pending: Pending,
+           timings: dict[str, float], t0: float, line_offset: int, program_name: str,
+           compiler: Compiler, compile_notice: Callable[[], ContextManager[Any]] | None
+           ) -> Module:
+    """A hit when the cache can serve, else the miss (:func:`_compile`)."""
     miss_reason: str | None = "no cache entry"
     if store is None:
         miss_reason = "--no-cache"
@@ -293,14 +306,28 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
         if why:
             miss_reason = why
         if record is not None:
-            found = _restore(record, opts.name_expressions, key, demangler, timings)
+            found = _restore(record, opts.name_expressions, key, demangler, pending, timings)
             if isinstance(found, Module):
                 _finish(found, opts, True, "cache", None, record, demangler, arch,
                         record.nvrtc_version, store, timings, t0)
                 return found
-            miss_reason = found
             store.delete(key)
+            # the entry could not serve; the demangler's one batch may be spent on it
+            with contextlib.closing(demangler.start()) as fresh:
+                return _compile(source, opts, key, arch, options, store, demangler, fresh,
+                                timings, t0, line_offset, program_name, compiler,
+                                compile_notice, found)
 
+    return _compile(source, opts, key, arch, options, store, demangler, pending, timings, t0,
+                    line_offset, program_name, compiler, compile_notice, miss_reason)
+
+
+def _compile(source: str, opts: BuildOptions, key: str, arch: str, options: tuple[str, ...],
+             store: KernelCache | None, demangler: Demangler, pending: Pending,
+             timings: dict[str, float], t0: float, line_offset: int, program_name: str,
+             compiler: Compiler, compile_notice: Callable[[], ContextManager[Any]] | None,
+             miss_reason: str | None) -> Module:
+    """The miss: compile, assemble from NVRTC's exact map, store."""
     _check_arch(arch)
     t = time.perf_counter()
     with (compile_notice or contextlib.nullcontext)():
@@ -310,7 +337,8 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
     record = EntryRecord(cubin=result.cubin, lowered=dict(result.lowered), log=result.log,
                          options=options, arch=arch, nvrtc_version=nvrtc_version(),
                          compile_seconds=result.seconds)
-    module = _assemble(record, opts.name_expressions, key, demangler, timings, from_nvrtc=True)
+    module = _assemble(record, opts.name_expressions, key, demangler, pending, timings,
+                       from_nvrtc=True)
     record = dataclasses.replace(record, python_names={
         e: module.kernels[e].python_name for e in opts.name_expressions})
     if store is not None:
@@ -323,10 +351,11 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
 
 
 def _restore(record: EntryRecord, expressions: Sequence[str], key: str, demangler: Demangler,
-             timings: dict[str, float]) -> "Module | str":
+             pending: Pending, timings: dict[str, float]) -> "Module | str":
     """A module from a cache entry, or the reason it cannot serve (the caller recompiles)."""
     try:
-        return _assemble(record, expressions, key, demangler, timings, from_nvrtc=False)
+        return _assemble(record, expressions, key, demangler, pending, timings,
+                         from_nvrtc=False)
     except ImageError as exc:
         return f"the cached CUBIN is unreadable ({exc})"
     except _Unservable as exc:
@@ -355,11 +384,11 @@ def _enumerate(cubin: bytes, timings: dict[str, float]
 
 
 def _assemble(record: EntryRecord, expressions: Sequence[str], key: str, demangler: Demangler,
-              timings: dict[str, float], from_nvrtc: bool) -> Module:
+              pending: Pending, timings: dict[str, float], from_nvrtc: bool) -> Module:
     image, library, how = _enumerate(record.cubin, timings)
     t = time.perf_counter()
     symbols = list(image.symbols)
-    demangled = demangler.demangle(symbols)
+    demangled = pending(symbols)
     sigs = Signatures(dict(zip(symbols, demangled)), demangler.placeholders)
     timings["demangle"] = time.perf_counter() - t
 
@@ -465,8 +494,9 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     record = EntryRecord(cubin=cubin, lowered=None, arch="")
     image = read_cubin(cubin)
     try:
-        module = _assemble(record, name_expressions, record.cubin_sha256, demangler, timings,
-                           from_nvrtc=False)
+        with contextlib.closing(demangler.start()) as pending:
+            module = _assemble(record, name_expressions, record.cubin_sha256, demangler,
+                               pending, timings, from_nvrtc=False)
     except _Unservable:
         symbols = list(image.symbols)
         sigs = Signatures(dict(zip(symbols, demangler.demangle(symbols))),

@@ -72,6 +72,11 @@ def test_scalar_that_does_not_fit(mod):
         _pack(mod, "fill<unsigned char>", DeviceArray("u1"), 256, 1)
 
 
+def test_float_that_does_not_fit(mod):
+    with pytest.raises(ValueError, match=r"parameter 1 \(float\): 1e\+39 does not fit in float"):
+        _pack(mod, "fill<float>", DeviceArray("f4"), 1e39, 4)
+
+
 def test_float_for_an_integer(mod):
     with pytest.raises(TypeError, match=r"parameter 2 \(int\): got float"):
         _pack(mod, "fill<float>", DeviceArray("f4"), 1.0, 4.0)
@@ -164,3 +169,50 @@ def test_fast_packers_write_what_the_checked_path_gives(mod, monkeypatch):
         packers[0](DeviceArray("f8"))
     with pytest.raises(ValueError, match="does not fit"):
         packers[2](2 ** 31)
+
+
+def test_generated_launcher_packs_what_the_checked_path_packs(mod):
+    """The generated fast launcher, driven with stand-ins for CuPy's array, stream and typed
+    launch (the GPU is the part that cannot run here)."""
+    import types
+
+    from cudamagic.kernel import _express_path
+
+    class FakeCupyArray:
+        def __init__(self, dtype, ptr):
+            self.dtype = np.dtype(dtype)
+            self.data = types.SimpleNamespace(ptr=ptr)
+
+    fake_cupy = types.SimpleNamespace(
+        ndarray=FakeCupyArray,
+        cuda=types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=77)))
+    launched, checked = [], []
+    k = mod["fill<float>"]
+    address, packers, (data, _) = k._launcher()
+    import sys
+
+    old = sys.modules.get("cupy")
+    sys.modules["cupy"] = fake_cupy
+    try:
+        express = _express_path("fill<float>", k.params, lambda *a: checked.append(a), address,
+                                data, {0: 0xF00}, lambda: 0, lambda *a: launched.append(a))
+    finally:
+        if old is None:
+            del sys.modules["cupy"]
+        else:
+            sys.modules["cupy"] = old
+    express((4,), (256,), (FakeCupyArray("f4", 0xABC), 2, 10), 0, None)
+    assert launched == [(0xF00, 4, 1, 1, 256, 1, 1, 0, 77, address, 0)] and not checked
+    expected = bytearray(len(data))
+    for spec, blob in zip(k.params, pack_args("fill<float>", k.params,
+                                              (DeviceArray("f4", ptr=0xABC), 2, 10))):
+        expected[spec.offset:spec.offset + spec.size] = blob
+    assert bytes(data) == bytes(expected)
+    # anything unusual goes to the checked path, which does every check
+    for args in [(FakeCupyArray("f8", 1), 2.0, 10),      # dtype mismatch
+                 (FakeCupyArray("f4", 1), 2.0, 2 ** 40),  # does not fit
+                 (FakeCupyArray("f4", 1), 2.0, True),     # a bool for an int
+                 (np.zeros(3, np.float32), 2.0, 10)]:     # a host array
+        express((4,), (256,), args, 0, None)
+    express((4, 2), (256,), (FakeCupyArray("f4", 1), 2.0, 10), 0, None)  # a 2-D grid
+    assert len(checked) == 5 and len(launched) == 1
