@@ -421,19 +421,20 @@ class Kernel:
         return (f"<cudamagic.Kernel {self.name_expression!r} symbol={self.symbol!r} "
                 f"resolved_by={self.resolved_by!r}>")
 
-    def _handle(self, device: int):
+    def _handle(self, device: int, context_ready: bool = False) -> int:
         handle = self._handles.get(device)
         if handle is None:
             with self._lock:
-                driver.ensure_context(device)
+                if not context_ready:
+                    driver.ensure_context(device)
                 handle = self._handles[device] = self.module._library().kernel(self.symbol)
                 self._functions[device] = handle
         return handle
 
-    def function(self, device: int | None = None):
+    def function(self, device: int | None = None, context_ready: bool = False) -> int:
         """The kernel's ``CUfunction`` in a device's context, loading the module there if needed."""
         device = driver.current_device() if device is None else device
-        return driver.kernel_function(self._handle(device))
+        return driver.kernel_function(self._handle(device, context_ready))
 
     def attributes(self, device: int | None = None) -> dict[str, int]:
         """Registers, static shared, local and constant memory, and max threads per block."""
@@ -550,11 +551,12 @@ def _express_path(name: str, specs: Sequence[ParamSpec], checked_run: Callable, 
     cupy = sys.modules.get("cupy")
     if cupy is None or launch is None or not specs:
         return None
-    fmt, pos, guards, values = "<", 0, [], []
+    fmt, pos, guards, values, late = "<", 0, [], [], []
     env: dict[str, Any] = {"ND": cupy.ndarray, "checked_run": checked_run, "buf": buf,
                            "functions": functions, "get_device": get_device, "launch": launch,
                            "get_stream": cupy.cuda.get_current_stream, "address": address,
-                           "struct_error": struct.error}
+                           "struct_error": struct.error, "pack_i": struct.Struct("<i").pack_into,
+                           "pack_f": struct.Struct("<f").pack_into}
     for i, spec in enumerate(specs):
         if spec.offset < pos:
             return None
@@ -574,6 +576,17 @@ def _express_path(name: str, specs: Sequence[ParamSpec], checked_run: Callable, 
             guards.append(f"(type(a{i}) is float or type(a{i}) is int)" if code in "fd"
                           else f"type(a{i}) is int")
             values.append(f"a{i}")
+        elif spec.kind == "untyped" and spec.size == 8:
+            # no signature (extern "C"): an 8-byte slot takes a CuPy array here, as a pointer
+            fmt += "Q"
+            guards.append(f"type(a{i}) is ND")
+            values.append(f"a{i}.data.ptr")
+        elif spec.kind == "untyped" and spec.size == 4:
+            # a 4-byte slot: a Python int as int32 or a float as float32, as the checked path
+            # does; the type picks the format, so the value is packed on its own
+            fmt += "4x"
+            guards.append(f"(type(a{i}) is int or type(a{i}) is float)")
+            late.append(f"(pack_i if type(a{i}) is int else pack_f)(buf, {spec.offset}, a{i})")
         else:
             return None
         pos = spec.offset + spec.size
@@ -592,7 +605,7 @@ def express(grid, block, args, shared_mem, stream):
             fn = functions.get(get_device())
             if fn is not None:
                 try:
-                    pack(buf, 0, {", ".join(values)})
+                    pack(buf, 0, {", ".join(values)}){"".join(chr(10) + " " * 20 + x for x in late)}
                     launch(fn, gx, 1, 1, bx, 1, 1, 0, get_stream().ptr, address, 0)
                     return
                 except (struct_error, OverflowError):

@@ -115,8 +115,9 @@ class Module(Mapping[str, Kernel]):
         :raises NoDeviceError: no CUDA device is available.
         """
         device = driver.current_device() if device is None else device
+        driver.ensure_context(device)
         for kern in self.kernels.values():
-            kern.function(device)
+            kern.function(device, context_ready=True)
         return self
 
     def __getitem__(self, expr: str) -> Kernel:
