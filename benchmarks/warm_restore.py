@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from common import SOURCES, fresh, machine, median, names
+from common import fresh, machine, median
 
 CHILD = r"""
 import json, sys, time

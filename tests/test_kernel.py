@@ -143,6 +143,14 @@ def test_stream_handles():
         _stream_handle("default")
 
 
+def _checked_bytes(k, args, size: int) -> bytes:
+    """The parameter buffer as the checked path (pack_args) fills it."""
+    expected = bytearray(size)
+    for spec, blob in zip(k.params, pack_args(k.name_expression, k.params, args)):
+        expected[spec.offset:spec.offset + spec.size] = blob
+    return bytes(expected)
+
+
 def test_fast_packers_write_what_the_checked_path_gives(mod, monkeypatch):
     from cudamagic import kernel as kmod
 
@@ -159,10 +167,7 @@ def test_fast_packers_write_what_the_checked_path_gives(mod, monkeypatch):
         address, packers, (data, _) = k._launcher()
         for pack, value in zip(packers, args):
             pack(value)
-        expected = bytearray(len(data))
-        for spec, blob in zip(k.params, pack_args(expr, k.params, args)):
-            expected[spec.offset:spec.offset + spec.size] = blob
-        assert bytes(data) == bytes(expected), expr
+        assert bytes(data) == _checked_bytes(k, args, len(data)), expr
     # the fast path still refuses what the checked path refuses
     address, packers, _ = mod["fill<float>"]._launcher()
     with pytest.raises(TypeError, match="array of float64"):
@@ -203,11 +208,7 @@ def test_generated_launcher_packs_what_the_checked_path_packs(mod):
             sys.modules["cupy"] = old
     express((4,), (256,), (FakeCupyArray("f4", 0xABC), 2, 10), 0, None)
     assert launched == [(0xF00, 4, 1, 1, 256, 1, 1, 0, 77, address, 0)] and not checked
-    expected = bytearray(len(data))
-    for spec, blob in zip(k.params, pack_args("fill<float>", k.params,
-                                              (DeviceArray("f4", ptr=0xABC), 2, 10))):
-        expected[spec.offset:spec.offset + spec.size] = blob
-    assert bytes(data) == bytes(expected)
+    assert bytes(data) == _checked_bytes(k, (DeviceArray("f4", ptr=0xABC), 2, 10), len(data))
     # anything unusual goes to the checked path, which does every check
     for args in [(FakeCupyArray("f8", 1), 2.0, 10),      # dtype mismatch
                  (FakeCupyArray("f4", 1), 2.0, 2 ** 40),  # does not fit
