@@ -1,7 +1,7 @@
 #!/bin/bash
 # One GPU-machine run: the GPU tests, then the whole suite, then the benchmarks, logs under $OUT.
 # Usage (device tool, carrying .whl made by ../shared/device/wheels.sh):  bash scripts/device.sh [what...]
-# what: gpu (default), suite, launch, bench (benchmarks/run_all.py), or a benchmarks/NAME.py
+# what: gpu (default), suite, notebook, bench (benchmarks/run_all.py), or a benchmarks/NAME.py
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -17,6 +17,9 @@ for what in "${@:-gpu}"; do
     suite) python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log" ;;
     launch) python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch.log" ;;
     bench) (cd benchmarks && python3 run_all.py) 2>&1 | tee "$OUT/bench.log" ;;
+    notebook) for run in first restart; do  # the second run is a fresh kernel: a cache hit
+        python3 scripts/run_notebook.py notebooks/quickstart.ipynb --out "$OUT/$run" 2>&1 \
+          | tee "$OUT/notebook-$run.log"; done ;;
     *) [ -f "benchmarks/$what.py" ] && python3 "benchmarks/$what.py" 2>&1 | tee "$OUT/$what.log" ;;
   esac
 done
