@@ -240,10 +240,12 @@ def test_entry_without_lowered_map_still_loads(cache, compiler):
     assert mod["shift<float, (int)3>"].symbol == "_Z5shiftIfLi3EEvPT_j"
 
 
+# explicit ids: a test id lands in the environment (PYTEST_CURRENT_TEST), and one holding 70 KB
+# of bytes makes every subprocess of the test (cu++filt) fail with "argument list too long"
 @pytest.mark.parametrize("value, reason", [
     ((FIXTURES / "entries" / "v99_newer_format.entry").read_bytes(), "newer"),
     ((FIXTURES / "fixture.cubin").read_bytes(), "bare CUBIN"),
-])
+], ids=["newer-format-entry", "bare-cubin"])
 def test_newer_format_and_bare_cubin_are_rebuilt(cache, compiler, value, reason):
     key = _plant(cache, value)
     mod = build_module(FIXTURE_SRC, options_from_nvrtc([], FIXTURE_EXPRS, arch="sm_90"),
