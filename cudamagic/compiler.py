@@ -50,7 +50,7 @@ def _check(result, what: str):
     """``(status, *values)`` -> values (one value unwrapped); a bad status raises."""
     status, *values = result
     if int(status) != 0:
-        err, msg = _nvrtc().nvrtcGetErrorString(status)
+        _, msg = _nvrtc().nvrtcGetErrorString(status)
         raise CompileError(f"NVRTC failed in {what}: {msg.decode() if msg else status}")
     if not values:
         return None

@@ -22,7 +22,6 @@ _SHT_SYMTAB = 2
 _STT_FUNC = 2
 _STO_CUDA_ENTRY = 0x10
 _EIATTR_KPARAM_INFO = 0x17
-_EIATTR_CBANK_PARAM_SIZE = 0x19
 # .nv.info record formats: the byte before the attribute
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 
@@ -47,27 +46,20 @@ class KernelImage:
     info : bytes or None
         Its ``.nv.info.<symbol>`` section, read into :attr:`params` on first use (a restore of
         1000 kernels reads only those that are called).
+    params : tuple of Param or None
+        Parameters in ordinal order; None where the CUBIN carries no parameter records.
     """
 
     symbol: str
     info: bytes | None = None
 
     @functools.cached_property
-    def _records(self) -> tuple[tuple[Param, ...] | None, int | None]:
-        return _kparams(self.info) if self.info is not None else (None, None)
-
-    @property
     def params(self) -> tuple[Param, ...] | None:
         """Parameters in ordinal order; None where the CUBIN carries no parameter records.
 
         :raises ImageError: the records are malformed.
         """
-        return self._records[0]
-
-    @property
-    def param_bytes(self) -> int | None:
-        """Total size of the parameter buffer, where recorded."""
-        return self._records[1]
+        return _kparams(self.info) if self.info is not None else None
 
 
 @dataclass(frozen=True)
@@ -178,10 +170,9 @@ def _section_bytes(data: bytes, sec: tuple) -> bytes:
     return data[off:off + size]
 
 
-def _kparams(info: bytes) -> tuple[tuple[Param, ...], int | None]:
+def _kparams(info: bytes) -> tuple[Param, ...]:
     """Parameter records of one ``.nv.info.<symbol>`` section."""
     params: dict[int, Param] = {}
-    cbank_size: int | None = None
     pos = 0
     while pos + 4 <= len(info):
         fmt, attr = info[pos], info[pos + 1]
@@ -195,12 +186,10 @@ def _kparams(info: bytes) -> tuple[tuple[Param, ...], int | None]:
                 params[ordinal] = Param(ordinal, offset, (flags >> 18) & 0x3FFF)
             pos += 4 + size
         elif fmt in (_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL):
-            if attr == _EIATTR_CBANK_PARAM_SIZE:
-                (cbank_size,) = struct.unpack_from("<H", info, pos + 2)
             pos += 4
         else:
             raise ImageError(f"unknown .nv.info record format {fmt}")
     ordered = tuple(params[k] for k in sorted(params))
     if ordered and [p.ordinal for p in ordered] != list(range(len(ordered))):
         raise ImageError("the parameter records of a kernel skip an ordinal")
-    return ordered, cbank_size
+    return ordered

@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputWarning, OptionError
@@ -98,10 +98,6 @@ class BuildOptions:
             warnings.warn(f"-n given more than once for {', '.join(map(repr, twice))}: "
                           "each is compiled once", InputWarning, stacklevel=3)
         object.__setattr__(self, "name_expressions", deduped)
-
-    def with_arch(self, arch: str) -> "BuildOptions":
-        """A copy with the architecture set."""
-        return replace(self, arch=arch)
 
 
 def _check_extra(opt: str) -> None:

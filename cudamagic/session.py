@@ -159,7 +159,7 @@ def options_from_nvrtc(options: Sequence[str], name_expressions: Sequence[str] =
     for opt in it:
         if not isinstance(opt, str):
             raise OptionError(f"NVRTC options are strings, got {opt!r}")
-        flag, eq, value = opt.partition("=")
+        flag, _, value = opt.partition("=")
         if flag in ("-arch", "--gpu-architecture"):
             arch = value or next(it, "")
         elif flag in ("-std", "--std"):
