@@ -288,22 +288,14 @@ def _packer(kernel: str, spec: ParamSpec, buf: ctypes.Array) -> Callable[[Any], 
     if spec.kind == "pointer":
         want = spec.dtype
         fast = _FAST_ARRAYS
-        cupy = sys.modules.get("cupy")
-        cupy_array = cupy.ndarray if cupy is not None else None
 
         def pointer(value: Any) -> None:
-            if type(value) is cupy_array:  # CuPy arrays are always writable
-                dtype = value.dtype
-                if want is None or dtype is want or dtype == want:
-                    pack_into("<Q", buf, off, value.data.ptr)
+            get = fast.get(type(value))
+            if get is not None:
+                ptr, dtype = get(value)
+                if want is None or dtype == want:
+                    pack_into("<Q", buf, off, ptr)
                     return
-            else:
-                get = fast.get(type(value))
-                if get is not None:
-                    ptr, dtype = get(value)
-                    if want is None or dtype == want:
-                        pack_into("<Q", buf, off, ptr)
-                        return
             checked(value)
         return pointer
     if spec.kind == "scalar" and spec.dtype.kind in "iu":

@@ -309,7 +309,7 @@ def _build(source: str, opts: BuildOptions, key: str, arch: str, options: tuple[
         if record is not None:
             found = _restore(record, opts.name_expressions, key, demangler, pending, timings)
             if isinstance(found, Module):
-                _finish(found, opts, True, "cache", None, record, demangler, arch,
+                _finish(found, "cache", None, record, demangler, arch,
                         record.nvrtc_version, store, timings, t0)
                 return found
             store.delete(key)
@@ -346,7 +346,7 @@ def _compile(source: str, opts: BuildOptions, key: str, arch: str, options: tupl
         t = time.perf_counter()
         store.put(key, record)
         timings["store"] = time.perf_counter() - t
-    _finish(module, opts, False, "compiled", miss_reason, record, demangler, arch,
+    _finish(module, "compiled", miss_reason, record, demangler, arch,
             record.nvrtc_version, store, timings, t0)
     return module
 
@@ -460,16 +460,16 @@ def _add_kernels(module: Module, resolved: Sequence[Resolved], sigs: Signatures,
     module.warnings = tuple(notes)
 
 
-def _finish(module: Module, opts: BuildOptions, hit: bool, origin: str, miss_reason: str | None,
-            record: EntryRecord, demangler: Demangler, arch: str, nv: str,
-            store: KernelCache | None, timings: dict[str, float], t0: float) -> None:
+def _finish(module: Module, origin: str, miss_reason: str | None, record: EntryRecord,
+            demangler: Demangler, arch: str, nv: str, store: KernelCache | None,
+            timings: dict[str, float], t0: float) -> None:
     timings["total"] = time.perf_counter() - t0
     for note in module.warnings:
         warnings.warn(note, InputWarning, stacklevel=4)
     rows = tuple(KernelRow(k.python_name, k.name_expression, k.symbol, k.signature,
                            k.resolved_by) for k in module.kernels.values())
     module.report = BuildReport(
-        key=module.key, hit=hit, origin=origin, miss_reason=miss_reason, timings=timings,
+        key=module.key, hit=origin == "cache", origin=origin, miss_reason=miss_reason, timings=timings,
         demangler=demangler.name, enumerated_by=module.enumerated_by,
         arch=arch, nvrtc_version=nv, cache_dir=store.location if store else "(not cached)",
         log=record.log, rows=rows, warnings=module.warnings)
@@ -510,8 +510,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
                                   "(a CUBIN from elsewhere has no stored name map, so only "
                                   "demangling can find them):\n" + "\n".join(lines)) from None
     arch = f"sm_{image.sm}" if image.sm else "?"
-    _finish(module, BuildOptions(name_expressions=tuple(name_expressions)), False, "cubin", None,
-            record, demangler, arch, "-", None, timings, t0)
+    _finish(module, "cubin", None, record, demangler, arch, "-", None, timings, t0)
     return module
 
 
