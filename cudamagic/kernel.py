@@ -475,7 +475,7 @@ class Kernel:
         if params is None:
             raise LaunchError(f"{name}: the CUBIN carries no parameter records for {self.symbol}; "
                               "cudamagic cannot pack its arguments safely")
-        address, packers, _ = self._launcher()
+        address, packers, (buf, _) = self._launcher()
         nargs = len(packers)
         functions, handles, handle_for = self._functions, self._handles, self._handle
         shared_limit = self._shared_limit
@@ -517,7 +517,7 @@ class Kernel:
                 driver.launch(handles[device], g, b, shared_mem, st, address, device,
                               f"launching {name}")
 
-        express = _express_path(name, params, run, address, self._launcher()[2][0],
+        express = _express_path(name, params, run, address, buf,
                                 functions, get_device, fast)
         self._runs[threading.get_ident()] = express or run
         return express or run
