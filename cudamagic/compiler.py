@@ -73,9 +73,12 @@ def supported_archs() -> tuple[int, ...]:
 def _log(prog) -> str:
     nvrtc = _nvrtc()
     size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-    buf = b" " * size
+    # NVRTC writes into the buffer it is given: it must be a fresh, writable one. A bytes
+    # object such as b" " * 1 is CPython's shared single-byte object, and writing into it
+    # changes b" " for the whole interpreter.
+    buf = bytearray(size)
     _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-    return buf.rstrip(b"\0 \n").decode("utf-8", "replace")
+    return bytes(buf).rstrip(b"\0 \n").decode("utf-8", "replace")
 
 
 def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequence[str],
@@ -121,12 +124,12 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
         lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),
                                 "nvrtcGetLoweredName").decode() for expr in name_expressions}
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytearray(size)  # writable and ours alone (see _log)
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     text = rewrite_log(log, program_name, name_expressions, line_offset, source) if log else ""
-    return CompileResult(cubin, lowered, text, time.perf_counter() - start)
+    return CompileResult(bytes(cubin), lowered, text, time.perf_counter() - start)
 
 
 _LOCATED = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<rest>.*)$")

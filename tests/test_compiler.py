@@ -8,6 +8,8 @@ from cudamagic.compiler import compile_cubin, nvrtc_version, rewrite_log
 from cudamagic.errors import CompileError, OptionError
 from cudamagic.image import read_cubin
 
+from .conftest import run_python
+
 OK = "template <typename T> __global__ void k(T* x) { x[0] = T(1); }\n"
 
 
@@ -51,3 +53,15 @@ def test_warnings_are_kept_in_the_log():
 def test_rewrite_log_keeps_unrelated_lines():
     log = 'other.cuh(3): error: oops\ncell.cu(2): warning: w\n1 error detected in the compilation of "cell.cu".'
     assert rewrite_log(log, "cell.cu", [], 1) == "other.cuh(3): error: oops\nline 3: warning: w"
+
+
+def test_a_clean_compile_leaves_the_interpreters_bytes_alone():
+    """NVRTC writes the log and the CUBIN into the buffers it is handed; an empty log is one
+    byte, and a buffer made as b" " * 1 is CPython's shared b" ": writing there corrupts it for
+    the whole process (a Jupyter kernel included)."""
+    out = run_python(
+        "from cudamagic.compiler import compile_cubin\n"
+        "r = compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])\n"
+        "assert r.log == '' and r.cubin[:4] == b'\\x7fELF'\n"
+        "print(bytes([32]) == b' ', b'a b'.split(b' '), b' ' * 3)\n")
+    assert out.split("\n")[0] == "True [b'a', b'b'] b'   '"
