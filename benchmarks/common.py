@@ -1,14 +1,20 @@
-"""Shared pieces of the benchmarks: sources, fresh-process runs, medians, the machine line."""
+"""Shared pieces of the benchmarks: sources, the cells users write, fresh-process runs, notebooks
+run in fresh Jupyter kernels (nbclient) with per-cell times, medians, the machine line."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,7 +28,21 @@ template <int N> __global__ void h(cuda::std::complex<float>* z, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) z[i] = cuda::std::exp(z[i]) * cuda::std::sqrt(z[i]) + cuda::std::pow(z[i], float(N)); }
 """
-SOURCES = {"small": (SMALL, "k"), "heavy": (HEAVY, "h")}
+#: CCCL as people use it: CUB's BlockReduce over cuda::std::complex math
+CCCL = r"""
+#include <cub/block/block_reduce.cuh>
+#include <cuda/std/complex>
+template <int N> __global__ void r(const cuda::std::complex<float>* z, float* out, int n) {
+  using Reduce = cub::BlockReduce<float, 256>;
+  __shared__ typename Reduce::TempStorage tmp;
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = 0.0f;
+  if (i < n) v = cuda::std::abs(cuda::std::exp(z[i]) * cuda::std::sqrt(z[i])
+                                + cuda::std::pow(z[i], float(N)));
+  float s = Reduce(tmp).Sum(v);
+  if (threadIdx.x == 0) out[blockIdx.x] = s; }
+"""
+SOURCES = {"small": (SMALL, "k"), "heavy": (HEAVY, "h"), "cccl": (CCCL, "r")}
 
 
 def names(kind: str, n: int) -> list[str]:
@@ -34,15 +54,24 @@ def median(xs) -> float:
     return statistics.median(xs)
 
 
-def fresh(code: str, *args: str, env: dict[str, str] | None = None) -> dict:
-    """Run ``code`` in a fresh interpreter; it prints one JSON object last."""
+def bench_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a benchmark's child process or Jupyter kernel: this one's, the repo on
+    ``PYTHONPATH``, bytecode written and read as an installed package has it, then ``env``.
+
+    Some images disable writing bytecode, and the GPU machine's wheels are installed without it;
+    then every fresh process would compile IPython, ipywidgets, ... from source again, and a
+    first, untimed run could not warm anything.
+    """
     full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-            # bytecode as an installed package has it (some images disable writing it; then
-            # every fresh process would compile every module from source)
             "PYTHONPYCACHEPREFIX": "/tmp/cudamagic-bench-pycache", **(env or {})}
     full.pop("PYTHONDONTWRITEBYTECODE", None)
+    return full
+
+
+def fresh(code: str, *args: str, env: dict[str, str] | None = None) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON object last."""
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env=full, timeout=900, cwd=REPO)
+                          env=bench_env(env), timeout=900, cwd=REPO)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -68,3 +97,191 @@ def machine() -> str:
     except Exception:  # pragma: no cover
         pass
     return ", ".join(parts)
+
+
+def versions() -> dict[str, str]:
+    """Versions of what a notebook benchmark runs through, and the repo's commit."""
+    import importlib.metadata as md
+
+    out = {}
+    for dist in ("ipykernel", "ipython", "ipywidgets", "nbclient", "jupyter_client", "pyzmq",
+                 "diskcache", "cupy-cuda13x", "cupy-cuda12x", "cuda-bindings", "pyinstrument"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=REPO, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "cudamagic"],
+                               capture_output=True, text=True, cwd=REPO, timeout=10).stdout.strip()
+        out["cudamagic"] = (commit or "?") + (" + uncommitted changes" if dirty else "")
+    except Exception:  # pragma: no cover - no git on the machine
+        out["cudamagic"] = "?"
+    return out
+
+
+def gpu_available() -> bool:
+    """Whether a CUDA device answers (False where cudamagic's driver module cannot say)."""
+    try:
+        from cudamagic import driver
+
+        return bool(driver.available())
+    except Exception:  # pragma: no cover
+        return False
+
+
+def system_include_dirs() -> tuple[str, ...]:
+    """The header folders cudamagic gives every build (CuPy's CCCL, the toolkit's): a CuPy
+    ``RawModule`` measured against it must compile against the same headers."""
+    import importlib
+
+    for where in ("cudamagic.toolkit", "cudamagic.options"):  # the function may move
+        try:
+            return tuple(importlib.import_module(where).system_include_dirs())
+        except (ImportError, AttributeError):
+            continue
+    raise RuntimeError("system_include_dirs() is in neither cudamagic.toolkit nor "
+                       "cudamagic.options: tell benchmarks/common.py where it went")
+
+
+# ---- the cells users write -----------------------------------------------------------------------
+
+def cell0(cudamagic: bool, gpu: bool = True) -> str:
+    """Cell 0: import CuPy, create the context (so that it is made before the cell under test,
+    for both tools; left out without a GPU), and ``%load_ext cudamagic`` for cudamagic."""
+    lines = ["import cupy as cp"]
+    if gpu:
+        lines.append("cp.cuda.Device(0).synchronize()")
+    if cudamagic:
+        lines.append("%load_ext cudamagic")
+    return "\n".join(lines)
+
+
+def magic_line(kind: str, n: int, extra: str = "") -> str:
+    """The ``%%cuda`` line (without ``%%cuda``) a user writes for ``n`` instances."""
+    return " ".join([*(f"-n {shlex.quote(e)}" for e in names(kind, n)), *([extra] if extra else [])])
+
+
+def cuda_cell(kind: str, n: int, extra: str = "") -> str:
+    """The ``%%cuda`` cell: one ``-n`` per instance, the report shown (no ``-q``)."""
+    return f"%%cuda {magic_line(kind, n, extra)}\n{SOURCES[kind][0].strip()}\n"
+
+
+def cupy_cell(kind: str, n: int, options: tuple[str, ...]) -> str:
+    """The same work in CuPy: ``RawModule(code=..., name_expressions=...)`` and ``get_function``
+    for every name."""
+    return (f'code = r"""\n{SOURCES[kind][0].strip()}\n"""\n'
+            f"name_expressions = {names(kind, n)!r}\n"
+            f"mod = cp.RawModule(code=code, name_expressions=name_expressions,\n"
+            f"                   options={tuple(options)!r})\n"
+            f"kernels = [mod.get_function(e) for e in name_expressions]\n")
+
+
+def cupy_options() -> tuple[str, ...]:
+    """CuPy's options for :func:`cupy_cell`: cudamagic's default dialect and system headers
+    (CuPy adds its own arch and include folder)."""
+    return ("-std=c++17", *(f"-I{d}" for d in system_include_dirs()))
+
+
+# ---- notebooks in fresh Jupyter kernels ---------------------------------------------------------
+
+def _kernel_date(stamp: str) -> datetime.datetime:
+    # nbclient's record_timing writes the kernel's header dates in this form
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class CellTime:
+    """One executed cell: its kernel-side and client-side time, and its outputs."""
+
+    source: str
+    started: datetime.datetime   # the kernel's execute_input date
+    replied: datetime.datetime   # the kernel's execute_reply date
+    sent: float                  # perf_counter here when the execute_request went out
+    done: float                  # perf_counter here when the reply and the idle status were in
+    outputs: list = field(default_factory=list)
+
+    @property
+    def kernel_s(self) -> float:
+        """execute_input -> execute_reply: the cell as the kernel ran it (both its dates)."""
+        return (self.replied - self.started).total_seconds()
+
+    @property
+    def client_s(self) -> float:
+        """execute_request sent -> reply and idle received: what the front end waited."""
+        return self.done - self.sent
+
+    def text(self, name: str | None = None) -> str:
+        """What the cell printed (stream ``name``, or all) and displayed as text/plain."""
+        parts = []
+        for out in self.outputs:
+            if out.get("output_type") == "stream":
+                if name is None or out.get("name") == name:
+                    parts.append(out.get("text", ""))
+            elif name is None:
+                parts.append(out.get("data", {}).get("text/plain", ""))
+        return "".join(p if isinstance(p, str) else "".join(p) for p in parts)
+
+
+@dataclass
+class NotebookRun:
+    """A notebook executed top to bottom in a fresh kernel."""
+
+    cells: list[CellTime]
+    kernel_start_s: float   # asking for a kernel -> sending cell 0 (client clock)
+
+    def span(self, first: int, last: int) -> float:
+        """Kernel-side seconds from cell ``first``'s execute_input to cell ``last``'s reply."""
+        return (self.cells[last].replied - self.cells[first].started).total_seconds()
+
+    def client_span(self, first: int, last: int) -> float:
+        """Client-side seconds from sending cell ``first`` to cell ``last``'s reply and idle."""
+        return self.cells[last].done - self.cells[first].sent
+
+
+def run_notebook(cells: list[str], *, cwd: str | os.PathLike, env: dict[str, str] | None = None,
+                 timeout: int = 600, pause_before: dict[int, float] | None = None,
+                 kernel_stderr: Any = None) -> NotebookRun:
+    """Run ``cells`` in a fresh ``python3`` Jupyter kernel through nbclient, as "Restart Kernel
+    and Run All Cells" does: each cell is sent once the one before has replied and gone idle.
+
+    ``env`` is added to :func:`bench_env` for the kernel; ``pause_before`` maps a cell index to
+    seconds the client waits before sending that cell (a person reading the last output);
+    ``kernel_stderr`` is an open file that receives the kernel process's own stderr.
+
+    :raises nbclient.exceptions.CellExecutionError: a cell raised.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    sent: dict[int, float] = {}
+    done: dict[int, float] = {}
+
+    def on_execute(cell, cell_index):
+        if pause_before and cell_index in pause_before:
+            time.sleep(pause_before[cell_index])
+        sent[cell_index] = time.perf_counter()
+
+    def on_executed(cell, cell_index, execute_reply):
+        done[cell_index] = time.perf_counter()
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
+                            on_cell_execute=on_execute, on_cell_executed=on_executed,
+                            resources={"metadata": {"path": str(cwd)}})
+    kernel_args: dict[str, Any] = {"env": bench_env(env), "cwd": str(cwd)}
+    if kernel_stderr is not None:
+        kernel_args["stderr"] = kernel_stderr
+    t0 = time.perf_counter()
+    client.execute(**kernel_args)
+    out = []
+    for i, cell in enumerate(nb.cells):
+        meta = cell.metadata["execution"]
+        started, replied = (_kernel_date(meta[k]) for k in ("iopub.execute_input",
+                                                             "shell.execute_reply"))
+        out.append(CellTime(cell.source, started, replied, sent[i], done[i],
+                            list(cell.get("outputs", []))))
+    return NotebookRun(out, sent[0] - t0)
