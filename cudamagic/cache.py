@@ -1,48 +1,70 @@
 """The on-disk CUBIN cache: entry records in a diskcache folder, never pickled.
 
 An entry is one bytes value: a fixed magic, the sha256 of everything after it, the length of a
-JSON header, the header (format version, CUBIN size and sha256, the lowered-name map, log, options,
-arch, NVRTC version, created time), then the CUBIN. A value that unpickled would be code execution
-for whoever can write the cache folder, so the diskcache ``Disk`` used here stores bytes only and
-refuses to unpickle. Every read checks the magic, the checksum, the header's shape and the CUBIN's
-sha256; a bad entry is deleted and reported as a miss with its reason, so the caller rebuilds it.
+JSON header, the header (format, the key it was stored under, CUBIN size and sha256, the
+lowered-name map, log, options, arch, NVRTC version, created time, an optional dependency
+manifest), then the CUBIN. A value that unpickled would be code execution for whoever can write
+the cache folder, so the diskcache ``Disk`` used here stores bytes only and refuses to unpickle.
+Every read checks the magic, the checksum, the header's shape, the key (a record copied over
+another entry's file is not that entry) and the CUBIN's sha256; a bad entry is deleted and
+reported as a miss with its reason, so the caller rebuilds it.
 
 Every value is its own file (``disk_min_file_size=0``): the database holds keys and bookkeeping
-only, so a damaged CUBIN file costs one entry, never the database.
+only, so a damaged CUBIN file costs one entry, never the database. Everything the cache creates
+is owner-only (folders 700, files 600, whatever the umask), and everything it reads must still
+be: the folder and ``cache.db`` are checked when the cache opens, and each value file and the
+subfolders above it on every read, through a descriptor opened with ``O_NOFOLLOW | O_NONBLOCK``
+(a symbolic link, a FIFO or a device in place of an entry is refused, never followed, waited on
+or read without end).
 
 Where the folder cannot be used (it cannot be created or written, the disk is full, the database
-is damaged, or it is writable by others or owned by someone else, which would let them plant
-code), the cache warns once and goes on in memory for the rest of the process.
+is damaged, or the folder or its database is writable by others or owned by someone else, which
+would let them plant code), the cache warns once and goes on in memory for the rest of the
+process. A size limit that would keep nothing is refused with the limit that works: caching
+never turns itself off in silence.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
 import sqlite3
 import stat
 import struct
+import threading
 import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import diskcache
+from diskcache.core import DBNAME, DEFAULT_SETTINGS, METADATA, MODE_BINARY, MODE_PICKLE, MODE_RAW
 
-from .errors import CacheWarning
-from .keys import FORMAT_VERSION
+from .errors import CacheArgumentError, CacheWarning, CudaMagicError
 
 __all__ = ["EntryRecord", "EntryInfo", "BadEntry", "encode_entry", "decode_entry", "KernelCache",
-           "default_cache_dir", "DEFAULT_SIZE_LIMIT", "parse_size"]
+           "default_cache", "default_cache_dir", "DEFAULT_SIZE_LIMIT", "MIN_ENTRY_ROOM",
+           "ENTRY_FORMAT", "parse_size"]
+
+#: The layout of an entry record. 2: the record names its key; format-1 records (which do not)
+#: are misses, rebuilt on first use. Independent of :data:`cudamagic.keys.FORMAT_VERSION`, which
+#: changes what keys mean.
+ENTRY_FORMAT = 2
 
 _MAGIC = b"CUDAMAGIC-ENTRY\n"
 _HEADER_LEN = struct.Struct("<I")
 _SUM = 32  # sha256 of everything after it
 DEFAULT_SIZE_LIMIT = 1 << 30  # 1 GiB
+#: Room a size limit must leave beside the database for entries (a typical CUBIN fits many
+#: times); a limit below the database plus this would evict every entry as it is stored.
+MIN_ENTRY_ROOM = 1 << 20
+_MAX_SIZE = (1 << 63) - 1  # SQLite's largest integer: diskcache keeps the limit in the database
 
 
 class BadEntry(Exception):
@@ -57,8 +79,8 @@ class EntryRecord:
     ----------
     cubin : bytes
     lowered : dict of str to str or None
-        Name expression -> symbol as NVRTC lowered it; None in entries that lack it (an older
-        format, or a CUBIN from elsewhere): those are resolved by demangling alone.
+        Name expression -> symbol as NVRTC lowered it; None in entries that lack it (a CUBIN from
+        elsewhere): those are resolved by demangling alone.
     log : str
         The compile log (warnings).
     options : tuple of str
@@ -70,6 +92,12 @@ class EntryRecord:
     python_names : dict of str to str or None
         Name expression -> Python name as the miss derived them (a restore of 1000 kernels
         need not derive them again); optional like ``lowered``.
+    key : str
+        The cache key the record is stored under; :meth:`KernelCache.put` fills it in. A record
+        read back under another key is refused: its file was copied or moved there.
+    manifest : dict or None
+        A JSON object kept as is (the dependency manifest of the headers the compile read);
+        None when there is none.
     """
 
     cubin: bytes
@@ -81,6 +109,8 @@ class EntryRecord:
     created: float = field(default_factory=time.time)
     compile_seconds: float = 0.0
     python_names: dict[str, str] | None = None
+    key: str = ""
+    manifest: dict[str, Any] | None = None
 
     @property
     def cubin_sha256(self) -> str:
@@ -88,19 +118,34 @@ class EntryRecord:
         return hashlib.sha256(self.cubin).hexdigest()
 
 
-def encode_entry(rec: EntryRecord, format_version: int = FORMAT_VERSION) -> bytes:
-    """The bytes stored for an entry."""
+def encode_entry(rec: EntryRecord, format_version: int = ENTRY_FORMAT) -> bytes:
+    """The bytes stored for an entry.
+
+    :raises CacheArgumentError: the record names no key, or its manifest is not a JSON object.
+    """
+    if not rec.key:
+        raise CacheArgumentError("an entry record must name the key it is stored under "
+                                 "(KernelCache.put fills it in)")
+    if rec.manifest is not None and not isinstance(rec.manifest, dict):
+        raise CacheArgumentError(f"an entry's manifest must be a dict (a JSON object), not a "
+                                 f"{type(rec.manifest).__name__}")
     header: dict[str, Any] = {
-        "format": format_version, "cubin_size": len(rec.cubin), "cubin_sha256": rec.cubin_sha256,
-        "log": rec.log, "options": list(rec.options), "arch": rec.arch,
-        "nvrtc_version": rec.nvrtc_version, "created": rec.created,
+        "format": format_version, "key": rec.key, "cubin_size": len(rec.cubin),
+        "cubin_sha256": rec.cubin_sha256, "log": rec.log, "options": list(rec.options),
+        "arch": rec.arch, "nvrtc_version": rec.nvrtc_version, "created": rec.created,
         "compile_seconds": rec.compile_seconds,
     }
     if rec.lowered is not None:
         header["lowered"] = dict(rec.lowered)
     if rec.python_names is not None:
         header["python_names"] = dict(rec.python_names)
-    blob = json.dumps(header, sort_keys=True).encode()
+    if rec.manifest is not None:
+        header["manifest"] = rec.manifest
+    try:
+        blob = json.dumps(header, sort_keys=True, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise CacheArgumentError(f"an entry's manifest must hold JSON values only ({exc})"
+                                 ) from None
     body = _HEADER_LEN.pack(len(blob)) + blob + rec.cubin
     return _MAGIC + hashlib.sha256(body).digest() + body
 
@@ -110,11 +155,19 @@ _SHAPE = {"format": int, "cubin_size": int, "cubin_sha256": str, "log": str, "op
           "compile_seconds": (int, float)}
 
 
-def decode_entry(value: object) -> EntryRecord:
+def decode_entry(value: object, key: str | None = None) -> EntryRecord:
     """Read an entry record back, checking everything.
 
-    :raises BadEntry: not an entry record, a newer format than this reader knows, a header of
-        the wrong shape, or a CUBIN whose size or sha256 does not match the header.
+    Parameters
+    ----------
+    value : bytes
+        What the cache stored.
+    key : str, optional
+        The key it was found under: the record must name the same one.
+
+    :raises BadEntry: not an entry record, a newer format than this reader knows, an older one
+        that does not name its key, a record that names another key, a header of the wrong
+        shape, or a CUBIN whose size or sha256 does not match the header.
     """
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise BadEntry(f"the stored value is a {type(value).__name__}, not an entry record")
@@ -137,9 +190,16 @@ def decode_entry(value: object) -> EntryRecord:
     if not isinstance(header, dict):
         raise BadEntry("the entry's header is not a JSON object")
     fmt = header.get("format")
-    if isinstance(fmt, int) and fmt > FORMAT_VERSION:
-        raise BadEntry(f"the entry is of format {fmt}, newer than this reader's "
-                       f"{FORMAT_VERSION}")
+    if isinstance(fmt, int) and fmt > ENTRY_FORMAT:
+        raise BadEntry(f"the entry is of format {fmt}, newer than this reader's {ENTRY_FORMAT}")
+    stored_key = header.get("key")
+    if not isinstance(stored_key, str) or not stored_key:
+        # a record that does not say whose it is could be any entry's (issue 9 item 6)
+        raise BadEntry(f"the entry is of format {fmt}, older than {ENTRY_FORMAT}, and does not "
+                       "name its key, so it cannot show it belongs here")
+    if key is not None and stored_key != key:
+        raise BadEntry(f"the entry names key {stored_key[:16]}..., not this one: its file was "
+                       "copied or moved from another entry")
     for name, typ in _SHAPE.items():
         if not isinstance(header.get(name), typ) or isinstance(header.get(name), bool):
             raise BadEntry(f"the entry's header field {name!r} is missing or of the wrong type")
@@ -148,6 +208,9 @@ def decode_entry(value: object) -> EntryRecord:
         if value is not None and not (isinstance(value, dict) and all(
                 isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
             raise BadEntry(f"the entry's {name!r} field is not a map of strings")
+    manifest = header.get("manifest")
+    if manifest is not None and not isinstance(manifest, dict):
+        raise BadEntry("the entry's 'manifest' field is not a JSON object")
     cubin = data[start + hlen:]
     if len(cubin) != header["cubin_size"]:
         raise BadEntry(f"the CUBIN is {len(cubin)} bytes, its header says "
@@ -158,15 +221,62 @@ def decode_entry(value: object) -> EntryRecord:
                        options=tuple(header["options"]), arch=header["arch"],
                        nvrtc_version=header["nvrtc_version"], created=float(header["created"]),
                        compile_seconds=float(header["compile_seconds"]),
-                       python_names=header.get("python_names"))
+                       python_names=header.get("python_names"), key=stored_key,
+                       manifest=manifest)
 
 
-class _RefusedPickle(Exception):
-    pass
+# --- trust: who may have written what the cache reads ------------------------------------------
+
+_UID = os.getuid() if hasattr(os, "getuid") else None
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"))
 
 
-class _BytesDisk(diskcache.Disk):
-    """A diskcache ``Disk`` that stores bytes only and never unpickles."""
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
+def _distrust(st: os.stat_result, want=stat.S_ISREG) -> str | None:
+    """Why what ``st`` describes must not be trusted with code (None when it can be)."""
+    if not want(st.st_mode):
+        return f"is {_kind(st.st_mode)}"
+    if _UID is not None and st.st_uid != _UID:
+        return f"is owned by another user (uid {st.st_uid})"
+    if st.st_mode & _OTHERS_WRITE:
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+class _Refused(Exception):
+    """A stored value the cache will not read (the reason is the message).
+
+    Not an ``OSError``: diskcache takes an ``OSError`` from ``Disk.fetch`` for a file deleted
+    by another process and answers a plain miss, and a refusal must say why.
+    """
+
+
+# O_NOFOLLOW: a symbolic link (to /dev/zero, to someone else's file) is refused, not followed.
+# O_NONBLOCK: opening a FIFO for reading would wait for a writer forever; this way it opens at
+# once and fstat refuses it. (No effect on reads of a regular file.)
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+_CREATE_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+
+
+class _PrivateDisk(diskcache.Disk):
+    """A diskcache ``Disk`` that stores bytes only, never unpickles, and trusts only its own files.
+
+    It writes folders 700 and files 600 whatever the umask, and reads a value file only when the
+    file and every folder between it and the cache folder are owned by this user and writable by
+    no one else, the file is a regular file (opened without following a link and without waiting
+    on a FIFO), and it is no larger than ``max_read``.
+    """
+
+    #: Largest value file read (KernelCache sets its size limit: no entry it keeps is larger).
+    max_read: int = DEFAULT_SIZE_LIMIT
 
     def store(self, value, read, key=diskcache.core.UNKNOWN):
         if not read and not isinstance(value, bytes):
@@ -174,9 +284,262 @@ class _BytesDisk(diskcache.Disk):
         return super().store(value, read, key=key)
 
     def fetch(self, mode, filename, value, read):
-        if mode == diskcache.core.MODE_PICKLE:
-            raise _RefusedPickle()
-        return super().fetch(mode, filename, value, read)
+        if mode == MODE_BINARY:
+            fd = self._open_value(filename)
+            if read:
+                return os.fdopen(fd, "rb")
+            return self._read_fd(fd)
+        if mode == MODE_PICKLE:
+            raise _Refused("the stored value was pickled; cudamagic never unpickles")
+        if mode == MODE_RAW:
+            # entries are always files (disk_min_file_size=0): a value inside the database was
+            # written by someone else
+            raise _Refused("the stored value is inside the database, where cudamagic never "
+                           "stores an entry")
+        raise _Refused("the stored value is text, not an entry record")
+
+    def read_value(self, filename: str) -> bytes:
+        """The bytes of a value file, checked as :meth:`fetch` checks them.
+
+        :raises _Refused: the file or a folder above it is not trusted, or it is too large.
+        :raises OSError: it cannot be read (gone, say).
+        """
+        return self._read_fd(self._open_value(filename))
+
+    def _open_value(self, filename: str) -> int:
+        """A descriptor of a trusted value file (see the class docstring)."""
+        parts = Path(filename).parts if isinstance(filename, str) else ()
+        if not parts or Path(filename).is_absolute() or ".." in parts:
+            raise _Refused(f"its file name {filename!r} points outside the cache folder")
+        path = self._directory
+        for part in parts[:-1]:
+            # who may write a folder decides who may swap the files in it
+            path = os.path.join(path, part)
+            why = _distrust(os.lstat(path), stat.S_ISDIR)
+            if why:
+                raise _Refused(f"the folder {path} above its file {why}")
+        path = os.path.join(path, parts[-1])
+        try:
+            fd = os.open(path, _READ_FLAGS)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _Refused(f"its file {path} is a symbolic link") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            why = _distrust(st)
+            if why:
+                raise _Refused(f"its file {path} {why}")
+            if st.st_size > self.max_read:
+                raise _Refused(f"its file {path} is {st.st_size} bytes, larger than the cache's "
+                               f"size limit ({self.max_read} bytes)")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @staticmethod
+    def _read_fd(fd: int) -> bytes:
+        """Everything in a regular file whose size fstat gave, then close it."""
+        try:
+            size = os.fstat(fd).st_size
+            data = os.read(fd, size)
+            while len(data) < size:  # a short read (signals, huge files): read on
+                more = os.read(fd, size - len(data))
+                if not more:
+                    break
+                data += more
+            return data
+        finally:
+            os.close(fd)
+
+    def _write(self, full_path, iterator, mode, encoding=None):
+        full_dir = os.path.dirname(full_path)
+        for count in range(1, 11):
+            try:
+                self._private_dirs(full_dir)
+                # 600 whatever the umask (a umask only takes bits away); O_EXCL as diskcache's "x"
+                fd = os.open(full_path, _CREATE_FLAGS, 0o600)
+            except OSError:
+                # another process's Disk.remove may take the folder away between the two (the
+                # retry is diskcache's own)
+                if count == 10:
+                    raise
+                continue
+            with open(fd, mode.replace("x", "w"), encoding=encoding) as writer:
+                size = 0
+                for chunk in iterator:
+                    size += len(chunk)
+                    writer.write(chunk)
+                return size
+
+    def _private_dirs(self, full_dir: str) -> None:
+        """Create the folders down to ``full_dir`` owner-only; make older ones owner-only.
+
+        :raises OSError: a folder on the way that is not ours or not a folder.
+        """
+        rel = os.path.relpath(full_dir, self._directory)
+        path = self._directory
+        for part in Path(rel).parts:
+            path = os.path.join(path, part)
+            try:
+                os.mkdir(path, 0o700)
+                continue
+            except FileExistsError:
+                pass
+            st = os.lstat(path)
+            why = _distrust(st, stat.S_ISDIR)
+            if why and not why.startswith("is writable"):
+                raise OSError(errno.EPERM, f"the cache subfolder {path} {why}")
+            if why:
+                # made by an older cudamagic under a umask such as 002: its files are checked
+                # one by one on read, and from now on no one else may add to it
+                os.chmod(path, 0o700)
+
+    def remove(self, file_path):
+        # a file name comes from the database: never delete outside the cache folder on its word
+        parts = Path(file_path).parts if isinstance(file_path, str) else ()
+        if parts and not Path(file_path).is_absolute() and ".." not in parts:
+            super().remove(file_path)
+
+
+# --- opening diskcache -------------------------------------------------------------------------
+
+# diskcache's Cache.__init__ runs about 70 SQL statements on every open, most of them rewriting
+# settings the database already holds (3-9 ms here, on every kernel restart's first cell). When
+# the stored settings and schema are what the full open would leave, _Store sets the same
+# attributes from one SELECT instead. It relies on Cache.__init__'s attribute names, hence the
+# version check (and tests/test_cache_robustness.py compares both opens attribute by attribute);
+# anything unexpected takes diskcache's own path.
+_FAST_OPEN = diskcache.__version__.startswith("5.6.")
+_SCHEMA = frozenset({"Settings", "Cache", "Cache_key_raw", "Cache_expire_time", "Cache_access_time",
+                     "Settings_count_insert", "Settings_count_delete", "Settings_size_insert",
+                     "Settings_size_update", "Settings_size_delete"})
+_SETTINGS = {"statistics": 1, "disk_min_file_size": 0,
+             "cull_limit": 1,  # evict one entry, the least recently used, per write
+             "eviction_policy": "least-recently-used"}
+
+
+class _Store(diskcache.Cache):
+    """diskcache's ``Cache``, opened without rewriting settings it already holds."""
+
+    def __init__(self, directory, timeout=60, disk=_PrivateDisk, **settings):
+        if not (_FAST_OPEN and self._open_as_is(str(directory), timeout, disk, settings)):
+            super().__init__(directory, timeout=timeout, disk=disk, **settings)
+
+    def _open_as_is(self, directory: str, timeout: float, disk: type,
+                    settings: dict[str, Any]) -> bool:
+        """Open as ``Cache.__init__`` would when it would change nothing; False to let it."""
+        self._directory = directory
+        self._timeout = timeout
+        self._local = threading.local()
+        self._txn_id = None
+        try:
+            con = self._con  # diskcache's own: connects and sets the per-connection pragmas
+            stored = dict(con.execute("SELECT key, value FROM Settings").fetchall())
+            schema = {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
+            ((page_size,),) = con.execute("PRAGMA page_size").fetchall()
+        except (sqlite3.Error, ValueError):
+            self.close()
+            return False
+        sets = {**DEFAULT_SETTINGS, **stored, **settings}
+        for name in METADATA:
+            sets.pop(name, None)
+        if (any(stored.get(k) != v for k, v in sets.items()) or not METADATA.keys() <= stored.keys()
+                or sets.get("eviction_policy") != "least-recently-used"
+                or not _SCHEMA <= schema or ("Cache_tag_rowid" in schema) != bool(sets["tag_index"])):
+            self.close()
+            return False
+        for name, value in sets.items():
+            setattr(self, name, value)
+        for name in METADATA:
+            setattr(self, name, stored[name])
+        self._disk = disk(directory, **{k[5:]: v for k, v in sets.items() if k.startswith("disk_")})
+        self._page_size = page_size
+        return True
+
+    def database_bytes(self) -> int:
+        """Bytes the database itself takes (what a size limit must leave room for, and more)."""
+        ((page_count,),) = self._sql("PRAGMA page_count").fetchall()
+        return self._page_size * page_count
+
+
+def _private_database(directory: Path) -> str | None:
+    """Create ``cache.db`` owner-only if it is not there; why it is not trusted, or None.
+
+    SQLite would create it (and its -wal and -shm files, which take the database's mode) 644 or,
+    under umask 002, 664: writable by the group, who could then add rows whose values diskcache
+    hands back from the database itself.
+    """
+    db = directory / DBNAME
+    try:
+        os.close(os.open(db, _CREATE_FLAGS, 0o600))  # an empty file is an empty database
+    except FileExistsError:
+        pass
+    for path in (db, directory / f"{DBNAME}-wal", directory / f"{DBNAME}-shm"):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        why = _distrust(st)
+        if why:
+            return f"its database file {path} {why}"
+    return None
+
+
+# --- sizes -------------------------------------------------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40,
+          "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_size(text: str | int | float) -> int:
+    """``"512MB"``, ``"1 GiB"``, ``"1048576"`` -> bytes (binary units).
+
+    :raises CacheArgumentError: (a ``ValueError``) not a size: no number, an unknown unit, a
+        negative, infinite or NaN number, or more bytes than the cache's database can record.
+    """
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise CacheArgumentError(f"{text!r} is not a size: give bytes or a number with a unit, "
+                                 "such as 512MB or 1GiB")
+    if isinstance(text, int):
+        number, scale = float(text), 1
+    else:
+        t = str(text).strip().lower().replace(" ", "").replace("_", "")
+        num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = t[len(num):]
+        try:
+            number, scale = float(num), _UNITS[unit]
+        except (ValueError, KeyError):
+            raise CacheArgumentError(f"{text!r} is not a size: give bytes or a number with a "
+                                     "unit (B, KB, MB, GB, TB), such as 512MB or 1GiB") from None
+    if math.isnan(number) or number < 0:
+        raise CacheArgumentError(f"{text!r} is not a size: a size limit is a number of bytes, "
+                                 "0 or more, such as 512MB")
+    size = text if isinstance(text, int) else (int(number * scale) if math.isfinite(number)
+                                               else _MAX_SIZE + 1)
+    if size > _MAX_SIZE:
+        raise CacheArgumentError(f"{text!r} is more than the largest size the cache can record "
+                                 f"({_MAX_SIZE} bytes, 8 EiB); give a size such as 64GB")
+    return size
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n < 10 << 20 else f"{n / 2**20:.0f} MiB"
+
+
+def _short_of(limit: int, database: int) -> str | None:
+    """Why ``limit`` leaves no room beside a database of ``database`` bytes, with what works."""
+    need = database + MIN_ENTRY_ROOM
+    if limit >= need:
+        return None
+    works = max(-(-need // (1 << 20)), 2)  # whole MiB, rounded up
+    db = f"the cache's database alone takes {_mib(database)}, and " if database else ""
+    return (f"a size limit of {limit} bytes leaves no room for entries: {db}every entry stored "
+            f"would be evicted at once, so every build would compile again. Give at least "
+            f"{works}MB (the default is 1GB); to not cache at all, use --no-cache "
+            "(build(..., use_cache=False))")
 
 
 def default_cache_dir() -> Path:
@@ -188,41 +551,12 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "cudamagic"
 
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+_warned: set[tuple[str, str]] = set()
 
 
-def parse_size(text: str | int) -> int:
-    """``"512MB"``, ``"1 GiB"``, ``"1048576"`` -> bytes (binary units).
-
-    :raises ValueError: not a size.
-    """
-    if isinstance(text, int):
-        return text
-    t = str(text).strip().lower().replace(" ", "")
-    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = t[len(num):]
-    if not num or unit not in _UNITS:
-        raise ValueError(f"{text!r} is not a size such as 512MB or 1GiB")
-    return int(float(num) * _UNITS[unit])
-
-
-def _untrusted(directory: Path) -> str | None:
-    """Why a folder must not be trusted with code (None when it can be)."""
-    st = directory.stat()
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        return f"it is owned by another user (uid {st.st_uid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"it is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
+def _warn_once(what: str, where: str, message: str) -> None:
+    if (what, where) not in _warned:
+        _warned.add((what, where))
         warnings.warn(message, CacheWarning, stacklevel=4)
 
 
@@ -292,53 +626,104 @@ class _MemoryStore:
 _STORE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout, UnicodeError, ValueError, KeyError)
 
 
+def _folder(directory: object) -> Path:
+    """The folder a ``cache``/``directory`` argument names.
+
+    :raises CacheArgumentError: it names none.
+    """
+    if isinstance(directory, (str, os.PathLike)):
+        path = os.fspath(directory)
+        if isinstance(path, str) and path.strip():
+            return Path(path).expanduser()
+    raise CacheArgumentError(
+        f"cache={directory!r} is not a cache: give a KernelCache, a diskcache.Cache, a folder "
+        "(a str or pathlib.Path), or None for the default folder "
+        "($CUDAMAGIC_CACHE_DIR or ~/.cache/cudamagic)")
+
+
 class KernelCache:
     """Entry records by key, in a diskcache folder with least-recently-used eviction.
 
     Parameters
     ----------
-    directory : path, optional
+    directory : str or path, optional
         Default :func:`default_cache_dir`.
     size_limit : int or str, optional
-        Bytes kept before the least recently used entries go (default 1 GiB, or
-        ``$CUDAMAGIC_CACHE_SIZE_LIMIT``, which takes sizes such as ``512MB``).
+        Bytes kept before the least recently used entries go (default: what the folder keeps,
+        1 GiB for a new one, or ``$CUDAMAGIC_CACHE_SIZE_LIMIT``, which takes sizes such as
+        ``512MB``). A limit that would keep nothing (below the database plus
+        :data:`MIN_ENTRY_ROOM`) is refused; one the folder kept from before is replaced by the
+        default, with a warning.
 
     Attributes
     ----------
     directory : Path
+    size_limit : int
     in_memory : str or None
         Why the cache is in memory instead of the folder (None while on disk).
+
+    :raises CacheArgumentError: (a ``ValueError``) ``directory`` is not a folder name, or the
+        size limit (given or from the environment) is not a size or would keep nothing; the
+        message says what works.
     """
 
     def __init__(self, directory: str | os.PathLike | None = None,
                  size_limit: int | str | None = None) -> None:
-        self.directory = Path(directory) if directory is not None else default_cache_dir()
-        if size_limit is None:
-            size_limit = os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT")
-        # without an explicit limit the folder keeps the one set last (%cuda_cache limit)
-        settings = {} if size_limit is None else {"size_limit": parse_size(size_limit)}
-        self.size_limit = settings.get("size_limit", DEFAULT_SIZE_LIMIT)
+        self.directory = _folder(directory) if directory is not None else default_cache_dir()
+        origin = "size_limit"
+        if size_limit is None and os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT") is not None:
+            size_limit = os.environ["CUDAMAGIC_CACHE_SIZE_LIMIT"]
+            origin = "$CUDAMAGIC_CACHE_SIZE_LIMIT"
+        limit = None if size_limit is None else _checked_size(size_limit, origin, 0)
+        self.size_limit = DEFAULT_SIZE_LIMIT if limit is None else limit
         self.in_memory: str | None = None
         self._dc: Any = None
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            why = _untrusted(self.directory)
+            why = _untrusted(self.directory) or _private_database(self.directory)
             if why:
-                self._fall_back(f"the cache folder {self.directory} is not trusted: {why}; "
-                                "a CUBIN from there could be anyone's code. Fix its owner or mode "
-                                "(chmod 700) or set CUDAMAGIC_CACHE_DIR")
+                self._fall_back("untrusted", f"the cache folder {self.directory} is not trusted: "
+                                f"{why}; a CUBIN from there could be anyone's code. Fix its "
+                                "owner or mode (chmod 700 the folder, 600 its files) or set "
+                                "CUDAMAGIC_CACHE_DIR")
                 return
-            self._dc = diskcache.Cache(str(self.directory), disk=_BytesDisk, statistics=1,
-                                       disk_min_file_size=0,
-                                       cull_limit=1,  # evict one entry, the least recently used, per write
-                                       eviction_policy="least-recently-used", **settings)
-            self.size_limit = int(self._dc.size_limit)
+            # the limit is not passed to diskcache: it would store it before it can be checked
+            self._dc = _Store(str(self.directory), **_SETTINGS)
+            self._settle_limit(limit, origin)
+        except CudaMagicError:
+            self.close()
+            raise
         except _STORE_ERRORS as exc:
-            self._fall_back(f"the cache folder {self.directory} cannot be used ({exc})")
+            self._fall_back("unusable", f"the cache folder {self.directory} cannot be used "
+                                        f"({exc})")
 
-    def _fall_back(self, why: str) -> None:
-        _warn_once(str(self.directory), f"cudamagic: {why}; compiled kernels are cached in "
-                                        "memory for this session only")
+    def _settle_limit(self, limit: int | None, origin: str) -> None:
+        """Take ``limit`` (None: the folder's own), refusing one that would keep nothing."""
+        database = self._dc.database_bytes()
+        stored = self._dc.size_limit
+        if limit is None:
+            limit = stored
+            why = _short_of(limit, database)
+            if why:
+                # kept by the folder from before (an older cudamagic, plain diskcache): warn and
+                # cache, rather than refuse and leave %cuda_cache limit no cache to fix it with
+                _warn_once("limit", str(self.directory),
+                           f"cudamagic: the size limit stored in the cache folder "
+                           f"{self.directory}: {why}. Using the default "
+                           f"({_mib(DEFAULT_SIZE_LIMIT)}) instead")
+                limit = max(DEFAULT_SIZE_LIMIT, database + MIN_ENTRY_ROOM)
+        else:
+            why = _short_of(limit, database)
+            if why:
+                raise CacheArgumentError(f"{origin}: {why}")
+        if limit != stored:
+            self._dc.reset("size_limit", limit)
+        self.size_limit = limit
+        self._dc.disk.max_read = limit
+
+    def _fall_back(self, what: str, why: str) -> None:
+        _warn_once(what, str(self.directory), f"cudamagic: {why}; compiled kernels are cached "
+                                              "in memory for this session only")
         self.in_memory = why
         if self._dc is not None:
             try:
@@ -355,42 +740,72 @@ class KernelCache:
     @classmethod
     def wrap(cls, cache: "KernelCache | diskcache.Cache | str | os.PathLike | None"
              ) -> "KernelCache":
-        """A KernelCache from what :func:`cudamagic.build` accepts as ``cache``."""
+        """A KernelCache from what :func:`cudamagic.build` accepts as ``cache``.
+
+        A ``diskcache.Cache`` is reopened on its folder with cudamagic's own ``Disk`` (the
+        caller's would unpickle, and would read files without the checks above) and with the
+        caller's size limit; the folder then keeps cudamagic's storage settings (bytes only,
+        one file per entry, least recently used out first). None is :func:`default_cache`.
+
+        :raises CacheArgumentError: (a ``ValueError``) anything else, with what it accepts; or
+            the diskcache's size limit would keep nothing.
+        """
         if isinstance(cache, KernelCache):
             return cache
+        if cache is None:
+            return default_cache()
         if isinstance(cache, diskcache.Cache):
-            return cls(cache.directory)
-        return cls(cache)
+            return cls(cache.directory, size_limit=int(cache.size_limit))
+        return cls(_folder(cache))
 
     def get(self, key: str) -> tuple[EntryRecord | None, str | None]:
-        """The entry for ``key``, or ``(None, why)``; a bad entry is deleted here."""
+        """The entry for ``key``, or ``(None, why)`` (``why`` None: there is none).
+
+        A bad entry (damaged, another key's, an older format, an untrusted or special file) is
+        deleted here, or left where it cannot be, and ``why`` says so; the caller rebuilds.
+        """
         try:
             value = self._dc.get(key, default=None, retry=True)
-        except _RefusedPickle:
-            self.delete(key)
-            return None, "the stored value was pickled; cudamagic never unpickles (deleted)"
+        except _Refused as exc:
+            return None, f"{exc} ({'deleted' if self.delete(key) else 'could not be deleted'})"
         except _STORE_ERRORS as exc:
-            self._fall_back(f"reading the cache folder {self.directory} failed ({exc})")
+            self._fall_back("read", f"reading the cache folder {self.directory} failed ({exc})")
             return None, "the cache folder could not be read"
         if value is None:
             return None, None
         try:
-            return decode_entry(value), None
+            return decode_entry(value, key), None
         except BadEntry as exc:
-            self.delete(key)
-            return None, f"{exc} (deleted)"
+            return None, f"{exc} ({'deleted' if self.delete(key) else 'could not be deleted'})"
 
     def put(self, key: str, record: EntryRecord) -> None:
-        """Store an entry (replacing any under the same key)."""
-        self.put_raw(key, encode_entry(record))
+        """Store an entry under ``key`` (replacing any), naming ``key`` inside it.
 
-    def put_raw(self, key: str, value: bytes) -> None:
-        """Store raw bytes under a key (tests use it to plant foreign values)."""
+        Warns once when the entry does not fit the size limit beside the database (it was
+        evicted as soon as it was stored), with the limit that would keep it.
+
+        :raises CacheArgumentError: the record names another key.
+        """
+        if record.key != key:
+            if record.key:
+                raise CacheArgumentError(f"a record naming key {record.key[:16]}... cannot be "
+                                         f"stored under {key[:16]}...")
+            record = replace(record, key=key)
+        value = encode_entry(record)
         try:
             self._dc.set(key, value, retry=True)
+            kept = key in self._dc
         except _STORE_ERRORS as exc:
-            self._fall_back(f"writing to the cache folder {self.directory} failed ({exc})")
+            self._fall_back("write", f"writing to the cache folder {self.directory} failed ({exc})")
             self._dc.set(key, value)
+            return
+        if not kept:
+            need = -(-(len(value) + self._database_bytes() + MIN_ENTRY_ROOM) // (1 << 20))
+            _warn_once("fit", str(self.directory),
+                       f"cudamagic: a {_mib(len(value))} entry does not fit the cache's size limit "
+                       f"({_mib(self.size_limit)}) and was evicted as soon as it was stored, so "
+                       f"this build will compile every time. Raise the limit to at least "
+                       f"{need}MB (%cuda_cache limit {need}MB or $CUDAMAGIC_CACHE_SIZE_LIMIT)")
 
     def delete(self, key: str) -> bool:
         """Remove an entry; True if there was one."""
@@ -413,13 +828,23 @@ class KernelCache:
         """Bytes the cache holds (on disk: the folder, database included)."""
         return self._dc.volume()
 
+    def _database_bytes(self) -> int:
+        return 0 if isinstance(self._dc, _MemoryStore) else self._dc.database_bytes()
+
     def set_size_limit(self, size_limit: int | str) -> None:
-        """Change the size limit (kept in the folder's settings); evicts down to it now."""
-        self.size_limit = parse_size(size_limit)
+        """Change the size limit (kept in the folder's settings); evicts down to it now.
+
+        :raises CacheArgumentError: (a ``ValueError``) not a size, or a limit that would keep
+            nothing (below the database plus :data:`MIN_ENTRY_ROOM`); the message says what
+            limit works.
+        """
+        limit = _checked_size(size_limit, "", self._database_bytes())
+        self.size_limit = limit
         if isinstance(self._dc, _MemoryStore):
-            self._dc.size_limit = self.size_limit
+            self._dc.size_limit = limit
         else:
-            self._dc.reset("size_limit", self.size_limit)
+            self._dc.reset("size_limit", limit)
+            self._dc.disk.max_read = limit
             self._dc.cull()
 
     def clear(self) -> int:
@@ -441,12 +866,12 @@ class KernelCache:
             rows = [(*r, None) for r in self._rows()]
         for key, filename, size, stored, used, value in rows:
             if value is None:
-                try:
-                    value = (self.directory / filename).read_bytes() if filename else b""
-                except OSError:
+                try:  # checked like a lookup: a FIFO here would hang %cuda_cache list
+                    value = self._dc.disk.read_value(filename) if filename else b""
+                except (_Refused, OSError):
                     value = b""
             try:
-                rec = decode_entry(value)
+                rec = decode_entry(value, key if isinstance(key, str) else None)
                 exprs, created, ok = tuple(rec.lowered or ()), rec.created, True
             except BadEntry:
                 exprs, created, ok = (), stored, False
@@ -456,7 +881,7 @@ class KernelCache:
     def _rows(self) -> list[tuple]:
         # diskcache keeps its bookkeeping in the "Cache" table of cache.db; read it directly so
         # that listing does not count as use (a get would refresh every entry's LRU time)
-        con = sqlite3.connect(f"file:{self.directory / 'cache.db'}?mode=ro", uri=True)
+        con = sqlite3.connect(f"file:{self.directory / DBNAME}?mode=ro", uri=True)
         try:
             return con.execute("SELECT key, filename, size, store_time, access_time "
                                "FROM Cache").fetchall()
@@ -471,12 +896,61 @@ class KernelCache:
 
     def close(self) -> None:
         """Close the database connection (it reopens on next use)."""
-        self._dc.close()
+        if self._dc is not None:
+            self._dc.close()
 
     @property
     def raw(self) -> Any:
-        """The underlying diskcache (or the in-memory store after a fall-back)."""
+        """The underlying diskcache (or the in-memory store after a fall-back).
+
+        Tests write foreign values through it (``cache.raw.set(key, b"...")``).
+        """
         return self._dc
 
     def __repr__(self) -> str:
         return f"KernelCache({self.location!r})"
+
+
+def _checked_size(size_limit: int | str, origin: str, database: int) -> int:
+    """A size limit that keeps something; ``origin`` (where it came from) leads any message.
+
+    :raises CacheArgumentError: not a size, or below ``database`` plus MIN_ENTRY_ROOM.
+    """
+    try:
+        limit = parse_size(size_limit)
+        why = _short_of(limit, database)
+    except CacheArgumentError as exc:
+        why = str(exc)
+    if why:
+        raise CacheArgumentError(f"{origin}: {why}" if origin else why) from None
+    return limit
+
+
+def _untrusted(directory: Path) -> str | None:
+    """Why the cache folder must not be trusted with code (None when it can be).
+
+    The folder itself is followed if it is a link (``~/.cache`` on another disk is common);
+    what is inside it is not.
+    """
+    why = _distrust(directory.stat(), stat.S_ISDIR)
+    return f"it {why}" if why else None
+
+
+_default: KernelCache | None = None
+_default_lock = threading.Lock()
+
+
+def default_cache() -> KernelCache:
+    """The process-wide cache in :func:`default_cache_dir`, opened once.
+
+    Reopened when :func:`default_cache_dir` names another folder (``$CUDAMAGIC_CACHE_DIR``
+    changed).
+
+    :raises CacheArgumentError: ``$CUDAMAGIC_CACHE_SIZE_LIMIT`` is not a size that keeps
+        something (see :class:`KernelCache`).
+    """
+    global _default
+    with _default_lock:
+        if _default is None or _default.directory != default_cache_dir():
+            _default = KernelCache()
+        return _default

@@ -14,9 +14,13 @@ __all__ = [
     "NameResolutionError",
     "ImageError",
     "CacheError",
+    "CacheArgumentError",
     "LaunchError",
     "NoDeviceError",
     "ContextPoisonedError",
+    "ArgumentError",
+    "ArgumentTypeError",
+    "ArgumentValueError",
     "CudaMagicWarning",
     "CacheWarning",
     "ShadowWarning",
@@ -70,6 +74,12 @@ class CacheError(CudaMagicError):
     """The on-disk cache cannot be used as asked."""
 
 
+class CacheArgumentError(CacheError, ValueError):
+    """A value the cache cannot use: a size limit that is not a size or would keep nothing, a
+    ``cache`` argument that is neither a cache nor a folder, a record put under a key it does not
+    name. The message says what would work."""
+
+
 class LaunchError(CudaMagicError):
     """A kernel launch that failed or was refused before it reached the GPU."""
 
@@ -80,6 +90,22 @@ class NoDeviceError(LaunchError):
 
 class ContextPoisonedError(LaunchError):
     """A kernel faulted; the CUDA context of this process can no longer be used."""
+
+
+class ArgumentError(LaunchError):
+    """A kernel argument, launch dimension, shared memory size or stream that the launch cannot
+    take; raised before anything reaches the GPU (so also without one). The message names the
+    kernel and the parameter and says what to pass instead."""
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument of a kind the parameter cannot take (a float for an ``int``, a host array for a
+    pointer, a stream that is no stream)."""
+
+
+class ArgumentValueError(ArgumentError, ValueError):
+    """An argument of the right kind whose value does not fit (``2**40`` for an ``int``, a data
+    pointer outside the address space, a negative ``shared_mem``)."""
 
 
 class CudaMagicWarning(UserWarning):

@@ -1,7 +1,8 @@
 """A cache that is sometimes wrong is worse than none: every failure heals or says what happened.
 
 All on real diskcache folders and the real NVRTC: corruption of the stored files, concurrent
-processes, untrusted and unwritable folders, the size limit, old and new entry formats.
+processes, untrusted and unwritable folders and files (modes, owners, FIFOs, links, a database
+that points outside), the size limit, old and new entry formats.
 """
 
 from __future__ import annotations
@@ -10,16 +11,23 @@ import collections
 import json
 import os
 import random
+import re
+import sqlite3
 import stat
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
+
+import diskcache
 
 import pytest
 
-from cudamagic.cache import DEFAULT_SIZE_LIMIT, KernelCache
-from cudamagic.errors import CacheWarning, CudaMagicError
+from cudamagic import cache as cache_mod
+from cudamagic.cache import (DEFAULT_SIZE_LIMIT, ENTRY_FORMAT, EntryRecord, KernelCache,
+                             decode_entry, encode_entry)
+from cudamagic.errors import CacheArgumentError, CacheWarning, CudaMagicError
 from cudamagic.session import build_module, entry_key, options_from_nvrtc
 
 from .conftest import FIXTURES, REPO, run_python
@@ -27,10 +35,26 @@ from .conftest import FIXTURES, REPO, run_python
 SRC = "template <typename T> __global__ void k(T* x, T v) { x[threadIdx.x] = v; }\n"
 EXPRS = ["k<float>", "k<int>"]
 TRUTH = {"k<float>": "_Z1kIfEvPT_S0_", "k<int>": "_Z1kIiEvPT_S0_"}
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 def _value_files(directory: Path) -> list[Path]:
     return [p for p in directory.rglob("*") if p.is_file() and not p.name.startswith("cache.db")]
+
+
+def _value_file(cache: KernelCache, key: str) -> Path:
+    """The file diskcache keeps a key's value in (read from its database, not through a get)."""
+    con = sqlite3.connect(f"file:{cache.directory / 'cache.db'}?mode=ro", uri=True)
+    try:
+        ((name,),) = con.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchall()
+    finally:
+        con.close()
+    return cache.directory / name
+
+
+def _build(cache: KernelCache, src: str = SRC, compiler=None):
+    kw = {} if compiler is None else {"compiler": compiler}
+    return build_module(src, options_from_nvrtc([], EXPRS), cache=cache, **kw)
 
 
 def _mutate(path: Path, rng: random.Random) -> str:
@@ -54,59 +78,79 @@ def _mutate(path: Path, rng: random.Random) -> str:
         return how
     else:
         data = bytearray()
+    if bytes(data) == path.read_bytes():
+        return "no-op"  # zeros over zeros, flips that cancel: the entry is intact
     path.write_bytes(bytes(data))
     return how
 
 
 def test_corrupted_entry_files_are_rebuilt_never_misread(tmp_path, compiler):
     cache = KernelCache(tmp_path)
-    opts = options_from_nvrtc([], EXPRS)
-    build_module(SRC, opts, cache=cache, compiler=compiler)
+    _build(cache, compiler=compiler)
     rng = random.Random(20261130)
     outcomes: collections.Counter[str] = collections.Counter()
     kinds: collections.Counter[str] = collections.Counter()
     trials = 120
     for _ in range(trials):
         (value,) = _value_files(tmp_path)
-        kinds[_mutate(value, rng)] += 1
-        try:
-            mod = build_module(SRC, opts, cache=cache, compiler=compiler)
-        except CudaMagicError:
-            outcomes["clear error"] += 1
-            continue
-        assert {e: mod[e].symbol for e in EXPRS} == TRUTH  # never a wrong kernel
+        how = _mutate(value, rng)
+        kinds[how] += 1
+        mod = _build(cache, compiler=compiler)  # a damaged entry is the cache's to heal, never
+        assert {e: mod[e].symbol for e in EXPRS} == TRUTH  # an error; never a wrong kernel
+        reason = mod.report.miss_reason
+        if how == "no-op":
+            assert mod.hit, "an intact entry was not served"
+        elif how == "delete":
+            assert not mod.hit and reason == "no cache entry"
+        else:  # detected, deleted, and the report says why
+            assert not mod.hit and reason and "(deleted)" in reason, (how, reason)
         outcomes["hit" if mod.hit else "rebuilt"] += 1
-        assert build_module(SRC, opts, cache=cache, compiler=compiler).hit  # healed
+        assert _build(cache, compiler=compiler).hit  # healed
     print(f"\ncorruption: {trials} trials ({dict(kinds)}): {dict(outcomes)}")
-    assert outcomes["hit"] == 0  # every damaged entry was detected
-    assert outcomes["rebuilt"] + outcomes["clear error"] == trials
+    assert set(kinds) - {"no-op"} == {"flip", "flip-many", "truncate", "extend", "zero-run",
+                                      "delete", "empty"}  # every kind of damage was tried
+    assert outcomes["rebuilt"] == trials - kinds["no-op"]
 
 
-def test_a_damaged_database_falls_back_to_memory(tmp_path):
+def _damage_database(db: Path, rng: random.Random, trial: int) -> None:
+    data = bytearray(db.read_bytes())
+    if trial == 0:
+        data[:16] = b"not a database\0\0"  # SQLite refuses this one outright
+    else:
+        for _ in range(rng.randint(1, 200)):
+            data[rng.randrange(len(data))] ^= rng.randrange(1, 256)
+    db.write_bytes(bytes(data))
+    for side in db.parent.glob("cache.db-*"):
+        side.unlink()
+
+
+def test_a_damaged_database_falls_back_to_memory(tmp_path, compiler):
     rng = random.Random(7)
-    handled = 0
+    fell_back = 0
     for trial in range(10):
         folder = tmp_path / str(trial)
         c = KernelCache(folder)
-        build_module(SRC, options_from_nvrtc([], EXPRS), cache=c)
+        _build(c, compiler=compiler)
         c.close()
-        db = folder / "cache.db"
-        data = bytearray(db.read_bytes())
-        for _ in range(rng.randint(1, 200)):
-            data[rng.randrange(len(data))] ^= rng.randrange(1, 256)
-        db.write_bytes(bytes(data))
-        for side in folder.glob("cache.db-*"):
-            side.unlink()
-        with warnings.catch_warnings(record=True):
+        _damage_database(folder / "cache.db", rng, trial)
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            try:
-                mod = build_module(SRC, options_from_nvrtc([], EXPRS), cache=KernelCache(folder))
-            except CudaMagicError:
-                handled += 1
-                continue
-        assert {e: mod[e].symbol for e in EXPRS} == TRUTH
-        handled += 1
-    assert handled == 10
+            cache = KernelCache(folder)  # no error: a damaged database is never the user's
+            first = _build(cache, compiler=compiler)  # problem
+            again = _build(cache, compiler=compiler)
+        told = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)
+                and "cached in memory" in str(w.message)]
+        for mod in (first, again):
+            assert {e: mod[e].symbol for e in EXPRS} == TRUTH
+        assert again.hit  # still a cache, on disk or in memory
+        if cache.in_memory:
+            fell_back += 1
+            assert len(told) == 1 and str(folder) in told[0]  # said once, naming the folder
+            assert "memory" in again.report.cache_dir
+        else:  # the damage missed what SQLite reads: the folder goes on, without a word
+            assert not told and again.report.cache_dir == str(folder)
+    print(f"\ndamaged database: {fell_back} of 10 fell back to memory")
+    assert fell_back >= 1
 
 
 CHILD = r"""
@@ -147,13 +191,150 @@ def test_eight_processes_different_cells_lose_none(tmp_path):
         assert build_module(src, options_from_nvrtc([], ["k<float>"]), cache=cache).hit
 
 
+# --- an entry names its key (issue 9 item 6) --------------------------------------------------
+
+def test_a_cell_is_never_served_another_cells_cubin(tmp_path, compiler):
+    cache = KernelCache(tmp_path)
+    other = SRC.replace("= v;", "= v + 1;")
+    mine, theirs = _build(cache, compiler=compiler), _build(cache, other, compiler=compiler)
+    Path(_value_file(cache, mine.key)).write_bytes(_value_file(cache, theirs.key).read_bytes())
+    mod = _build(cache, compiler=compiler)
+    assert mod.cubin == mine.cubin, "the other cell's CUBIN was served"
+    assert not mod.hit and "copied or moved" in mod.report.miss_reason
+    assert _build(cache, compiler=compiler).hit and _build(cache, other, compiler=compiler).hit
+
+
+# --- trust: owner-only, all the way down (issue 9 item 7) --------------------------------------
+
 def test_folder_is_created_owner_only(tmp_path):
     KernelCache(tmp_path / "a" / "cache")
     assert stat.S_IMODE((tmp_path / "a" / "cache").stat().st_mode) == 0o700
 
 
+def test_everything_inside_is_owner_only_under_umask_002(tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o755)  # a folder the user made: trusted (only its owner writes it)
+    code = f"""
+import json, os
+os.umask(0o002)   # a shared-group setup: files 664 and folders 775 unless made otherwise
+from cudamagic.cache import EntryRecord, KernelCache
+c = KernelCache({str(folder)!r})
+for i in range(40):
+    c.put(f"k{{i}}", EntryRecord(cubin=os.urandom(1000), lowered=None))
+c.close()
+again = KernelCache({str(folder)!r})   # its own files still pass its checks
+print(json.dumps({{"memory": again.in_memory,
+                   "hits": sum(again.get(f"k{{i}}")[0] is not None for i in range(40))}}))
+"""
+    out = json.loads(run_python(code).strip().splitlines()[-1])
+    loose = sorted(f"{p.relative_to(folder)} {stat.S_IMODE(p.lstat().st_mode):o}"
+                   for p in folder.rglob("*") if p.lstat().st_mode & 0o077)
+    assert not loose, f"open to the group or others: {loose[:6]}"
+    assert any(p.is_dir() for p in folder.iterdir()) and (folder / "cache.db").exists()
+    assert out == {"memory": None, "hits": 40}
+
+
+def _loosen_file(path: Path) -> None:
+    path.chmod(0o664)
+
+
+def _loosen_folder(path: Path) -> None:
+    path.parent.chmod(0o775)
+
+
+def _give_away(path: Path) -> None:
+    os.chown(path, 54321, -1)
+
+
+def _link_to_a_copy(path: Path) -> None:
+    # a link to a perfectly good entry of ours elsewhere: still refused (only the link was
+    # checked where it lies; whoever could plant it could point it anywhere)
+    copy = path.parent.parent.parent.parent / "elsewhere.val"
+    copy.write_bytes(path.read_bytes())
+    copy.chmod(0o600)
+    path.unlink()
+    path.symlink_to(copy)
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (_loosen_file, "is writable by others (mode 664)"),
+    (_loosen_folder, "above its file is writable by others (mode 775)"),
+    pytest.param(_give_away, "is owned by another user (uid 54321)",
+                 marks=pytest.mark.skipif(not IS_ROOT, reason="needs root to chown")),
+    (_link_to_a_copy, "is a symbolic link"),
+], ids=["group-writable-file", "group-writable-subfolder", "other-users-file", "symlink"])
+def test_an_entry_someone_else_could_have_written_is_rebuilt(tmp_path, compiler, damage, reason):
+    cache = KernelCache(tmp_path / "cache")
+    key = _build(cache, compiler=compiler).key
+    damage(_value_file(cache, key))
+    mod = _build(cache, compiler=compiler)
+    assert not mod.hit, "an entry anyone could have written was served"
+    assert reason in mod.report.miss_reason and "(deleted)" in mod.report.miss_reason
+    assert {e: mod[e].symbol for e in EXPRS} == TRUTH
+    assert _build(cache, compiler=compiler).hit  # rebuilt owner-only
+
+
+SPECIAL = r"""
+import json, os, resource, sqlite3, sys
+from cudamagic.cache import KernelCache
+from cudamagic.session import build_module, options_from_nvrtc
+folder, how, SRC, EXPRS = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+cache = KernelCache(folder)
+opts = options_from_nvrtc([], EXPRS)
+key = build_module(SRC, opts, cache=cache).key
+con = sqlite3.connect(os.path.join(folder, "cache.db"))
+((name,),) = con.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchall()
+con.close()
+path = os.path.join(folder, name)
+os.unlink(path)
+if how == "fifo":
+    os.mkfifo(path, 0o600)         # a plain open() waits for a writer forever
+elif how == "dev-zero":
+    os.symlink("/dev/zero", path)  # a plain read() takes memory without end
+else:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.ftruncate(fd, 1 << 40)      # a sparse 1 TiB file of ours
+    os.close(fd)
+# never take this machine's memory, whatever the reader does
+vm = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize"))) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
+mod = build_module(SRC, opts, cache=cache)
+print(json.dumps({"hit": mod.hit, "why": mod.report.miss_reason, "gone": not os.path.lexists(path),
+                  "symbol": mod["k<float>"].symbol, "again": build_module(SRC, opts, cache=cache).hit}))
+"""
+
+
+@pytest.mark.parametrize("how, reason", [("fifo", "is a FIFO"), ("dev-zero", "symbolic link"),
+                                         ("huge", "larger than the cache's size limit")])
+def test_a_fifo_device_or_huge_file_is_refused_at_once(tmp_path, how, reason):
+    args = [str(tmp_path), how, SRC, json.dumps(EXPRS)]
+    code = f"import sys; sys.argv = ['-', *{args!r}]\n" + SPECIAL
+    try:
+        out = json.loads(run_python(code, timeout=60).strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"reading the cache hung on a {how} in place of an entry")
+    assert out["why"] and reason in out["why"] and "(deleted)" in out["why"], out
+    assert out["hit"] is False and out["gone"] and out["again"] is True
+    assert out["symbol"] == TRUTH["k<float>"]
+
+
+def test_a_database_row_never_reads_or_deletes_outside_the_folder(tmp_path):
+    cache = KernelCache(tmp_path / "cache")
+    precious = tmp_path / "precious.txt"
+    precious.write_bytes(b"not the cache's")
+    for key, name in (("rel", "../precious.txt"), ("abs", str(precious))):
+        cache.put(key, EntryRecord(cubin=b"x" * 100, lowered=None))
+        con = sqlite3.connect(tmp_path / "cache" / "cache.db")
+        with con:
+            con.execute("UPDATE Cache SET filename = ? WHERE key = ?", (name, key))
+        con.close()
+        rec, why = cache.get(key)
+        assert rec is None and "outside the cache folder" in why
+        assert precious.read_bytes() == b"not the cache's", f"{name}: deleted on the database's word"
+
+
 def _assert_memory_fallback(folder: Path, reason: str) -> None:
-    with pytest.warns(CacheWarning, match=reason):
+    with pytest.warns(CacheWarning, match=re.escape(reason)):
         cache = KernelCache(folder)
     assert cache.in_memory and reason in cache.location
     first = build_module(SRC, options_from_nvrtc([], EXPRS), cache=cache)
@@ -170,7 +351,24 @@ def test_folder_writable_by_others_is_not_trusted(tmp_path):
     assert not (folder / "cache.db").exists()  # nothing read from it, nothing written
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown")
+@pytest.mark.parametrize("name, damage, reason", [
+    ("cache.db", lambda p: p.chmod(0o664), "cache.db is writable by others (mode 664)"),
+    ("cache.db-wal", lambda p: p.chmod(0o660), "cache.db-wal is writable by others"),
+    ("cache.db", lambda p: (p.rename(p.with_name("real.db")), p.symlink_to("real.db")),
+     "cache.db is a symbolic link"),
+], ids=["group-writable-db", "group-writable-wal", "db-symlink"])
+def test_a_database_others_could_write_is_not_trusted(tmp_path, name, damage, reason):
+    folder = tmp_path / "cache"
+    KernelCache(folder).put("k", EntryRecord(cubin=b"x", lowered=None))
+    path = folder / name
+    if not path.exists():
+        path.write_bytes(b"")  # SQLite removes an empty WAL on close; a crash leaves one
+        path.chmod(0o600)
+    damage(path)
+    _assert_memory_fallback(folder, reason)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to chown")
 def test_folder_owned_by_another_user_is_not_trusted(tmp_path):
     folder = tmp_path / "theirs"
     folder.mkdir(mode=0o700)
@@ -204,14 +402,20 @@ print(json.dumps({{"hits": hits, "warnings": [str(w.message) for w in caught],
     assert len(out["warnings"]) == 1 and "cached in memory for this session" in out["warnings"][0]
 
 
+# --- the size limit: never caching off in silence (issue 9 item 10) ---------------------------
+
+def _entry(size: int) -> EntryRecord:
+    return EntryRecord(cubin=os.urandom(size), lowered=None)
+
+
 def test_least_recently_used_entry_goes_first(tmp_path):
-    blob = (FIXTURES / "entries" / "v1_without_lowered_map.entry").read_bytes()
-    cache = KernelCache(tmp_path, size_limit=KernelCache(tmp_path / "probe").volume()
-                        + int(3.5 * len(blob)))
+    size = 400_000
+    probe = KernelCache(tmp_path / "probe")
+    cache = KernelCache(tmp_path / "c", size_limit=probe.volume() + int(3.5 * size))
     for key in ("oldest", "middle", "newest"):
-        cache.put_raw(key, blob)
+        cache.put(key, _entry(size))
     cache.get("oldest")  # used again: now "middle" is the least recently used
-    cache.put_raw("fourth", blob)
+    cache.put("fourth", _entry(size))
     assert sorted(cache.keys()) == ["fourth", "newest", "oldest"]
 
 
@@ -221,18 +425,110 @@ def test_size_limit_from_the_environment(tmp_path, monkeypatch):
     assert KernelCache(tmp_path / "b").size_limit == 256 << 20
 
 
+@pytest.mark.parametrize("limit", [0, "0", -1, "-5MB", "10KB", 900_000])
+def test_a_limit_that_keeps_nothing_is_refused_with_one_that_works(tmp_path, monkeypatch, limit):
+    pattern = r"leaves no room for entries.*at least 2MB.*--no-cache|0 or more, such as 512MB"
+    with pytest.raises(CacheArgumentError, match=pattern):
+        KernelCache(tmp_path / "a", size_limit=limit)
+    monkeypatch.setenv("CUDAMAGIC_CACHE_SIZE_LIMIT", str(limit))
+    with pytest.raises(CacheArgumentError, match=r"\$CUDAMAGIC_CACHE_SIZE_LIMIT: .*" + pattern):
+        KernelCache(tmp_path / "b")
+    monkeypatch.delenv("CUDAMAGIC_CACHE_SIZE_LIMIT")
+    cache = KernelCache(tmp_path / "c")
+    with pytest.raises(CacheArgumentError, match=pattern):
+        cache.set_size_limit(limit)
+    assert cache.size_limit == DEFAULT_SIZE_LIMIT
+    assert KernelCache(tmp_path / "c").size_limit == DEFAULT_SIZE_LIMIT  # the folder kept it too
+
+
+def test_a_limit_below_what_the_database_takes_is_refused(tmp_path):
+    cache = KernelCache(tmp_path, size_limit="64MB")
+    for i in range(800):  # a database of a few MB of bookkeeping (long keys)
+        cache.raw.set(f"{i:02000x}", b"x")
+    db = cache.raw.database_bytes()
+    assert db > 1 << 20
+    with pytest.raises(CacheArgumentError, match=f"database alone takes .* at least "
+                                                 f"{-(-(db + (1 << 20)) // (1 << 20))}MB"):
+        cache.set_size_limit(db)
+    cache.set_size_limit(db + (1 << 20))
+
+
+def test_cuda_cache_limit_0_is_an_error_that_says_what_works(tmp_path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setattr(cache_mod, "_default", None)  # put back after the test
+    monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "cache"))
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "cudamagic")
+    for line in ("limit 0", "limit 1e30GB", "limit lots"):
+        with pytest.raises(CudaMagicError, match="at least 2MB|such as"):
+            ip.run_line_magic("cuda_cache", line)
+
+
+def test_a_limit_the_folder_kept_that_keeps_nothing_is_replaced_with_a_warning(tmp_path):
+    with diskcache.Cache(str(tmp_path), size_limit=0):  # plain diskcache, an older cudamagic
+        pass
+    with pytest.warns(CacheWarning, match="size limit stored in the cache folder.*leaves no room"
+                                          ".*Using the default"):
+        cache = KernelCache(tmp_path)
+    assert cache.size_limit == DEFAULT_SIZE_LIMIT and not cache.in_memory
+    cache.put("k", _entry(1000))
+    assert cache.get("k")[0] is not None
+
+
+def test_an_entry_larger_than_the_limit_warns_with_the_limit_that_fits(tmp_path):
+    cache = KernelCache(tmp_path, size_limit="2MB")
+    with pytest.warns(CacheWarning, match=r"does not fit .* at least 5MB"):
+        cache.put("big", _entry(3 << 20))
+    assert "big" not in cache
+
+
+# --- opening: fast, and the same as diskcache's own open ---------------------------------------
+
+def test_the_fast_open_sets_what_diskcaches_open_sets(tmp_path):
+    assert cache_mod._FAST_OPEN, (f"diskcache {diskcache.__version__}: check _Store._open_as_is "
+                                  "against its Cache.__init__, then allow this version")
+    KernelCache(tmp_path, size_limit="300MB").close()
+
+    def state(c):
+        attrs = {k: v for k, v in vars(c).items() if k != "_local"}
+        attrs["_disk"] = (type(c._disk), vars(c._disk))
+        return attrs
+
+    slow = cache_mod._Store.__new__(cache_mod._Store)
+    diskcache.Cache.__init__(slow, str(tmp_path), disk=cache_mod._PrivateDisk,
+                             **cache_mod._SETTINGS)
+    fast = cache_mod._Store.__new__(cache_mod._Store)
+    assert fast._open_as_is(str(tmp_path), 60, cache_mod._PrivateDisk, dict(cache_mod._SETTINGS))
+    assert state(fast) == state(slow) and fast.size_limit == 300 << 20
+    # settings it would change take diskcache's own path
+    other = cache_mod._Store.__new__(cache_mod._Store)
+    assert not other._open_as_is(str(tmp_path), 60, cache_mod._PrivateDisk,
+                                 {**cache_mod._SETTINGS, "cull_limit": 10})
+    fresh = cache_mod._Store.__new__(cache_mod._Store)
+    assert not fresh._open_as_is(str(tmp_path / "new"), 60, cache_mod._PrivateDisk, {})
+    for c in (slow, fast, other, fresh):
+        c.close()
+
+
+# --- format fixtures ---------------------------------------------------------------------------
+
 FIXTURE_SRC = (FIXTURES / "fixture.cu").read_text()
 FIXTURE_EXPRS = ["fill<float>", "shift<float, (int)3>", "c_kernel", "mode<(geo::v2::Mode)0>"]
+ENTRIES = FIXTURES / "entries"
 
 
 def _plant(cache: KernelCache, value: bytes, exprs=FIXTURE_EXPRS) -> str:
     key, *_ = entry_key(FIXTURE_SRC, options_from_nvrtc([], exprs, arch="sm_90"))
-    cache.put_raw(key, value)
+    cache.raw.set(key, value)
     return key
 
 
 def test_entry_without_lowered_map_still_loads(cache, compiler):
-    _plant(cache, (FIXTURES / "entries" / "v1_without_lowered_map.entry").read_bytes())
+    # the fixture names a fixed key; a real key depends on this machine's NVRTC: re-key it
+    rec = decode_entry((ENTRIES / f"v{ENTRY_FORMAT}_without_lowered_map.entry").read_bytes())
+    key, *_ = entry_key(FIXTURE_SRC, options_from_nvrtc([], FIXTURE_EXPRS, arch="sm_90"))
+    _plant(cache, encode_entry(replace(rec, key=key)))
     mod = build_module(FIXTURE_SRC, options_from_nvrtc([], FIXTURE_EXPRS, arch="sm_90"),
                        cache=cache, compiler=compiler)
     assert mod.hit and not compiler.calls
@@ -243,13 +539,14 @@ def test_entry_without_lowered_map_still_loads(cache, compiler):
 # explicit ids: a test id lands in the environment (PYTEST_CURRENT_TEST), and one holding 70 KB
 # of bytes makes every subprocess of the test (cu++filt) fail with "argument list too long"
 @pytest.mark.parametrize("value, reason", [
-    ((FIXTURES / "entries" / "v99_newer_format.entry").read_bytes(), "newer"),
+    ((ENTRIES / "v99_newer_format.entry").read_bytes(), "newer"),
+    ((ENTRIES / "v1_without_key.entry").read_bytes(), "does not name its key"),
     ((FIXTURES / "fixture.cubin").read_bytes(), "bare CUBIN"),
-], ids=["newer-format-entry", "bare-cubin"])
-def test_newer_format_and_bare_cubin_are_rebuilt(cache, compiler, value, reason):
+], ids=["newer-format-entry", "older-format-entry", "bare-cubin"])
+def test_newer_and_older_formats_and_bare_cubin_are_rebuilt(cache, compiler, value, reason):
     key = _plant(cache, value)
     mod = build_module(FIXTURE_SRC, options_from_nvrtc([], FIXTURE_EXPRS, arch="sm_90"),
                        cache=cache, compiler=compiler)
     assert not mod.hit and reason in mod.report.miss_reason and len(compiler.calls) == 1
     record, _ = cache.get(key)
-    assert record.lowered is not None  # re-stored in the current format
+    assert record.lowered is not None and record.key == key  # re-stored in the current format
