@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # this checkout's package, as the children and kernels get it
+    sys.path.insert(1, str(REPO))
 
 SMALL = r"""
 template <int N> __global__ void k(float* x, int n) {
@@ -111,13 +113,20 @@ def versions() -> dict[str, str]:
         except md.PackageNotFoundError:
             pass
     try:
+        import cudamagic
+
+        out["cudamagic"] = getattr(cudamagic, "__version__", "?")
+    except ImportError:  # pragma: no cover
+        out["cudamagic"] = "?"
+    try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, cwd=REPO, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "cudamagic"],
-                               capture_output=True, text=True, cwd=REPO, timeout=10).stdout.strip()
-        out["cudamagic"] = (commit or "?") + (" + uncommitted changes" if dirty else "")
-    except Exception:  # pragma: no cover - no git on the machine
-        out["cudamagic"] = "?"
+        if commit:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--", "cudamagic"],
+                                   capture_output=True, text=True, cwd=REPO, timeout=10).stdout
+            out["cudamagic"] += f" ({commit}{', uncommitted changes' if dirty.strip() else ''})"
+    except Exception:  # pragma: no cover - no git there (a copy of the tree)
+        pass
     return out
 
 
@@ -136,13 +145,16 @@ def system_include_dirs() -> tuple[str, ...]:
     ``RawModule`` measured against it must compile against the same headers."""
     import importlib
 
-    for where in ("cudamagic.toolkit", "cudamagic.options"):  # the function may move
+    # where the package has kept them: toolkit().include_dirs, or a system_include_dirs()
+    for where, get in (("cudamagic.toolkit", lambda m: m.toolkit().include_dirs),
+                       ("cudamagic.toolkit", lambda m: m.system_include_dirs()),
+                       ("cudamagic.options", lambda m: m.system_include_dirs())):
         try:
-            return tuple(importlib.import_module(where).system_include_dirs())
+            return tuple(get(importlib.import_module(where)))
         except (ImportError, AttributeError):
             continue
-    raise RuntimeError("system_include_dirs() is in neither cudamagic.toolkit nor "
-                       "cudamagic.options: tell benchmarks/common.py where it went")
+    raise RuntimeError("cudamagic's system include folders are in neither cudamagic.toolkit "
+                       "nor cudamagic.options: tell benchmarks/common.py where they went")
 
 
 # ---- the cells users write -----------------------------------------------------------------------

@@ -162,7 +162,7 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "–" if a is None or b is None else f"{a / b:.2f}x"
 
 
-def table(cases: list[dict]) -> tuple[list[str], dict]:
+def table(cases: list[dict], gpu: bool = True) -> tuple[list[str], dict]:
     """The markdown table and the summary figures (cell 0, ``%load_ext``'s share)."""
     rows = ["| case | cudamagic ms | CuPy ms | ratio | client-side ms, cudamagic / CuPy |",
             "| --- | ---: | ---: | ---: | --- |"]
@@ -188,7 +188,8 @@ def table(cases: list[dict]) -> tuple[list[str], dict]:
     # cell 0 is the same in every case: pool the runs
     pooled = {t: [x for c in cases for x in c["raw"].get(t, {}).get("cell0", [])] for t in TOOLS}
     cell0 = {t: median(v) if v else None for t, v in pooled.items()}
-    rows.append(f"| cell 0 (import CuPy, context; cudamagic: + %load_ext), all cases | "
+    rows.append(f"| cell 0 (import CuPy{', context' if gpu else ''}; cudamagic: + %load_ext), "
+                f"all cases | "
                 f"{_ms(cell0['cudamagic'])} | {_ms(cell0['cupy'])} | "
                 f"{_ratio(cell0['cudamagic'], cell0['cupy'])} | – |")
     share = None if cell0["cupy"] is None else cell0["cudamagic"] - cell0["cupy"]
@@ -207,7 +208,7 @@ def run(sizes=(1, 10, 100, 1000), cccl: int = 10, repeats: int = 5, dry_run: boo
     cases_spec = [("small", n) for n in sizes] + ([("cccl", cccl)] if cccl else [])
     t0 = time.perf_counter()
     cases = [measure(kind, n, repeats, gpu, pause, timeout) for kind, n in cases_spec]
-    rows, summary = table(cases)
+    rows, summary = table(cases, gpu)
     result = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
               "versions": versions(), "mode": "gpu" if gpu else "dry-run (no GPU, compile-only)",
               "repeats": repeats, "pause_before_cell_s": pause, "cases": cases,

@@ -27,8 +27,8 @@ if tool == "cell":   # a notebook: %load_ext in an earlier cell, then CuPy, then
 import cupy as cp
 cp.cuda.Device(0).synchronize()          # the context exists before the clock starts
 if tool == "cupy":
-    from cudamagic.options import system_include_dirs
-    opts = ("-std=c++17", *(f"-I{d}" for d in system_include_dirs()))
+    from common import cupy_options
+    opts = cupy_options()
     t = time.perf_counter()
     m = cp.RawModule(code=src, name_expressions=exprs, options=opts)
     fns = [m.get_function(e) for e in exprs]
