@@ -172,7 +172,8 @@ def cell0(cudamagic: bool, gpu: bool = True) -> str:
 
 def magic_line(kind: str, n: int, extra: str = "") -> str:
     """The ``%%cuda`` line (without ``%%cuda``) a user writes for ``n`` instances."""
-    return " ".join([*(f"-n {shlex.quote(e)}" for e in names(kind, n)), *([extra] if extra else [])])
+    opts = [f"-n {shlex.quote(e)}" for e in names(kind, n)]
+    return " ".join(opts + ([extra] if extra else []))
 
 
 def cuda_cell(kind: str, n: int, extra: str = "") -> str:

@@ -2,8 +2,10 @@
 kernels against CuPy (warm_cell.py: what a user waits for), then the API-level benchmarks
 (build(), restore, compile, launch: the pipeline without Jupyter), each section with its table.
 
-On the GPU machine: python3 benchmarks/run_all.py  (scripts/device.sh bench does this; about
-8 minutes, the cell section about 4 of them; --quick about 5; --sections cell or api runs one).
+On the GPU machine: python3 benchmarks/run_all.py  (scripts/device.sh bench does this). About
+7 minutes: the cell section about 4, the API section about 3; --quick cuts the cell section to
+about 2. Under a 10-minute limit per command, run the sections apart: --sections cell, then
+--sections api.
 Without a GPU the cell section is warm_cell.py's dry run (cudamagic only, compile-only, small
 sizes) and the API benchmarks that need a GPU are left out and say so.
 """

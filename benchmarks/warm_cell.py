@@ -37,8 +37,12 @@ Without a GPU (or with ``--dry-run``) only the cudamagic notebook runs, compile-
 imports CuPy without making a context, and there is no ``load()`` cell. That tests the harness
 end to end; its numbers are not the GPU machine's.
 
-On the GPU machine (about 4 minutes; the full default run about 8):
+On the GPU machine, quick (3 cases x 8 notebook runs of ~3 s, plus the compiles that fill the
+caches: about 2 minutes):
     python3 benchmarks/warm_cell.py --repeats 3 --sizes 10,1000 --json $OUT/warm_cell.json
+and the full default (5 cases x 12 runs: about 4 minutes):
+    python3 benchmarks/warm_cell.py --json $OUT/warm_cell.json
+The JSON is rewritten after every case, so a run cut short keeps what it measured.
 Here:
     .venv/bin/python benchmarks/warm_cell.py --dry-run --repeats 3 --sizes 1,10 --cccl 0
 """
@@ -207,22 +211,29 @@ def run(sizes=(1, 10, 100, 1000), cccl: int = 10, repeats: int = 5, dry_run: boo
         print("  (no GPU: dry run, the cudamagic notebook only, compile-only)", flush=True)
     cases_spec = [("small", n) for n in sizes] + ([("cccl", cccl)] if cccl else [])
     t0 = time.perf_counter()
-    cases = [measure(kind, n, repeats, gpu, pause, timeout) for kind, n in cases_spec]
-    rows, summary = table(cases, gpu)
     result = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
               "versions": versions(), "mode": "gpu" if gpu else "dry-run (no GPU, compile-only)",
-              "repeats": repeats, "pause_before_cell_s": pause, "cases": cases,
-              "summary": summary, "table": rows, "wall_s": time.perf_counter() - t0}
+              "repeats": repeats, "pause_before_cell_s": pause, "cases": []}
+    for kind, n in cases_spec:
+        result["cases"].append(measure(kind, n, repeats, gpu, pause, timeout))
+        if json_path:   # after every case, so that a run cut short keeps what it measured
+            _write(json_path, {**result, "complete": False})
+    rows, summary = table(result["cases"], gpu)
+    result.update(summary=summary, table=rows, wall_s=time.perf_counter() - t0, complete=True)
     print(f"\n### Warm %%cuda cell vs CuPy, fresh Jupyter kernels ({result['mode']}), median of "
           f"{repeats}, alternated\n\n{result['date']}; {result['machine']}\n"
           + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + "\n")
     print("\n".join(rows), flush=True)
     print(f"\n(benchmark wall time {result['wall_s']:.0f} s)")
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+        _write(json_path, result)
         print(f"results in {json_path}")
     return result
+
+
+def _write(path: str, result: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1, default=str)
 
 
 def main() -> int:
