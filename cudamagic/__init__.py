@@ -55,10 +55,10 @@ def load_ipython_extension(ipython) -> None:
 def _prewarm() -> None:
     try:
         from .demangle import default_demangler
-        from .options import toolkit_fingerprint
         from .session import build_module  # noqa: F401  (the import is the point)
+        from .toolkit import toolkit
 
-        toolkit_fingerprint()
+        toolkit()
         default_demangler()
     except Exception:  # the first %%cuda cell does the same work and reports any failure
         pass

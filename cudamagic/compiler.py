@@ -9,7 +9,10 @@ log rewritten to the cell's own line numbers, and an error in a name expression 
 from __future__ import annotations
 
 import functools
+import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,12 +35,16 @@ class CompileResult:
         NVRTC's log (warnings), rewritten to cell line numbers; empty when silent.
     seconds : float
         Wall time of the compile.
+    trace : bytes or None
+        NVRTC's ``--fdevice-time-trace`` JSON (which names every header it read); None where
+        this NVRTC cannot write one.
     """
 
     cubin: bytes
     lowered: dict[str, str]
     log: str
     seconds: float
+    trace: bytes | None = None
 
 
 def _nvrtc():
@@ -82,7 +89,8 @@ def _log(prog) -> str:
 
 
 def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequence[str],
-                  program_name: str = "cell.cu", line_offset: int = 0) -> CompileResult:
+                  program_name: str = "cell.cu", line_offset: int = 0,
+                  trace: bool = True) -> CompileResult:
     """Compile CUDA C++ to a CUBIN with NVRTC.
 
     Parameters
@@ -94,16 +102,80 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     options : sequence of str
         NVRTC options, ``-arch=sm_XX`` among them (a CUBIN needs a real architecture).
     program_name : str
-        The file name NVRTC uses in its log.
+        The file name NVRTC uses in its log and for ``__FILE__``.
     line_offset : int
         Added to NVRTC's line numbers in the rewritten log (1 when a magic line precedes the
         source in the cell).
+    trace : bool
+        Ask NVRTC for its time trace, which lists every header the compile read
+        (:mod:`cudamagic.deps`). An NVRTC that does not know the option, or a machine without
+        room to write it (:data:`TRACE_ROOM`), compiles without it.
 
     :raises CompileError: NVRTC refused the source or a name expression.
     :raises OptionError: NVRTC refused an option.
     """
-    nvrtc = _nvrtc()
     start = time.perf_counter()
+    folder = _trace_folder() if trace else None
+    try:
+        extra = [f"--fdevice-time-trace={os.path.join(folder, 'trace')}"] if folder else []
+        try:
+            cubin, lowered, log = _compile(source, name_expressions, [*options, *extra],
+                                           program_name, line_offset)
+        except OptionError as exc:
+            if not extra or "fdevice-time-trace" not in str(exc):
+                raise
+            folder_trace = None  # an NVRTC older than the option: compile without it
+            cubin, lowered, log = _compile(source, name_expressions, options, program_name,
+                                           line_offset)
+        else:
+            folder_trace = _read_trace(folder) if folder else None
+    finally:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+    return CompileResult(cubin, lowered, log, time.perf_counter() - start, folder_trace)
+
+
+#: Free space (and file size limit) a traced compile needs. NVRTC aborts the whole process
+#: ("LLVM ERROR: out of memory", SIGABRT) when it cannot write its trace, so a compile traces
+#: only where the write cannot fail for want of room; a CCCL-heavy cell writes about 0.6 MB.
+TRACE_ROOM = 256 << 20
+
+
+def _trace_folder() -> str | None:
+    """A fresh private folder for NVRTC's trace, in memory (/dev/shm) where there is one, or
+    None where a trace could not safely be written (the compile then runs without it)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != resource.RLIM_INFINITY and soft < TRACE_ROOM:
+            return None
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not Linux
+        pass
+    for parent in ("/dev/shm", tempfile.gettempdir()):
+        try:
+            st = os.statvfs(parent)
+            if st.f_bavail * st.f_frsize >= TRACE_ROOM and os.access(parent, os.W_OK):
+                return tempfile.mkdtemp(prefix="cudamagic-trace-", dir=parent)
+        except OSError:
+            continue
+    return None
+
+
+def _read_trace(folder: str) -> bytes | None:
+    # NVRTC appends ".json" to the name it is given (and appends to an existing file: the
+    # folder is fresh for each compile)
+    try:
+        with open(os.path.join(folder, "trace.json"), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
+             program_name: str, line_offset: int) -> tuple[bytes, dict[str, str], str]:
+    """One NVRTC program: (CUBIN, lowered names, rewritten log)."""
+    nvrtc = _nvrtc()
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), program_name.encode(), 0, [], []),
                   "nvrtcCreateProgram")
     try:
@@ -129,7 +201,7 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     text = rewrite_log(log, program_name, name_expressions, line_offset, source) if log else ""
-    return CompileResult(bytes(cubin), lowered, text, time.perf_counter() - start)
+    return bytes(cubin), lowered, text
 
 
 _LOCATED = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<rest>.*)$")

@@ -21,7 +21,7 @@ from typing import Any
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 
 from .errors import OptionError, ShadowWarning
-from .options import magic_parser, parse_magic_line
+from .options import PROGRAM_NAME, magic_parser, parse_magic_line
 
 __all__ = ["CudaMagics"]
 
@@ -120,10 +120,11 @@ class CudaMagics(Magics):
         from .session import build_module  # the pipeline loads on first use, not at %load_ext
 
         opts = parse_magic_line(line)
-        program = f"{opts.module}.cu"
+        if opts is None:  # -h, --help
+            print(self.cuda.__doc__)
+            return
         module = build_module(cell, opts, base_dir=os.getcwd(), line_offset=1,
-                              program_name=program,
-                              compile_notice=lambda: _compile_notice(self.shell, program))
+                              compile_notice=lambda: _compile_notice(self.shell, PROGRAM_NAME))
         self._push(opts.module, module)
         if not opts.quiet:
             self._show(module)
@@ -137,7 +138,7 @@ class CudaMagics(Magics):
         ns = _load_parser().parse_args(shlex.split(line))
         if not ns.module.isidentifier():
             raise OptionError(f"%cuda_load: --module {ns.module!r} is not a Python identifier")
-        module = load_cubin(os.path.expanduser(ns.path), ns.name_expression)
+        module = load_cubin(os.path.expanduser(ns.path), ns.name_expression, module=ns.module)
         self._push(ns.module, module)
         if not ns.quiet:
             self._show(module)
@@ -147,7 +148,7 @@ class CudaMagics(Magics):
     @line_magic
     def cuda_cache(self, line: str):
         from .cache import parse_size
-        from .session import default_cache
+        from .cache import default_cache
 
         ns = _cache_parser().parse_args(shlex.split(line) or ["stats"])
         cache = default_cache()
@@ -178,7 +179,7 @@ class CudaMagics(Magics):
     @line_magic
     def cuda_info(self, line: str = ""):
         """Device, driver, NVRTC, demangler, target arch and cache location."""
-        from .session import environment_info
+        from .info import environment_info
 
         return environment_info()
 
@@ -190,7 +191,7 @@ class CudaMagics(Magics):
         self.shell.push(names)
 
     def _show(self, module: Any) -> None:
-        from .session import report_with_attributes
+        from .info import report_with_attributes
         from .widget import show_report
 
         show_report(report_with_attributes(module))

@@ -1,46 +1,116 @@
 """The magic line and build arguments as one frozen record, and the NVRTC options it implies.
 
-Pure apart from locating header folders in installed packages (no CUDA call, no cupy import).
+NVRTC options are kept in the user's order, in the compile and in the key: ``-UFOO -DFOO`` is
+not ``-DFOO -UFOO``. Every string that reaches NVRTC is checked here first (no NUL byte, no line
+break, valid UTF-8), and options that would not produce a CUBIN, or that set what this record
+sets itself, are refused. Pure: no CUDA, no IPython.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
-import importlib.util
+import keyword
 import os
 import re
 import shlex
-import warnings
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from .errors import InputWarning, OptionError
+from .errors import OptionError
 
 __all__ = [
     "BuildOptions",
     "DEFAULT_ARCH",
     "DEFAULT_STD",
     "DEFAULT_MODULE",
+    "PROGRAM_NAME",
     "magic_parser",
     "parse_magic_line",
+    "options_from_nvrtc",
     "normalize_arch",
     "nvrtc_options",
-    "system_include_dirs",
-    "toolkit_fingerprint",
-    "nvrtc_wheel",
 ]
 
 #: The architecture a build targets where no GPU is there to ask (Hopper: H100, H200).
 DEFAULT_ARCH = "sm_90"
 DEFAULT_STD = "c++17"
 DEFAULT_MODULE = "cuda_module"
+#: The file name NVRTC gives the cell (``__FILE__``, and its log): the same for every build,
+#: so that it never has to be part of the key.
+PROGRAM_NAME = "cell.cu"
 _STDS = ("c++03", "c++11", "c++14", "c++17", "c++20")
-# NVRTC options this project sets itself (through its own flags), and ones that make no CUBIN.
-_OWN = {"-arch": "--arch", "--gpu-architecture": "--arch", "-std": "--std", "--std": "--std",
-        "-I": "-I", "--include-path": "-I", "-D": "-D", "--define-macro": "-D"}
-_REFUSED = ("-dlto", "--dlink-time-opt", "-M", "--generate-dependencies", "-ptx", "-lto")
+
+# Options this record sets itself, and what to use instead.
+_OWN = {"-arch": "--arch", "--gpu-architecture": "--arch", "-std": "--std", "--std": "--std"}
+# Options after which NVRTC makes no CUBIN (only PTX, LTO IR or a syntax check), or which
+# read or write files that the key cannot see (precompiled headers; our own time trace).
+_NO_CUBIN = {
+    "-fdevice-syntax-only", "--fdevice-syntax-only", "-dlto", "--dlink-time-opt",
+    "-gen-opt-lto", "--gen-opt-lto", "-optix-ir", "--optix-ir", "-ptx", "-lto", "-ltoir",
+    "-M", "--generate-dependencies",
+}
+_FILES_UNSEEN = {
+    "-pch", "--pch", "-create-pch", "--create-pch", "-use-pch", "--use-pch", "-pch-dir",
+    "--pch-dir", "-fdevice-time-trace", "--fdevice-time-trace",
+}
+# The long and two-token spellings NVRTC takes for -I, -D and -U, and the short form kept.
+_PATH_LIKE = {"-I": "-I", "--include-path": "-I", "-D": "-D", "--define-macro": "-D",
+              "-U": "-U", "--undefine-macro": "-U"}
+_MACRO = re.compile(r"[A-Za-z_]\w*(\([^)]*\))?(=.*)?", re.S)
+
+
+def _check_text(what: str, text: object) -> str:
+    """A string NVRTC can take: str, no NUL, no line break, valid UTF-8.
+
+    :raises OptionError: anything else, naming ``what``.
+    """
+    if not isinstance(text, str):
+        raise OptionError(f"{what}: expected a string, got {type(text).__name__} {text!r:.60}")
+    if "\0" in text:
+        raise OptionError(f"{what} {text!r:.80} holds a NUL byte, which would cut it short "
+                          "where NVRTC reads it; remove it")
+    if "\n" in text or "\r" in text:
+        raise OptionError(f"{what} {text!r:.80} holds a line break; remove it")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OptionError(f"{what} {text!r:.80} is not valid UTF-8 text (it holds a lone "
+                          "surrogate); re-type it") from None
+    return text
+
+
+def _check_option(opt: str) -> str:
+    """One NVRTC option as kept in the record (``-I``/``-D``/``-U`` in their short form).
+
+    :raises OptionError: not an option, one this record sets itself, one that makes no CUBIN.
+    """
+    _check_text("NVRTC option", opt)
+    if not opt.startswith("-"):
+        raise OptionError(f"-o {opt!r}: an NVRTC option starts with '-'")
+    flag = re.split(r"[=\s]", opt, maxsplit=1)[0]
+    if flag in _OWN:
+        raise OptionError(f"-o {opt!r} sets what this magic's own {_OWN[flag]} option sets: "
+                          f"use {_OWN[flag]} instead")
+    if flag in _NO_CUBIN:
+        raise OptionError(f"-o {opt!r}: with that option NVRTC makes no CUBIN, which is what "
+                          "cudamagic compiles, caches and loads")
+    if flag in _FILES_UNSEEN:
+        raise OptionError(f"-o {opt!r}: that option reads or writes files the cache key cannot "
+                          "see, so a cached kernel could be stale; leave it out")
+    for long, short in _PATH_LIKE.items():
+        if opt.startswith(long + "=") and long.startswith("--"):
+            opt = short + opt[len(long) + 1:]
+            break
+    if opt[:2] in ("-D", "-U") and not opt.startswith("--"):
+        if not _MACRO.fullmatch(opt[2:]) or (opt[:2] == "-U" and "=" in opt):
+            raise OptionError(f"{opt[:2]} {opt[2:]!r} is not "
+                              + ("NAME or NAME=VALUE" if opt[:2] == "-D" else "a macro NAME"))
+    if opt in ("-I", "-D", "-U"):
+        raise OptionError(f"{opt} needs a value")
+    return opt
 
 
 @dataclass(frozen=True)
@@ -55,8 +125,9 @@ class BuildOptions:
         ``sm_XX``; None means the current device's, or :data:`DEFAULT_ARCH` without a GPU.
     std : str
         C++ dialect (``c++17``).
-    include_dirs, defines, extra : tuple of str
-        ``-I`` folders, ``-D`` macros (``NAME`` or ``NAME=VAL``), other NVRTC options as given.
+    options : tuple of str
+        Every other NVRTC option in the user's order: ``-Idir``, ``-DNAME=VAL``, ``-UNAME``
+        and options passed as they are (``-lineinfo``).
     module : str
         The Python name the module is pushed under.
     force, no_cache, quiet : bool
@@ -65,51 +136,43 @@ class BuildOptions:
     name_expressions: tuple[str, ...] = ()
     arch: str | None = None
     std: str = DEFAULT_STD
-    include_dirs: tuple[str, ...] = ()
-    defines: tuple[str, ...] = ()
-    extra: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
     module: str = DEFAULT_MODULE
     force: bool = False
     no_cache: bool = False
     quiet: bool = False
+    duplicates: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.name_expressions, str) or isinstance(self.options, str):
+            raise OptionError("name expressions and options are lists of strings, not one "
+                              "string: write ['saxpy<float>'], ['-lineinfo']")
         for expr in self.name_expressions:
-            if not isinstance(expr, str) or not expr.strip():
-                raise OptionError(f"a name expression must be a non-empty string, got {expr!r}")
-            if "\0" in expr or "\n" in expr:
-                raise OptionError(f"name expression {expr!r} holds a NUL byte or a line break")
+            _check_text("name expression", expr)
+            if not expr.strip():
+                raise OptionError("a name expression is empty")
         if self.arch is not None:
             object.__setattr__(self, "arch", normalize_arch(self.arch))
-        std = self.std if self.std.startswith("c++") else f"c++{self.std}"
+        std = self.std if str(self.std).startswith("c++") else f"c++{self.std}"
         if std not in _STDS:
             raise OptionError(f"--std {self.std!r} is not one of {', '.join(_STDS)}")
         object.__setattr__(self, "std", std)
-        if not self.module.isidentifier():
-            raise OptionError(f"--module {self.module!r} is not a Python identifier")
-        for d in self.defines:
-            if not re.fullmatch(r"[A-Za-z_]\w*(\(.*\))?(=.*)?", d, re.S):
-                raise OptionError(f"-D {d!r} is not NAME or NAME=VALUE")
-        for opt in self.extra:
-            _check_extra(opt)
+        if not (isinstance(self.module, str) and self.module.isidentifier()) \
+                or keyword.iskeyword(self.module) or keyword.issoftkeyword(self.module):
+            raise OptionError(f"--module {self.module!r} is not a name Python can assign to "
+                              "(an identifier, not a keyword)")
+        object.__setattr__(self, "options", tuple(_check_option(o) for o in self.options))
         deduped = tuple(dict.fromkeys(self.name_expressions))
         if len(deduped) != len(self.name_expressions):
-            twice = sorted({e for e in self.name_expressions if self.name_expressions.count(e) > 1})
-            warnings.warn(f"-n given more than once for {', '.join(map(repr, twice))}: "
-                          "each is compiled once", InputWarning, stacklevel=3)
+            # said once, in the build's warnings (the report, or a Python warning from build())
+            object.__setattr__(self, "duplicates", tuple(sorted(
+                {e for e in self.name_expressions if self.name_expressions.count(e) > 1})))
         object.__setattr__(self, "name_expressions", deduped)
 
-
-def _check_extra(opt: str) -> None:
-    if not opt.startswith("-"):
-        raise OptionError(f"-o {opt!r}: an NVRTC option starts with '-'")
-    flag = opt.split("=", 1)[0]
-    for own, ours in _OWN.items():
-        if flag == own or (own in ("-I", "-D") and opt.startswith(own) and len(opt) > 2):
-            raise OptionError(f"-o {opt!r} conflicts with this magic's own {ours} option: "
-                              f"use {ours} instead")
-    if flag.startswith(_REFUSED):
-        raise OptionError(f"-o {opt!r}: that option makes no CUBIN, which is what is cached")
+    @property
+    def include_dirs(self) -> tuple[str, ...]:
+        """The ``-I`` folders, in order, as given."""
+        return tuple(o[2:] for o in self.options if o.startswith("-I"))
 
 
 def normalize_arch(arch: str | int) -> str:
@@ -127,7 +190,20 @@ def normalize_arch(arch: str | int) -> str:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print and exit the kernel
-        raise OptionError(f"%%cuda: {message}")
+        hint = ""
+        if "unrecognized arguments" in message:
+            hint = ('; a name expression with spaces or commas must be quoted: '
+                    '-n "ns::scale<float, 3>"')
+        raise OptionError(f"%%cuda: {message}{hint}")
+
+
+class _InOrder(argparse.Action):
+    """-I, -D, -U and -o all append to one list, so that their order is kept."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        ordered = getattr(namespace, "options", None) or []
+        ordered.append(value if self.const == "" else f"{self.const}{value}")
+        namespace.options = ordered
 
 
 @functools.lru_cache(maxsize=1)
@@ -143,25 +219,29 @@ def magic_parser() -> argparse.ArgumentParser:
                    help=f"target GPU (default: the current device's; {DEFAULT_ARCH} without a GPU)")
     p.add_argument("--std", default=DEFAULT_STD, metavar="c++NN",
                    help=f"C++ dialect (default {DEFAULT_STD})")
-    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
-                   help="add a header folder (repeatable)")
-    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VAL]",
+    p.add_argument("-I", action=_InOrder, const="-I", metavar="DIR", dest="options",
+                   help="add a header folder (repeatable; relative to the notebook's folder)")
+    p.add_argument("-D", action=_InOrder, const="-D", metavar="NAME[=VAL]", dest="options",
                    help="define a macro (repeatable)")
-    p.add_argument("-o", "--option", dest="extra", action="append", default=[], metavar="OPT",
+    p.add_argument("-U", action=_InOrder, const="-U", metavar="NAME", dest="options",
+                   help="undefine a macro (repeatable; -D and -U apply in the order given)")
+    p.add_argument("-o", "--option", action=_InOrder, const="", metavar="OPT", dest="options",
                    help="pass an option to NVRTC as is, e.g. -o -lineinfo (repeatable)")
     p.add_argument("--module", default=DEFAULT_MODULE, metavar="NAME",
                    help=f"Python name of the module object (default {DEFAULT_MODULE})")
     p.add_argument("--force", action="store_true", help="recompile and overwrite the cache entry")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     p.add_argument("-q", "--quiet", action="store_true", help="show no report after the cell")
+    p.add_argument("-h", "--help", action="store_true", help="show this help and compile nothing")
     return p
 
 
-def parse_magic_line(line: str) -> BuildOptions:
-    """Parse a ``%%cuda`` line into :class:`BuildOptions`.
+def parse_magic_line(line: str) -> BuildOptions | None:
+    """Parse a ``%%cuda`` line into :class:`BuildOptions` (None for ``-h``/``--help``).
 
     :raises OptionError: an unknown flag, a missing value, a bad value, or a conflict.
     """
+    _check_text("the %%cuda line", line)
     try:
         tokens = shlex.split(line)
     except ValueError as exc:
@@ -186,93 +266,74 @@ def parse_magic_line(line: str) -> BuildOptions:
             joined.append(tok)
             i += 1
     ns = magic_parser().parse_args(joined)
+    if ns.help:
+        return None
     return BuildOptions(
         name_expressions=tuple(exprs) + tuple(ns.name_expression), arch=ns.arch, std=ns.std,
-        include_dirs=tuple(ns.include_dirs), defines=tuple(ns.defines), extra=tuple(ns.extra),
-        module=ns.module, force=ns.force, no_cache=ns.no_cache, quiet=ns.quiet)
+        options=tuple(ns.options or ()), module=ns.module, force=ns.force,
+        no_cache=ns.no_cache, quiet=ns.quiet)
 
 
-def _package_dir(name: str) -> Path | None:
-    spec = importlib.util.find_spec(name)  # finds without importing (cupy's import is slow)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
+def options_from_nvrtc(options: Sequence[str], name_expressions: Sequence[str] = (),
+                       arch: str | None = None, **fields: Any) -> BuildOptions:
+    """A :class:`BuildOptions` from an NVRTC option list, as :func:`cudamagic.build` takes it.
 
+    ``-arch``/``--gpu-architecture`` and ``-std`` become the record's own fields (an ``-arch``
+    that disagrees with ``arch`` is an error); two-token forms (``"-I", "dir"``) are joined;
+    the rest keep their order.
 
-@functools.lru_cache(maxsize=1)
-def system_include_dirs() -> tuple[str, ...]:
-    """Header folders every build gets: CuPy's (``<cupy/complex.cuh>``, CCCL) and the toolkit's."""
-    dirs: list[Path] = []
-    cupy = _package_dir("cupy")
-    if cupy:
-        inc = cupy / "_core" / "include"
-        cccl = inc / "cupy" / "_cccl"
-        dirs += [inc, cccl / "libcudacxx", cccl / "cub", cccl / "thrust"]
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root:
-            dirs.append(Path(root) / "include")
-    nvidia = _package_dir("nvidia")
-    if nvidia:
-        dirs += sorted(nvidia.glob("cu*/include"), reverse=True)
-    dirs.append(Path("/usr/local/cuda/include"))
-    seen: list[str] = []
-    for d in dirs:
-        if (d / "cuda_fp16.h").is_file() or d.parent.name == "_cccl" or d.name == "include":
-            if d.is_dir() and str(d) not in seen:
-                seen.append(str(d))
-    # one toolkit header folder is enough: the first that has cuda_fp16.h wins
-    toolkit = [d for d in seen if Path(d, "cuda_fp16.h").is_file()]
-    return tuple(d for d in seen if not Path(d, "cuda_fp16.h").is_file()) + tuple(toolkit[:1])
-
-
-_FINGERPRINT_DISTS = ("cupy", "nvidia_cuda_runtime", "nvidia_cuda_nvrtc", "nvidia_cuda_cccl")
-
-
-@functools.lru_cache(maxsize=1)
-def toolkit_fingerprint() -> str:
-    """What identifies the headers every build sees and the NVRTC that compiles (in the key).
-
-    The names of the installed distributions that ship them (``cupy_cuda13x-14.2.0.dist-info``,
-    ``nvidia_cuda_nvrtc-13.5.37.dist-info``...), read off their site-packages folders in one
-    listing each, a toolkit's ``version.json`` under ``$CUDA_HOME``, and the header folders.
-    Cheap on purpose: it is computed on every first build of a process, hits included.
+    :raises OptionError: a bad option, or a string where a list belongs.
     """
-    parts: list[str] = []
-    sites = {d.parent for d in (_package_dir("cupy"), _package_dir("nvidia")) if d is not None}
-    for site in sorted(sites):
-        try:
-            parts += sorted(n for n in os.listdir(site)
-                            if n.endswith(".dist-info") and n.startswith(_FINGERPRINT_DISTS))
-        except OSError:
-            continue
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root and os.path.isfile(os.path.join(root, "version.json")):
-            with open(os.path.join(root, "version.json"), "rb") as f:
-                parts.append(f"{var}:" + hashlib.sha256(f.read()).hexdigest()[:16])
-    return ";".join(parts + list(system_include_dirs()))
+    if isinstance(options, str) or isinstance(name_expressions, str):
+        which = "options" if isinstance(options, str) else "name_expressions"
+        raise OptionError(f"{which} must be a list of strings, not one string "
+                          f"(got {options if which == 'options' else name_expressions!r:.60}); "
+                          "write [\"...\"]")
+    std: str | None = None
+    kept: list[str] = []
+    it = iter(options)
+
+    def value_of(opt: str) -> str:
+        value = next(it, None)
+        if value is None:
+            raise OptionError(f"NVRTC option {opt} needs a value after it")
+        return _check_text(f"the value of {opt}", value)
+
+    for opt in it:
+        _check_text("NVRTC option", opt)
+        flag, eq, value = opt.partition("=")
+        if flag in ("-arch", "--gpu-architecture", "-std", "--std"):
+            value = value if eq else value_of(opt)
+            if "std" in flag:
+                std = value
+            elif arch is not None and normalize_arch(value) != normalize_arch(arch):
+                raise OptionError(f"options say {flag} {value} but arch={arch!r}: give one")
+            else:
+                arch = value
+        elif opt in _PATH_LIKE:
+            kept.append(_PATH_LIKE[opt] + value_of(opt))
+        else:
+            kept.append(opt)
+    kwargs: dict[str, Any] = dict(name_expressions=tuple(name_expressions), arch=arch,
+                                  options=tuple(kept))
+    if std:
+        kwargs["std"] = std
+    return BuildOptions(**kwargs, **fields)
 
 
-def nvrtc_wheel() -> str | None:
-    """The installed ``nvidia-cuda-nvrtc`` wheel's dist-info name, which NVRTC is loaded from."""
-    return next((p for p in toolkit_fingerprint().split(";")
-                 if p.startswith("nvidia_cuda_nvrtc")), None)
+def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
+                  base_dir: str | os.PathLike) -> tuple[str, ...]:
+    """The NVRTC option list of a build (it is part of the cache key, in this order).
 
-
-def nvrtc_options(opts: BuildOptions, arch: str, base_dir: str | os.PathLike | None = None,
-                  ) -> tuple[str, ...]:
-    """The NVRTC option list for a build, in a fixed order (it is part of the cache key).
-
-    ``base_dir`` (the notebook's folder) resolves relative ``-I`` folders and is searched for
-    quoted includes after them.
+    Relative ``-I`` folders are taken from ``base_dir`` (the notebook's folder), which is
+    searched after them; ``include_dirs`` (the toolkit's) come last.
     """
-    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    base = Path(base_dir)
     out = [f"-arch={arch}", f"-std={opts.std}"]
-    for d in (*opts.include_dirs, str(base)):
-        out.append(f"-I{(base / d).resolve() if not os.path.isabs(d) else d}")
-    out += [f"-I{d}" for d in system_include_dirs()]
-    out += [f"-D{d}" for d in opts.defines]
-    out += list(opts.extra)
+    for o in opts.options:
+        if o.startswith("-I") and not os.path.isabs(o[2:]):
+            o = f"-I{(base / o[2:]).resolve()}"
+        out.append(o)
+    out.append(f"-I{base.resolve()}")
+    out += [f"-I{d}" for d in include_dirs]
     return tuple(out)
-

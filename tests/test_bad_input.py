@@ -46,18 +46,41 @@ CORPUS = [
     ("#error", "", "#error stop here\n", CompileError),
     ("static_assert", "-n k<float>", K + "static_assert(sizeof(int) == 3, \"no\");\n", CompileError),
     ("name expression with a NUL", '-n "k<float>\0"', K, OptionError),
-    ("cell with no kernels", "", "__device__ int twice(int x) { return 2 * x; }\n", InputWarning),
-    ("templates but no -n", "", K, InputWarning),
-    ("duplicate -n", "-n k<float> -n k<float>", K, InputWarning),
+    ("cell with no kernels", "", "__device__ int twice(int x) { return 2 * x; }\n",
+     (InputWarning, "defines no __global__ kernel")),
+    ("templates but no -n", "", K, (InputWarning, 'e.g. -n "k<float>"')),
+    ("duplicate -n", "-n k<float> -n k<float>", K, (InputWarning, "more than once for 'k<float>'")),
     ("expressions that sanitize to one name", '-n "k<a::b>" -n "k<a_b>"',
-     "namespace a { struct b {}; }\nstruct a_b {};\n" + K.replace("T(1)", "T()"), InputWarning),
-    ("-I folder that does not exist", "-I no/such/dir", "__global__ void z(int* x) {}\n", InputWarning),
+     "namespace a { struct b {}; }\nstruct a_b {};\n" + K.replace("T(1)", "T()"),
+     (InputWarning, "'k<a_b>' is pushed as 'k_a_b_2'")),
+    ("-I folder that does not exist", "-I no/such/dir", "__global__ void z(int* x) {}\n",
+     (InputWarning, "-I no/such/dir: no such folder")),
     ("kernel name shadowing a builtin", "", "extern \"C\" __global__ void sum(int* x) {}\n", ShadowWarning),
     ("kernel name shadowing a user variable", "", "extern \"C\" __global__ void data(int* x) {}\n",
      ShadowWarning),
     ("module name shadowing a user variable", "--module results", K.replace("T(1)", "T(2)") + "__global__ void z2(int* x) {}\n",
      ShadowWarning),
-    ("overloads without names", "", OVERLOADS, InputWarning),
+    ("overloads without names", "", OVERLOADS, (InputWarning, "overloaded kernel(s)")),
+    # options mean what NVRTC makes of them (issue 9, item 5)
+    ("NUL in an option", '-o "-DA=1\0-DB=2"', K, OptionError),
+    ("NUL in an -I", '-I "inc\0x"', K, OptionError),
+    ("NUL in the magic line", '-q\0', K, OptionError),
+    ("lone surrogate in -n", '-n "k<\udce9>"', K, OptionError),
+    ("lone surrogate in -o", '-o "-D\udce9"', K, OptionError),
+    ("lone surrogate in -I", '-I "inc\udce9"', K, OptionError),
+    ("syntax-only option (no CUBIN)", "-o -fdevice-syntax-only", K, OptionError),
+    ("syntax-only option, long form", "-o --fdevice-syntax-only", K, OptionError),
+    ("arch in -o with a space", '-o "-arch sm_80"', K, OptionError),
+    ("arch in -o, long form", "-o --gpu-architecture=sm_80", K, OptionError),
+    ("precompiled headers (files the key cannot see)", "-o -pch", K, OptionError),
+    # a module is never silently replaced (issue 9, item 8)
+    ("module name that is a keyword", "--module class", K, OptionError),
+    ("extern C kernel named like the module", "",
+     'extern "C" __global__ void cuda_module(int* x) {}\n',
+     (InputWarning, "'cuda_module' is pushed as 'cuda_module_2'")),
+    ("module named like a kernel", '--module saxpy_float -n "saxpy<float>"',
+     "template <typename T> __global__ void saxpy(T* x) {}\n",
+     (InputWarning, "'saxpy<float>' is pushed as 'saxpy_float_2'")),
     ("1 MB source", "", "// " + "x" * 80 + "\n" * 1 + ("// " + "y" * 100 + "\n") * 10000
      + "__global__ void big(int* x) {}\n", None),
     ("1000 name expressions", " ".join(f'-n "lots<{i}>"' for i in range(1000)),
@@ -87,16 +110,27 @@ def _run(ip, line: str, cell: str):
     return result.error_in_exec, [w.category for w in caught]
 
 
+def _module_name(line: str) -> str:
+    return line.split("--module ")[1].split()[0] if "--module " in line else "cuda_module"
+
+
 def test_corpus(shell):
     assert len(CORPUS) >= 30
     shell.user_ns["data"] = [1, 2, 3]  # a user's variables
     shell.user_ns["results"] = {"a": 1}
     cache = KernelCache()
-    handled = 0
     for label, line, cell, expect in CORPUS:
         before = set(cache.keys())
+        if isinstance(expect, tuple):
+            shell.user_ns.pop(_module_name(line), None)
         error, warned = _run(shell, line, cell)
-        if expect is not None and not issubclass(expect, Warning):
+        if isinstance(expect, tuple):  # an input warning, said once, in the module's report
+            assert error is None, (label, error)
+            module = shell.user_ns[_module_name(line)]
+            said = [w for w in module.report.warnings if expect[1] in w]
+            assert len(said) == 1, (label, module.report.warnings)
+            assert InputWarning not in warned, (label, "said twice: also a Python warning")
+        elif expect is not None and not issubclass(expect, Warning):
             assert isinstance(error, expect), (label, error)
             assert isinstance(error, CudaMagicError), label
             assert set(cache.keys()) == before, f"{label}: a failed cell left a cache entry"
@@ -105,9 +139,18 @@ def test_corpus(shell):
             assert expect in warned, (label, warned)
         else:
             assert error is None, (label, error)
-        handled += 1
         # the notebook stays usable: a good cell still builds and its kernel is there
         ok_error, _ = _run(shell, "-q -n k<float>", K)
         assert ok_error is None and callable(shell.user_ns["k_float"]), label
-    print(f"\nbad input: {len(CORPUS)} inputs tried, {handled} handled")
-    assert handled == len(CORPUS)
+    print(f"\nbad input: {len(CORPUS)} inputs tried, each handled as expected")
+
+
+def test_a_module_and_a_kernel_of_one_name_both_stay_reachable(shell):
+    from cudamagic.kernel import Kernel
+    from cudamagic.session import Module
+
+    error, _ = _run(shell, "-q", 'extern "C" __global__ void cuda_module(int* x) {}\n')
+    assert error is None
+    assert isinstance(shell.user_ns["cuda_module"], Module)
+    assert isinstance(shell.user_ns["cuda_module_2"], Kernel)
+    assert shell.user_ns["cuda_module"]["cuda_module"] is shell.user_ns["cuda_module_2"]

@@ -65,3 +65,16 @@ def test_a_clean_compile_leaves_the_interpreters_bytes_alone():
         "assert r.log == '' and r.cubin[:4] == b'\\x7fELF'\n"
         "print(bytes([32]) == b' ', b'a b'.split(b' '), b' ' * 3)\n")
     assert out.split("\n")[0] == "True [b'a', b'b'] b'   '"
+
+
+def test_no_room_for_the_trace_compiles_without_it():
+    """NVRTC aborts the process when it cannot write its trace (seen: "LLVM ERROR: out of
+    memory", SIGABRT under a 4 KB file size limit): a compile without room must not ask."""
+    out = run_python(
+        "import resource, signal\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "from cudamagic.compiler import compile_cubin\n"
+        "r = compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])\n"
+        "print(r.trace is None, r.cubin[:4] == b'\\x7fELF')\n")
+    assert out.split() == ["True", "True"]

@@ -50,7 +50,7 @@ r = ip.run_cell("%%cuda -n k<float>\ntemplate <typename T>\n__global__ void k(T*
 print("FAILED" if r.error_in_exec is not None else "OK", type(r.error_in_exec).__name__)
 '''
     out = run_python(code, {"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
-    assert "CompileError: NVRTC could not compile cuda_module.cu" in out
+    assert "CompileError: NVRTC could not compile cell.cu" in out
     assert 'line 5: error: expected a ";"' in out
     assert "Traceback" not in out and out.strip().endswith("FAILED CompileError")
 
@@ -123,5 +123,5 @@ ip.run_cell_magic("cuda", '-q -n "k<float>"', "#include <cuda/std/complex>\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                           env={**__import__("os").environ, "CUDAMAGIC_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
-    assert "compiling cuda_module.cu with NVRTC..." in proc.stderr
-    assert "compiled cuda_module.cu in" in proc.stderr
+    assert "compiling cell.cu with NVRTC..." in proc.stderr
+    assert "compiled cell.cu in" in proc.stderr

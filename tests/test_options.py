@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic.errors import InputWarning, OptionError
-from cudamagic.options import BuildOptions, normalize_arch, nvrtc_options, parse_magic_line
-from cudamagic.session import options_from_nvrtc
+from cudamagic.errors import OptionError
+from cudamagic.options import (BuildOptions, normalize_arch, nvrtc_options, options_from_nvrtc,
+                               parse_magic_line)
 
 
 def test_quoted_expressions_with_spaces_and_commas():
@@ -16,10 +16,22 @@ def test_quoted_expressions_with_spaces_and_commas():
 
 def test_every_flag():
     o = parse_magic_line("-n k --arch 80 --std 20 -I inc -D N=4 -D FAST -o -lineinfo "
-                         "--option=--use_fast_math --module m --force --no-cache -q")
-    assert (o.arch, o.std, o.include_dirs, o.defines) == ("sm_80", "c++20", ("inc",), ("N=4", "FAST"))
-    assert o.extra == ("-lineinfo", "--use_fast_math") and o.module == "m"
-    assert o.force and o.no_cache and o.quiet
+                         "--option=--use_fast_math -U FAST --module m --force --no-cache -q")
+    assert (o.arch, o.std, o.include_dirs) == ("sm_80", "c++20", ("inc",))
+    assert o.options == ("-Iinc", "-DN=4", "-DFAST", "-lineinfo", "--use_fast_math", "-UFAST")
+    assert o.module == "m" and o.force and o.no_cache and o.quiet
+
+
+def test_options_keep_the_users_order():
+    # -UFOO -DFOO defines FOO, -DFOO -UFOO does not: the order reaches NVRTC as written
+    assert parse_magic_line("-U FOO -D FOO").options == ("-UFOO", "-DFOO")
+    assert parse_magic_line("-D FOO -U FOO").options == ("-DFOO", "-UFOO")
+    assert parse_magic_line("-o -UFOO -D FOO").options == ("-UFOO", "-DFOO")
+    assert options_from_nvrtc(["-UFOO", "-D", "FOO"]).options == ("-UFOO", "-DFOO")
+
+
+def test_help_is_not_an_error():
+    assert parse_magic_line("-h") is None and parse_magic_line("--help") is None
 
 
 @pytest.mark.parametrize("line, message", [
@@ -29,9 +41,18 @@ def test_every_flag():
     ("--arch compute_90", "real GPU architecture"),
     ("--std c++98", "is not one of"),
     ("--module 3x", "identifier"),
-    ("-o -arch=sm_80", "conflicts with this magic's own --arch"),
-    ("-o -DX", "conflicts"),
+    ("-o -arch=sm_80", "this magic's own --arch"),
+    ('-o "-arch sm_80"', "this magic's own --arch"),
+    ("-o --gpu-architecture=sm_80", "this magic's own --arch"),
     ("-o -ptx", "no CUBIN"),
+    ("-o -fdevice-syntax-only", "no CUBIN"),
+    ("-o --use-pch", "files the cache key cannot see"),
+    ("--module class", "not a name Python can assign to"),
+    ('-o "-DA=1\0-DB=2"', "NUL byte"),
+    ('-n "k<int>\0"', "NUL byte"),
+    ('-I "a\udce9"', "not valid UTF-8"),
+    ("-U A=1", "a macro NAME"),
+    ("-n ns::scale<float, 3>", "must be quoted"),
     ("-o lineinfo", "starts with '-'"),
     ("-D 1X", "NAME or NAME=VALUE"),
 ])
@@ -41,23 +62,34 @@ def test_bad_lines_say_what(line, message):
 
 
 def test_duplicate_expressions_are_dropped_in_order():
-    with pytest.warns(InputWarning, match="more than once for 'a'"):
-        assert BuildOptions(name_expressions=("a", "b", "a")).name_expressions == ("a", "b")
+    o = BuildOptions(name_expressions=("a", "b", "a"))
+    assert o.name_expressions == ("a", "b") and o.duplicates == ("a",)
 
 
 def test_nvrtc_option_list(tmp_path):
-    o = parse_magic_line("-I inc -D N=4 -o -lineinfo")
-    opts = nvrtc_options(o, "sm_90", tmp_path)
-    assert opts[:2] == ("-arch=sm_90", "-std=c++17")
-    assert f"-I{tmp_path / 'inc'}" in opts and f"-I{tmp_path}" in opts
-    assert any(x.endswith("cupy/_core/include") for x in opts)
-    assert opts[-2:] == ("-DN=4", "-lineinfo")
+    o = parse_magic_line("-I inc -D N=4 -o -lineinfo -U N")
+    opts = nvrtc_options(o, "sm_90", ["/toolkit/include"], tmp_path)
+    assert opts == ("-arch=sm_90", "-std=c++17", f"-I{tmp_path / 'inc'}", "-DN=4", "-lineinfo",
+                    "-UN", f"-I{tmp_path}", "-I/toolkit/include")
 
 
 def test_options_from_nvrtc_splits_known_flags():
-    o = options_from_nvrtc(["-std=c++20", "-I", "a", "-Ib", "-DX=1", "-arch=sm_80", "-lineinfo"], ["k"])
-    assert (o.std, o.include_dirs, o.defines, o.arch, o.extra) == \
-        ("c++20", ("a", "b"), ("X=1",), "sm_80", ("-lineinfo",))
+    o = options_from_nvrtc(["-std=c++20", "-I", "a", "-Ib", "-DX=1", "-arch=sm_80", "-lineinfo",
+                            "--include-path=c", "--define-macro=Y"], ["k"])
+    assert (o.std, o.arch) == ("c++20", "sm_80")
+    assert o.options == ("-Ia", "-Ib", "-DX=1", "-lineinfo", "-Ic", "-DY")
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(options="-lineinfo"), "list of strings, not one string"),
+    (dict(name_expressions="t<int>"), "list of strings, not one string"),
+    (dict(options=["-arch=sm_80"], arch="sm_90"), "give one"),
+    (dict(options=[5]), "expected a string"),
+    (dict(options=["-D"]), "needs a value"),
+])
+def test_build_arguments_say_what(args, message):
+    with pytest.raises(OptionError, match=message):
+        options_from_nvrtc(**{"options": (), **args})
 
 
 def test_arch_spellings():

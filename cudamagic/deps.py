@@ -1,0 +1,386 @@
+"""What a compile read: the dependency manifest stored with an entry, and its check on a hit.
+
+The files a compile read are the compiler's to say, not a scanner's. NVRTC has no ``-M``, but
+``--fdevice-time-trace=FILE`` writes ``FILE.json`` whose "Processing Header File" events name
+every header its front end opened, as it spelled the path (``inc/sub/../y.h``, relative to the
+process's current folder where the search folder was relative), nested by time inside the
+event of the file that included it. A hand scan of ``#include`` lines cannot follow macros,
+``__has_include``, line splices, digraphs, ``--pre-include`` or the real search order; the trace
+does. The model is ccache's direct mode: the key of the inputs leads to the entry; the entry's
+manifest lists the files read, and a hit must find them unchanged:
+
+- every header read: user headers by content (sha256), headers inside versioned packages (the
+  toolkit's folders) by size and modification time, which an in-place edit changes;
+- every place a header would have been found *before* the one that was read (NVRTC searches a
+  quoted include's own folder, then each ``-I`` in order; the cell's own folder is the process's
+  current folder): each must still hold no such file. Checked cheaply: the deepest existing
+  folder on the way to each such place is recorded with its modification time, which changes
+  when an entry is added below it; only then are its places looked at one by one;
+- every name that ``__has_include`` tested (found in the text of the files read): where it was
+  found it must still be, where it was not it must still not be.
+
+Where NVRTC cannot write the trace (an NVRTC older than 12.8) the manifest comes from a scan of
+quoted includes and says so (``complete`` is False): the report warns that header edits may be
+missed. Pure apart from the file system: no CUDA.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "trace_headers", "from_trace", "from_scan",
+           "TRACE_EVENT"]
+
+TRACE_EVENT = "Processing Header File"
+_BUILTIN = "__nv_nvrtc_builtin_header.h"  # NVRTC's own, held in memory
+# __has_include and the macros libraries wrap it in (CCCL's _CCCL_HAS_INCLUDE(<x>)): a name
+# tested through a wrapper is still a name tested; matching wrappers too only adds places
+_HAS_INCLUDE = re.compile(rb'[A-Za-z_]*(?:has_include|HAS_INCLUDE)[A-Za-z_]*\s*\(\s*([<"])([^>"\n]+)[>"]')
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+_MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SearchPath:
+    """Where a compile looks for headers, as NVRTC was told.
+
+    Attributes
+    ----------
+    cwd : str
+        The process's current folder during the compile: relative paths in the trace are
+        relative to it, and the cell's own quoted includes are looked up there first.
+    include_dirs : tuple of str
+        The ``-I`` folders, in order, exactly as passed to NVRTC (the trace spells paths with
+        them).
+    versioned : tuple of str
+        Folders of installed packages (the toolkit's): their headers are checked by size and
+        modification time instead of content.
+    """
+
+    cwd: str
+    include_dirs: tuple[str, ...]
+    versioned: tuple[str, ...] = ()
+
+    def absolute(self, path: str) -> str:
+        """A path as the compile saw it, made absolute (not normalized: ``..`` after a
+        symbolic link means what the file system says)."""
+        return path if os.path.isabs(path) else os.path.join(self.cwd, path)
+
+    def is_versioned(self, path: str) -> bool:
+        norm = os.path.normpath(path)
+        return any(norm.startswith(os.path.normpath(d) + os.sep) for d in self.versioned)
+
+
+@dataclass(frozen=True)
+class HeaderState:
+    """One file the compile read, as it was then."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str | None  # None: a versioned package's file, checked by size and mtime
+
+
+@dataclass(frozen=True)
+class AbsentGroup:
+    """Places below one existing folder that held no file when the compile ran.
+
+    ``places`` is empty for a folder inside a versioned package: there any change of the
+    folder (a file added or removed) counts as a change, without looking closer.
+    """
+
+    folder: str
+    mtime_ns: int
+    places: tuple[str, ...]
+
+    def appeared(self) -> str | None:
+        """A place that exists now (None if all are still empty).
+
+        The places' first components below the folder did not exist (the folder is the
+        deepest that did), so one look at each component clears every place below it.
+        """
+        below: dict[str, list[str]] = {}
+        start = len(self.folder.rstrip("/")) + 1
+        for p in self.places:
+            below.setdefault(p[start:].split("/", 1)[0], []).append(p)
+        for component, places in below.items():
+            if os.path.exists(os.path.join(self.folder, component)):
+                for p in places:
+                    if os.path.exists(p):
+                        return p
+        return None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The files one compile read, and the places that must stay empty for a hit.
+
+    Attributes
+    ----------
+    files : tuple of HeaderState
+    absent : tuple of AbsentGroup
+    present : tuple of str
+        Paths that ``__has_include`` found.
+    complete : bool
+        False where the headers came from a scan of quoted includes (no trace).
+    """
+
+    files: tuple[HeaderState, ...] = ()
+    absent: tuple[AbsentGroup, ...] = ()
+    present: tuple[str, ...] = ()
+    complete: bool = True
+
+    def check(self) -> str | None:
+        """Why the entry no longer matches the files (None when it does).
+
+        Every file is stat'ed; user headers whose size or time changed are hashed (a ``touch``
+        is not a change).
+        """
+        stat = os.stat
+        for f in self.files:
+            try:
+                st = stat(f.path)
+            except OSError:
+                return f"the header {f.path} was read by the last compile and is gone"
+            if st.st_size == f.size and st.st_mtime_ns == f.mtime_ns:
+                continue
+            if f.sha256 is None or _digest(f.path) != f.sha256:
+                return f"the header {f.path} changed since the last compile"
+        for group in self.absent:
+            try:
+                if stat(group.folder).st_mtime_ns == group.mtime_ns:
+                    continue
+            except OSError:
+                pass
+            if not group.places:
+                return (f"the package folder {group.folder} changed since the last compile "
+                        "(a header may have been added there)")
+            found = group.appeared()
+            if found:
+                return (f"{found} now exists; the last compile found no file there (a "
+                        "header there shadows the one it read, or changes a __has_include)")
+        for p in self.present:
+            if not os.path.exists(p):
+                return f"{p}, which __has_include found in the last compile, is gone"
+        return None
+
+    def to_json(self) -> dict:
+        """The manifest as a compact JSON object (stored in the entry record, read on every
+        hit: paths are stored as a folder index and a name)."""
+        folders: dict[str, int] = {}
+
+        def split(path: str) -> list:
+            head, tail = os.path.split(path)
+            return [folders.setdefault(head, len(folders)), tail]
+
+        files = [[*split(f.path), f.size, f.mtime_ns, f.sha256] for f in self.files]
+        absent = [[g.folder, g.mtime_ns, [split(p) for p in g.places]] for g in self.absent]
+        present = [split(p) for p in self.present]
+        return {"version": _MANIFEST_VERSION, "complete": self.complete,
+                "folders": list(folders), "files": files, "absent": absent, "present": present}
+
+    @classmethod
+    def from_json(cls, data: object) -> "Manifest":
+        """Read a stored manifest back.
+
+        :raises ValueError: not a manifest this reader understands.
+        """
+        try:
+            if not isinstance(data, dict) or data.get("version") != _MANIFEST_VERSION:
+                raise ValueError("not a version-1 manifest")
+            folders = [str(d) for d in data["folders"]]
+            join = os.path.join
+
+            def path(pair: list) -> str:
+                return join(folders[pair[0]], str(pair[1]))
+
+            files = tuple(HeaderState(join(folders[i], str(n)), int(s), int(m),
+                                      None if h is None else str(h))
+                          for i, n, s, m, h in data["files"])
+            absent = tuple(AbsentGroup(str(d), int(m), tuple(path(p) for p in ps))
+                           for d, m, ps in data["absent"])
+            return cls(files, absent, tuple(path(p) for p in data["present"]),
+                       bool(data["complete"]))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"the entry's header manifest is malformed ({exc})") from None
+
+    def describe(self) -> str:
+        """One line for the report."""
+        how = "read off NVRTC's trace" if self.complete else \
+            "from a scan of quoted includes (this NVRTC cannot list what it read)"
+        return f"{len(self.files)} header{'s' if len(self.files) != 1 else ''}, {how}"
+
+
+def _digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def trace_headers(trace_json: str | bytes) -> list[tuple[str, str | None]]:
+    """``(header, includer or None for the cell)`` for each file the trace says was opened,
+    in the order they were opened.
+
+    Events nest by time: a header's includer is the innermost header event around it.
+
+    :raises ValueError: not a trace NVRTC wrote.
+    """
+    data = json.loads(trace_json)
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ValueError("the trace holds no event list")
+    spans = sorted(((e["ts"], -e.get("dur", 0), e["args"]["detail"]) for e in events
+                    if isinstance(e, dict) and e.get("name") == TRACE_EVENT
+                    and e.get("args", {}).get("detail") not in (None, _BUILTIN)))
+    out: list[tuple[str, str | None]] = []
+    stack: list[tuple[float, str]] = []  # (end time, path) of the open includers
+    for ts, neg_dur, path in spans:
+        while stack and stack[-1][0] <= ts:
+            stack.pop()
+        out.append((path, stack[-1][1] if stack else None))
+        stack.append((ts - neg_dur, path))
+    return out
+
+
+def from_trace(opened: Sequence[tuple[str, str | None]], search: SearchPath, source: str
+               ) -> Manifest:
+    """The manifest of a compile from its trace (:func:`trace_headers`)."""
+    states: dict[str, HeaderState] = {}
+    for path, _ in opened:
+        full = search.absolute(path)
+        if full not in states:
+            state = _state(full, search)
+            if state is not None:
+                states[full] = state
+    places: set[str] = set()
+    for path, includer in dict.fromkeys(opened):
+        places.update(_shadowing(path, _folder_of(includer), search))
+    tested = _has_include_places(source, [p for p, _ in dict.fromkeys(opened)], search)
+    places |= tested
+    exists = {p: os.path.exists(p) for p in places}
+    present = tuple(sorted(p for p in tested if exists[p]))
+    return Manifest(tuple(states.values()),
+                    _group_absent([p for p, e in exists.items() if not e], search),
+                    present, complete=True)
+
+
+def _has_include_places(source: str, opened: Sequence[str], search: SearchPath) -> set[str]:
+    """Every place a ``__has_include`` in the cell or a header it read looked at."""
+    places: set[str] = set()
+    texts = [(None, source.encode("utf-8", "surrogatepass"))]
+    texts += [(p, _read(search.absolute(p))) for p in dict.fromkeys(opened)]
+    for path, text in texts:
+        if not text or (b"has_include" not in text and b"HAS_INCLUDE" not in text):
+            continue
+        for quote, name in set(_HAS_INCLUDE.findall(text)):
+            first = [_folder_of(path)] if quote == b'"' else []
+            for folder in (*first, *search.include_dirs):
+                rel = name.decode("utf-8", "replace")
+                places.add(search.absolute(os.path.join(folder, rel) if folder else rel))
+    return places
+
+
+def from_scan(source: str, search: SearchPath, limit: int = 10_000) -> Manifest:
+    """A manifest from quoted ``#include`` lines, for an NVRTC that writes no trace.
+
+    It follows quoted includes through each file's folder, the current folder and the ``-I``
+    folders; it cannot see ``<...>`` includes, macros or ``__has_include``: ``complete`` is
+    False and the report says so.
+    """
+    opened: list[tuple[str, str | None]] = []
+    todo: list[tuple[str, str | None]] = [(n, None) for n in _QUOTED_INCLUDE.findall(source)]
+    seen: set[str] = set()
+    while todo and len(seen) < limit:
+        name, includer = todo.pop(0)
+        for folder in (_folder_of(includer), *search.include_dirs):
+            path = os.path.join(folder, name) if folder else name
+            full = search.absolute(path)
+            if os.path.isfile(full):
+                if full not in seen:
+                    seen.add(full)
+                    opened.append((path, includer))
+                    text = (_read(full) or b"").decode("utf-8", "replace")
+                    todo += [(n, path) for n in _QUOTED_INCLUDE.findall(text)]
+                break
+    manifest = from_trace(opened, search, source)
+    return Manifest(manifest.files, manifest.absent, manifest.present, complete=False)
+
+
+def _folder_of(path: str | None) -> str:
+    """The folder a file's quoted includes are looked up in first ("" = the current folder,
+    which is the cell's)."""
+    return "" if path is None else os.path.dirname(path)
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _state(path: str, search: SearchPath) -> HeaderState | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    digest = None if search.is_versioned(path) else _digest(path)
+    return HeaderState(path, st.st_size, st.st_mtime_ns, digest)
+
+
+def _shadowing(path: str, includer_folder: str, search: SearchPath) -> Iterable[str]:
+    """Places searched before the one where ``path`` was found.
+
+    The search order of a quoted include is its includer's folder, then each ``-I``; an angle
+    include skips the first. The trace does not say which it was, nor (where folders nest)
+    which folder found it, so every reading is taken; the caller keeps the places that held
+    no file (a place that held one cannot have been passed over).
+    """
+    folders = (includer_folder, *search.include_dirs)
+    for k, folder in enumerate(folders):
+        if folder:
+            prefix = folder.rstrip("/") + "/"
+            if not path.startswith(prefix):
+                continue
+            name = path[len(prefix):]
+        elif os.path.isabs(path):
+            continue
+        else:
+            name = path
+        for earlier in folders[:k]:
+            yield search.absolute(os.path.join(earlier, name) if earlier else name)
+
+
+def _group_absent(places: Iterable[str], search: SearchPath) -> tuple[AbsentGroup, ...]:
+    """Group places by the deepest folder on their way that exists, with its mtime: a file
+    created anywhere below changes that folder's mtime (a new entry there), so a hit stats
+    one folder per group instead of every place."""
+    deepest: dict[str, str] = {}  # a place's folder -> the deepest existing folder on its way
+
+    def existing(folder: str) -> str:
+        if folder not in deepest:
+            parent = os.path.dirname(folder)
+            deepest[folder] = folder if (parent == folder or os.path.isdir(folder)) \
+                else existing(parent)
+        return deepest[folder]
+
+    groups: dict[str, list[str]] = {}
+    for place in places:
+        groups.setdefault(existing(os.path.dirname(place)), []).append(place)
+    out = []
+    for folder, members in sorted(groups.items()):
+        try:
+            mtime = os.stat(folder).st_mtime_ns
+        except OSError:
+            mtime = -1  # cannot be stat'ed now: every check looks at the places themselves
+        kept = () if search.is_versioned(os.path.join(folder, "x")) else tuple(sorted(members))
+        out.append(AbsentGroup(folder, mtime, kept))
+    return tuple(out)

@@ -1,0 +1,77 @@
+"""What this machine offers a build: devices, driver, NVRTC, demangler, cache (``%cuda_info``),
+and the per-kernel resources a report shows.
+
+Asking loads the CUDA driver where there is one, never CuPy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+
+from . import driver
+from .report import BuildReport, EnvironmentInfo
+
+__all__ = ["gpu_available", "environment_info", "report_with_attributes"]
+
+
+def gpu_available() -> bool:
+    """True when a CUDA driver and at least one GPU are there (kernels can be launched).
+
+    Without one, compiling, caching and name resolution still work; a launch raises
+    :class:`~cudamagic.NoDeviceError`.
+    """
+    return driver.available()
+
+
+def report_with_attributes(module, limit: int = 64) -> BuildReport:
+    """The module's report with registers and shared/local memory per kernel.
+
+    Reading them loads the module on the current device, so only the display asks (and for at
+    most ``limit`` kernels); :func:`cudamagic.build` itself stays lazy.
+    """
+    if not driver.available() or not module.kernels or len(module.kernels) > limit:
+        return module.report
+    device = driver.current_device()
+    by_symbol = {}
+    for k in module.kernels.values():
+        if k.symbol not in by_symbol:
+            by_symbol[k.symbol] = k.attributes(device)
+    rows = tuple(dataclasses.replace(r, attributes=by_symbol.get(r.symbol))
+                 for r in module.report.rows)
+    return dataclasses.replace(module.report, rows=rows)
+
+
+def environment_info() -> EnvironmentInfo:
+    """What a build uses here: devices, driver, NVRTC, demangler, target arch, cache."""
+    from .cache import default_cache
+    from .compiler import nvrtc_version
+    from .demangle import CuFilt, default_demangler
+    from .errors import OptionError
+    from .session import default_arch
+
+    fields: list[tuple[str, str]] = []
+    if driver.available():
+        for i in range(driver.device_count()):
+            major, minor = driver.compute_capability(i)
+            fields.append((f"device {i}", f"{driver.device_name(i)} (sm_{major}{minor})"))
+        fields.append(("driver", f"CUDA {driver.driver_version()}"))
+    else:
+        fields.append(("device", "none (compile, cache and name resolution work; launches "
+                                 "need a GPU)"))
+    fields.append(("NVRTC", nvrtc_version()))
+    d = default_demangler()
+    fields.append(("demangler", f"{d.name} ({d.path})" if isinstance(d, CuFilt) else d.name))
+    try:
+        fields.append(("arch in use", default_arch()))
+    except OptionError as exc:
+        fields.append(("arch in use", str(exc)))
+    cache = default_cache()
+    fields.append(("cache", f"{cache.location} ({len(cache)} entries, "
+                            f"{cache.volume() / 2**20:.1f} of {cache.size_limit / 2**20:.0f} MiB)"))
+    for dist in ("cupy-cuda13x", "cupy-cuda12x", "cuda-bindings", "nvidia-cuda-nvrtc"):
+        try:
+            fields.append((dist, importlib.metadata.version(dist)))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return EnvironmentInfo(tuple(fields))

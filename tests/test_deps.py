@@ -1,0 +1,206 @@
+"""The dependency manifest: what NVRTC read is what a hit re-checks, for every include spelling.
+
+The stale-header corpus builds each case in a fresh interpreter, builds it again in another
+(a hit: nothing changed), edits a header, and builds in a third: a miss whose CUBIN equals an
+uncached build's. Every case served the old kernel on the code before the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cudamagic import deps
+
+from .conftest import run_python
+
+KERN = 'extern "C" __global__ void k(int* x) { x[0] = V; }\n'
+CHAIN = 1100  # headers in a chain: past the old scanner's silent limit of 1000
+
+
+def _chain(n: int) -> dict[str, str]:
+    files = {f"chain/h{i}.h": f'#include "h{i + 1}.h"\n' for i in range(n)}
+    files[f"chain/h{n}.h"] = "#define V 1\n"
+    return files
+
+
+# label: (files to write, source, build() options, base_dir, edit: (path, new text))
+CASES = {
+    "angle include through -I": (
+        {"inc/mylib.h": "#define V 1\n"}, "#include <mylib.h>\n", ["-Iinc"], None,
+        ("inc/mylib.h", "#define V 2\n")),
+    "quoted header beside the cell shadows an -I copy": (
+        {"inc/s.h": "#define V 1\n", "s.h": "#define V 2\n"}, '#include "s.h"\n', ["-Iinc"],
+        None, ("s.h", "#define V 3\n")),
+    "quoted include inside an angle-included header": (
+        {"inc/outer.h": '#include "inner.h"\n', "inc/inner.h": "#define V 1\n"},
+        "#include <outer.h>\n", ["-Iinc"], None, ("inc/inner.h", "#define V 2\n")),
+    "#include MACRO": (
+        {"m.h": "#define V 1\n"}, '#define HDR "m.h"\n#include HDR\n', [], None,
+        ("m.h", "#define V 2\n")),
+    "#include /*c*/ \"x.h\"": (
+        {"x.h": "#define V 1\n"}, '#include /*c*/ "x.h"\n', [], None, ("x.h", "#define V 2\n")),
+    "line splice": (
+        {"x.h": "#define V 1\n"}, '#inc\\\nlude "x.h"\n', [], None, ("x.h", "#define V 2\n")),
+    "%:include digraph": (
+        {"x.h": "#define V 1\n"}, '%:include "x.h"\n', [], None, ("x.h", "#define V 2\n")),
+    "__has_include of a file created later": (
+        {}, '#if __has_include("later.h")\n#include "later.h"\n#else\n#define V 1\n#endif\n',
+        [], None, ("later.h", "#define V 2\n")),
+    "a shadowing file created later in an earlier -I": (
+        {"inc2/sh.h": "#define V 1\n", "inc1/.keep": ""}, "#include <sh.h>\n",
+        ["-Iinc1", "-Iinc2"], None, ("inc1/sh.h", "#define V 2\n")),
+    "--pre-include": (
+        {"pre.h": "#define V 1\n"}, "", ["--pre-include=pre.h"], None,
+        ("pre.h", "#define V 2\n")),
+    "symlinked header whose includes sit beside the link": (
+        {"real/t.h": '#include "beside.h"\n', "real/beside.h": "#define V 9\n",
+         "inc/beside.h": "#define V 1\n", "inc/t.h": "@../real/t.h"},
+        "#include <t.h>\n", ["-Iinc"], None, ("inc/beside.h", "#define V 2\n")),
+    "header found through the process's current folder": (
+        {"cwdh.h": "#define V 1\n", "nb/.keep": ""}, '#include "cwdh.h"\n', [], "nb",
+        ("cwdh.h", "#define V 2\n")),
+    "header number 1001 of a chain": (
+        _chain(CHAIN), '#include "chain/h0.h"\n', [], None,
+        (f"chain/h{CHAIN}.h", "#define V 2\n")),
+    "in-place edit inside an installed package (same size)": (
+        {}, "#include <tkedit.h>\n", [], None, ("cudahome/include/tkedit.h", "#define V 2\n")),
+}
+
+CHILD = r"""
+import json, os, sys
+import cudamagic
+root, phase, cache = sys.argv[1], sys.argv[2], sys.argv[3]
+out = {}
+for label, (folder, src, options, base) in json.loads(open(os.path.join(root, "cases.json")).read()).items():
+    folder = os.path.join(root, folder)
+    os.chdir(folder)
+    kw = dict(options=options, base_dir=os.path.join(folder, base) if base else None)
+    mod = cudamagic.build(src, [], cache=cache, **kw)
+    res = {"hit": mod.hit, "reason": mod.report.miss_reason}
+    if phase == "edited":
+        res["same_as_uncached"] = mod.cubin == cudamagic.build(src, [], use_cache=False, **kw).cubin
+    out[label] = res
+print(json.dumps(out))
+"""
+
+
+def _write(folder: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if text.startswith("@"):
+            path.symlink_to(text[1:])
+        else:
+            path.write_text(text)
+
+
+def _toolkit_home(root: Path) -> Path:
+    """A CUDA_HOME whose include folder is the toolkit's (entries linked) plus tkedit.h: the
+    toolkit folder every build searches, checked by size and time as an installed package."""
+    from cudamagic.toolkit import toolkit
+
+    real = next(Path(d) for d in toolkit().include_dirs if (Path(d) / "cuda_fp16.h").is_file())
+    inc = root / "cudahome" / "include"
+    inc.mkdir(parents=True)
+    for entry in real.iterdir():
+        (inc / entry.name).symlink_to(entry)
+    (inc / "tkedit.h").write_text("#define V 1\n")
+    return root / "cudahome"
+
+
+def test_stale_header_corpus(tmp_path):
+    cases = {}
+    for i, (label, (files, src, options, base, _)) in enumerate(CASES.items()):
+        (tmp_path / f"case{i}").mkdir()
+        _write(tmp_path / f"case{i}", files)
+        cases[label] = (f"case{i}", src + KERN, options, base)
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    env = {"CUDA_HOME": str(_toolkit_home(tmp_path))}
+
+    def run(phase: str) -> dict:
+        out = run_python(CHILD.replace("sys.argv[1], sys.argv[2], sys.argv[3]",
+                                       f"{str(tmp_path)!r}, {phase!r}, {str(tmp_path / 'cache')!r}"),
+                         env=env, timeout=900)
+        return json.loads(out.strip().splitlines()[-1])
+
+    first = run("first")
+    assert not any(r["hit"] for r in first.values()), first
+    again = run("again")  # a kernel restart, nothing changed: every case is a hit
+    assert {label: r["hit"] for label, r in again.items()} == {label: True for label in CASES}
+    for i, (label, (*_, (rel, text))) in enumerate(CASES.items()):
+        path = tmp_path / ("" if rel.startswith("cudahome") else f"case{i}") / rel
+        path.write_text(text)
+    edited = run("edited")
+    wrong = {label: r for label, r in edited.items() if r["hit"] or not r["same_as_uncached"]}
+    print(f"\nstale-header corpus: {len(CASES)} spellings, {len(CASES) - len(wrong)} rebuilt "
+          f"after the edit, {len(wrong)} served stale")
+    assert not wrong, wrong
+    print("\n".join(f"  {label}: {r['reason']}" for label, r in edited.items()))
+
+
+def _trace(*events) -> str:
+    return json.dumps({"traceEvents": [
+        {"name": "Processing Header File", "ts": ts, "dur": dur, "args": {"detail": path}}
+        for ts, dur, path in events] + [{"name": "Other", "ts": 0, "dur": 9}]})
+
+
+def test_trace_nesting_gives_each_headers_includer():
+    trace = _trace((10, 100, "/a/outer.h"), (20, 10, "/a/inner.h"), (40, 5, "/b/x.h"),
+                   (200, 5, "cwd.h"), (1, 2, "__nv_nvrtc_builtin_header.h"))
+    assert deps.trace_headers(trace) == [("/a/outer.h", None), ("/a/inner.h", "/a/outer.h"),
+                                         ("/b/x.h", "/a/outer.h"), ("cwd.h", None)]
+
+
+def _manifest(tmp_path: Path, opened, include_dirs=(), versioned=()) -> deps.Manifest:
+    search = deps.SearchPath(str(tmp_path), tuple(include_dirs), tuple(versioned))
+    return deps.from_trace(opened, search, "")
+
+
+def test_a_touch_is_not_a_change_an_edit_is(tmp_path):
+    (tmp_path / "h.h").write_text("#define V 1\n")
+    m = _manifest(tmp_path, [("h.h", None)])
+    assert m.check() is None
+    os.utime(tmp_path / "h.h", ns=(1, 1))
+    assert m.check() is None  # same content
+    (tmp_path / "h.h").write_text("#define V 2\n")
+    assert "changed" in m.check()
+    (tmp_path / "h.h").unlink()
+    assert "gone" in m.check()
+
+
+def test_a_versioned_file_is_checked_by_size_and_time(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "p.h").write_text("#define V 1\n")
+    m = _manifest(tmp_path, [(str(pkg / "p.h"), None)], [str(pkg)], [str(pkg)])
+    assert m.files[0].sha256 is None
+    st = (pkg / "p.h").stat()
+    (pkg / "p.h").write_text("#define V 2\n")  # same size
+    os.utime(pkg / "p.h", ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
+    assert "changed" in m.check()
+
+
+def test_a_file_appearing_earlier_in_the_search_misses(tmp_path):
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "b" / "x.h").write_text("//b\n")
+    m = _manifest(tmp_path, [(str(tmp_path / "b" / "x.h"), None)],
+                  [str(tmp_path / "a"), str(tmp_path / "b")])
+    (tmp_path / "unrelated.txt").write_text("")  # the folder changes; no shadow appears
+    assert m.check() is None
+    (tmp_path / "a" / "x.h").write_text("//a\n")
+    assert "now exists" in m.check()
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_the_manifest_survives_json(tmp_path, compact):
+    (tmp_path / "h.h").write_text("x")
+    m = _manifest(tmp_path, [("h.h", None)], [str(tmp_path / "inc")])
+    back = deps.Manifest.from_json(json.loads(json.dumps(m.to_json())))
+    assert back == m
+    with pytest.raises(ValueError):
+        deps.Manifest.from_json({"version": 1, "files": [["x"]]})
