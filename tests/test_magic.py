@@ -125,3 +125,21 @@ ip.run_cell_magic("cuda", '-q -n "k<float>"', "#include <cuda/std/complex>\n"
     assert proc.returncode == 0, proc.stderr
     assert "compiling cell.cu with NVRTC..." in proc.stderr
     assert "compiled cell.cu in" in proc.stderr
+
+
+def test_the_cubin_served_does_not_depend_on_the_module_name(tmp_path):
+    """__FILE__ is the program name: it must not change with --module, which is not in the key
+    (a hit for --module two served one.cu's CUBIN while a compile gave two.cu's)."""
+    code = r'''
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "cudamagic")
+cell = 'extern "C" __global__ void f(const char** out) { *out = __FILE__; }\n'
+ip.run_cell_magic("cuda", "-q --module one", cell)
+ip.run_cell_magic("cuda", "-q --module two", cell)
+ip.run_cell_magic("cuda", "-q --module fresh --no-cache", cell)
+ns = ip.user_ns
+print(ns["two"].hit, ns["two"].cubin == ns["fresh"].cubin)
+'''
+    out = run_python(code, {"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.split() == ["True", "True"]

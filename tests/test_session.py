@@ -208,3 +208,26 @@ def test_relative_includes_and_header_edits(tmp_path, cache, compiler):
     header.write_text("#define K 3\n")
     assert not build_module(src, opts, cache=cache, base_dir=tmp_path, compiler=compiler).hit
     assert len(compiler.calls) == 2
+
+
+def test_stored_python_names_must_be_identifiers(cache, compiler):
+    first = build_module(SOURCE, options_from_nvrtc([], ["saxpy<float>"]), cache=cache,
+                         compiler=compiler)
+    record, _ = cache.get(first.key)
+    cache.put(first.key, dataclasses.replace(
+        record, python_names={"saxpy<float>": "not an identifier; rm -rf"}))
+    again = build_module(SOURCE, options_from_nvrtc([], ["saxpy<float>"]), cache=cache,
+                         compiler=compiler)
+    assert not again.hit and "not an identifier" in again.report.miss_reason
+    assert again["saxpy<float>"].python_name == "saxpy_float"
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("no/such/file.cubin", "cannot be read"),
+    (".", "is a folder"),
+    (123, "takes a path or the CUBIN's bytes"),
+    (b"not an elf", "not a CUBIN"),
+])
+def test_load_cubin_says_what_is_wrong(arg, message):
+    with pytest.raises(cudamagic.ImageError, match=message):
+        cudamagic.load_cubin(arg, ["k<int>"])
