@@ -1,12 +1,20 @@
 """Resolution: which symbol of a CUBIN each name expression names, and how that was found.
 
-The rules (DESIGN.md, "Resolution"):
+One job: name expression -> symbol, never a guess. The rules (DESIGN.md, "Resolution"), with
+:func:`cudamagic.names.compare` deciding equal / contradiction / undecidable:
 
-1. a stored map entry whose symbol is among the image's kernels is taken (``"stored"``);
-2. a stored symbol that the image lacks makes the whole entry bad (the caller recompiles);
-3. without a stored entry, the canonical form of the expression must equal the canonical form of
-   exactly one demangled kernel name (``"demangled"``);
-4. anything else is unresolved, with the closest candidates: never a guess.
+1. a stored map entry is checked against the image: its symbol must be one of the image's
+   kernels, and the symbol's demangled name must not contradict the expression. Then it is taken:
+   ``"stored"`` where the comparison decides that they are equal (verified), ``"stored-unverified"``
+   where it cannot decide (``size_t`` against ``unsigned long``, ``-1`` against ``-1ll``, an
+   enumerator against a cast) and nothing contradicts it;
+2. a stored symbol that the image lacks, or whose demangled name contradicts the expression (a map
+   that swapped ``t<1>`` and ``t<2>``), makes the entry bad: the expression goes into
+   :attr:`Resolution.stale` with the reason in :attr:`Resolution.stale_reasons`, and the caller
+   recompiles;
+3. without a stored entry, the expression must be decidably equal to exactly one demangled kernel
+   name (``"demangled"``); an undecidable one never resolves;
+4. anything else is unresolved, with the reason and the candidates: never a guess.
 
 Pure: no CUDA, no IPython.
 """
@@ -17,14 +25,19 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .names import Signature, Signatures, parse_expression
+from .names import CONTRADICTION, EQUAL, UNDECIDABLE, Signature, Signatures, compare, parse_expression
 
-__all__ = ["Resolved", "Unresolved", "Resolution", "resolve", "plain_kernels", "closest"]
+__all__ = ["Resolved", "Unresolved", "Resolution", "resolve", "plain_kernels", "closest",
+           "NVRTC", "STORED", "STORED_UNVERIFIED", "DEMANGLED", "EXTERN_C"]
 
-NVRTC = "nvrtc"
-STORED = "stored"
-DEMANGLED = "demangled"
-EXTERN_C = "extern-c"
+NVRTC = "nvrtc"                            # NVRTC's own map, on a miss
+STORED = "stored"                          # stored map, verified by the demangled name
+STORED_UNVERIFIED = "stored-unverified"    # stored map; the demangled name cannot decide it
+DEMANGLED = "demangled"                    # no stored map: the one decidably equal demangled name
+EXTERN_C = "extern-c"                      # an extern "C" kernel: its symbol is its name
+
+# how many same-named kernels an unresolved expression is compared with to list candidates
+_SCAN_LIMIT = 256
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,7 @@ class Resolved:
 
 @dataclass(frozen=True)
 class Unresolved:
-    """A name expression that named no kernel, or more than one."""
+    """A name expression that named no kernel, or more than one, or none decidably."""
 
     name_expression: str
     reason: str
@@ -55,17 +68,35 @@ class Resolution:
         In the order of the expressions asked for.
     unresolved : tuple of Unresolved
     stale : tuple of str
-        Expressions whose stored symbol the image does not hold: the entry is bad.
+        Expressions whose stored symbol the image does not hold, or whose demangled name
+        contradicts them: the entry is bad.
+    stale_reasons : tuple of str
+        One sentence per stale expression, in the same order.
     """
 
     resolved: tuple[Resolved, ...]
     unresolved: tuple[Unresolved, ...] = ()
     stale: tuple[str, ...] = field(default=())
+    stale_reasons: tuple[str, ...] = field(default=())
 
     @property
     def complete(self) -> bool:
         """Every expression resolved and nothing stale."""
         return not self.unresolved and not self.stale
+
+
+class _Index:
+    """The image's kernels by canonical name (exact names only: the others never equal anything)
+    and by their last identifier (to list candidates), built on first use."""
+
+    def __init__(self, kernels: Mapping[str, Signature]) -> None:
+        self.by_name: dict[str, list[str]] = {}
+        self.by_ident: dict[str, list[str]] = {}
+        for symbol, sig in kernels.items():
+            if sig.exact:
+                self.by_name.setdefault(sig.name, []).append(symbol)
+            if sig.parts is not None:
+                self.by_ident.setdefault(sig.parts[-1][0], []).append(symbol)
 
 
 def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
@@ -82,38 +113,68 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
         The lowered-name map stored with the cache entry (expression -> symbol).
     """
     stored = stored or {}
-    by_name: dict[str, list[tuple[str, Signature]]] | None = None  # built when first needed
+    index: _Index | None = None
 
     resolved: list[Resolved] = []
     unresolved: list[Unresolved] = []
     stale: list[str] = []
+    reasons: list[str] = []
     for expr in expressions:
         if expr in stored:
-            if stored[expr] in kernels:
-                resolved.append(Resolved(expr, stored[expr], STORED))
-            else:
+            symbol = stored[expr]
+            if symbol not in kernels:
                 stale.append(expr)
+                reasons.append(f"its stored symbol {symbol} is not in the CUBIN")
+                continue
+            verdict, why = compare(parse_expression(expr), kernels[symbol])
+            if verdict == CONTRADICTION:
+                stale.append(expr)
+                reasons.append(f"its stored symbol {symbol} demangles to "
+                               f"{kernels[symbol].text!r}, which contradicts it ({why})")
+            else:
+                resolved.append(Resolved(expr, symbol, STORED if verdict == EQUAL
+                                         else STORED_UNVERIFIED))
             continue
-        want = parse_expression(expr)
-        if by_name is None:
-            by_name = {}
-            for symbol, sig in kernels.items():
-                by_name.setdefault(sig.name, []).append((symbol, sig))
-        hits = [sym for sym, sig in by_name.get(want.name, ())
-                if want.params is None or sig.params == want.params]
-        if len(hits) == 1:
-            resolved.append(Resolved(expr, hits[0], DEMANGLED))
-        elif hits:
-            unresolved.append(Unresolved(
-                expr, f"it matches {len(hits)} kernels; add a cast such as "
-                      f"(void(*)({', '.join(kernels[hits[0]].params or ())}))"
-                      f"{want.name} to pick one", tuple(kernels[h].text for h in hits)))
-        else:
-            unresolved.append(Unresolved(
-                expr, "no kernel's demangled name matches it",
-                closest(want.name, [sig.name for sig in kernels.values()],
-                        [sig.text for sig in kernels.values()])))
-    return Resolution(tuple(resolved), tuple(unresolved), tuple(stale))
+        if index is None:
+            index = _Index(kernels)
+        found = _by_demangling(expr, kernels, index)
+        (resolved if isinstance(found, Resolved) else unresolved).append(found)
+    return Resolution(tuple(resolved), tuple(unresolved), tuple(stale), tuple(reasons))
+
+
+def _by_demangling(expr: str, kernels: Mapping[str, Signature], index: _Index
+                   ) -> Resolved | Unresolved:
+    """The one kernel whose demangled name is decidably equal to ``expr``, or why there is none."""
+    want = parse_expression(expr)
+    hits = []
+    if want.exact:
+        for symbol in index.by_name.get(want.name, ()):
+            if want.params is None or compare(want, kernels[symbol])[0] == EQUAL:
+                hits.append(symbol)
+    if len(hits) == 1:
+        return Resolved(expr, hits[0], DEMANGLED)
+    if hits:
+        return Unresolved(
+            expr, f"it matches {len(hits)} kernels; add a cast such as "
+                  f"(void(*)({', '.join(kernels[hits[0]].params or ())})){want.name} to pick one",
+            tuple(kernels[h].text for h in hits))
+    # why not: the kernels it cannot be told apart from, else the closest names
+    same = index.by_ident.get(want.parts[-1][0], ()) if want.parts else ()
+    maybe: list[tuple[str, str]] = []
+    for symbol in same[:_SCAN_LIMIT]:
+        verdict, why = compare(want, kernels[symbol])
+        if verdict == UNDECIDABLE:
+            maybe.append((kernels[symbol].text, why))
+    if maybe:
+        more = f" (and {len(same) - _SCAN_LIMIT} kernels not compared)" \
+            if len(same) > _SCAN_LIMIT else ""
+        return Unresolved(
+            expr, f"the demangled names cannot decide it ({maybe[0][1]}){more}: a name map "
+                  "stored with the CUBIN, or a recompile from the source, decides",
+            tuple(text for text, _ in maybe[:3]))
+    return Unresolved(expr, "no kernel's demangled name matches it",
+                      closest(want.name, [sig.name for sig in kernels.values()],
+                              [sig.text for sig in kernels.values()]))
 
 
 def plain_kernels(kernels: Signatures, taken: set[str]) -> list[Resolved]:

@@ -6,9 +6,14 @@ import pytest
 
 from cudamagic.names import canonical, parse_demangled, parse_expression, python_name
 
-# Spellings the text cannot decide (DESIGN.md): enumerator vs cast, default template arguments.
+# Spellings the text cannot decide (DESIGN.md): enumerator vs cast, default template arguments,
+# and a value of another type than the demangled one: ``flags<double, 0, false>`` gives int 0 where
+# the symbol holds unsigned int 0, ``lits<(char)66, -1, 0>`` int -1 and 0 where it holds long long
+# -1 and unsigned long long 0. Equal once converted, but the mangling of a ``template <auto V>``
+# argument is the same, and there the kernel would hold int: only the typed reading makes them the
+# same kernel, and the symbol cannot say which reading holds.
 UNDECIDABLE = {"mode<geo::v2::Mode::Exact>", "plain_enum<geo::v2::P1>", "defaults<>",
-               "defaults<double>"}
+               "defaults<double>", "flags<double, 0, false>", "lits<(char)66, -1, 0>"}
 
 
 def test_both_demanglers_give_one_canonical_signature(rows):
@@ -62,7 +67,7 @@ def test_placeholders_take_the_template_arguments():
 @pytest.mark.parametrize("a, b", [
     ("unsigned", "unsigned int"), ("long int", "long"), ("signed", "int"),
     ("short int", "short"), ("long unsigned int", "unsigned long"),
-    ("const float *", "float const*"), ("k< 0x1F >", "k<31>"), ("k<'A'>", "k<65>"),
+    ("const float *", "float const*"), ("k< 0x1F >", "k<31>"), ("k<'A'>", "k<(char)65>"),
     ("k<(long long)-1>", "k<-1ll>"), ("k<complex<float> >", "k<complex<float>>"),
     ("k<(bool)0>", "k<false>"), ("k<1'000>", "k<1000>"),
 ])
@@ -76,6 +81,9 @@ def test_equal_spellings(a, b):
     ("k<signed char>", "k<char>"),          # distinct types
     ("k<float*>", "k<float>"),
     ("k<1>", "k<-1>"),
+    ("k<'A'>", "k<65>"),                    # char 65 and int 65: two kernels of template <auto V>
+    ("k<(bool)2>", "k<2>"),                 # (bool)2 is true
+    ("k<5u>", "k<5>"),
 ])
 def test_unequal_spellings(a, b):
     assert canonical(a) != canonical(b)
