@@ -7,7 +7,6 @@ else lives in the pipeline modules, which know no IPython.
 
 from __future__ import annotations
 
-import argparse
 import builtins
 import os
 import shlex
@@ -18,10 +17,12 @@ import warnings
 from contextlib import contextmanager
 from typing import Any
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from .errors import OptionError, ShadowWarning
-from .options import PROGRAM_NAME, magic_parser, parse_magic_line
+from .options import DEFAULT_MODULE, PROGRAM_NAME, magic_parser, parse_magic_line
 
 __all__ = ["CudaMagics"]
 
@@ -29,43 +30,32 @@ __all__ = ["CudaMagics"]
 NOTICE_AFTER_S = 0.5
 
 
-class _LineParser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would print and exit the kernel
-        raise OptionError(f"%{self.prog}: {message}")
-
-
-def _load_parser() -> argparse.ArgumentParser:
-    p = _LineParser(prog="cuda_load", add_help=False,
-                    description="Load a CUBIN built elsewhere (nvcc -cubin) and push its kernels.")
-    p.add_argument("path")
-    p.add_argument("-n", "--name-expression", action="append", default=[], metavar="EXPR")
-    p.add_argument("--module", default="cuda_module", metavar="NAME")
-    p.add_argument("-q", "--quiet", action="store_true")
-    return p
-
-
-def _cache_parser() -> argparse.ArgumentParser:
-    p = _LineParser(prog="cuda_cache", add_help=False,
-                    description="Inspect and manage the CUBIN cache.")
-    sub = p.add_subparsers(dest="command")
-    sub.add_parser("stats", add_help=False, help="entries, bytes, hits, misses, location, limit")
-    sub.add_parser("list", add_help=False, help="entries, newest first")
-    clear = sub.add_parser("clear", add_help=False, help="remove all entries, or old ones")
-    clear.add_argument("--older-than", metavar="AGE", default=None,
-                       help="only entries last used longer ago than AGE (30s, 15m, 12h, 7d)")
-    limit = sub.add_parser("limit", add_help=False, help="show or set the size limit")
-    limit.add_argument("size", nargs="?", default=None, help="e.g. 512MB, 2GiB")
-    return p
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def _age_seconds(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds.
+
+    :raises OptionError: not an age.
+    """
     t = text.strip().lower()
     try:
-        return float(t[:-1]) * units[t[-1]] if t[-1:] in units else float(t)
+        value = float(t[:-1]) * _AGE_UNITS[t[-1]] if t[-1:] in _AGE_UNITS else float(t)
     except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
         raise OptionError(f"%cuda_cache clear --older-than {text!r}: give an age such as 30s, "
-                          "15m, 12h or 7d") from None
+                          "15m, 12h, 7d or 2w")
+    return value
+
+
+def _parse(magic, line: str):
+    """A line magic's arguments through IPython's ``magic_arguments``; its errors (an unknown
+    flag, an unbalanced quote) as the project's own."""
+    try:  # POSIX quoting, as a shell and the %%cuda line have it (IPython's own keeps quotes)
+        return magic.parser.parse_args(shlex.split(line))
+    except (UsageError, ValueError) as exc:
+        raise OptionError(f"%{magic.__name__}: {exc}; see %{magic.__name__}?") from None
 
 
 @contextmanager
@@ -131,50 +121,66 @@ class CudaMagics(Magics):
 
     cuda.__doc__ = magic_parser().format_help()
 
+    @magic_arguments()
+    @argument("path", help="the CUBIN file (from nvcc -cubin, or another tool)")
+    @argument("-n", "--name-expression", action="append", default=[], metavar="EXPR",
+              help='a kernel to find by its C++ name, e.g. -n "ns::scale<float, 3>" '
+                   "(repeatable; found by demangling the CUBIN's symbols)")
+    @argument("--module", default=DEFAULT_MODULE, metavar="NAME",
+              help=f"Python name of the module object (default {DEFAULT_MODULE})")
+    @argument("-q", "--quiet", action="store_true", help="show no report")
     @line_magic
     def cuda_load(self, line: str):
+        """Load a CUBIN built elsewhere and push its kernels, as %%cuda does.
+
+        Kernels are found by demangling the CUBIN's symbols (a CUBIN from elsewhere has no
+        stored name map); extern "C" and non-template kernels are pushed by their plain name.
+        """
         from .session import load_cubin
 
-        ns = _load_parser().parse_args(shlex.split(line))
-        if not ns.module.isidentifier():
-            raise OptionError(f"%cuda_load: --module {ns.module!r} is not a Python identifier")
+        ns = _parse(self.cuda_load, line)
         module = load_cubin(os.path.expanduser(ns.path), ns.name_expression, module=ns.module)
         self._push(ns.module, module)
         if not ns.quiet:
             self._show(module)
 
-    cuda_load.__doc__ = _load_parser().format_help()
-
+    @magic_arguments()
+    @argument("command", nargs="?", default="stats", choices=("stats", "list", "clear", "limit"),
+              help="stats (default): entries, size, hits and misses, the folder; "
+                   "list: entries, newest first; clear: remove entries; "
+                   "limit: show or set the size limit")
+    @argument("size", nargs="?", default=None,
+              help="for limit: the new size limit, e.g. 512MB, 2GiB, 1073741824 (bytes); kept "
+                   "by the folder for later sessions")
+    @argument("--older-than", metavar="AGE", default=None,
+              help="for clear: only entries last used longer ago than AGE: a number and a unit, "
+                   "s (seconds), m (minutes), h (hours), d (days) or w (weeks), e.g. 30s, "
+                   "15m, 12h, 7d")
     @line_magic
     def cuda_cache(self, line: str):
-        from .cache import parse_size
+        """Inspect and manage the CUBIN cache (the folder in $CUDAMAGIC_CACHE_DIR, else
+        ~/.cache/cudamagic). Each command returns a record shown as text or a table."""
         from .cache import default_cache
+        from .report import CacheListing, CacheStats
 
-        ns = _cache_parser().parse_args(shlex.split(line) or ["stats"])
+        ns = _parse(self.cuda_cache, line)
+        if ns.size is not None and ns.command != "limit":
+            raise OptionError(f"%cuda_cache {ns.command} takes no size; did you mean "
+                              f"%cuda_cache limit {ns.size}?")
+        if ns.older_than is not None and ns.command != "clear":
+            raise OptionError("--older-than goes with %cuda_cache clear")
         cache = default_cache()
-        if ns.command == "stats":
-            from .report import CacheStats
-
-            return CacheStats.of(cache)
         if ns.command == "list":
-            from .report import CacheListing
-
             return CacheListing(tuple(cache.entries()))
+        note = ""
         if ns.command == "clear":
             age = None if ns.older_than is None else _age_seconds(ns.older_than)
             removed = cache.clear() if age is None else cache.evict_older_than(age)
-            print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {cache.location}")
-            return None
-        if ns.size is not None:
-            try:
-                cache.set_size_limit(parse_size(ns.size))
-            except ValueError as exc:
-                raise OptionError(f"%cuda_cache limit: {exc}") from None
-        print(f"size limit {cache.size_limit / 2**20:.0f} MiB ({cache.size_limit} bytes), "
-              f"{cache.volume() / 2**20:.1f} MiB in use, {cache.location}")
-        return None
-
-    cuda_cache.__doc__ = _cache_parser().format_help()
+            note = f"removed {removed} entr{'y' if removed == 1 else 'ies'}"
+        elif ns.command == "limit" and ns.size is not None:
+            cache.set_size_limit(ns.size)
+            note = "size limit set"
+        return CacheStats.of(cache, note)
 
     @line_magic
     def cuda_info(self, line: str = ""):

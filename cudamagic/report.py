@@ -195,16 +195,20 @@ class CacheStats(_Record):
     size_limit: int
     hits: int
     misses: int
+    note: str = ""
     title = "cudamagic cache"
 
     @classmethod
-    def of(cls, cache) -> "CacheStats":
-        """Read the numbers off a :class:`~cudamagic.cache.KernelCache`."""
+    def of(cls, cache, note: str = "") -> "CacheStats":
+        """Read the numbers off a :class:`~cudamagic.cache.KernelCache` (``note``: what a
+        command just did, shown first)."""
         hits, misses = cache.stats()
-        return cls(cache.location, len(cache), cache.volume(), cache.size_limit, hits, misses)
+        return cls(cache.location, len(cache), cache.volume(), cache.size_limit, hits, misses,
+                   note)
 
     def pairs(self) -> list[tuple[str, str]]:
-        return [("location", self.location), ("entries", str(self.entries)),
+        return [*([("done", self.note)] if self.note else []),
+                ("location", self.location), ("entries", str(self.entries)),
                 ("size", f"{_mib(self.volume)} of {_mib(self.size_limit)}"),
                 ("lookups", f"{self.hits} hits, {self.misses} misses")]
 

@@ -583,8 +583,8 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
         closest candidates.
     """
     started = time.perf_counter()
-    cubin, label = _read_cubin_arg(path_or_bytes)
     opts = options_from_nvrtc((), name_expressions, **({"module": module} if module else {}))
+    cubin, label = _read_cubin_arg(path_or_bytes)
     binary = Binary(cubin, read_cubin(cubin))
     ctx = BuildContext("", opts, f"sm_{binary.image.sm}" if binary.image.sm else "?", (),
                        SearchPath(os.getcwd(), ()), record_key(cubin), "-", None,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from .conftest import run_python
 
 CELL = r'''
@@ -89,9 +91,35 @@ def test_cache_magics(tmp_path, monkeypatch, capsys):
     from cudamagic.cache import KernelCache
 
     assert KernelCache(tmp_path / "cache").size_limit == 256 << 20  # kept by the folder
-    ip.run_line_magic("cuda_cache", "clear")
+    cleared = ip.run_line_magic("cuda_cache", "clear")
+    assert cleared.entries == 0 and "done: removed 2 entries" in cleared.text()
     assert ip.run_line_magic("cuda_cache", "stats").entries == 0
-    assert "removed 2 entries" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("magic, line, message", [
+    ("cuda_cache", 'clear --older-than "7d', "No closing quotation"),
+    ("cuda_cache", "bogus", "invalid choice"),
+    ("cuda_cache", "clear --older-than soon", "give an age such as"),
+    ("cuda_cache", "stats 5MB", "takes no size"),
+    ("cuda_cache", "limit lots", "is not a size"),
+    ("cuda_cache", "limit 1e30GB", "more than the largest size"),
+    ("cuda_load", '"x.cubin', "No closing quotation"),
+    ("cuda_load", "x.cubin --module class", "not a name Python can assign to"),
+])
+def test_line_magic_errors_are_the_projects_own(tmp_path, monkeypatch, magic, line, message):
+    from cudamagic.errors import CudaMagicError
+
+    ip = _shell(tmp_path, monkeypatch)
+    with pytest.raises(CudaMagicError, match=message):
+        ip.run_line_magic(magic, line)
+
+
+def test_line_magics_document_their_arguments(tmp_path, monkeypatch):
+    ip = _shell(tmp_path, monkeypatch)
+    cache_doc = ip.find_line_magic("cuda_cache").__doc__
+    assert "Inspect and manage the CUBIN cache" in cache_doc
+    assert "s (seconds), m (minutes), h (hours), d (days) or w (weeks)" in " ".join(cache_doc.split())
+    assert "Load a CUBIN built elsewhere" in ip.find_line_magic("cuda_load").__doc__
 
 
 def test_cuda_load_and_cuda_info(tmp_path, monkeypatch):
