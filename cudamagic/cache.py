@@ -285,10 +285,10 @@ class _PrivateDisk(diskcache.Disk):
 
     def fetch(self, mode, filename, value, read):
         if mode == MODE_BINARY:
-            fd = self._open_value(filename)
+            fd, size = self._open_value(filename)
             if read:
                 return os.fdopen(fd, "rb")
-            return self._read_fd(fd)
+            return _read_fd(fd, size)
         if mode == MODE_PICKLE:
             raise _Refused("the stored value was pickled; cudamagic never unpickles")
         if mode == MODE_RAW:
@@ -304,12 +304,12 @@ class _PrivateDisk(diskcache.Disk):
         :raises _Refused: the file or a folder above it is not trusted, or it is too large.
         :raises OSError: it cannot be read (gone, say).
         """
-        return self._read_fd(self._open_value(filename))
+        return _read_fd(*self._open_value(filename))
 
-    def _open_value(self, filename: str) -> int:
-        """A descriptor of a trusted value file (see the class docstring)."""
-        parts = Path(filename).parts if isinstance(filename, str) else ()
-        if not parts or Path(filename).is_absolute() or ".." in parts:
+    def _open_value(self, filename: str) -> tuple[int, int]:
+        """A descriptor of a trusted value file (see the class docstring), and its size."""
+        parts = _inside(filename)
+        if parts is None:
             raise _Refused(f"its file name {filename!r} points outside the cache folder")
         path = self._directory
         for part in parts[:-1]:
@@ -336,22 +336,7 @@ class _PrivateDisk(diskcache.Disk):
         except BaseException:
             os.close(fd)
             raise
-        return fd
-
-    @staticmethod
-    def _read_fd(fd: int) -> bytes:
-        """Everything in a regular file whose size fstat gave, then close it."""
-        try:
-            size = os.fstat(fd).st_size
-            data = os.read(fd, size)
-            while len(data) < size:  # a short read (signals, huge files): read on
-                more = os.read(fd, size - len(data))
-                if not more:
-                    break
-                data += more
-            return data
-        finally:
-            os.close(fd)
+        return fd, st.st_size
 
     def _write(self, full_path, iterator, mode, encoding=None):
         full_dir = os.path.dirname(full_path)
@@ -398,9 +383,30 @@ class _PrivateDisk(diskcache.Disk):
 
     def remove(self, file_path):
         # a file name comes from the database: never delete outside the cache folder on its word
-        parts = Path(file_path).parts if isinstance(file_path, str) else ()
-        if parts and not Path(file_path).is_absolute() and ".." not in parts:
+        if _inside(file_path) is not None:
             super().remove(file_path)
+
+
+def _inside(filename: object) -> list[str] | None:
+    """The parts of a relative file name that stays inside its folder; None for any other."""
+    if not isinstance(filename, str) or not filename or os.path.isabs(filename):
+        return None
+    parts = filename.split(os.sep)
+    return None if ".." in parts or "" in parts else parts
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    """``size`` bytes (what fstat said the regular file holds) from ``fd``, then close it."""
+    try:
+        data = os.read(fd, size)
+        while len(data) < size:  # a short read (a signal, over 2 GiB): read on
+            more = os.read(fd, size - len(data))
+            if not more:
+                break
+            data += more
+        return data
+    finally:
+        os.close(fd)
 
 
 # --- opening diskcache -------------------------------------------------------------------------

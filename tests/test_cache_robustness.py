@@ -445,7 +445,11 @@ def test_a_limit_below_what_the_database_takes_is_refused(tmp_path):
     cache = KernelCache(tmp_path, size_limit="64MB")
     for i in range(800):  # a database of a few MB of bookkeeping (long keys)
         cache.raw.set(f"{i:02000x}", b"x")
-    db = cache.raw.database_bytes()
+    con = sqlite3.connect(f"file:{tmp_path / 'cache.db'}?mode=ro", uri=True)
+    ((page_size,),), ((pages,),) = (con.execute(f"PRAGMA {p}").fetchall()
+                                    for p in ("page_size", "page_count"))
+    con.close()
+    db = page_size * pages
     assert db > 1 << 20
     with pytest.raises(CacheArgumentError, match=f"database alone takes .* at least "
                                                  f"{-(-(db + (1 << 20)) // (1 << 20))}MB"):
@@ -525,13 +529,14 @@ def _plant(cache: KernelCache, value: bytes, exprs=FIXTURE_EXPRS) -> str:
 
 
 def test_entry_without_lowered_map_still_loads(cache, compiler):
-    # the fixture names a fixed key; a real key depends on this machine's NVRTC: re-key it
+    opts = options_from_nvrtc([], FIXTURE_EXPRS, arch="sm_90")
+    key = build_module(FIXTURE_SRC, opts, cache=cache, compiler=compiler).key
+    # the GPU machine's CUBIN, without its name map, under this machine's key (a real key
+    # depends on the NVRTC) and with this machine's header manifest (paths and times are local)
     rec = decode_entry((ENTRIES / f"v{ENTRY_FORMAT}_without_lowered_map.entry").read_bytes())
-    key, *_ = entry_key(FIXTURE_SRC, options_from_nvrtc([], FIXTURE_EXPRS, arch="sm_90"))
-    _plant(cache, encode_entry(replace(rec, key=key)))
-    mod = build_module(FIXTURE_SRC, options_from_nvrtc([], FIXTURE_EXPRS, arch="sm_90"),
-                       cache=cache, compiler=compiler)
-    assert mod.hit and not compiler.calls
+    cache.raw.set(key, encode_entry(replace(rec, key=key, manifest=cache.get(key)[0].manifest)))
+    mod = build_module(FIXTURE_SRC, opts, cache=cache, compiler=compiler)
+    assert mod.hit and len(compiler.calls) == 1 and mod.cubin == rec.cubin
     assert {mod[e].resolved_by for e in FIXTURE_EXPRS} == {"demangled"}
     assert mod["shift<float, (int)3>"].symbol == "_Z5shiftIfLi3EEvPT_j"
 
