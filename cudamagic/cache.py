@@ -194,9 +194,11 @@ def decode_entry(value: object, key: str | None = None) -> EntryRecord:
         raise BadEntry(f"the entry is of format {fmt}, newer than this reader's {ENTRY_FORMAT}")
     stored_key = header.get("key")
     if not isinstance(stored_key, str) or not stored_key:
-        # a record that does not say whose it is could be any entry's (issue 9 item 6)
-        raise BadEntry(f"the entry is of format {fmt}, older than {ENTRY_FORMAT}, and does not "
-                       "name its key, so it cannot show it belongs here")
+        # a record that does not say whose it is could be any entry's
+        older = f"is of format {fmt}, older than {ENTRY_FORMAT}, and " \
+            if isinstance(fmt, int) and fmt < ENTRY_FORMAT else ""
+        raise BadEntry(f"the entry {older}does not name its key, so it cannot show it belongs "
+                       "here")
     if key is not None and stored_key != key:
         raise BadEntry(f"the entry names key {stored_key[:16]}..., not this one: its file was "
                        "copied or moved from another entry")

@@ -293,7 +293,7 @@ elif how == "dev-zero":
     os.symlink("/dev/zero", path)  # a plain read() takes memory without end
 else:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    os.ftruncate(fd, 1 << 40)      # a sparse 1 TiB file of ours
+    os.ftruncate(fd, 1 << 34)      # a sparse 16 GiB file of ours
     os.close(fd)
 # never take this machine's memory, whatever the reader does
 vm = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize"))) * 1024
