@@ -1,7 +1,12 @@
 #!/bin/bash
-# One GPU-machine run: the GPU tests, then the whole suite, then the benchmarks, logs under $OUT.
-# Usage (device tool, carrying .whl made by ../shared/device/wheels.sh):  bash scripts/device.sh [what...]
-# what: gpu (default), suite, notebook, bench (benchmarks/run_all.py), or a benchmarks/NAME.py
+# One GPU-machine run: the chosen steps in order, logs under $OUT.
+# Usage (device tool, carrying .whl made by ../shared/device/wheels.sh .whl [dask]):
+#   bash scripts/device.sh [step...]
+# steps: gpu (the gpu-marked tests), suite (every test), resolve (the resolution property test
+# with cu++filt), notebook (the quickstart twice: a restart), cell (benchmarks/warm_cell.py,
+# quick), launch (benchmarks/launch_overhead.py), profile (benchmarks/profile_cell.py at 10 and
+# 1000 names), api (run_all.py --sections api), dask (tests/test_dask.py), or NAME for
+# benchmarks/NAME.py
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -12,11 +17,16 @@ export CUDAMAGIC_CACHE_DIR=/tmp/cudamagic-cache
 nvidia-smi -L
 python3 -c "import cuda.bindings, cupy, numpy; from cudamagic import compiler, driver; from cudamagic.demangle import default_demangler as d; print('cuda.bindings', cuda.bindings.__version__, 'cupy', cupy.__version__, 'numpy', numpy.__version__, 'nvrtc', compiler.nvrtc_version(), 'driver', driver.driver_version(), 'demangler', d().name)"
 for what in "${@:-gpu}"; do
+  echo "=== $what $(date +%T)"
   case $what in
-    gpu) python3 -m pytest -m gpu -v -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
-    suite) python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log" ;;
+    gpu) python3 -m pytest -m gpu -v -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
+    suite) python3 -m pytest -q -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log" ;;
+    resolve) python3 -m pytest -q -s -p no:cacheprovider tests/test_resolution_property.py 2>&1 | tee "$OUT/resolve.log" ;;
+    dask) python3 -m pytest -v -s -rs -p no:cacheprovider tests/test_dask.py 2>&1 | tee "$OUT/dask.log" ;;
+    cell) python3 benchmarks/warm_cell.py --repeats 5 --json "$OUT/warm_cell.json" 2>&1 | tee "$OUT/warm_cell.log" ;;
     launch) python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch.log" ;;
-    bench) (cd benchmarks && python3 run_all.py) 2>&1 | tee "$OUT/bench.log" ;;
+    profile) for n in 10 1000; do python3 benchmarks/profile_cell.py --names $n --out "$OUT/profile-$n.txt" >/dev/null 2>&1; done ;;
+    api) (cd benchmarks && python3 run_all.py --sections api) 2>&1 | tee "$OUT/api.log" ;;
     notebook) for run in first restart; do  # the second run is a fresh kernel: a cache hit
         python3 scripts/run_notebook.py notebooks/quickstart.ipynb --out "$OUT/$run" 2>&1 \
           | tee "$OUT/notebook-$run.log"; done ;;
