@@ -39,7 +39,7 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 def _value_files(directory: Path) -> list[Path]:
-    return [p for p in directory.rglob("*") if p.is_file() and not p.name.startswith("cache.db")]
+    return list(directory.rglob("*.val"))  # diskcache's value files (other things may live here)
 
 
 def _value_file(cache: KernelCache, key: str) -> Path:
