@@ -8,6 +8,7 @@ log rewritten to the cell's own line numbers, and an error in a name expression 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import re
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 
 from .errors import CompileError, OptionError
 
-__all__ = ["CompileResult", "compile_cubin", "nvrtc_version", "supported_archs", "rewrite_log"]
+__all__ = ["CompileResult", "compile_cubin", "nvrtc_version", "supported_archs", "rewrite_log",
+           "name_map_lines", "template_kernels"]
 
 
 @dataclass(frozen=True)
@@ -189,10 +191,10 @@ def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str
                               + " ".join(options) + (f"\n{log}" if log else ""))
         if int(status) != 0:
             text = rewrite_log(log, program_name, name_expressions, line_offset, source)
-            count = len(re.findall(r"^\S.*?: (?:catastrophic )?error", text, re.M))
-            raise CompileError(f"NVRTC could not compile {program_name}"
-                               f" ({count or 'an'} error{'s' if count != 1 else ''}):\n{text}",
-                               text)
+            count = count_errors(text)
+            counted = f" ({count} error{'s' if count != 1 else ''})" if count else ""
+            raise CompileError(f"NVRTC could not compile {program_name}{counted}:\n"
+                               f"{text or '(NVRTC wrote no log)'}", text)
         lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),
                                 "nvrtcGetLoweredName").decode() for expr in name_expressions}
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
@@ -207,26 +209,138 @@ def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str
 _LOCATED = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<rest>.*)$")
 _NAME_MAP = "__nv_name_map"
 _SUMMARY = re.compile(r"^\d+ errors? detected in the compilation of .*$")
+_PRAGMA = "#pragma nv_mangled_name "
+_PARSE_FAILED = "Error in parsing name expression for lowered name lookup"
+# what NVRTC adds after a name expression's first error, each a consequence of it
+_FOLLOW_ON = ("type name is not allowed", "expected an expression", "expected an identifier",
+              _PARSE_FAILED)
+_UNDEFINED = re.compile(r'error: identifier "(?P<name>[^"]+)" is undefined')
+_TEMPLATE = re.compile(r"\btemplate\s*<[^{};]*?>\s*(?:(?:__\w+__|static|inline|extern|void)\s+)*"
+                       r"(?:__global__\s+(?:\w+\s+)*void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
+_TYPE_WORDS = ("float", "double", "int", "unsigned", "long", "short", "char", "bool", "size_t",
+               "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
+               "uint64_t", "__half", "__nv_bfloat16", "float2", "float4", "double2")
+
+
+def template_kernels(source: str) -> list[str]:
+    """The ``__global__`` function templates a source defines, by name, in order (a regular
+    expression's reading: good for a hint, not a parse)."""
+    return list(dict.fromkeys(m.group("name") for m in _TEMPLATE.finditer(source)))
+
+
+def name_map_lines(name_expressions: Sequence[str]) -> dict[int, str]:
+    """The line of NVRTC's internal ``__nv_name_map`` that holds each name expression.
+
+    NVRTC keeps the expressions in a sorted set and writes one ``#pragma nv_mangled_name`` line
+    per expression from line 2, in byte order (``-n "zeta<float>" -n "saxpy<float>" -n
+    "alpha<int>"`` puts ``alpha<int>`` on line 2), not in the order they were added; read off
+    NVRTC 13.5's logs (tests/test_compiler.py checks it against NVRTC).
+    """
+    ordered = sorted(set(name_expressions), key=lambda e: e.encode("utf-8", "surrogatepass"))
+    return {i + 2: e for i, e in enumerate(ordered)}
+
+
+def _expression_of(block: list[str], by_line: dict[int, str], line: int) -> str:
+    echo = next((x.strip()[len(_PRAGMA):] for x in block[1:] if x.strip().startswith(_PRAGMA)),
+                None)
+    if echo is not None and echo in by_line.values():
+        return echo
+    return by_line.get(line, echo or "?")
+
+
+def _pointed(block: list[str], expr: str) -> list[str]:
+    """The echo of ``#pragma nv_mangled_name EXPR`` and its caret, as the user's ``-n``."""
+    for i, x in enumerate(block[1:-1], 1):
+        at = x.find(_PRAGMA)
+        caret = block[i + 1]
+        if at >= 0 and caret.strip() == "^":
+            col = caret.index("^") - at - len(_PRAGMA)
+            lead = '  -n "'
+            return [f'{lead}{expr}"', " " * (len(lead) + max(col, 0)) + "^"]
+    return []
+
+
+def _name_map_errors(blocks: list[tuple[int, list[str]]], expr: str, source: str | None
+                     ) -> list[str]:
+    """One name expression's errors: the first said plainly (a misspelled template named as
+    such, with the closest one the cell defines), NVRTC's follow-on errors left out."""
+    out: list[str] = []
+    first = True
+    for _, block in blocks:
+        rest = _LOCATED.match(block[0]).group("rest")
+        if not first and any(f in rest for f in _FOLLOW_ON):
+            continue
+        if first and _PARSE_FAILED in rest and len(blocks) > 1:
+            continue
+        undefined = _UNDEFINED.search(rest)
+        head = expr.split("<", 1)[0].strip().rsplit("::", 1)[-1]
+        if undefined and source is not None:
+            name = undefined.group("name")
+            if name == head:
+                defined = template_kernels(source)
+                near = difflib.get_close_matches(name, defined, n=1, cutoff=0.6)
+                rest = (f"error: the cell defines no kernel template {name!r}"
+                        + (f"; did you mean {near[0]!r}?" if near else "")
+                        + (f" (its __global__ templates: {', '.join(defined)})" if defined
+                           else " (it defines no __global__ template)"))
+                out += [f'name expression -n "{expr}": {rest}', *_pointed(block, expr), ""]
+                return out
+            near = difflib.get_close_matches(name, _TYPE_WORDS, n=1, cutoff=0.75)
+            if near:
+                rest += f"; did you mean {near[0]!r}?"
+        out += [f'name expression -n "{expr}": {rest}', *_pointed(block, expr), ""]
+        first = False
+    return out
 
 
 def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
                 line_offset: int = 0, source: str | None = None) -> str:
-    """NVRTC's log with ``cell.cu(6): error`` as ``line 7: error`` and name-map lines as ``-n``.
+    """NVRTC's log with ``cell.cu(6): error`` as ``line 7: error`` and the errors of NVRTC's
+    internal name map as the ``-n`` they belong to.
 
     The echo of the offending line and its caret, which NVRTC prints below each diagnostic, are
-    kept; the trailing "N errors detected" summary is dropped (the message counts errors itself).
+    kept (for a name expression: its ``-n``, with the caret in it); the trailing "N errors
+    detected" summary is dropped (the message counts errors itself). A name expression's
+    follow-on errors are left out, and a misspelled template is named with the closest one the
+    ``source`` defines.
     """
-    out: list[str] = []
+    by_line = name_map_lines(name_expressions)
+    items: list[str | list[str]] = []  # log lines, and name-map diagnostics with their echo
+    block: list[str] | None = None
     for line in log.splitlines():
         m = _LOCATED.match(line)
-        if m and m.group("file") == program_name:
-            out.append(f"line {int(m.group('line')) + line_offset}: {m.group('rest')}")
-        elif m and m.group("file") == _NAME_MAP:
-            index = int(m.group("line")) - 2
-            expr = (name_expressions[index] if 0 <= index < len(name_expressions) else "?")
-            out.append(f'name expression -n "{expr}": {m.group("rest")}')
-        elif _SUMMARY.match(line.strip()):
+        if block is not None and not m and line.startswith(" ") and line.strip():
+            block.append(line)
             continue
-        else:
-            out.append(line)
-    return "\n".join(out).strip("\n")
+        if block is not None and not line.strip():
+            continue  # the blank line after a name-map diagnostic: its group brings its own
+        block = None
+        if m and m.group("file") == _NAME_MAP:
+            block = [line]
+            items.append(block)
+        elif m and m.group("file") == program_name:
+            items.append(f"line {int(m.group('line')) + line_offset}: {m.group('rest')}")
+        elif not _SUMMARY.match(line.strip()):
+            items.append(line)
+    grouped: dict[str, list[tuple[int, list[str]]]] = {}
+    for item in items:
+        if isinstance(item, list):
+            n = int(_LOCATED.match(item[0]).group("line"))
+            grouped.setdefault(_expression_of(item, by_line, n), []).append((n, item))
+    text: list[str] = []
+    said: set[str] = set()
+    for item in items:
+        if isinstance(item, str):
+            text.append(item)
+            continue
+        n = int(_LOCATED.match(item[0]).group("line"))
+        expr = _expression_of(item, by_line, n)
+        if expr not in said:  # an expression's errors together, where its first one was
+            said.add(expr)
+            text += _name_map_errors(grouped[expr], expr, source)
+    return "\n".join(text).strip("\n")
+
+
+def count_errors(text: str) -> int:
+    """The errors in a rewritten log."""
+    return len(re.findall(r"^\S.*?: (?:catastrophic )?error", text, re.M))

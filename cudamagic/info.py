@@ -24,22 +24,25 @@ def gpu_available() -> bool:
     return driver.available()
 
 
-def report_with_attributes(module, limit: int = 64) -> BuildReport:
-    """The module's report with registers and shared/local memory per kernel.
+def report_with_attributes(module, report: BuildReport | None = None,
+                           limit: int = 64) -> BuildReport:
+    """The report (default: the module's) with registers and shared/local memory per kernel,
+    where a GPU is there to ask (the report's columns follow the rows).
 
     Reading them loads the module on the current device, so only the display asks (and for at
     most ``limit`` kernels); :func:`cudamagic.build` itself stays lazy.
     """
+    report = module.report if report is None else report
     if not driver.available() or not module.kernels or len(module.kernels) > limit:
-        return module.report
+        return report
     device = driver.current_device()
     by_symbol = {}
     for k in module.kernels.values():
         if k.symbol not in by_symbol:
             by_symbol[k.symbol] = k.attributes(device)
     rows = tuple(dataclasses.replace(r, attributes=by_symbol.get(r.symbol))
-                 for r in module.report.rows)
-    return dataclasses.replace(module.report, rows=rows)
+                 for r in report.rows)
+    return dataclasses.replace(report, rows=rows)
 
 
 def environment_info() -> EnvironmentInfo:

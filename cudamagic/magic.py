@@ -21,7 +21,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .errors import OptionError, ShadowWarning
+from .errors import OptionError
 from .options import DEFAULT_MODULE, PROGRAM_NAME, magic_parser, parse_magic_line
 
 __all__ = ["CudaMagics"]
@@ -86,12 +86,16 @@ def _compile_notice(shell, program: str):
     timer = threading.Timer(NOTICE_AFTER_S, notice)
     timer.daemon = True
     timer.start()
+    failed = True
     try:
         yield
+        failed = False
     finally:
         timer.cancel()
         if shown.is_set():
-            text = f"compiled {program} in {time.perf_counter() - start:.1f} s"
+            took = f"{time.perf_counter() - start:.1f} s"
+            text = (f"compiling {program} failed after {took}" if failed
+                    else f"compiled {program} in {took}")
             if handle is not None:
                 handle.update({"text/plain": text, "text/html": f"<i>{text}</i>"}, raw=True)
             else:
@@ -107,17 +111,32 @@ class CudaMagics(Magics):
     @no_var_expand
     @cell_magic
     def cuda(self, line: str, cell: str):
+        started = time.perf_counter()  # the report's time is the cell's, from here
         from .session import build_module  # the pipeline loads on first use, not at %load_ext
 
+        t = time.perf_counter()
+        imports = t - started
         opts = parse_magic_line(line)
         if opts is None:  # -h, --help
             print(self.cuda.__doc__)
             return
-        module = build_module(cell, opts, base_dir=os.getcwd(), line_offset=1,
-                              compile_notice=lambda: _compile_notice(self.shell, PROGRAM_NAME))
-        self._push(opts.module, module)
-        if not opts.quiet:
-            self._show(module)
+        phases = {"imports": imports, "parse": time.perf_counter() - t}
+        if opts.arch is None:  # the build asks the driver for the GPU's arch: start it here, timed
+            t = time.perf_counter()
+            from .info import gpu_available
+
+            gpu_available()
+            if time.perf_counter() - t > 5e-4:  # only where this cell started it
+                phases["driver"] = time.perf_counter() - t
+        with _warnings_said_in_report() as said:
+            module = build_module(cell, opts, base_dir=os.getcwd(), line_offset=1,
+                                  compile_notice=lambda: _compile_notice(self.shell,
+                                                                         PROGRAM_NAME))
+        t = time.perf_counter()
+        said += self._push(opts.module, module)
+        phases["push"] = time.perf_counter() - t
+        self._show(module, module.report.with_warnings(tuple(said)).with_timings(**phases),
+                   started, opts.quiet)
 
     cuda.__doc__ = magic_parser().format_help()
 
@@ -136,13 +155,15 @@ class CudaMagics(Magics):
         Kernels are found by demangling the CUBIN's symbols (a CUBIN from elsewhere has no
         stored name map); extern "C" and non-template kernels are pushed by their plain name.
         """
+        started = time.perf_counter()
         from .session import load_cubin
 
         ns = _parse(self.cuda_load, line)
-        module = load_cubin(os.path.expanduser(ns.path), ns.name_expression, module=ns.module)
-        self._push(ns.module, module)
-        if not ns.quiet:
-            self._show(module)
+        with _warnings_said_in_report() as said:
+            module = load_cubin(os.path.expanduser(ns.path), ns.name_expression,
+                                module=ns.module)
+        said += self._push(ns.module, module)
+        self._show(module, module.report.with_warnings(tuple(said)), started, ns.quiet)
 
     @magic_arguments()
     @argument("command", nargs="?", default="stats", choices=("stats", "list", "clear", "limit"),
@@ -189,31 +210,73 @@ class CudaMagics(Magics):
 
         return environment_info()
 
-    def _push(self, module_name: str, module: Any) -> None:
+    def _push(self, module_name: str, module: Any) -> list[str]:
+        """Put the module and its kernels into the notebook; the shadowing warnings, to be said
+        in the report."""
         names: dict[str, object] = {module_name: module}
         for kern in module.kernels.values():
             names[kern.python_name] = kern
-        self._warn_shadowing(names)
+        said = self._warn_shadowing(names)
         self.shell.push(names)
+        return said
 
-    def _show(self, module: Any) -> None:
-        from .info import report_with_attributes
-        from .widget import show_report
+    def _show(self, module: Any, report: Any, started: float, quiet: bool = False) -> None:
+        """Show the report (with -q, only its warnings), timed from ``started``; the module's
+        ``report`` becomes the one shown."""
+        from .info import gpu_available, report_with_attributes
+        from .widget import show_report, show_warnings
 
-        show_report(report_with_attributes(module))
+        if not quiet and gpu_available():
+            t = time.perf_counter()
+            report = report_with_attributes(module, report)
+            report = report.with_timings(load=time.perf_counter() - t)
+        report = report.with_timings(cell_seconds=time.perf_counter() - started)
+        if quiet:
+            show_warnings(report)
+        else:
+            report = show_report(report)
+        module.report = report
+        module.warnings = report.warnings
 
-    def _warn_shadowing(self, names: dict[str, object]) -> None:
+    def _warn_shadowing(self, names: dict[str, object]) -> list[str]:
+        """What the names would hide in the notebook: a variable that is not one of ours, or a
+        builtin. Said once, in the report (not as Python warnings as well)."""
         from .kernel import Kernel
         from .session import Module
 
         ns = self.shell.user_ns
+        module = next(iter(names))
+        said = []
         for name in names:
             old = ns.get(name, None)
             if name in ns and not isinstance(old, (Kernel, Module)):
-                warnings.warn(f"%%cuda: {name!r} replaces a variable of type "
-                              f"{type(old).__name__} in the notebook", ShadowWarning,
-                              stacklevel=2)
+                fix = ("; name the module with --module" if name == module else
+                       f"; the kernel is also {module}[{names[name].name_expression!r}]: "
+                       "rename your variable to keep both")
+                said.append(f"{name!r} replaces the notebook's variable of type "
+                            f"{type(old).__name__}{fix}")
             elif name not in ns and hasattr(builtins, name):
-                warnings.warn(f"%%cuda: the kernel name {name!r} hides Python's builtin "
-                              f"{name!r} in this notebook (del {name} brings it back)",
-                              ShadowWarning, stacklevel=2)
+                said.append(f"the kernel name {name!r} hides Python's builtin {name}() in this "
+                            f"notebook; del {name} brings the builtin back (the kernel stays "
+                            f"{module}[{names[name].name_expression!r}])"
+                            if name != module else
+                            f"--module {name} hides Python's builtin {name}() in this notebook")
+        return said
+
+
+@contextmanager
+def _warnings_said_in_report():
+    """Collect cudamagic's own Python warnings during a build, to say them in the report (once,
+    without the internal source line a Python warning quotes); others pass through."""
+    from .errors import CudaMagicWarning
+
+    said: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield said
+    for w in caught:
+        if issubclass(w.category, CudaMagicWarning):
+            said.append(str(w.message).removeprefix("cudamagic: "))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
+                                   source=w.source)

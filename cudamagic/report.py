@@ -1,31 +1,179 @@
-"""The report of one build: a plain record that the widget, the text and the HTML views render.
+"""The report of one build: a plain record that holds every word and number a view shows, and
+the two plain views that render it (text and HTML; :mod:`cudamagic.widget` wraps the HTML).
+
+The record decides the words: the badge's label and colour class, the headline, why a miss
+happened (:class:`Explanation`), each row's display cells, the phases of the time. A view only
+lays them out. Each word is worked out once per record, on first use (a ``%%cuda -q`` cell or a
+:func:`cudamagic.build` caller that never looks pays nothing).
 
 Pure: no CUDA, no IPython, no widgets.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import html
+import re
+import time as _time
 from dataclasses import dataclass, field
 
-__all__ = ["KernelRow", "BuildReport"]
+__all__ = ["Explanation", "KernelRow", "BuildReport", "Badge", "Phase", "SHOWN_ROWS",
+           "display_signature", "render_text", "render_html", "CacheStats", "CacheListing",
+           "EnvironmentInfo"]
+
+#: Rows a displayed report lists up front; the rest are one click away (``str(report)`` and
+#: ``report.text()`` list them all).
+SHOWN_ROWS = 50
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a build was compiled instead of served, compared with the last build of the same cell
+    (same module name, same folder).
+
+    Attributes
+    ----------
+    kinds : tuple of str
+        What changed, as codes tests and tools can check: ``first``, ``source``, ``names``,
+        ``options``, ``arch``, ``nvrtc``, ``toolkit``, ``header``, ``evicted``, ``damaged``,
+        ``forced``, ``no-cache``, ``other``.
+    reasons : tuple of str
+        One sentence per change, naming the thing (``"--arch changed: sm_80 -> sm_90"``).
+    diff : tuple of str
+        For a changed source: a short diff, one line each (``"line 5 - old"``, ``"line 5 + new"``).
+    """
+
+    kinds: tuple[str, ...]
+    reasons: tuple[str, ...]
+    diff: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        """The reasons in one line."""
+        return "; ".join(self.reasons)
+
+
+_INTERNAL_NS = re.compile(r"\b(?:__\d+|__cxx11|(?:THRUST|CUB|CCCL)_\w*?_NS)::")
+
+
+def _tidy(text: str) -> str:
+    """A C++ name for people: library-internal inline namespaces gone (``cuda::std::__4::``,
+    ``thrust::THRUST_300102_SM_900_NS::``), a space after each comma."""
+    return re.sub(r",(?=\S)", ", ", _INTERNAL_NS.sub("", text))
+
+
+def _bytes(n: int) -> str:
+    return f"{n} byte" if n == 1 else f"{n} bytes"
+
+
+def display_signature(demangled: str, placeholders: bool = False,
+                      param_sizes: tuple[int, ...] | None = None) -> str:
+    """A kernel's signature as a person reads it: ``void saxpy<float>(float, float const*,
+    float*, int)``.
+
+    Template placeholders (cu++filt's ``T1``) become the template arguments, library-internal
+    namespaces go, the ``void`` return is shown. An ``extern "C"`` kernel's symbol carries no
+    types: its parameters are the sizes the CUBIN records (``void fill(8 bytes, 4 bytes)``).
+    """
+    if "(" not in demangled:  # a plain symbol: extern "C"
+        sizes = "?" if param_sizes is None else ", ".join(map(_bytes, param_sizes))
+        return f"void {demangled}({sizes})"
+    try:
+        from .names import parse_demangled
+
+        sig = parse_demangled(demangled, placeholders)
+        params = sig.params if sig.exact else None
+    except Exception:  # a name the model cannot read is shown as the demangler gave it
+        params = None
+    if params is not None and not any(re.search(r"\bT\d+\b", p) for p in params):
+        return f"void {_tidy(sig.name)}({', '.join(_tidy(p) for p in params)})"
+    text = _tidy(demangled)
+    return text if text.startswith("void ") else f"void {text}"
 
 
 @dataclass(frozen=True)
 class KernelRow:
-    """One kernel of the name map."""
+    """One kernel of the name map.
+
+    Attributes
+    ----------
+    python_name, name_expression, symbol : str
+    demangled : str
+        The demangler's text, as it gave it.
+    resolved_by : str
+        ``nvrtc``, ``stored``, ``stored-unverified``, ``demangled`` or ``extern-c``.
+    attributes : dict or None
+        Registers and memory per kernel, where they were read (a GPU).
+    placeholders : bool
+        Whether ``demangled`` names template parameters ``T1``... (cu++filt).
+    param_sizes : tuple of int or None
+        The CUBIN's parameter sizes, for kernels whose symbol carries no types (``extern "C"``).
+    """
 
     python_name: str
     name_expression: str
     symbol: str
-    signature: str
+    demangled: str
     resolved_by: str
     attributes: dict[str, int] | None = None
+    placeholders: bool = False
+    param_sizes: tuple[int, ...] | None = None
+
+    @functools.cached_property
+    def signature(self) -> str:
+        """The signature column: concrete parameter types, ``void`` return (worked out once)."""
+        return display_signature(self.demangled, self.placeholders, self.param_sizes)
+
+
+@dataclass(frozen=True)
+class Badge:
+    """The status badge: its label and the CSS class that colours it."""
+
+    label: str
+    css_class: str
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One part of the time a build took, as shown."""
+
+    label: str
+    seconds: float
+    text: str
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    if ms >= 1000:
+        return f"{seconds:.2f} s"
+    return f"{ms:.1f} ms" if ms >= 1 else f"{ms:.2f} ms"
+
+
+_STATUS = {"cache": Badge("cache hit", "cudamagic-hit"),
+           "compiled": Badge("cache miss", "cudamagic-miss"),
+           "cubin": Badge("loaded CUBIN", "cudamagic-cubin")}
+
+# timings keys -> what the phases list calls them, in the order a cell goes through them
+_PHASES = (
+    ("imports", "imports"), ("parse", "magic line"), ("driver", "CUDA driver start"),
+    ("key", "options and cache key"), ("lookup", "cache lookup"), ("headers", "header check"),
+    ("compile", "compile (NVRTC)"), ("manifest", "list of headers read"),
+    ("demangle", "demangle"), ("resolve", "resolve names"), ("store", "cache store"),
+    ("history", "cell history"), ("push", "names into the notebook"),
+    ("load", "load on the GPU (for the registers column)"), ("display", "display (render)"),
+)
+_COLUMNS = ("Python name", "name expression", "symbol", "signature", "resolved by")
+_GPU_COLUMNS = ("registers", "shared (static)", "local")
 
 
 @dataclass(frozen=True)
 class BuildReport:
-    """What a build did and found.
+    """What a build did and found, with every word its views show.
 
     Attributes
     ----------
@@ -36,15 +184,24 @@ class BuildReport:
     origin : str
         ``"cache"``, ``"compiled"`` or ``"cubin"`` (:func:`cudamagic.load_cubin`).
     miss_reason : str or None
-        Why the cache did not serve it (no entry, corrupt entry, stored name missing, ...).
+        What the pipeline said when the cache did not serve (``"no cache entry"``, a header that
+        changed, a damaged entry, ``"--force"``).
     timings : dict of str to float
-        Seconds per phase (``lookup``, ``compile``, ``enumerate``, ``demangle``, ``resolve``,
-        ``total``).
+        Seconds per phase (``lookup``, ``headers``, ``compile``, ``demangle``, ``resolve``,
+        ``total``; the magic adds ``imports``, ``parse``, ``push``, ``load``, ``display``).
     demangler, enumerated_by, arch, nvrtc_version, cache_dir : str
     log : str
         Compile warnings.
     rows : tuple of KernelRow
     warnings : tuple of str
+        Said once, here (the magic adds its own: a name that hides a variable or a builtin).
+    explanation : Explanation or None
+        Why a miss happened, compared with the last build of the same cell.
+    cell_seconds : float or None
+        The time the user waited: from the start of the ``%%cuda`` call to this report
+        (None for :func:`cudamagic.build`, whose time is ``timings["total"]``).
+    module_name : str
+        The Python name the module was pushed under (for hints), or ``""``.
     """
 
     key: str
@@ -60,6 +217,11 @@ class BuildReport:
     log: str = ""
     rows: tuple[KernelRow, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    explanation: Explanation | None = None
+    cell_seconds: float | None = None
+    module_name: str = ""
+
+    # --- words -----------------------------------------------------------------------------
 
     @property
     def short_key(self) -> str:
@@ -67,84 +229,259 @@ class BuildReport:
         return self.key[:12]
 
     @property
-    def status(self) -> str:
-        """``"cache hit"``, ``"cache miss"`` or ``"loaded CUBIN"``."""
-        return {"cache": "cache hit", "compiled": "cache miss", "cubin": "loaded CUBIN"}[self.origin]
-
-    def headline(self) -> str:
-        """One line: status, time, kernel count, key."""
-        total = self.timings.get("total", 0.0) * 1e3
-        what = self.status + (f" ({self.miss_reason})" if self.miss_reason else "")
-        return (f"cudamagic: {what}, {total:.1f} ms, {len(self.rows)} kernel"
-                f"{'s' if len(self.rows) != 1 else ''}, {self.arch}, key {self.short_key}")
-
-    _COLUMNS = ("Python name", "name expression", "symbol", "signature", "resolved by")
-    _GPU_COLUMNS = ("registers", "shared (static)", "local")
+    def badge(self) -> Badge:
+        """``cache hit`` / ``cache miss`` / ``loaded CUBIN`` and its colour class."""
+        return _STATUS[self.origin]
 
     @property
+    def status(self) -> str:
+        """``"cache hit"``, ``"cache miss"`` or ``"loaded CUBIN"``."""
+        return self.badge.label
+
+    @property
+    def seconds(self) -> float:
+        """The time shown in the headline: the cell's where the magic measured it, else the
+        build's."""
+        return self.cell_seconds if self.cell_seconds is not None \
+            else self.timings.get("total", 0.0)
+
+    @functools.cached_property
+    def why(self) -> str:
+        """Why the cache did not serve, in one line (empty on a hit)."""
+        if self.hit or self.origin == "cubin":
+            return ""
+        if self.explanation is not None:
+            return self.explanation.summary
+        return self.miss_reason or ""
+
+    @functools.cached_property
+    def summary(self) -> str:
+        """Time, kernel count and arch in one line (``7.6 ms · 3 kernels · sm_90``)."""
+        n = len(self.rows)
+        return f"{_ms(self.seconds)} · {n} kernel{'' if n == 1 else 's'} · {self.arch}"
+
+    @functools.cached_property
+    def headline(self) -> str:
+        """``cudamagic: cache miss · 153 ms · 3 kernels · sm_90 — the source changed (line 5)``."""
+        return f"cudamagic: {self.status} · {self.summary}" + (f" — {self.why}" if self.why
+                                                              else "")
+
+    @functools.cached_property
+    def facts(self) -> tuple[tuple[str, str], ...]:
+        """What the build used: NVRTC, demangler, where the kernels were listed from, the
+        cache folder, the key."""
+        return (("NVRTC", self.nvrtc_version), ("demangler", self.demangler),
+                ("kernels listed from", self.enumerated_by), ("cache", self.cache_dir),
+                ("key", self.short_key))
+
+    @functools.cached_property
+    def phases(self) -> tuple[Phase, ...]:
+        """Where the time went, in the order of the pipeline, then the total. Time in no phase
+        (Python between them) is ``other``; the total is what the headline says."""
+        out = [Phase(label, self.timings[k], _ms(self.timings[k]))
+               for k, label in _PHASES if k in self.timings]
+        rest = self.seconds - sum(p.seconds for p in out)
+        if rest >= 5e-5:
+            out.append(Phase("other", rest, _ms(rest)))
+        what = "the cell" if self.cell_seconds is not None else "the build"
+        out.append(Phase(what, self.seconds, _ms(self.seconds)))
+        return tuple(out)
+
+    @functools.cached_property
     def columns(self) -> tuple[str, ...]:
         """The name map's columns; the per-kernel resources where a GPU reported them."""
         gpu = any(r.attributes for r in self.rows)
-        return self._COLUMNS + (self._GPU_COLUMNS if gpu else ())
+        return _COLUMNS + (_GPU_COLUMNS if gpu else ())
 
-    def cells(self, row: KernelRow) -> tuple[str, ...]:
-        """One row of the name map as text, in :attr:`columns` order."""
-        out = (row.python_name, row.name_expression, row.symbol, row.signature, row.resolved_by)
-        if len(self.columns) > len(self._COLUMNS):
-            a = row.attributes or {}
-            out += (str(a.get("registers", "")), f"{a.get('static_shared_bytes', '')} B",
-                    f"{a.get('local_bytes', '')} B")
-        return out
+    @functools.cached_property
+    def table(self) -> tuple[tuple[str, ...], ...]:
+        """Every row's display cells, in :attr:`columns` order (worked out once)."""
+        gpu = len(self.columns) > len(_COLUMNS)
+        out = []
+        for r in self.rows:
+            cells = (r.python_name, r.name_expression, r.symbol, r.signature, r.resolved_by)
+            if gpu:
+                a = r.attributes or {}
+                cells += (str(a.get("registers", "")), f"{a.get('static_shared_bytes', '')} B",
+                          f"{a.get('local_bytes', '')} B")
+            out.append(cells)
+        return tuple(out)
 
-    def text(self) -> str:
-        """The report as plain text (terminal IPython, logs)."""
-        lines = [self.headline(),
-                 f"  demangler {self.demangler}, kernels enumerated by {self.enumerated_by}, "
-                 f"NVRTC {self.nvrtc_version}, cache {self.cache_dir}"]
-        lines += _table_text(self.columns, [self.cells(r) for r in self.rows])
-        lines += [f"  warning: {w}" for w in self.warnings]
-        if self.log:
-            lines += ["  compile log:"] + [f"    {ln}" for ln in self.log.splitlines()]
-        return "\n".join(lines)
+    def more_rows(self, shown: int | None) -> str:
+        """What a view says under a table cut at ``shown`` rows (empty when nothing is cut)."""
+        if shown is None or len(self.rows) <= shown:
+            return ""
+        where = f"print({self.module_name}.report)" if self.module_name else "print(report)"
+        return f"{len(self.rows) - shown} more kernels; {where} lists them all"
 
-    def html(self) -> str:
-        """The report as an HTML fragment (notebook exports where widgets do not render)."""
-        esc = html.escape
-        head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td><code>{esc(c)}</code></td>" for c in self.cells(r))
-                       + "</tr>" for r in self.rows)
-        warn = "".join(f"<li>{esc(w)}</li>" for w in self.warnings)
-        log = (f"<details><summary>compile log</summary><pre>{esc(self.log)}</pre></details>"
-               if self.log else "")
-        return (f'<div class="cudamagic-report"><p><b>{esc(self.headline())}</b><br>'
-                f"demangler {esc(self.demangler)}, kernels enumerated by "
-                f"{esc(self.enumerated_by)}, NVRTC {esc(self.nvrtc_version)}</p>"
-                f'<table class="cudamagic-names"><thead><tr>{head}</tr></thead>'
-                f"<tbody>{body}</tbody></table>"
-                f"{'<ul>' + warn + '</ul>' if warn else ''}{log}</div>")
+    # --- copies ------------------------------------------------------------------------------
+
+    def with_timings(self, cell_seconds: float | None = None, **seconds: float) -> "BuildReport":
+        """A copy with more phases (and the cell's time, where given)."""
+        return dataclasses.replace(
+            self, timings={**self.timings, **seconds},
+            cell_seconds=self.cell_seconds if cell_seconds is None else cell_seconds)
+
+    def with_warnings(self, more: tuple[str, ...]) -> "BuildReport":
+        """A copy with more warnings (each said once)."""
+        if not more:
+            return self
+        return dataclasses.replace(self, warnings=tuple(dict.fromkeys((*self.warnings, *more))))
+
+    # --- views -------------------------------------------------------------------------------
+
+    def text(self, max_rows: int | None = None) -> str:
+        """The report as plain text (terminal IPython, logs); every row unless ``max_rows``."""
+        return render_text(self, max_rows)
+
+    def html(self, max_rows: int | None = SHOWN_ROWS) -> str:
+        """The report as an HTML fragment (exports where widgets do not render)."""
+        return render_html(self, max_rows)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return (f"<cudamagic BuildReport: {self.status}, {len(self.rows)} kernels, "
+                f"key {self.short_key}>")
 
     def _repr_pretty_(self, p, cycle: bool) -> None:
-        p.text(self.text())
+        p.text(self.text(SHOWN_ROWS))
 
     def _repr_html_(self) -> str:
         return self.html()
 
 
-def _table_text(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    table = [columns, *rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+# ---------------------------------------------------------------------------------------------
+# Views: they lay out the record's words and compute none
+# ---------------------------------------------------------------------------------------------
 
+def _table_text(columns: tuple[str, ...], rows) -> list[str]:
+    widths = [len(c) for c in columns]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r)]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+            for r in (columns, *rows)]
+
+
+def text_head(report: BuildReport) -> list[str]:
+    """The headline and, for a changed source, its diff."""
+    diff = report.explanation.diff if report.explanation is not None and report.why else ()
+    return [report.headline, *(f"    {d}" for d in diff)]
+
+
+def text_phases(report: BuildReport) -> str:
+    """Where the time went, in one line."""
+    return "  time: " + " · ".join(f"{p.label} {p.text}" for p in report.phases)
+
+
+def text_body(report: BuildReport, max_rows: int | None = None) -> list[str]:
+    """The name map, the warnings, what the build used, the compile log."""
+    rows = report.table if max_rows is None else report.table[:max_rows]
+    lines = _table_text(report.columns, rows)
+    more = report.more_rows(max_rows)
+    if more:
+        lines.append(f"  ... {more}")
+    lines += [f"  warning: {w}" for w in report.warnings]
+    lines.append("  " + " · ".join(f"{k} {v}" for k, v in report.facts))
+    if report.log:
+        lines += ["  compile log:"] + [f"    {ln}" for ln in report.log.splitlines()]
+    return lines
+
+
+def render_text(report: BuildReport, max_rows: int | None = None) -> str:
+    """The whole report as text."""
+    return "\n".join([*text_head(report), *text_body(report, max_rows), text_phases(report)])
+
+
+_BADGE_STYLE = {"cudamagic-hit": "#1a7f37", "cudamagic-miss": "#9a6700",
+                "cudamagic-cubin": "#0969da"}
+_CELL = "text-align:left;padding:1px 10px 1px 0;vertical-align:top"
+
+
+def html_rows(report: BuildReport, start: int = 0, stop: int | None = None) -> str:
+    """Table rows ``start:stop`` of the name map as ``<tr>`` elements."""
+    esc = html.escape
+    return "".join("<tr>" + "".join(f"<td style='{_CELL}'><code>{esc(c)}</code></td>" for c in r)
+                   + "</tr>" for r in report.table[start:stop])
+
+
+def html_table(report: BuildReport, rows_html: str, cls: str = "cudamagic-names") -> str:
+    head = "".join(f"<th style='{_CELL}'>{html.escape(c)}</th>" for c in report.columns)
+    return (f'<table class="{cls}" style="border-collapse:collapse"><thead><tr>{head}</tr>'
+            f"</thead><tbody>{rows_html}</tbody></table>")
+
+
+def html_body(report: BuildReport, max_rows: int | None = SHOWN_ROWS) -> str:
+    """The name map (cut at ``max_rows``), the warnings, the compile log, what the build used."""
+    esc = html.escape
+    parts = [html_table(report, html_rows(report, 0, max_rows))]
+    more = report.more_rows(max_rows)
+    if more:
+        parts.append(f'<div class="cudamagic-more"><i>&hellip; {esc(more)}</i></div>')
+    if report.warnings:
+        parts.append('<ul class="cudamagic-warnings" style="margin:4px 0;padding-left:18px">'
+                     + "".join(f'<li class="cudamagic-warning">&#9888; {esc(w)}</li>'
+                               for w in report.warnings) + "</ul>")
+    if report.log:
+        parts.append(f'<details class="cudamagic-log"><summary>compile log</summary>'
+                     f"<pre>{esc(report.log)}</pre></details>")
+    parts.append('<div class="cudamagic-facts" style="opacity:.75;font-size:90%">'
+                 + " &middot; ".join(f"{esc(k)} <code>{esc(v)}</code>" for k, v in report.facts)
+                 + "</div>")
+    return "".join(parts)
+
+
+def html_head(report: BuildReport) -> str:
+    """The badge, the time, why a miss happened (with its diff), and the phases behind a click."""
+    esc = html.escape
+    b = report.badge
+    head = (f'<div class="cudamagic-head"><span class="cudamagic-badge {b.css_class}" '
+            f'style="background:{_BADGE_STYLE[b.css_class]};color:white;padding:1px 6px;'
+            f'border-radius:4px">{esc(b.label)}</span> '
+            f'<span class="cudamagic-summary">{esc(report.summary)}</span></div>')
+    why = ""
+    if report.why:
+        diff = report.explanation.diff if report.explanation else ()
+        pre = (f'<pre class="cudamagic-diff" style="margin:2px 0">{esc(chr(10).join(diff))}</pre>'
+               if diff else "")
+        why = f'<div class="cudamagic-why">why: {esc(report.why)}{pre}</div>'
+    rows = "".join(f"<tr><td style='{_CELL}'>{esc(p.label)}</td>"
+                   f"<td style='{_CELL};text-align:right'>{esc(p.text)}</td></tr>"
+                   for p in report.phases)
+    phases = (f'<details class="cudamagic-phases"><summary>where the {esc(_ms(report.seconds))} '
+              f'went</summary><table style="border-collapse:collapse">{rows}</table></details>')
+    return head + why + phases
+
+
+def render_html(report: BuildReport, max_rows: int | None = SHOWN_ROWS) -> str:
+    """The whole report as one HTML fragment."""
+    return wrap_html(html_head(report) + html_body(report, max_rows))
+
+
+def wrap_html(inner: str) -> str:
+    return f'<div class="cudamagic-report">{inner}</div>'
+
+
+# ---------------------------------------------------------------------------------------------
+# The line magics' records
+# ---------------------------------------------------------------------------------------------
 
 def _table_html(columns: tuple[str, ...], rows: list[tuple[str, ...]], cls: str) -> str:
     esc = html.escape
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    head = "".join(f"<th style='{_CELL}'>{esc(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td style='{_CELL}'>{esc(c)}</td>" for c in r) + "</tr>"
+                   for r in rows)
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 class _Record:
-    """Text and HTML views of a small record: its ``pairs()`` and an optional table."""
+    """Text and HTML views of a small record: its ``pairs()`` and an optional table.
+
+    Subclasses are dataclasses made with ``repr=False``: IPython's pretty printer takes a class's
+    own ``__repr__`` before a base class's ``_repr_pretty_``, so a generated one would be shown
+    in a terminal instead of the text.
+    """
 
     title = ""
     columns: tuple[str, ...] = ()
@@ -156,17 +493,25 @@ class _Record:
         return []
 
     def text(self) -> str:
+        """The record as text, as a terminal shows it (``str()`` gives the same)."""
         lines = [self.title] + [f"  {k}: {v}" for k, v in self.pairs()]
         if self.columns:
-            lines += _table_text(self.columns, self.table())
+            rows = self.table()
+            lines += _table_text(self.columns, rows) if rows else ["  (none)"]
         return "\n".join(lines)
 
     def html(self) -> str:
         esc = html.escape
-        dl = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td>{esc(v)}</td></tr>"
+        dl = "".join(f"<tr><th style='{_CELL}'>{esc(k)}</th><td style='{_CELL}'>{esc(v)}</td></tr>"
                      for k, v in self.pairs())
         tab = _table_html(self.columns, self.table(), "cudamagic-list") if self.columns else ""
         return f"<div><b>{esc(self.title)}</b><table>{dl}</table>{tab}</div>"
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {self.title}>"
 
     def _repr_pretty_(self, p, cycle: bool) -> None:
         p.text(self.text())
@@ -176,16 +521,14 @@ class _Record:
 
 
 def _when(t: float | None) -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(t)) if t else "-"
 
 
 def _mib(n: int) -> str:
     return f"{n / 2 ** 20:.2f} MiB"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CacheStats(_Record):
     """``%cuda_cache stats``."""
 
@@ -213,7 +556,7 @@ class CacheStats(_Record):
                 ("lookups", f"{self.hits} hits, {self.misses} misses")]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CacheListing(_Record):
     """``%cuda_cache list``: entries, newest first."""
 
@@ -227,7 +570,7 @@ class CacheListing(_Record):
                 for e in self.entries]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class EnvironmentInfo(_Record):
     """``%cuda_info``: what a build would use here."""
 

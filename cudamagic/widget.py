@@ -1,80 +1,107 @@
-"""The ipywidgets view of a :class:`~cudamagic.report.BuildReport`.
+"""The ipywidgets view of a :class:`~cudamagic.report.BuildReport`, and how a report is shown.
 
-It renders the report record and nothing else. Where widgets cannot render (terminal IPython,
-a plain HTML export), :func:`show_report` displays the record itself, whose ``_repr_html_`` and
-``_repr_pretty_`` give the same content as HTML and text.
+The widget lays out the record's HTML view (:mod:`cudamagic.report`) and decides no words. It is
+one ``ipywidgets.HTML`` (carrying the CSS class ``cudamagic-widget``), the phases and the compile
+log behind ``<details>``; a report of more than :data:`~cudamagic.report.SHOWN_ROWS` kernels adds
+an Accordion whose rows are rendered only when it is opened. One HTML widget rather than a box
+of them: each widget is a comm (and a Layout and a Style besides), and the fewer there are, the
+less the notebook waits (measured in docs/performance.md).
+
+Where widgets cannot render (terminal IPython, an HTML export), the same record shows as text
+or HTML: the widget's display bundle carries both beside it.
 """
 
 from __future__ import annotations
 
-import html
+import time
 
-from .report import BuildReport
+from .report import (SHOWN_ROWS, BuildReport, html_body, html_head, html_rows, html_table,
+                     text_body, text_head, text_phases, wrap_html)
 
-__all__ = ["report_widget", "show_report"]
+__all__ = ["report_widget", "show_report", "show_warnings", "WIDGET_CLASS"]
 
-_BADGE = {"cache": ("#1a7f37", "cache hit"), "compiled": ("#9a6700", "cache miss"),
-          "cubin": ("#0969da", "loaded CUBIN")}
+#: The CSS class of the widget's own element (the HTML fallback never carries it).
+WIDGET_CLASS = "cudamagic-widget"
 
 
-def report_widget(report: BuildReport):
-    """An ``ipywidgets.VBox``: badge and timings, the name map table, warnings, the log."""
+def report_widget(report: BuildReport, body: str | None = None):
+    """The report as an ipywidgets widget: an ``HTML`` (or, past :data:`SHOWN_ROWS` kernels, a
+    ``VBox`` of it and an Accordion holding the other rows, filled when first opened).
+
+    ``body`` is the report's HTML body when the caller rendered it already.
+    """
     import ipywidgets as w
 
-    color, label = _BADGE[report.origin]
-    total = report.timings.get("total", 0.0) * 1e3
-    compile_s = report.timings.get("compile")
-    timing = (f"compiled in {compile_s * 1e3:.0f} ms" if compile_s is not None
-              else f"loaded in {total:.1f} ms")
-    reason = f" &mdash; {html.escape(report.miss_reason)}" if report.miss_reason else ""
-    head = w.HTML(
-        f'<span class="cudamagic-badge" style="background:{color};color:white;padding:1px 6px;'
-        f'border-radius:4px">{label}</span> <span class="cudamagic-timing">{timing}</span>'
-        f"{reason} &middot; key <code>{report.short_key}</code> &middot; {report.arch} &middot; "
-        f"NVRTC {html.escape(report.nvrtc_version)} &middot; demangler "
-        f"{html.escape(report.demangler)} &middot; enumerated by "
-        f"{html.escape(report.enumerated_by)}")
-    parts = [head, w.HTML(_table(report))]
-    if report.warnings:
-        parts.append(w.HTML("".join(f'<div class="cudamagic-warning">&#9888; {html.escape(x)}</div>'
-                                    for x in report.warnings)))
-    if report.log:
-        log = w.Accordion(children=[w.HTML(f"<pre>{html.escape(report.log)}</pre>")])
-        log.set_title(0, "compile log")
-        log.selected_index = None
-        parts.append(log)
-    box = w.VBox(parts)
-    box.add_class("cudamagic-report")
+    if body is None:
+        body = html_body(report, SHOWN_ROWS)
+    main = w.HTML(wrap_html(html_head(report) + body))
+    main.add_class(WIDGET_CLASS)
+    if len(report.rows) <= SHOWN_ROWS:
+        return main
+    rest = w.HTML("")
+    more = w.Accordion(children=[rest], selected_index=None)
+    more.set_title(0, f"show the other {len(report.rows) - SHOWN_ROWS} kernels")
+    more.add_class("cudamagic-more-rows")
+
+    def fill(change) -> None:
+        if change["new"] is not None and not rest.value:
+            rest.value = html_table(report, html_rows(report, SHOWN_ROWS))
+
+    more.observe(fill, names="selected_index")
+    box = w.VBox([main, more])
+    box.add_class("cudamagic-report-box")
     return box
 
 
-def _table(report: BuildReport) -> str:
-    head = "".join(f"<th style='text-align:left;padding:0 8px'>{html.escape(c)}</th>"
-                   for c in report.columns)
-    rows = "".join(
-        "<tr>" + "".join(f"<td style='padding:0 8px'><code>{html.escape(c)}</code></td>"
-                         for c in report.cells(r)) + "</tr>" for r in report.rows)
-    return (f'<table class="cudamagic-names"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{rows}</tbody></table>")
-
-
-def show_report(report: BuildReport) -> None:
-    """Display the report: as a widget in a Jupyter front end, else as the record (HTML/text)."""
-    from IPython.display import display
-
+def _in_kernel() -> bool:
     try:
         from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
 
-        ip = get_ipython()
-        in_kernel = ip is not None and getattr(ip, "kernel", None) is not None
-        if in_kernel:
-            # the widget, with the record's HTML and text beside it for front ends and exports
-            # that cannot render widgets
-            bundle = report_widget(report)._repr_mimebundle_()
-            bundle["text/plain"] = report.text()
-            bundle["text/html"] = report.html()
-            display(bundle, raw=True)
-            return
-    except ImportError:  # pragma: no cover - ipywidgets is a dependency
-        pass
-    display(report)
+
+def show_report(report: BuildReport) -> BuildReport:
+    """Display the report: a widget in a Jupyter front end (with its text and HTML beside it for
+    front ends and exports that cannot render widgets), text in a terminal.
+
+    The time rendering takes (the table, as text and HTML) is the ``display`` phase and part of
+    the time shown; building the widget and sending it come after and are not. Returns the
+    record as shown.
+    """
+    from IPython.display import display
+
+    t = time.perf_counter()
+    kernel = _in_kernel()
+    text = text_body(report, SHOWN_ROWS)
+    body = html_body(report, SHOWN_ROWS) if kernel else ""
+    spent = time.perf_counter() - t
+    report = report.with_timings(
+        cell_seconds=None if report.cell_seconds is None else report.cell_seconds + spent,
+        display=spent)
+    plain = "\n".join([*text_head(report), *text, text_phases(report)])
+    if not kernel:
+        display({"text/plain": plain}, raw=True)
+        return report
+    bundle = report_widget(report, body)._repr_mimebundle_()
+    bundle["text/plain"] = plain
+    bundle["text/html"] = wrap_html(html_head(report) + body)
+    display(bundle, raw=True)
+    return report
+
+
+def show_warnings(report: BuildReport) -> None:
+    """Say a report's warnings alone (``%%cuda -q``: no report, but a warning is still said,
+    once)."""
+    if not report.warnings:
+        return
+    import html
+
+    from IPython.display import display
+
+    lines = [f"cudamagic: warning: {w}" for w in report.warnings]
+    display({"text/plain": "\n".join(lines),
+             "text/html": '<div class="cudamagic-report">' + "".join(
+                 f'<div class="cudamagic-warning">&#9888; {html.escape(x)}</div>'
+                 for x in lines) + "</div>"}, raw=True)
