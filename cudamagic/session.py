@@ -465,16 +465,35 @@ def _note_unnamed(ctx: BuildContext, sigs: Signatures, named: set[str]) -> None:
 
 def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], origin: str,
             miss_reason: str | None, record: EntryRecord, manifest: Manifest | None) -> Module:
-    """The finished module, with its report."""
+    """The finished module, with its report (and the build remembered as its cell's last, so
+    that the next miss can say what changed)."""
+    from .history import note_build
+
+    t = time.perf_counter()
+    explanation = note_build(ctx, origin, miss_reason)
+    ctx.lap("history", t)
     ctx.timings["total"] = time.perf_counter() - ctx.started
+
+    def sizes(k: Kernel) -> tuple[int, ...] | None:
+        # extern "C": the symbol carries no types, so the report shows the CUBIN's sizes
+        if "(" in k.signature:
+            return None
+        try:
+            params = binary.image.kernel(k.symbol).params
+        except ImageError:  # the launch says so; the report shows "?"
+            return None
+        return None if params is None else tuple(p.size for p in params)
+
     rows = tuple(KernelRow(k.python_name, k.name_expression, k.symbol, k.signature,
-                           k.resolved_by) for k in kernels.values())
+                           k.resolved_by, placeholders=ctx.demangler.placeholders,
+                           param_sizes=sizes(k)) for k in kernels.values())
     report = BuildReport(
         key=ctx.key, hit=origin == "cache", origin=origin, miss_reason=miss_reason,
         timings=dict(ctx.timings), demangler=ctx.demangler.name,
         enumerated_by="ELF symbol table", arch=ctx.arch, nvrtc_version=record.nvrtc_version,
         cache_dir=ctx.store.location if ctx.store else "(not cached)", log=record.log,
-        rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)))
+        rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
+        module_name=ctx.opts.module)
     return Module(binary, ctx.key, kernels, report)
 
 
@@ -487,7 +506,7 @@ def _check_arch(arch: str) -> None:
     if sm not in supported_archs():
         raise OptionError(f"NVRTC {nvrtc_version()} cannot build a CUBIN for {arch} (it supports "
                           f"sm_{', sm_'.join(map(str, supported_archs()))}); install a newer "
-                          "nvidia-cuda-nvrtc, or pass --arch")
+                          "nvidia-cuda-nvrtc, or give --arch one of those")
 
 
 def _line_of(source: str, index: int, line_offset: int) -> int:
