@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["build", "load_cubin", "Module", "Kernel", "KernelCache", "load_ipython_extension",
+__all__ = ["build", "load_cubin", "gpu_available", "Module", "Kernel", "KernelCache",
+           "load_ipython_extension",
            "CudaMagicError", "CompileError", "NameResolutionError", "OptionError", "LaunchError",
            "NoDeviceError", "CacheError", "ImageError", "ContextPoisonedError"]
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .session import Module, build, load_cubin
 
 _LAZY = {"build": "session", "load_cubin": "session", "Module": "session", "Kernel": "kernel",
-         "KernelCache": "cache"}
+         "KernelCache": "cache", "gpu_available": "info"}
 
 
 def __getattr__(name: str) -> Any:
