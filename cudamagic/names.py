@@ -51,6 +51,7 @@ __all__ = [
     "parse_demangled",
     "parse_expression",
     "python_name",
+    "quick_equal",
     "valid_python_name",
 ]
 
@@ -335,9 +336,6 @@ class _Type:
                  args: tuple | None = None) -> None:
         self.key, self.closed, self.exact, self.template, self.args = key, closed, exact, template, args
 
-    def describe(self) -> str:
-        return self.key
-
 
 class _Unknown:
     """An argument the model cannot evaluate (``Mode::Exact`` is a _Type; ``1.5f``, ``N+1``,
@@ -348,9 +346,6 @@ class _Unknown:
 
     def __init__(self, text: str) -> None:
         self.key = text
-
-    def describe(self) -> str:
-        return self.key
 
 
 _Arg = _Value | _Type | _Unknown
@@ -363,19 +358,38 @@ _Part = tuple[str, "tuple[_Arg, ...] | None"]
 # The parser (one per text): names, template arguments, types, values
 # ---------------------------------------------------------------------------------------------
 
+# Deeper nesting than this (``-(-(-...))``, ``S<S<S<...>>>``) is read as unknown, not recursed
+# into until Python's stack gives out.
+_MAX_DEPTH = 100
+
+
+class _TooDeep(Exception):
+    pass
+
+
 class _Parser:
     """Recursive descent over one text's tokens. ``user``: a name expression, whose literals are
     C++ literals; otherwise a demangled name, whose literals are the demangler's typed values."""
 
-    __slots__ = ("toks", "user", "subst")
+    __slots__ = ("toks", "user", "subst", "depth")
 
     def __init__(self, toks: list[str], user: bool) -> None:
         self.toks = toks
         self.user = user
         self.subst: dict[str, _Arg] = {}  # cu++filt's placeholder -> the template argument
+        self.depth = 0  # nesting of names and values: see _MAX_DEPTH
 
     def name(self, i: int, end: int) -> tuple[int, tuple[_Part, ...]] | None:
         """A qualified name with template arguments starting at ``i``: (index past it, parts)."""
+        self.depth += 1
+        try:
+            return self._name(i, end)
+        finally:
+            self.depth -= 1
+
+    def _name(self, i: int, end: int) -> tuple[int, tuple[_Part, ...]] | None:
+        if self.depth > _MAX_DEPTH:
+            raise _TooDeep
         toks = self.toks
         parts: list[_Part] = []
         if i < end and toks[i] == "::":
@@ -436,8 +450,8 @@ class _Parser:
             elif t in _BUILTIN_WORDS and base is None:
                 words.append(t)
                 i += 1
-            elif base is None and not words and (t == "::" or _is_name(t)
-                                                  or t == "(" or t == "template"):
+            elif base is None and not words and (t == "::" or t == "(" or t == "template"
+                                                  or _is_name(t)):
                 found = self.name(i, j)
                 if found is None:
                     return None
@@ -452,6 +466,11 @@ class _Parser:
                 tail = tail[:-1]
             if not tail:
                 cv = []
+        return self._type_of(words, base, sorted(cv), tail)
+
+    def _type_of(self, words: list[str], base: tuple[_Part, ...] | None, cv: list[str],
+                 tail: list[str]) -> _Type | None:
+        """The type of builtin ``words`` or a name ``base``, then ``cv`` and ``tail``."""
         closed = base is None
         if words:
             head = _builtin_type(words)
@@ -464,7 +483,6 @@ class _Parser:
                 if not isinstance(arg, _Type):
                     return None
                 head, closed, base = arg.key, arg.closed, ()
-        cv.sort()  # "const volatile" in one order
         key = _join([head, *cv, *tail]) if cv or tail else head
         if closed:
             return _Type(key, True)
@@ -499,6 +517,15 @@ class _Parser:
 
     def value(self, i: int, j: int) -> _Value | _Unknown | None:
         """A user's value expression (None: not one; unknown: one the model cannot evaluate)."""
+        self.depth += 1
+        try:
+            return self._value(i, j)
+        finally:
+            self.depth -= 1
+
+    def _value(self, i: int, j: int) -> _Value | _Unknown | None:
+        if self.depth > _MAX_DEPTH:
+            raise _TooDeep
         toks = self.toks
         t = toks[i]
         if j - i == 1:
@@ -509,41 +536,50 @@ class _Parser:
             if t == "true" or t == "false":
                 return _Value("bool", int(t == "true"))
             return None
+        text = _join(toks[i:j])
         if t in ("-", "+", "~", "!"):
-            return _unary(t, self.value(i + 1, j), _join(toks[i:j]))
+            return _unary(t, self.value(i + 1, j), text)
         if t == "(":
-            found = _split(toks, i, j)
-            if found is None:
-                return None
-            close = found[0]
-            if close == j - 1:  # (expression)
-                inner = self.value(i + 1, close)
-                return inner if inner is not None else _Unknown(_join(toks[i:j]))
-            to = self.type(i + 1, close)
-            if to is None:
-                return _Unknown(_join(toks[i:j]))
-            return _cast(to, self.value(close + 1, j), _join(toks[i:j]))
+            return self._parenthesized(i, j, text)
         if t == "static_cast" and toks[i + 1] == "<":
             found = _split(toks, i + 1, j)
             if found and found[0] + 1 < j and toks[found[0] + 1] == "(":
                 after = _split(toks, found[0] + 1, j)
-                if after and after[0] == j - 1:
-                    to = self.type(i + 2, found[0])
-                    if to is not None:
-                        return _cast(to, self.value(found[0] + 2, j - 1), _join(toks[i:j]))
-            return _Unknown(_join(toks[i:j]))
+                to = self.type(i + 2, found[0])
+                if after and after[0] == j - 1 and to is not None:
+                    return _cast(to, self.value(found[0] + 2, j - 1), text)
+            return _Unknown(text)
         if t in _BUILTIN_WORDS and toks[i + 1] in ("(", "{"):
-            found = _split(toks, i + 1, j)
-            to = _builtin_type([t])
-            if found and found[0] == j - 1 and to is not None:
-                inner = self.value(i + 2, j - 1)
-                if toks[i + 1] == "{":  # T{v}: a narrowing one is ill-formed, so unknown
-                    if not (isinstance(inner, _Value) and inner.builtin and to in _INT
-                            and _real(inner) is not None and _fits(_real(inner), to)
-                            and (to != "bool" or inner.type == "bool")):
-                        return _Unknown(_join(toks[i:j]))
-                return _cast(_Type(to, True), inner, _join(toks[i:j]))
+            return self._functional_cast(i, j, text)
         return None  # a type, an entity, or an expression: generic() tells them apart
+
+    def _parenthesized(self, i: int, j: int, text: str) -> _Value | _Unknown | None:
+        """``(v)`` or the cast ``(T)v``."""
+        found = _split(self.toks, i, j)
+        if found is None:
+            return None
+        close = found[0]
+        if close == j - 1:
+            inner = self.value(i + 1, close)
+            return inner if inner is not None else _Unknown(text)
+        to = self.type(i + 1, close)
+        return _Unknown(text) if to is None else _cast(to, self.value(close + 1, j), text)
+
+    def _functional_cast(self, i: int, j: int, text: str) -> _Value | _Unknown | None:
+        """``int(v)``, ``unsigned(v)``; ``int{v}`` where it does not narrow (ill-formed where it
+        does, though NVRTC takes ``short{70000}``: unknown)."""
+        toks = self.toks
+        found = _split(toks, i + 1, j)
+        to = _builtin_type([toks[i]])
+        if not found or found[0] != j - 1 or to is None:
+            return None
+        inner = self.value(i + 2, j - 1)
+        if toks[i + 1] == "{" and not (
+                isinstance(inner, _Value) and inner.builtin and to in _INT
+                and _real(inner) is not None and _fits(_real(inner), to)
+                and (to != "bool" or inner.type == "bool")):
+            return _Unknown(text)
+        return _cast(_Type(to, True), inner, text)
 
     def demangled_value(self, i: int, j: int) -> _Value | _Unknown | None:
         """A demangler's typed value: ``3``, ``-3``, ``5u``, ``5ull``, ``true``, ``(T)v``."""
@@ -572,7 +608,7 @@ class _Parser:
             return _Unknown(toks[i])
         value = -int(m.group(1)) if negative else int(m.group(1))
         if to is None:
-            return _typed(_LIB_SUFFIX[m.group(2)], value, toks[i])
+            return _typed(_LIB_SUFFIX[m.group(2)], value, _join(toks[start:j]))
         if m.group(2):
             return _Unknown(_join(toks[start:j]))
         if to.closed and to.key in _INT:
@@ -593,7 +629,7 @@ def _typed(type_: str, value: int, text: str) -> _Value | _Unknown:
         return _Value(type_, value)
     if type_ in _PLATFORM_SIGNED and 0 <= value < 1 << _INT[type_][0]:
         return _Value(type_, _convert(value, type_))  # (char)255 where char is unsigned
-    return _Unknown(text)
+    return _Unknown(_join(_tokens(text)))
 
 
 def _unary(op: str, operand: _Value | _Unknown | None, text: str) -> _Value | _Unknown:
@@ -669,8 +705,11 @@ class Signature:
     def params(self) -> tuple[str, ...] | None:
         """Canonical parameter types, or None where the text gives none."""
         if self._lazy is not None:
-            self._param_nodes = self._lazy()
-            self._params = tuple(p.key for p in self._param_nodes)
+            try:
+                self._param_nodes = self._lazy()
+                self._params = tuple(p.key for p in self._param_nodes)
+            except _TooDeep:
+                pass  # unknown: None
             self._lazy = None
         return self._params
 
@@ -697,7 +736,10 @@ def parse_demangled(demangled: str, placeholders: bool = False) -> Signature:
         True for cu++filt's output, whose parameter lists name template parameters ``T1``,
         ``T2``...; they are replaced by the template arguments.
     """
-    return _fast_demangled(demangled, placeholders) or _full_demangled(demangled, placeholders)
+    try:
+        return _fast_demangled(demangled, placeholders) or _full_demangled(demangled, placeholders)
+    except _TooDeep:
+        return Signature(demangled, demangled, False, None)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -707,7 +749,10 @@ def parse_expression(expr: str) -> Signature:
     ``(void(*)(float*))overloaded`` gives the parameter types of the cast; an expression without a
     cast gives none. One the model cannot read is inexact (never equal to anything).
     """
-    return _fast_expression(expr) or _full_expression(expr)
+    try:
+        return _fast_expression(expr) or _full_expression(expr)
+    except _TooDeep:
+        return Signature(expr, expr, False, None)
 
 
 def _full_demangled(demangled: str, placeholders: bool) -> Signature:
@@ -779,9 +824,9 @@ def _full_expression(expr: str) -> Signature:
 # with one regular expression and the same literal rules, and hand anything else to the full
 # parser. tests/test_names.py checks that both give the same signatures.
 _FAST_DEMANGLED = re.compile(
-    r"(?:void )?((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)(?:<([^<>\[\]{}']*)>)?(\(.*\))?")
+    r"(?:void )?((?:[A-Za-z_]\w*+::)*[A-Za-z_]\w*)(?:<([^<>\[\]{}']*)>)?(\([^()]*\))?")
 _FAST_EXPRESSION = re.compile(
-    r"\s*((?:[A-Za-z_]\w*\s*::\s*)*[A-Za-z_]\w*)\s*(?:<([^<>()\[\]{}']*)>)?\s*")
+    r"\s*((?:[A-Za-z_]\w*+\s*::\s*)*[A-Za-z_]\w*+)\s*(?:<([^<>()\[\]{}']*)>)?\s*")
 _FAST_DEMANGLED_ARG = re.compile(
     r" ?(?:\(([a-z_0-9 ]+)\))?(-?)(\d+)(|u|l|ul|ll|ull)|([A-Za-z_]\w*(?: [A-Za-z_]\w*)*)")
 _FAST_USER_ARG = re.compile(r"\s*(?:(-?)\s*(\d+[uUlL]*)|([A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*))\s*")
@@ -822,7 +867,9 @@ def _fast_user_arg(text: str) -> _Arg | None:
     if words is not None:
         return _fast_words(words)
     v = _user_integer(literal)
-    return _unary("-", v, text.strip()) if minus else v
+    if minus:
+        v = _unary("-", v, "")
+    return v if v.exact else _Unknown(_join(_tokens(text)))  # spelled as the full parser does
 
 
 def _fast_signature(m: re.Match, text: str, read_arg) -> Signature | None:
@@ -860,11 +907,10 @@ def _fast_demangled(text: str, placeholders: bool) -> Signature | None:
 
 def _lazy_params(text: str, targs: tuple[_Arg, ...] | None, placeholders: bool
                  ) -> tuple[_Arg, ...]:
+    """The parameters of a fast-path name: ``text`` is one parenthesized list, no parentheses
+    inside (the regular expression saw to that)."""
     toks = _tokens(text)
-    found = _split(toks, 0, len(toks))
-    if found is None or found[0] != len(toks) - 1:
-        return ()
-    return _params(_Parser(toks, user=False), found[1], targs, placeholders)
+    return _params(_Parser(toks, user=False), _split(toks, 0, len(toks))[1], targs, placeholders)
 
 
 def _fast_expression(text: str) -> Signature | None:
@@ -894,7 +940,10 @@ def canonical(text: str) -> str:
     sig = parse_expression(text)
     if sig.parts is not None:
         return sig.name
-    return _Parser(toks, user=True).arg(0, len(toks)).key
+    try:
+        return _Parser(toks, user=True).arg(0, len(toks)).key
+    except _TooDeep:
+        return text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -926,6 +975,47 @@ def compare(want: Signature, got: Signature) -> tuple[str, str]:
     if pv == CONTRADICTION or verdict == EQUAL:
         return pv, pwhy
     return verdict, why
+
+
+# Text alone decides the common case: the expression ``k<5>`` is the kernel whose demangled name,
+# without its return type and parameters, is ``k<5>`` (libstdc++), or ``k<(int)5>`` (cu++filt,
+# read as ``k<5>``), when the text holds only names, ``:: < > , * &``, spaces and integers of at
+# most nine digits in libstdc++'s spelling (both readings then give one type and value: a longer
+# one may be 2147483648, int for libstdc++ and long for C++). A warm cell verifies its stored map
+# this way without parsing either side.
+_QUICK_SAFE = re.compile(r"""
+    (?!(?:void|const|volatile|unsigned|signed|char|short|int|long|bool|float|double|auto|decltype
+         |sizeof|operator|template|typename)\b)        # a name first
+    (?:[A-Za-z_]\w*+ | :: | [<>,\ *&]                 # possessive: no backtracking
+     | -?(?:[1-9]\d{0,8}|0)(?:u|l|ul|ll|ull)?(?![\w'.])  # an integer of at most nine digits
+    )*+""", re.X)
+_QUICK_CUFILT = re.compile(r"\((int|unsigned int|long|unsigned long|long long|unsigned long long|bool)\)"
+                           r"(-?\d+)")
+
+
+def _libstdcxx_spelling(m: re.Match) -> str:
+    type_, value = m.groups()
+    if type_ != "bool":
+        return value + _SUFFIX[type_]
+    return {"0": "false", "1": "true"}.get(value, m.group())
+
+
+def quick_equal(expr: str, demangled: str) -> bool:
+    """True where the text alone shows that ``expr`` names the kernel demangled as ``demangled``.
+
+    False says nothing: parse both and :func:`compare` them.
+    """
+    return _quick_name(demangled) == expr and _QUICK_SAFE.fullmatch(expr) is not None
+
+
+def _quick_name(demangled: str) -> str:
+    """The name part of a demangled name, cu++filt's ``(int)5`` as ``5``."""
+    name = demangled[5:] if demangled.startswith("void ") else demangled
+    if name.endswith(")"):
+        name = name[:name.rfind("(")]  # a parameter list with parentheses inside: not safe
+    if "(" in name:
+        name = _QUICK_CUFILT.sub(_libstdcxx_spelling, name)
+    return name
 
 
 def _compare_names(want: tuple[_Part, ...], got: tuple[_Part, ...]) -> tuple[str, str]:

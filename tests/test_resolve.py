@@ -62,3 +62,80 @@ def test_plain_kernels_are_extern_c_and_unique_non_templates(rows):
     assert set(plain) == {"c_kernel"}  # "overloaded" has two kernels: not plain
     assert plain["c_kernel"].resolved_by == "extern-c"
     assert len(kernels._parsed) == 3  # template instances were not parsed to find that out
+
+
+def _swapped(truth, a, b):
+    out = dict(truth)
+    out[a], out[b] = truth[b], truth[a]
+    return out
+
+
+@pytest.mark.parametrize("column", ["cufilt", "libstdcxx"])
+@pytest.mark.parametrize("a, b", [("fill<float>", "fill<double>"),
+                                  ("shift<float, 3>", "shift<float, -3>"),
+                                  ("mode<(geo::v2::Mode)0>", "lits<'a', 123456789012LL, 18446744073709551615ull>")])
+def test_swapped_stored_map_is_stale(rows, column, a, b):
+    truth = {r.expression: r.symbol for r in rows}
+    res = resolve([a, b, "fill<int>"], _kernels(rows, column), stored=_swapped(truth, a, b))
+    assert res.stale == (a, b) and not res.complete
+    assert all("contradicts it" in why for why in res.stale_reasons)
+    assert [(x.name_expression, x.resolved_by) for x in res.resolved] == [("fill<int>", "stored")]
+
+
+def test_swap_the_names_cannot_decide_is_accepted_unverified(rows):
+    # defaults<> may be defaults<double, 4> (default arguments are not in the text), and an
+    # enumerator may be any value: these swaps are not caught (undecidable, not contradicted);
+    # defaults<double> against defaults<float, 4> is
+    truth = {r.expression: r.symbol for r in rows}
+    stored = _swapped(truth, "defaults<>", "defaults<double>")
+    stored = _swapped(stored, "mode<geo::v2::Mode::Exact>", "mode<(geo::v2::Mode)0>")
+    res = resolve(["defaults<>", "defaults<double>", "mode<geo::v2::Mode::Exact>"],
+                  _kernels(rows, "cufilt"), stored=stored)
+    assert res.stale == ("defaults<double>",)
+    assert "template argument 1: double is not float" in res.stale_reasons[0]
+    assert {x.name_expression: x.resolved_by for x in res.resolved} == {
+        "defaults<>": "stored-unverified", "mode<geo::v2::Mode::Exact>": "stored-unverified"}
+
+
+@pytest.fixture(scope="module")
+def small_cubin():
+    from cudamagic.compiler import compile_cubin
+
+    source = ("template <int N> __global__ void t() {}\n"
+              "template <auto V> __global__ void a() {}\n"
+              "template <typename T> __global__ void k(T*) {}\n")
+    exprs = ["t<1>", "t<2>", "a<1>", "a<1u>", "a<(bool)1>", "k<float>", "k<double>",
+             "k<unsigned long>"]
+    return compile_cubin(source, exprs, ["-arch=sm_90"])
+
+
+def _image_kernels(built):
+    from cudamagic.demangle import LibStdCxx
+    from cudamagic.image import read_cubin
+
+    symbols = list(read_cubin(built.cubin).symbols)
+    return Signatures(dict(zip(symbols, LibStdCxx().demangle(symbols))), placeholders=False)
+
+
+def test_stored_map_from_nvrtc_is_verified_and_a_swapped_one_is_stale(small_cubin):
+    truth = small_cubin.lowered
+    kernels = _image_kernels(small_cubin)
+    res = resolve(list(truth), kernels, stored=truth)
+    assert res.complete and {x.resolved_by for x in res.resolved} == {"stored"}
+    assert {x.name_expression: x.symbol for x in res.resolved} == truth
+    for a, b in [("t<1>", "t<2>"), ("k<float>", "k<double>"), ("t<2>", "a<1u>")]:
+        res = resolve([a, b], kernels, stored=_swapped(truth, a, b))
+        assert res.stale == (a, b), (a, b, res)
+    # int 1 against unsigned 1 or true: the same kernel if the parameter is unsigned or bool, and
+    # the symbol cannot say it is auto; such a swap is served unverified, never called verified
+    for a, b in [("a<1>", "a<1u>"), ("a<1>", "a<(bool)1>")]:
+        res = resolve([a, b], kernels, stored=_swapped(truth, a, b))
+        assert {x.resolved_by for x in res.resolved} == {"stored-unverified"}, (a, b, res)
+
+
+def test_alias_in_a_stored_map_is_accepted_unverified(small_cubin):
+    kernels = _image_kernels(small_cubin)
+    stored = {"k<size_t>": small_cubin.lowered["k<unsigned long>"],
+              "k<my_float>": small_cubin.lowered["k<float>"]}
+    res = resolve(list(stored), kernels, stored=stored)
+    assert res.complete and {x.resolved_by for x in res.resolved} == {"stored-unverified"}
