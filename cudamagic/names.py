@@ -38,6 +38,7 @@ import functools
 import keyword
 import platform
 import re
+import sys
 from collections.abc import Iterator, Mapping
 
 __all__ = [
@@ -76,8 +77,10 @@ _tokens = _TOKEN.findall
 _BUILTIN_WORDS = frozenset(
     "unsigned signed char short int long float double bool void wchar_t char8_t char16_t "
     "char32_t __int128".split())
-_CV = ("const", "volatile")
-_PTR_OPS = frozenset({"*", "&", "&&", "const", "volatile", "__restrict__", "__restrict"})
+# cv-qualifiers and restrict, by their canonical spelling (libstdc++ writes "restrict")
+_CV = {"const": "const", "volatile": "volatile", "__restrict__": "__restrict__",
+       "__restrict": "__restrict__", "restrict": "__restrict__"}
+_PTR_OPS = frozenset({"*", "&", "&&", *_CV})
 # Words that are not names of types or entities.
 _NOT_NAMES = frozenset(
     "sizeof alignof decltype noexcept nullptr true false this operator new delete typeid "
@@ -155,18 +158,24 @@ def _join(toks) -> str:
 # ---------------------------------------------------------------------------------------------
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
-# char and wchar_t are signed on x86-64 Linux (NVRTC mangles '\xff' as char -1) and unsigned on
-# aarch64; elsewhere a conversion out of a char with the high bit set is undecidable.
-_PLATFORM_SIGNED = {"char": True if _X86 else None, "wchar_t": True if _X86 else None}
+# Device code has the host's data model: LP64 on Linux, LLP64 (32-bit long, 16-bit unsigned
+# wchar_t) on Windows. char and wchar_t are signed on x86-64 Linux (NVRTC mangles '\xff' as char
+# -1) and unsigned on aarch64; where the sign is not known, a conversion out of one with the high
+# bit set is undecidable.
+_WINDOWS = sys.platform == "win32"
+_LONG_BITS = 32 if _WINDOWS else 64
+_PLATFORM_SIGNED = {"char": True if _X86 else None,
+                    "wchar_t": False if _WINDOWS else True if _X86 else None}
 
 # canonical spelling -> (bits, signed); values of char and wchar_t are kept in their signed form
 # whatever the platform (two spellings of one char compare equal either way)
 _INT: dict[str, tuple[int, bool]] = {
     "bool": (1, False), "char": (8, True), "signed char": (8, True), "unsigned char": (8, False),
     "short": (16, True), "unsigned short": (16, False), "int": (32, True),
-    "unsigned int": (32, False), "long": (64, True), "unsigned long": (64, False),
+    "unsigned int": (32, False), "long": (_LONG_BITS, True), "unsigned long": (_LONG_BITS, False),
     "long long": (64, True), "unsigned long long": (64, False), "__int128": (128, True),
-    "unsigned __int128": (128, False), "wchar_t": (32, True), "char8_t": (8, False),
+    "unsigned __int128": (128, False), "wchar_t": (16, False) if _WINDOWS else (32, True),
+    "char8_t": (8, False),
     "char16_t": (16, False), "char32_t": (32, False),
 }
 # how libstdc++ writes a value of the type (cu++filt writes every one as "(type)value")
@@ -175,7 +184,7 @@ _SUFFIX = {"int": "", "unsigned int": "u", "long": "l", "unsigned long": "ul", "
 _PROMOTED = {"bool": "int", "char": "int", "signed char": "int", "unsigned char": "int",
              "short": "int", "unsigned short": "int", "char8_t": "int", "char16_t": "int",
              "char32_t": "unsigned int",
-             "wchar_t": {True: "int", False: "unsigned int", None: None}[_PLATFORM_SIGNED["wchar_t"]]}
+             "wchar_t": "int" if _WINDOWS else {True: "int", None: None}[_PLATFORM_SIGNED["wchar_t"]]}
 
 
 _RANGE = {t: ((-(1 << (b - 1)), (1 << (b - 1)) - 1) if sg else (0, (1 << b) - 1))
@@ -444,8 +453,8 @@ class _Parser:
         while i < j:
             t = toks[i]
             if t in _CV:
-                if t not in cv:
-                    cv.append(t)
+                if _CV[t] not in cv:
+                    cv.append(_CV[t])
                 i += 1
             elif t in _BUILTIN_WORDS and base is None:
                 words.append(t)
@@ -458,7 +467,7 @@ class _Parser:
                 i, base = found
             else:
                 break
-        tail = toks[i:j]
+        tail = [_CV.get(t, t) for t in toks[i:j]]
         if (not words and base is None) or any(t not in _PTR_OPS for t in tail):
             return None
         if parameter:
@@ -466,7 +475,7 @@ class _Parser:
                 tail = tail[:-1]
             if not tail:
                 cv = []
-        return self._type_of(words, base, sorted(cv), tail)
+        return self._type_of(words, base, sorted(cv), tail)  # "const volatile" in one order
 
     def _type_of(self, words: list[str], base: tuple[_Part, ...] | None, cv: list[str],
                  tail: list[str]) -> _Type | None:
@@ -500,6 +509,10 @@ class _Parser:
         k = i
         while k < j:
             t = toks[k]
+            if t == "[" and k + 2 < j and toks[k + 2] == "]" and toks[k + 1].isdigit():
+                out.extend(toks[k:k + 3])  # an array bound (int[3]), compared as written
+                k += 3
+                continue
             if _is_number(t) or t[-1] == "'" or t in ("+", "-", "/", "%", "^", "|", "~", "!", "=",
                                                        "?", ".", "->", "{", "}", "sizeof"):
                 return _Unknown(_join(toks[i:j]))
@@ -574,6 +587,8 @@ class _Parser:
         if not found or found[0] != j - 1 or to is None:
             return None
         inner = self.value(i + 2, j - 1)
+        if inner is None:
+            return None  # void(int): a function type
         if toks[i + 1] == "{" and not (
                 isinstance(inner, _Value) and inner.builtin and to in _INT
                 and _real(inner) is not None and _fits(_real(inner), to)

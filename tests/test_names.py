@@ -169,6 +169,15 @@ def test_python_names_of_typed_values(expr, name):
     ("(void(*)(double*))f", "f(float*)", "contradiction"),
     ("(void(*)(my_t*))f", "f(float*)", "undecidable"),
     ("t<1.5f>", "void t<(float)[3fc00000]>()", "undecidable"),
+    ("k<float* __restrict__>", "void k<float* restrict>()", "equal"),
+    ("k<volatile const float*>", "void k<float const volatile*>()", "equal"),
+    ("k<void(int)>", "void k<void (int)>()", "equal"),      # a function type, not a cast
+    ("k<void(*)(int)>", "void k<void (*)(int)>()", "equal"),
+    ("k<int[3]>", "void k<int [3]>()", "equal"),
+    ("k<int(3)>", "void k<3>()", "equal"),                  # a functional cast
+    ("k<3>", "void k<int>()", "contradiction"),
+    ("k<int>", "void k<3>()", "contradiction"),
+    ("k<N>", "void k<3>()", "undecidable"),                 # a constant
 ])
 def test_compare_verdicts(want, got, verdict):
     assert compare(parse_expression(want), parse_demangled(got))[0] == verdict
