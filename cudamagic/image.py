@@ -1,27 +1,33 @@
-"""Reading a CUBIN without a GPU: its kernels (ELF symbol table) and their parameter records.
+"""Reading a CUBIN without a GPU: its kernels, their parameter records and their resources.
 
 A CUBIN is an ELF64 file for the CUDA machine (EM_CUDA, 190). Each kernel is a FUNC symbol with
 the CUDA entry bit in ``st_other`` (GLOBAL binding for ``extern "C"`` and ordinary functions, WEAK
 for template instances), and each has a section ``.nv.info.<symbol>`` whose EIATTR_KPARAM_INFO
 records give every parameter's ordinal, offset and size: the same numbers the driver's
-``cuFuncGetParamInfo`` reports. This module is pure Python: no CUDA.
+``cuFuncGetParamInfo`` reports. The resources the driver reports as function attributes are in
+the ELF too (:class:`KernelResources`). This module is pure Python: no CUDA.
 """
 
 from __future__ import annotations
 
 import functools
 import struct
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from .errors import ImageError
 
-__all__ = ["Param", "KernelImage", "CubinImage", "read_cubin"]
+__all__ = ["Param", "KernelImage", "KernelResources", "CubinImage", "read_cubin"]
 
 _EM_CUDA = 190
 _SHT_SYMTAB = 2
 _STT_FUNC = 2
 _STO_CUDA_ENTRY = 0x10
+_SHT_NOBITS = 8
 _EIATTR_KPARAM_INFO = 0x17
+# per-function records of the CUBIN-wide .nv.info section, each (symbol index, value); codes as
+# cuobjdump names them (checked against its output for a CUBIN with local arrays and recursion)
+_EIATTR_FRAME_SIZE, _EIATTR_MIN_STACK_SIZE, _EIATTR_REGCOUNT = 0x11, 0x12, 0x2F
 # .nv.info record formats: the byte before the attribute
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 
@@ -33,6 +39,39 @@ class Param:
     ordinal: int
     offset: int
     size: int
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What a kernel uses per thread and per block, as the CUBIN records it.
+
+    The names are those of :meth:`cudamagic.Kernel.attributes`, whose values the driver reads from
+    these same records when it loads the CUBIN (tests/test_gpu.py compares them on a GPU).
+
+    Attributes
+    ----------
+    registers : int
+        Registers per thread: the EIATTR_REGCOUNT record (sm_90 and later keep it only there),
+        else bits 24-31 of the ``.text.<symbol>`` section's ``sh_info`` (older targets).
+    static_shared_bytes : int
+        Size of the ``.nv.shared.<symbol>`` section: ``__shared__`` arrays, and on sm_90 the
+        1 KiB the compiler reserves at its start.
+    const_bytes : int
+        Size of ``.nv.constant3``, the CUBIN's ``__constant__`` variables (bank 0 holds the
+        driver's area and the parameters; the driver does not count it).
+    local_bytes : int
+        The stack frame per thread (EIATTR_FRAME_SIZE): local arrays and register spills.
+    """
+
+    registers: int
+    static_shared_bytes: int
+    const_bytes: int
+    local_bytes: int
+
+    def as_dict(self) -> dict[str, int]:
+        """The four values by name, as :meth:`cudamagic.Kernel.attributes` gives them."""
+        return {"registers": self.registers, "static_shared_bytes": self.static_shared_bytes,
+                "const_bytes": self.const_bytes, "local_bytes": self.local_bytes}
 
 
 @dataclass(frozen=True)
@@ -48,10 +87,14 @@ class KernelImage:
         1000 kernels reads only those that are called).
     params : tuple of Param or None
         Parameters in ordinal order; None where the CUBIN carries no parameter records.
+    resources : KernelResources or None
+        Registers, shared, constant and local memory; None for a kernel made without its CUBIN.
     """
 
     symbol: str
     info: bytes | None = None
+    symbol_index: int = -1
+    elf: "_Elf | None" = field(default=None, repr=False, compare=False)
 
     @functools.cached_property
     def params(self) -> tuple[Param, ...] | None:
@@ -60,6 +103,15 @@ class KernelImage:
         :raises ImageError: the records are malformed.
         """
         return _kparams(self.info) if self.info is not None else None
+
+    @functools.cached_property
+    def resources(self) -> KernelResources | None:
+        """Registers, shared, constant and local memory as the CUBIN records them (read on
+        first use).
+
+        :raises ImageError: the records are malformed.
+        """
+        return self.elf.resources(self.symbol, self.symbol_index) if self.elf else None
 
 
 @dataclass(frozen=True)
@@ -84,6 +136,50 @@ class CubinImage:
         :raises KeyError: no kernel has that symbol.
         """
         return self._by_symbol[symbol]
+
+
+class _Elf:
+    """The section table of one CUBIN, kept for what is read lazily (resources)."""
+
+    def __init__(self, data: bytes, sections: list[tuple], index_of: dict[str, int]) -> None:
+        self.data = data
+        self.sections = sections
+        self.index_of = index_of
+
+    def section(self, name: str) -> tuple | None:
+        """The section with this name, or None."""
+        i = self.index_of.get(name)
+        return None if i is None else self.sections[i]
+
+    @functools.cached_property
+    def per_symbol(self) -> dict[int, dict[int, int]]:
+        """symbol index -> {attribute: value} from the CUBIN-wide ``.nv.info`` section."""
+        out: dict[int, dict[int, int]] = {}
+        sec = self.section(".nv.info")
+        if sec is None:
+            return out
+        for fmt, attr, body in _records(_section_bytes(self.data, sec)):
+            if fmt == _EIFMT_SVAL and len(body) >= 8 and attr in (
+                    _EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE, _EIATTR_MIN_STACK_SIZE):
+                sym, value = struct.unpack_from("<II", body)
+                out.setdefault(sym, {})[attr] = value
+        return out
+
+    def resources(self, symbol: str, symbol_index: int) -> KernelResources:
+        """One kernel's resources (see :class:`KernelResources` for where each comes from)."""
+        try:
+            attrs = self.per_symbol.get(symbol_index, {})
+        except (struct.error, IndexError) as exc:
+            raise ImageError(f"the CUBIN's .nv.info section is malformed ({exc})") from None
+        registers = attrs.get(_EIATTR_REGCOUNT)
+        text = self.section(".text." + symbol)
+        if registers is None:
+            registers = (text[6] >> 24) if text is not None else 0
+        shared, const = self.section(".nv.shared." + symbol), self.section(".nv.constant3")
+        return KernelResources(registers=registers,
+                               static_shared_bytes=shared[3] if shared is not None else 0,
+                               const_bytes=const[3] if const is not None else 0,
+                               local_bytes=attrs.get(_EIATTR_FRAME_SIZE, 0))
 
 
 def _cstr(blob: bytes, offset: int) -> str:
@@ -129,27 +225,29 @@ def _read(data: bytes) -> CubinImage:
 
     sections = []
     # one C loop over the section table (a CUBIN of 1000 kernels has 4000 sections)
-    for i, (name, stype, _flags, _addr, off, size, link, _info, _align, entsize) in enumerate(
+    for i, (name, stype, _flags, _addr, off, size, link, info, _align, entsize) in enumerate(
             struct.iter_unpack("<IIQQQQIIQQ", data[e_shoff:e_shoff + e_shnum * 64])):
-        if stype != 8 and off + size > len(data):  # 8: SHT_NOBITS holds no bytes
+        if stype != _SHT_NOBITS and off + size > len(data):  # NOBITS holds no bytes
             raise ImageError(f"the CUBIN is truncated: section {i} lies past the end")
-        sections.append((name, stype, off, size, link, entsize))
+        sections.append((name, stype, off, size, link, entsize, info))
     shstr = _section_bytes(data, sections[e_shstrndx])
     names = _strings(shstr, [s[0] for s in sections])
 
     index_of = {name: i for i, name in enumerate(names)}
+    elf = _Elf(data, sections, index_of)
     kernels: list[KernelImage] = []
     for sec in sections:
         if sec[1] != _SHT_SYMTAB:
             continue
         symtab = _section_bytes(data, sec)
         strtab = _section_bytes(data, sections[sec[4]])
-        entries = [e for e in struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24])
-                   if e[1] & 0xF == _STT_FUNC and e[3] != 0 and e[2] & _STO_CUDA_ENTRY]
-        for symbol in _strings(strtab, [e[0] for e in entries]):
+        entries = [(j, e[0]) for j, e in enumerate(
+            struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24]))
+            if e[1] & 0xF == _STT_FUNC and e[3] != 0 and e[2] & _STO_CUDA_ENTRY]
+        for (j, _), symbol in zip(entries, _strings(strtab, [e[1] for e in entries])):
             info_index = index_of.get(".nv.info." + symbol)
             kernels.append(KernelImage(symbol, None if info_index is None
-                                       else _section_bytes(data, sections[info_index])))
+                                       else _section_bytes(data, sections[info_index]), j, elf))
     sm = (e_flags >> 8) & 0xFF if e_flags >> 8 & 0xFF else None
     return CubinImage(tuple(kernels), sm)
 
@@ -166,13 +264,15 @@ def _strings(table: bytes, offsets: list[int]) -> list[str]:
 
 
 def _section_bytes(data: bytes, sec: tuple) -> bytes:
-    _name, _stype, off, size, _link, _entsize = sec
+    off, size = sec[2], sec[3]
     return data[off:off + size]
 
 
-def _kparams(info: bytes) -> tuple[Param, ...]:
-    """Parameter records of one ``.nv.info.<symbol>`` section."""
-    params: dict[int, Param] = {}
+def _records(info: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """The ``(format, attribute, value bytes)`` records of a ``.nv.info`` section.
+
+    :raises ImageError: a record runs past the end, or has a format this reader does not know.
+    """
     pos = 0
     while pos + 4 <= len(info):
         fmt, attr = info[pos], info[pos + 1]
@@ -180,15 +280,23 @@ def _kparams(info: bytes) -> tuple[Param, ...]:
             (size,) = struct.unpack_from("<H", info, pos + 2)
             body = info[pos + 4:pos + 4 + size]
             if len(body) < size:
-                raise ImageError("a parameter record runs past the end of its section")
-            if attr == _EIATTR_KPARAM_INFO and size >= 12:
-                _index, ordinal, offset, flags = struct.unpack_from("<IHHI", body)
-                params[ordinal] = Param(ordinal, offset, (flags >> 18) & 0x3FFF)
+                raise ImageError("a .nv.info record runs past the end of its section")
+            yield fmt, attr, body
             pos += 4 + size
         elif fmt in (_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL):
+            yield fmt, attr, info[pos + 2:pos + 4]
             pos += 4
         else:
             raise ImageError(f"unknown .nv.info record format {fmt}")
+
+
+def _kparams(info: bytes) -> tuple[Param, ...]:
+    """Parameter records of one ``.nv.info.<symbol>`` section."""
+    params: dict[int, Param] = {}
+    for fmt, attr, body in _records(info):
+        if fmt == _EIFMT_SVAL and attr == _EIATTR_KPARAM_INFO and len(body) >= 12:
+            _index, ordinal, offset, flags = struct.unpack_from("<IHHI", body)
+            params[ordinal] = Param(ordinal, offset, (flags >> 18) & 0x3FFF)
     ordered = tuple(params[k] for k in sorted(params))
     if ordered and [p.ordinal for p in ordered] != list(range(len(ordered))):
         raise ImageError("the parameter records of a kernel skip an ordinal")

@@ -1,61 +1,74 @@
-"""One kernel as a Python callable: argument checks and packing, then ``cuLaunchKernel``.
+"""One kernel as a Python callable: its parameter table, argument encoding, and the launch.
 
-The CUBIN says how many parameters a kernel takes and where each lies in the parameter buffer
-(:mod:`cudamagic.image`); the demangled signature says their types where the kernel has one.
-Arguments are checked and packed against both before anything reaches the GPU, so the checks
-run (and are tested) without one. Python scalars take the parameter's own type: ``int`` to an
-``int`` parameter is an int32, ``float`` to a ``float`` parameter a float32.
+Everything about how an argument reaches a parameter is in one table, built once per kernel from
+the CUBIN's parameter records (offset and size, :mod:`cudamagic.image`) and the demangled
+signature (the C++ type, where the kernel has one): a :class:`ParamSpec` per parameter. Two
+readers of the table, and no other encoding anywhere:
+
+- the checked path, :func:`encode` / :func:`pack_args`: any accepted value to the exact bytes the
+  kernel receives, or a :class:`~cudamagic.errors.ArgumentError` that names the parameter and
+  says what to pass;
+- the launcher generated per kernel (:func:`generate_launcher`), which packs the common argument
+  types (``ParamSpec.direct``) with one ``struct.pack_into`` and hands every other value to the
+  checked path's converter for that parameter.
+
+So the first call and every later call, the fast and the slow path, give the same bytes. Python
+numbers take the parameter's own type (``2.0`` to a ``float`` is a float32, ``10`` to an ``int``
+an int32); a NumPy scalar converts only where its value survives exactly; a value that does not
+fit is an error, never a wrapped or truncated launch.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import math
 import re
 import struct
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
 from . import driver
-from .errors import LaunchError
-from .image import KernelImage
+from .errors import ArgumentTypeError, ArgumentValueError, LaunchError, NoDeviceError
+from .image import KernelImage, KernelResources
 from .names import Signature, Signatures
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .session import Module
+__all__ = ["Kernel", "ParamSpec", "LaunchHooks", "param_specs", "encode", "pack_args",
+           "generate_launcher"]
 
-__all__ = ["Kernel", "ParamSpec", "param_specs", "pack_args"]
-
-# canonical builtin type -> numpy dtype
 _get_ident = threading.get_ident
-_SCALAR_DTYPES = {
-    "bool": "?", "char": "i1", "signed char": "i1", "unsigned char": "u1", "short": "i2",
-    "unsigned short": "u2", "int": "i4", "unsigned int": "u4", "long": "i8",
-    "unsigned long": "u8", "long long": "i8", "unsigned long long": "u8", "float": "f4",
-    "double": "f8", "__half": "f2", "half": "f2", "wchar_t": "i4", "char16_t": "u2",
-    "char32_t": "u4", "__nv_bfloat16": None,
+_U32 = 2**32 - 1
+_U64 = 2**64 - 1
+# dynamic shared memory a launch may ask for without raising the kernel's limit first
+_DEFAULT_DYNAMIC_SHARED = 48 * 1024
+
+# canonical C++ builtin type -> (kind, NumPy dtype code or None). long is 8 bytes (LP64 Linux);
+# size_t and uintptr_t demangle as unsigned long, ptrdiff_t as long.
+_SCALARS: dict[str, tuple[str, str | None]] = {
+    "bool": ("bool", "?"), "char": ("int", "i1"), "signed char": ("int", "i1"),
+    "unsigned char": ("int", "u1"), "char8_t": ("int", "u1"), "short": ("int", "i2"),
+    "unsigned short": ("int", "u2"), "int": ("int", "i4"), "unsigned int": ("int", "u4"),
+    "long": ("int", "i8"), "unsigned long": ("int", "u8"), "long long": ("int", "i8"),
+    "unsigned long long": ("int", "u8"), "wchar_t": ("int", "i4"), "char16_t": ("int", "u2"),
+    "char32_t": ("int", "u4"), "__int128": ("int", None), "unsigned __int128": ("int", None),
+    "float": ("float", "f4"), "double": ("float", "f8"), "__half": ("float", "f2"),
+    "half": ("float", "f2"), "__nv_bfloat16": ("bfloat16", None),
+    "nv_bfloat16": ("bfloat16", None),
 }
 _COMPLEX = re.compile(r"(?:^|::)complex<(float|double)>$")
-
-
-def _dtype_of(ctype: str) -> np.dtype | None:
-    """The numpy dtype of a canonical C++ type, where it has one."""
-    if ctype in _SCALAR_DTYPES:
-        code = _SCALAR_DTYPES[ctype]
-        return np.dtype(code) if code else None
-    m = _COMPLEX.search(ctype)
-    if m:
-        return np.dtype("c8" if m.group(1) == "float" else "c16")
-    return None
+_INT_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
+_NP_INTS = tuple(dict.fromkeys(np.dtype(c).type for c in "bBhHiIlLqQ"))  # distinct types
 
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """How one kernel parameter is checked and packed.
+    """One row of a kernel's parameter table: where a parameter lies and how values reach it.
 
     Attributes
     ----------
@@ -64,12 +77,22 @@ class ParamSpec:
     ctype : str or None
         Canonical C++ type from the signature; None where the kernel has none (``extern "C"``).
     kind : str
-        ``"pointer"``, ``"scalar"`` (a builtin number type), ``"value"`` (a struct or vector type
-        passed by value: bytes of its size) or ``"untyped"``.
+        ``"pointer"``, ``"bool"``, ``"int"``, ``"float"`` (half, float, double), ``"bfloat16"``,
+        ``"complex"``, ``"value"`` (a struct or vector type by value: its bytes) or
+        ``"untyped"`` (no signature: packed by the slot's size).
     dtype : numpy.dtype or None
         The scalar's dtype, or a pointer's pointee dtype where known.
     const : bool
         A pointer to const (read-only arrays are accepted).
+    lo, hi : int or None
+        The range of an integer or bool parameter.
+    code : str
+        The ``struct`` code the generated launcher packs this slot with ("" where it has none:
+        every value then goes through the converter).
+    direct : tuple of (type, str)
+        Exact Python/NumPy types that ``struct`` packs as they are, each with its code; a value
+        of any other type goes through the converter. ``struct`` range-checks integers, and a
+        failure there sends the whole call through the checked path, which says what is wrong.
     """
 
     index: int
@@ -77,16 +100,59 @@ class ParamSpec:
     size: int
     ctype: str | None
     kind: str
-    dtype: np.dtype | None
+    dtype: np.dtype | None = None
     const: bool = False
+    lo: int | None = None
+    hi: int | None = None
+    code: str = ""
+    direct: tuple[tuple[type, str], ...] = field(default=(), repr=False)
 
     def describe(self) -> str:
-        """``parameter 2 (float* x)``-style text for messages."""
-        return f"parameter {self.index} ({self.ctype or f'{self.size} bytes'})"
+        """``parameter 2 (float*)``-style text for messages."""
+        return f"parameter {self.index} ({self.ctype or f'{self.size} bytes, no C++ type'})"
+
+    def direct_code(self, value: Any) -> str | None:
+        """The ``struct`` code that packs ``value`` as it is, or None (the converter's turn)."""
+        t = type(value)
+        for typ, code in self.direct:
+            if t is typ and (not _nan_checked(typ, code) or value == value):
+                return code
+        return None
+
+
+def _nan_checked(typ: type, code: str) -> bool:
+    """Whether a direct entry packs NaNs differently from NumPy: ``struct`` widens a float32 to
+    a double and back, which turns a signalling NaN quiet, so float32 NaNs take the converter
+    (their own bytes)."""
+    return typ is np.float32 and code == "f"
+
+
+def _direct_entries(kind: str, dtype: np.dtype | None, size: int) -> tuple[tuple[type, str], ...]:
+    """The types a slot packs without conversion, most common first (the generated launcher
+    tests them in this order); every entry is exact (the property tests check each)."""
+    if kind == "int" and dtype is not None:
+        code = _INT_CODES[dtype.itemsize].upper() if dtype.kind == "u" else _INT_CODES[size]
+        first = (int, dtype.type, bool)
+        return tuple((t, code) for t in dict.fromkeys(first + _NP_INTS))
+    if kind == "bool":
+        return ((bool, "?"), (np.bool_, "?"))
+    if kind == "float" and dtype is not None and dtype.itemsize == 4:
+        return ((float, "f"), (np.float32, "f"), (int, "f"), (bool, "f"))
+    if kind == "float" and dtype is not None and dtype.itemsize == 8:
+        return ((float, "d"), (np.float64, "d"), (int, "d"), (np.float32, "d"), (bool, "d"))
+    if kind == "untyped" and size in _INT_CODES:
+        i = _INT_CODES[size]
+        ints = [(int, i), (np.dtype(f"i{size}").type, i), (bool, i),
+                (np.dtype(f"u{size}").type, i.upper())]
+        floats = {4: [(float, "f"), (np.float32, "f")], 8: [(float, "d"), (np.float64, "d")]}
+        # long long and long are one width but two NumPy types on Linux
+        longlong = [(np.longlong, "q"), (np.ulonglong, "Q")] if size == 8 else []
+        return tuple(dict.fromkeys(ints + floats.get(size, []) + longlong))
+    return ()  # half, bfloat16, complex, structs, pointers: the converter (pointers: see below)
 
 
 def param_specs(image: KernelImage, signature: Signature | None) -> tuple[ParamSpec, ...] | None:
-    """Parameter specs from the CUBIN's records and, where it matches, the signature.
+    """The parameter table of a kernel: the CUBIN's records and, where it matches, the signature.
 
     Returns None where the CUBIN carries no parameter records (nothing can be checked).
     """
@@ -96,51 +162,289 @@ def param_specs(image: KernelImage, signature: Signature | None) -> tuple[ParamS
     if signature is not None and signature.params is not None \
             and len(signature.params) == len(image.params):
         types = signature.params
-    specs = []
-    for p, ctype in zip(image.params, types):
-        if ctype is None:
-            specs.append(ParamSpec(p.ordinal, p.offset, p.size, None, "untyped", None))
-        elif ctype.endswith("*") or ctype.endswith("*__restrict__"):
-            pointee = ctype.rsplit("*", 1)[0]
-            const = pointee.endswith(" const") or pointee.endswith("const")
-            base = pointee[:-len("const")].rstrip() if const else pointee
-            specs.append(ParamSpec(p.ordinal, p.offset, p.size, ctype, "pointer",
-                                   _dtype_of(base), const))
-        elif _dtype_of(ctype) is not None and _dtype_of(ctype).itemsize == p.size:
-            specs.append(ParamSpec(p.ordinal, p.offset, p.size, ctype, "scalar", _dtype_of(ctype)))
-        else:
-            specs.append(ParamSpec(p.ordinal, p.offset, p.size, ctype, "value", None))
-    return tuple(specs)
+    return tuple(_spec(p.ordinal, p.offset, p.size, ctype)
+                 for p, ctype in zip(image.params, types))
 
 
-def _fail(kernel: str, spec: ParamSpec, message: str, exc: type = TypeError) -> Exception:
+def _spec(index: int, offset: int, size: int, ctype: str | None) -> ParamSpec:
+    """One row of the table (see :class:`ParamSpec`)."""
+    if ctype is None:
+        return ParamSpec(index, offset, size, None, "untyped",
+                         code=_INT_CODES.get(size, ""),
+                         direct=_direct_entries("untyped", None, size))
+    if ctype.endswith("*") or ctype.endswith("*__restrict__"):
+        pointee = ctype.rsplit("*", 1)[0].strip()
+        const = pointee.endswith("const")
+        base = pointee[:-len("const")].strip() if const else pointee
+        return ParamSpec(index, offset, size, ctype, "pointer", _numpy_dtype(base), const,
+                         code="Q")
+    kind, code = _SCALARS.get(ctype, ("value", None))
+    m = _COMPLEX.search(ctype)
+    if m:
+        kind, code = "complex", ("c8" if m.group(1) == "float" else "c16")
+    dtype = np.dtype(code) if code else None
+    width = dtype.itemsize if dtype is not None else {"bfloat16": 2}.get(kind, 16)
+    if kind == "value" or width != size:
+        return ParamSpec(index, offset, size, ctype, "value")
+    lo = hi = None
+    if kind == "bool":
+        lo, hi = 0, 1
+    elif kind == "int":
+        signed = dtype.kind == "i" if dtype is not None else not ctype.startswith("unsigned")
+        lo, hi = (-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if signed \
+            else (0, (1 << (8 * size)) - 1)
+    direct = _direct_entries(kind, dtype, size)
+    return ParamSpec(index, offset, size, ctype, kind, dtype, False, lo, hi,
+                     direct[0][1] if direct else "", direct)
+
+
+def _numpy_dtype(ctype: str) -> np.dtype | None:
+    """The NumPy dtype of a canonical C++ type, where it has one (a pointer's pointee)."""
+    kind, code = _SCALARS.get(ctype, ("value", None))
+    m = _COMPLEX.search(ctype)
+    if m:
+        code = "c8" if m.group(1) == "float" else "c16"
+    return np.dtype(code) if code else None
+
+
+# --- the checked path: any accepted value -> the exact bytes, or an error that says why ---------
+
+def _fail(kernel: str, spec: ParamSpec, message: str,
+          exc: type[Exception] = ArgumentTypeError) -> Exception:
     return exc(f"{kernel}: {spec.describe()}: {message}")
 
 
-def _device_pointer(kernel: str, spec: ParamSpec, value: Any) -> int:
+def _exact(x: Any) -> Any:
+    """A number as an exact Python value (int or Fraction; inf as a float; NaN as "nan"), so
+    that values of different types compare by value."""
+    if isinstance(x, (bool, np.bool_, int, np.integer)):
+        return int(x)
+    if np.isnan(x):  # NumPy's tests: math's would round a long double to a double first
+        return "nan"
+    if np.isinf(x):
+        return float(x)
+    return Fraction(*x.as_integer_ratio())
+
+
+def _numpy_exact(kernel: str, spec: ParamSpec, value: np.generic, dtype: np.dtype) -> np.generic:
+    """A NumPy scalar as ``dtype``, where its value survives exactly.
+
+    :raises ArgumentTypeError: a complex for a real, a floating-point value for an integer.
+    :raises ArgumentValueError: the value would change (``np.float64(0.1)`` for a ``float``).
+    """
+    if value.dtype == dtype:
+        return value
+    src = value.dtype.kind
+    if src not in "biufc" or (src == "c" and dtype.kind != "c") \
+            or (src in "fc" and dtype.kind in "biu"):
+        raise _fail(kernel, spec, f"got a {value.dtype} scalar, which does not convert "
+                                  f"safely to {spec.ctype}: pass a {dtype} value")
+    with np.errstate(all="ignore"):
+        out = np.array(value, dtype)[()]
+    parts = (lambda z: (z.real, z.imag)) if dtype.kind == "c" else (lambda z: (z,))
+    if [_exact(p) for p in parts(out)] != [_exact(p) for p in parts(value)]:
+        raise _fail(kernel, spec, f"np.{value.dtype}({value!r:.40}) is not exactly a "
+                                  f"{spec.ctype} (it would arrive as {out!r:.40}): convert it "
+                                  f"yourself (np.{dtype}(x)), or pass a Python number to round "
+                                  "it", ArgumentValueError)
+    return out
+
+
+def _unwrap(value: Any) -> Any:
+    """A 0-d NumPy array as its scalar (NumPy hands these out where a scalar is meant)."""
+    if type(value) is np.ndarray and value.ndim == 0:
+        return value[()]
+    return value
+
+
+def _to_int(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """An integer or bool parameter: Python ints, bools and NumPy integers, by value."""
+    value = _unwrap(value)
+    if spec.kind == "bool" and isinstance(value, np.generic) and value.dtype.kind == "b":
+        return bytes([bool(value)])
+    if isinstance(value, np.generic) and value.dtype.kind not in "biu":
+        raise _fail(kernel, spec, f"got a {value.dtype} scalar for an integer parameter: pass "
+                                  "an int (int(x) truncates on purpose)")
+    if not isinstance(value, (int, np.integer, np.bool_)):
+        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40} for an integer "
+                                  "parameter: pass an int (int(x) truncates on purpose)")
+    v = int(value)
+    if not spec.lo <= v <= spec.hi:  # type: ignore[operator]
+        raise _fail(kernel, spec, f"{v} does not fit in {spec.ctype} [{spec.lo}, {spec.hi}]",
+                    ArgumentValueError)
+    return v.to_bytes(spec.size, "little", signed=spec.lo < 0)  # type: ignore[operator]
+
+
+def _to_float(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """A half, float or double parameter: Python numbers round to it (IEEE round to nearest
+    even, as NumPy does); NumPy scalars convert only where their value survives."""
+    value, dtype = _unwrap(value), spec.dtype
+    assert dtype is not None
+    if isinstance(value, np.generic):
+        return _numpy_exact(kernel, spec, value, dtype).tobytes()
+    if not isinstance(value, (int, float)):
+        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40} for a "
+                                  "floating-point parameter: pass a float")
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond any double
+        x = math.inf
+    with np.errstate(over="ignore"):
+        out = np.array(x, dtype)
+    if math.isinf(out) and not (isinstance(value, float) and math.isinf(value)):
+        raise _fail(kernel, spec, f"{value!r:.60} does not fit in {spec.ctype} (largest "
+                                  f"{float(np.finfo(dtype).max)!r})", ArgumentValueError)
+    if dtype.itemsize > 2:  # what the generated launcher's struct code gives (NumPy agrees)
+        return struct.pack("<" + spec.code, x)
+    return out.tobytes()
+
+
+def _bfloat16_bits(x: float) -> int:
+    """The bfloat16 nearest to ``x`` (ties to even), as its 16 bits; exact from the double's
+    value (no double rounding through float32). Overflow gives infinity's bits."""
+    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
+    if math.isnan(x):
+        return sign | 0x7FC0
+    if math.isinf(x) or x == 0:
+        return sign | (0x7F80 if x else 0)
+    _, e = math.frexp(abs(x))  # |x| in [2**(e-1), 2**e)
+    q = max(e - 8, -133)  # the spacing of bfloat16 values there (8 significant bits)
+    num, den = abs(x).as_integer_ratio()
+    n, rem = divmod(num << max(-q, 0), den << max(q, 0))
+    if 2 * rem > den << max(q, 0) or (2 * rem == den << max(q, 0) and n & 1):
+        n += 1
+    # IEEE layout: subnormals are n itself; a normal n in [128, 256] carries its exponent above
+    return sign | min(((q + 133) << 7) + n, 0x7F80)
+
+
+def _bfloat16_value(bits: int) -> float:
+    """The value of bfloat16 bits (bfloat16 is the top half of a float32)."""
+    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
+
+
+def _to_bfloat16(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """A ``__nv_bfloat16`` parameter (NumPy has no bfloat16 dtype).
+
+    Python numbers round to the nearest bfloat16 (ties to even) from their exact value; NumPy
+    floats and ints convert where exact; 2 raw bytes are taken as the bit pattern; a scalar of a
+    ``bfloat16`` dtype (ml_dtypes) gives its own bytes.
+    """
+    value = _unwrap(value)
+    if isinstance(value, (bytes, bytearray, memoryview)) and len(bytes(value)) == 2:
+        return bytes(value)
+    if isinstance(value, np.generic) and value.dtype.name == "bfloat16" \
+            and value.dtype.itemsize == 2:
+        return value.tobytes()
+    exact_only = isinstance(value, np.generic)
+    if exact_only and value.dtype.kind not in "biuf" or not isinstance(
+            value, (int, float, np.generic)):
+        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40}: a bfloat16 takes "
+                                  "a float, or 2 raw bytes (its bit pattern)")
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond any double
+        x = math.copysign(math.inf, value)
+    bits = _bfloat16_bits(x)
+    if bits & 0x7FFF == 0x7F80 and not (isinstance(value, (float, np.floating))
+                                        and np.isinf(value)):
+        raise _fail(kernel, spec, f"{value!r:.60} does not fit in __nv_bfloat16 (largest "
+                                  "3.3895313892515355e+38)", ArgumentValueError)
+    if exact_only and not math.isnan(x) and _exact(_bfloat16_value(bits)) != _exact(value):
+        raise _fail(kernel, spec, f"np.{value.dtype}({value!r:.40}) is not exactly a bfloat16: "
+                                  "pass float(x) to round it", ArgumentValueError)
+    return bits.to_bytes(2, "little")
+
+
+def _to_complex(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """A ``complex<float>``/``complex<double>`` parameter (CuPy's, CCCL's)."""
+    value, dtype = _unwrap(value), spec.dtype
+    assert dtype is not None
+    if isinstance(value, np.generic):
+        return _numpy_exact(kernel, spec, value, dtype).tobytes()
+    if not isinstance(value, (int, float, complex)):
+        raise _fail(kernel, spec, f"got {type(value).__name__} for a complex parameter: pass "
+                                  "a complex")
+    z = complex(value)
+    with np.errstate(over="ignore"):
+        out = np.array(z, dtype)
+    if any(math.isinf(o) and not math.isinf(i)
+           for o, i in ((out.real, z.real), (out.imag, z.imag))):
+        raise _fail(kernel, spec, f"{value!r:.60} does not fit in {spec.ctype}",
+                    ArgumentValueError)
+    return out.tobytes()
+
+
+def _to_value(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """A struct or vector type by value: raw bytes of its size, or host NumPy data."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+    elif isinstance(value, (np.generic, np.ndarray)) and getattr(value, "size", 1) >= 1:
+        data = np.ascontiguousarray(value).tobytes()
+    else:
+        raise _fail(kernel, spec, f"got {type(value).__name__}; a by-value "
+                                  f"{spec.ctype or 'parameter'} takes a NumPy scalar or "
+                                  f"structured value, or {spec.size} raw bytes")
+    if len(data) != spec.size:
+        raise _fail(kernel, spec, f"got {len(data)} bytes, the kernel takes {spec.size}",
+                    ArgumentValueError)
+    return data
+
+
+def _is_device_array(value: Any) -> bool:
+    return value is None or hasattr(value, "__cuda_array_interface__") or (
+        hasattr(value, "__dlpack_device__") and not hasattr(value, "__array_interface__"))
+
+
+def _to_pointer(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """A pointer parameter: None (null), or device memory: ``__cuda_array_interface__`` or
+    DLPack, checked for its dtype (the pointee's) and, for a non-const pointer, writability."""
     if value is None:
-        return 0
+        return bytes(8)
     cai = getattr(value, "__cuda_array_interface__", None)
-    if cai is None and hasattr(value, "__dlpack_device__") and not hasattr(value, "__array_interface__"):
+    if cai is None and hasattr(value, "__dlpack_device__") \
+            and not hasattr(value, "__array_interface__"):
         cai = _from_dlpack(kernel, spec, value)
     if cai is None:
         if hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
             raise _fail(kernel, spec, f"got a host array ({type(value).__name__}); a pointer "
                                       "parameter needs device memory: copy it first, e.g. "
                                       "cupy.asarray(x)")
-        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40}; a pointer parameter "
-                                  "takes a CUDA array (CuPy, PyTorch, anything with "
+        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40}; a pointer "
+                                  "parameter takes a CUDA array (CuPy, PyTorch, anything with "
                                   "__cuda_array_interface__ or DLPack) or None")
-    ptr, readonly = cai["data"]
-    dtype = np.dtype(cai["typestr"])
+    ptr, readonly, dtype = _interface(kernel, spec, cai)
     if spec.dtype is not None and dtype != spec.dtype:
         raise _fail(kernel, spec, f"got an array of {dtype} where the kernel reads "
                                   f"{spec.dtype} elements")
     if readonly and not spec.const:
         raise _fail(kernel, spec, "got a read-only array for a pointer the kernel may write "
                                   "through (declare it const, or pass a writable copy)",
-                    ValueError)
-    return int(ptr or 0)
+                    ArgumentValueError)
+    return ptr.to_bytes(8, "little")
+
+
+def _interface(kernel: str, spec: ParamSpec, cai: Any) -> tuple[int, bool, np.dtype]:
+    """``(pointer, read-only, dtype)`` of a ``__cuda_array_interface__``, each checked: a bad one
+    would otherwise launch with a garbage pointer."""
+    data = cai.get("data") if isinstance(cai, dict) else None
+    if not (isinstance(data, tuple) and len(data) == 2):
+        raise _fail(kernel, spec, f"the array's __cuda_array_interface__ has no 'data' "
+                                  f"(pointer, read-only) pair (got {data!r:.40}): it is not a "
+                                  "usable device array", ArgumentValueError)
+    ptr, readonly = data
+    if ptr is None:
+        ptr = 0
+    if not isinstance(ptr, (int, np.integer)) or isinstance(ptr, bool) \
+            or not 0 <= int(ptr) <= _U64:
+        raise _fail(kernel, spec, f"the array's data pointer {ptr!r:.40} is not a device "
+                                  "address (an int from 0 to 2**64 - 1)", ArgumentValueError)
+    try:
+        dtype = np.dtype(cai.get("typestr"))
+    except (TypeError, ValueError):
+        raise _fail(kernel, spec, f"the array's __cuda_array_interface__ typestr "
+                                  f"{cai.get('typestr')!r:.40} is not a NumPy type string",
+                    ArgumentValueError) from None
+    return int(ptr), bool(readonly), dtype
 
 
 def _from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
@@ -153,216 +457,392 @@ def _from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
     return cupy.from_dlpack(value).__cuda_array_interface__
 
 
-def _scalar(kernel: str, spec: ParamSpec, value: Any) -> Any:
-    dtype = spec.dtype
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
-    if isinstance(value, np.generic):
-        if not np.can_cast(value.dtype, dtype, "same_kind") and not (
-                dtype.kind in "iu" and value.dtype.kind in "iub"):
-            raise _fail(kernel, spec, f"got a {value.dtype} scalar, which does not convert "
-                                      f"safely to {spec.ctype}")
-        value = value.item()
-    if isinstance(value, bool) or dtype.kind == "b":
-        if not isinstance(value, (bool, int)):
-            raise _fail(kernel, spec, f"got {type(value).__name__}; a bool parameter takes "
-                                      "True/False")
-        return np.array(bool(value) if dtype.kind == "b" else int(value), dtype)
-    if dtype.kind in "iu":
-        if not isinstance(value, int):
-            raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40} for an integer "
-                                      "parameter")
-        info = np.iinfo(dtype)
-        if not info.min <= value <= info.max:
-            raise _fail(kernel, spec, f"{value} does not fit in {spec.ctype} "
-                                      f"[{info.min}, {info.max}]", ValueError)
-        return np.array(value, dtype)
-    if dtype.kind == "f":
-        if not isinstance(value, (int, float)):
-            raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40} for a "
-                                      "floating-point parameter")
-        with np.errstate(over="ignore"):
-            out = np.array(value, dtype)
-        if np.isinf(out) and not np.isinf(float(value)):
-            raise _fail(kernel, spec, f"{value!r} does not fit in {spec.ctype}", ValueError)
-        return out
-    if dtype.kind == "c":
-        if not isinstance(value, (int, float, complex)):
-            raise _fail(kernel, spec, f"got {type(value).__name__} for a complex parameter")
-        return np.array(value, dtype)
-    raise _fail(kernel, spec, f"cannot pass {type(value).__name__}")
+def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """No signature (``extern "C"``): packed by the slot's size.
 
-
-def _value_bytes(kernel: str, spec: ParamSpec, value: Any) -> bytes:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        data = bytes(value)
-    elif isinstance(value, (np.generic, np.ndarray)) and getattr(value, "size", 1) >= 1 \
-            and not hasattr(value, "__cuda_array_interface__"):
-        data = np.ascontiguousarray(value).tobytes()
-    elif isinstance(value, complex) and spec.size in (8, 16):
-        data = np.array(value, "c8" if spec.size == 8 else "c16").tobytes()
-    else:
-        raise _fail(kernel, spec, f"got {type(value).__name__}; a by-value "
-                                  f"{spec.ctype or 'parameter'} takes a NumPy scalar or "
-                                  f"structured value, or {spec.size} raw bytes")
-    if len(data) != spec.size:
-        raise _fail(kernel, spec, f"got {len(data)} bytes, the kernel takes {spec.size}",
-                    ValueError)
-    return data
-
-
-def _untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
-    """No signature (``extern "C"``): arrays are pointers, Python numbers take the slot's size."""
-    if value is None or hasattr(value, "__cuda_array_interface__") or (
-            hasattr(value, "__dlpack_device__") and not hasattr(value, "__array_interface__")):
+    Device arrays and None are pointers (8-byte slots); a Python int is a signed integer of the
+    slot's size, a Python float a float32 (4 bytes) or double (8 bytes), a complex a
+    complex64/complex128; a NumPy scalar gives its own bytes where its size is the slot's.
+    """
+    value = _unwrap(value)
+    if _is_device_array(value):
         if spec.size != 8:
             raise _fail(kernel, spec, f"got an array for a {spec.size}-byte parameter")
-        return struct.pack("<Q", _device_pointer(kernel, spec, value))
-    if isinstance(value, bool):
-        return int(value).to_bytes(spec.size, "little")
-    if isinstance(value, int) and spec.size in (1, 2, 4, 8):
-        code = {1: "i1", 2: "i2", 4: "i4", 8: "i8"}[spec.size]
-        return _scalar(kernel, ParamSpec(spec.index, spec.offset, spec.size, f"int{spec.size * 8}",
-                                         "scalar", np.dtype(code)), value).tobytes()
+        return _to_pointer(kernel, spec, value)
+    if isinstance(value, np.ndarray):
+        raise _fail(kernel, spec, f"got a host array ({value.dtype}, shape {value.shape}): "
+                                  "a kernel takes device memory (cupy.asarray(x)), or pass "
+                                  "a NumPy scalar for a by-value parameter")
+    if isinstance(value, np.generic):
+        if value.dtype.itemsize != spec.size:
+            raise _fail(kernel, spec, f"got a {value.dtype} scalar ({value.dtype.itemsize} "
+                                      f"bytes) for a {spec.size}-byte parameter")
+        return value.tobytes()
+    if isinstance(value, (bool, int)) and spec.size in _INT_CODES:
+        lo, hi = -(1 << (8 * spec.size - 1)), (1 << (8 * spec.size - 1)) - 1
+        if not lo <= value <= hi:
+            raise _fail(kernel, spec, f"{value} does not fit in a signed {spec.size}-byte "
+                                      f"integer [{lo}, {hi}]; for an unsigned parameter pass "
+                                      f"np.uint{8 * spec.size}(x)", ArgumentValueError)
+        return int(value).to_bytes(spec.size, "little", signed=True)
     if isinstance(value, float) and spec.size in (4, 8):
-        return np.array(value, "f4" if spec.size == 4 else "f8").tobytes()
-    return _value_bytes(kernel, spec, value)
+        as_float = replace(spec, kind="float", dtype=np.dtype(f"f{spec.size}"),
+                           code="f" if spec.size == 4 else "d")
+        return _to_float(kernel, as_float, value)
+    if isinstance(value, complex) and spec.size in (8, 16):
+        return _to_complex(kernel, replace(spec, kind="complex",
+                                           dtype=np.dtype(f"c{spec.size}")), value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _to_value(kernel, spec, value)
+    raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40}: a kernel without a "
+                              "C++ signature takes device arrays, Python numbers, NumPy "
+                              f"scalars of the slot's size ({spec.size} bytes) or raw bytes")
 
 
-def _arg_bytes(kernel: str, spec: ParamSpec, value: Any) -> bytes:
-    """One argument checked against its parameter, as the bytes the kernel receives."""
-    if spec.kind == "pointer":
-        return struct.pack("<Q", _device_pointer(kernel, spec, value))
-    if spec.kind == "scalar":
-        return _scalar(kernel, spec, value).tobytes()
-    if spec.kind == "value":
-        return _value_bytes(kernel, spec, value)
-    return _untyped(kernel, spec, value)
+_CONVERTERS: dict[str, Callable[[str, ParamSpec, Any], bytes]] = {
+    "pointer": _to_pointer, "bool": _to_int, "int": _to_int, "float": _to_float,
+    "bfloat16": _to_bfloat16, "complex": _to_complex, "value": _to_value,
+    "untyped": _to_untyped,
+}
 
 
-def _count_error(kernel: str, specs: Sequence[ParamSpec], args: Any) -> TypeError:
+def encode(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """One argument as the exact bytes its parameter receives (the checked path).
+
+    :raises ArgumentTypeError: a value of a kind the parameter cannot take.
+    :raises ArgumentValueError: a value that does not fit.
+    """
+    code = spec.direct_code(value)
+    if code is not None:
+        try:
+            return struct.pack("<" + code, value)
+        except (struct.error, OverflowError):
+            pass  # out of range: the converter says so
+    return _CONVERTERS[spec.kind](kernel, spec, value)
+
+
+def _count_error(kernel: str, specs: Sequence[ParamSpec], args: Any) -> ArgumentTypeError:
     if not isinstance(args, (tuple, list)):
-        return TypeError(f"{kernel}: args must be a tuple or list of arguments, "
-                         f"got {type(args).__name__}")
-    return TypeError(f"{kernel} takes {len(specs)} argument{'s' if len(specs) != 1 else ''}"
-                     f" ({', '.join(s.ctype or '?' for s in specs)}), got {len(args)}")
+        return ArgumentTypeError(f"{kernel}: args must be a tuple or list of arguments, "
+                                 f"got {type(args).__name__}")
+    return ArgumentTypeError(
+        f"{kernel} takes {len(specs)} argument{'s' if len(specs) != 1 else ''}"
+        f" ({', '.join(s.ctype or '?' for s in specs)}), got {len(args)}")
 
 
 def pack_args(kernel: str, specs: Sequence[ParamSpec], args: Sequence[Any]) -> list[bytes]:
     """Check every argument against its parameter and return each one's bytes.
 
-    :raises TypeError: wrong count, a host array for a pointer, a dtype that is not the pointee's,
-        a value of the wrong kind.
-    :raises ValueError: a scalar out of range, a read-only array for a non-const pointer.
+    :raises ArgumentTypeError: wrong count, a host array for a pointer, a dtype that is not the
+        pointee's, a value of the wrong kind.
+    :raises ArgumentValueError: a value out of range, a read-only array for a non-const pointer.
     """
-    if not isinstance(args, (tuple, list)) or len(args) != len(specs):
-        raise _count_error(kernel, specs, args)
-    return [_arg_bytes(kernel, spec, value) for spec, value in zip(specs, args)]
+    return [encode(kernel, spec, value) for spec, value in zip(specs, _arg_tuple(kernel, specs,
+                                                                                  args))]
 
 
-# type -> (pointer, dtype) for array types whose fields can be read without building a
-# __cuda_array_interface__ dict (CuPy's is rebuilt on every access); filled on first launch
-_FAST_ARRAYS: dict[type, Callable[[Any], tuple[int, np.dtype]]] = {}
+def _arg_tuple(kernel: str, specs: Sequence[ParamSpec], args: Any) -> tuple:
+    if isinstance(args, (tuple, list)) and len(args) == len(specs):
+        return tuple(args)
+    raise _count_error(kernel, specs, args)
 
 
-def _register_fast_arrays() -> None:
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and cupy.ndarray not in _FAST_ARRAYS:
-        _FAST_ARRAYS[cupy.ndarray] = lambda a: (a.data.ptr, a.dtype)  # always writable
+# --- launch dimensions, shared memory, stream: checked before the device is asked ---------------
 
-
-def _packer(kernel: str, spec: ParamSpec, buf: ctypes.Array) -> Callable[[Any], None]:
-    """A function that writes one argument into the parameter buffer.
-
-    It takes the common case (a CuPy array of the right dtype, a Python number in range) in a
-    few hundred nanoseconds and hands everything else to :func:`_arg_bytes`, which does every
-    check and says exactly what is wrong.
-    """
-    off = spec.offset
-    pack_into = struct.pack_into
-
-    def checked(value: Any) -> None:
-        blob = _arg_bytes(kernel, spec, value)
-        ctypes.memmove(ctypes.addressof(buf) + off, blob, len(blob))
-
-    if spec.kind == "pointer":
-        want = spec.dtype
-        fast = _FAST_ARRAYS
-
-        def pointer(value: Any) -> None:
-            get = fast.get(type(value))
-            if get is not None:
-                ptr, dtype = get(value)
-                if want is None or dtype == want:
-                    pack_into("<Q", buf, off, ptr)
-                    return
-            checked(value)
-        return pointer
-    if spec.kind == "scalar" and spec.dtype.kind in "iu":
-        info = np.iinfo(spec.dtype)
-        lo, hi, fmt = int(info.min), int(info.max), "<" + spec.dtype.char
-
-        def integer(value: Any) -> None:
-            if type(value) is int and lo <= value <= hi:
-                pack_into(fmt, buf, off, value)
-            else:
-                checked(value)
-        return integer
-    if spec.kind == "scalar" and spec.dtype.kind == "f" and spec.dtype.itemsize in (4, 8):
-        ffmt = "<f" if spec.dtype.itemsize == 4 else "<d"
-
-        def floating(value: Any) -> None:
-            if type(value) is float or type(value) is int:
-                try:
-                    pack_into(ffmt, buf, off, value)
-                    return
-                except OverflowError:
-                    pass
-            checked(value)
-        return floating
-    if spec.kind == "untyped" and spec.size in (4, 8):
-        ifmt, ufmt = ("<i", "<f") if spec.size == 4 else ("<q", "<d")
-        fast_arrays = _FAST_ARRAYS
-
-        def by_size(value: Any) -> None:
-            t = type(value)
-            try:
-                if t is int:
-                    pack_into(ifmt, buf, off, value)
-                    return
-                if t is float:
-                    pack_into(ufmt, buf, off, value)
-                    return
-            except (struct.error, OverflowError):
-                pass
-            get = fast_arrays.get(t)
-            if get is not None and spec.size == 8:
-                pack_into("<Q", buf, off, get(value)[0])
-                return
-            checked(value)
-        return by_size
-    return checked
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 def _dims(name: str, what: str, value: Any) -> tuple[int, int, int]:
-    """A launch dimension as three positive ints (fast for tuples of ints)."""
-    if type(value) is tuple:
-        if len(value) == 1:
-            x = value[0]
-            if type(x) is int and x > 0:
-                return (x, 1, 1)
-        elif len(value) == 3:
-            x, y, z = value
-            if type(x) is int and type(y) is int and type(z) is int and x > 0 and y > 0 and z > 0:
-                return value
-    if isinstance(value, (int, np.integer)):
-        value = (int(value),)
-    if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3:
-        raise TypeError(f"{name}: {what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
+    """A launch dimension as three ints from 1 to 2**32 - 1 (the driver's unsigned int; the
+    device's own limits are the driver's to check).
+
+    :raises ArgumentTypeError, ArgumentValueError: anything else.
+    """
+    if _is_int(value):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3 \
+            or not all(_is_int(v) for v in value):
+        raise ArgumentTypeError(f"{name}: {what} must be an int or a tuple of 1 to 3 ints, "
+                                f"got {value!r:.60}")
     dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
     if any(d < 1 for d in dims):
-        raise ValueError(f"{name}: every {what} dimension must be at least 1, got {value!r}")
+        raise ArgumentValueError(f"{name}: every {what} dimension must be at least 1, "
+                                 f"got {value!r}")
+    if any(d > _U32 for d in dims):
+        raise ArgumentValueError(f"{name}: a {what} dimension of {max(dims)} is more than a "
+                                 f"launch can take (at most {_U32})")
     return dims  # type: ignore[return-value]
+
+
+def _shared_mem(name: str, value: Any) -> int:
+    """``shared_mem`` as a byte count.
+
+    :raises ArgumentTypeError, ArgumentValueError: not an int from 0 to 2**32 - 1.
+    """
+    if not _is_int(value):
+        raise ArgumentTypeError(f"{name}: shared_mem is the dynamic shared memory in bytes, an "
+                                f"int >= 0 (0 for none); got {type(value).__name__} "
+                                f"{value!r:.40}")
+    if not 0 <= int(value) <= _U32:
+        raise ArgumentValueError(f"{name}: shared_mem must be from 0 to {_U32} bytes, got "
+                                 f"{int(value)}")
+    return int(value)
+
+
+def _stream_handle(name: str, stream: Any) -> int:
+    """A stream's ``CUstream`` handle: a CuPy or PyTorch stream, an object with
+    ``__cuda_stream__``, or a raw handle (int).
+
+    :raises ArgumentTypeError, ArgumentValueError: anything else.
+    """
+    value = stream
+    if not _is_int(value):
+        value = next((v for v in (getattr(stream, "ptr", None),
+                                  getattr(stream, "cuda_stream", None)) if _is_int(v)), None)
+    if value is None and hasattr(stream, "__cuda_stream__"):
+        value = stream.__cuda_stream__()[1]
+    if not _is_int(value):
+        raise ArgumentTypeError(f"{name}: stream must be a CuPy or PyTorch stream, an object "
+                                f"with __cuda_stream__, or a raw handle (int), got "
+                                f"{type(stream).__name__} {stream!r:.40}")
+    if not 0 <= int(value) <= _U64:
+        raise ArgumentValueError(f"{name}: stream handle {int(value)} is not a CUstream")
+    return int(value)
+
+
+# --- the generated launcher -----------------------------------------------------------------------
+
+class _NoSuchType:
+    """Stands for CuPy's ndarray and Stream where CuPy is not imported: nothing is of this type."""
+
+
+class _NullStream:
+    ptr = 0
+
+
+@dataclass(frozen=True)
+class LaunchHooks:
+    """What a generated launcher calls beyond Python: the device side (stand-ins in the tests).
+
+    Attributes
+    ----------
+    array_type, stream_type : type
+        CuPy's ``ndarray`` and ``Stream`` (their pointer and handle are read straight off), or
+        a type nothing is of.
+    current_device : callable
+        ``() -> int``.
+    current_stream : callable
+        ``() -> object`` with the handle as ``.ptr`` (CuPy's current stream).
+    handles : dict
+        device -> the kernel's handle there, for the launch's lookup.
+    load : callable
+        ``(device) -> handle``: loads the kernel on a device (first launch there).
+    launch : callable or None
+        ``cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra)``
+        taking plain ints, raising on failure; None: :func:`cudamagic.driver.fast_launch` on
+        first use.
+    relaunch : callable
+        ``(fn, device, grid, block, shared_mem, stream)``: the checked launch after ``launch``
+        raised; it says what went wrong.
+    raise_shared_limit : callable
+        ``(device, nbytes)``: lets the kernel take more than 48 KiB of dynamic shared memory.
+    """
+
+    array_type: type
+    stream_type: type
+    current_device: Callable[[], int]
+    current_stream: Callable[[], Any]
+    handles: dict[int, int]
+    load: Callable[[int], int]
+    launch: Callable[..., Any] | None
+    relaunch: Callable[..., None]
+    raise_shared_limit: Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """A generated launch function and the parameter buffer it fills (kept alive with it)."""
+
+    run: Callable[..., None]
+    buffer: ctypes.Array
+    pointers: ctypes.Array
+    source: str = field(repr=False)
+
+    @property
+    def address(self) -> int:
+        """The ``void*[]`` the driver reads each parameter through."""
+        return ctypes.addressof(self.pointers)
+
+
+def _arg_lines(spec: ParamSpec, env: dict[str, Any]) -> tuple[list[str], str | None]:
+    """The generated code for one argument: it sets ``v<i>`` (packed with the slot's code in the
+    one ``pack_into``) or appends ``(pack_into, offset, value)`` to ``late``. Returns the lines
+    and the value's name in the pack call (None where the slot has no code)."""
+    i, a = spec.index, f"a{spec.index}"
+    env[f"C{i}"] = lambda value, _s=spec, _n=env["name"]: _CONVERTERS[_s.kind](_n, _s, value)
+    env[f"W{i}"] = struct.Struct(f"<{spec.size}s").pack_into
+    slow = f"late = (late or ()) + ((W{i}, {spec.offset}, C{i}({a})),)"
+    if not spec.code:
+        return [f"    {slow}"], None
+    lines, tests = [f"    t = type({a})"] if spec.direct else [], []
+    if spec.kind == "pointer" or (spec.kind == "untyped" and spec.size == 8):
+        dtype_test = ""
+        if spec.kind == "pointer" and spec.dtype is not None:
+            env[f"D{i}"] = spec.dtype
+            dtype_test = f" and {a}.dtype is D{i}"
+        t = "t" if spec.direct else f"type({a})"
+        tests.append((f"{t} is ND{dtype_test}", f"v{i} = {a}.data.ptr"))
+    for j, (typ, code) in enumerate(spec.direct):
+        env[f"T{i}_{j}"] = typ
+    same = [(j, t) for j, (t, c) in enumerate(spec.direct) if c == spec.code]
+    # the first few by identity (the common types, fastest), the rest by one set lookup
+    terms = [f"(t is T{i}_{j} and {a} == {a})" if _nan_checked(t, spec.code)
+             else f"t is T{i}_{j}" for j, t in same[:3]]
+    if len(same) > 3:
+        env[f"S{i}"] = frozenset(t for _, t in same[3:])
+        terms.append(f"t in S{i}")
+    if terms:
+        tests.append((" or ".join(terms), f"v{i} = {a}"))
+    for j, (typ, code) in enumerate(spec.direct):
+        if code != spec.code:  # an untyped slot: another code for this type, packed after
+            env[f"P{i}_{j}"] = struct.Struct("<" + code).pack_into
+            nan = f" and {a} == {a}" if _nan_checked(typ, code) else ""
+            tests.append((f"t is T{i}_{j}{nan}",
+                          f"v{i} = 0; late = (late or ()) + ((P{i}_{j}, {spec.offset}, {a}),)"))
+    for k, (test, body) in enumerate(tests):
+        lines += [f"    {'if' if k == 0 else 'elif'} {test}:", f"        {body}"]
+    lines += ["    else:", f"        v{i} = 0; {slow}"]
+    return lines, f"v{i}"
+
+
+def _dims_lines(what: str, names: str) -> list[str]:
+    """Generated code that reads a launch dimension: tuples of 1 or 2 ints inline (each test
+    written out: this runs on every launch), anything else through :func:`_dims` (3-D, lists,
+    NumPy ints; it says what is wrong)."""
+    x, y, z = names.split(", ")
+    return [
+        f"    if type({what}) is tuple and len({what}) == 1 and type({x} := {what}[0]) is int "
+        f"and 0 < {x} <= U32:",
+        f"        {y} = {z} = 1",
+        f"    elif type({what}) is tuple and len({what}) == 2 and type({x} := {what}[0]) is int "
+        f"and type({y} := {what}[1]) is int and 0 < {x} <= U32 and 0 < {y} <= U32:",
+        f"        {z} = 1",
+        "    else:",
+        f"        {names} = dims(name, '{what}', {what})",
+    ]
+
+
+def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks) -> Launcher:
+    """The launch function of one kernel, generated from its parameter table.
+
+    Generated (as CuPy and Numba generate their launchers) because a Python loop over
+    per-argument packers costs about 1 us a launch (benchmarks/launch_overhead.py): here every
+    argument is one type test and the whole buffer one ``struct.pack_into``. Arguments that are
+    not of a direct type take the checked path's converter for their parameter; a direct value
+    that ``struct`` refuses (out of range) sends the whole buffer through the checked path, which
+    says what is wrong. Order: arguments, grid, block, shared memory, stream, then the device, so
+    every argument error is raised before (and without) a GPU.
+    """
+    ordered = sorted(specs, key=lambda s: s.offset)
+    size = max((s.offset + s.size for s in specs), default=0)
+    buf = (ctypes.c_char * max(size, 1))()
+    ptrs = (ctypes.c_void_p * max(len(specs), 1))()
+    for s in specs:
+        ptrs[s.index] = ctypes.addressof(buf) + s.offset
+    env: dict[str, Any] = {
+        "name": name, "ND": hooks.array_type, "ST": hooks.stream_type, "U32": _U32,
+        "buf": buf, "address": ctypes.addressof(ptrs), "handles": hooks.handles,
+        "load": hooks.load, "current_device": hooks.current_device,
+        "current_stream": hooks.current_stream, "relaunch": hooks.relaunch,
+        "ZERO": 0, "with_shared": functools.partial(_with_shared, name, hooks),
+        "struct_error": struct.error, "dims": _dims, "stream_handle": _stream_handle,
+        "arg_tuple": lambda args: _arg_tuple(name, specs, args),
+        "repack": lambda args: _write(name, specs, args, buf),
+    }
+    env["launch"] = hooks.launch or _first_launch(env)
+    body, fmt, values, pos = [], "<", [], 0
+    for spec in ordered:
+        if spec.offset < pos:
+            raise LaunchError(f"{name}: the CUBIN's parameter records overlap (parameter "
+                              f"{spec.index} at offset {spec.offset}); it cannot be launched")
+        lines, value = _arg_lines(spec, env)
+        body += lines
+        fmt += (f"{spec.offset - pos}x" if spec.offset > pos else "") \
+            + (spec.code if value else f"{spec.size}x")
+        values += [value] if value else []
+        pos = spec.offset + spec.size
+    env["pack"] = struct.Struct(fmt).pack_into
+    source = _launcher_source(len(specs), body, values)
+    exec(compile(source, f"<cudamagic launcher for {name}>", "exec"), env)
+    return Launcher(env["launch_kernel"], buf, ptrs, source)
+
+
+def _launcher_source(nargs: int, body: list[str], values: list[str]) -> str:
+    """The text of a generated launcher (see :func:`generate_launcher`)."""
+    unpack = f"    {', '.join(f'a{i}' for i in range(nargs))}{',' if nargs == 1 else ''} = args"
+    return "\n".join([
+        "def launch_kernel(grid, block, args=(), shared_mem=0, stream=None):",
+        f"    if type(args) is not tuple or len(args) != {nargs}:",
+        "        args = arg_tuple(args)",
+        *([unpack] if nargs else []),
+        "    late = None",
+        *body,
+        "    try:",
+        f"        pack(buf, 0{''.join(', ' + v for v in values)})",
+        "        if late is not None:",
+        "            for p, off, v in late: p(buf, off, v)",
+        "    except (struct_error, OverflowError):",
+        "        repack(args)  # the checked path: raises what is wrong, else packs it all",
+        *_dims_lines("grid", "gx, gy, gz"),
+        *_dims_lines("block", "bx, by, bz"),
+        # CPython keeps a single int 0, so this is one test for the common shared_mem=0
+        "    if shared_mem is ZERO:",
+        "        if stream is None: st = None",
+        "        elif type(stream) is ST: st = stream.ptr",
+        "        else: st = stream_handle(name, stream)",
+        "        device = current_device()",
+        "        fn = handles.get(device)",
+        "        if fn is None: fn = load(device)",
+        "        if st is None: st = current_stream().ptr",
+        "    else:",
+        "        shared_mem, st, device, fn = with_shared(shared_mem, stream)",
+        "    try:",
+        "        launch(fn, gx, gy, gz, bx, by, bz, shared_mem, st, address, 0)",
+        "    except Exception:",
+        "        relaunch(fn, device, (gx, gy, gz), (bx, by, bz), shared_mem, st)",
+        "",
+    ])
+
+
+def _with_shared(name: str, hooks: LaunchHooks, shared_mem: Any,
+                 stream: Any) -> tuple[int, int, int, int]:
+    """The launch's ``(shared_mem, stream, device, function)`` where it asks for dynamic shared
+    memory: both checked before the device is asked, the kernel's limit raised above 48 KiB."""
+    shared_mem = _shared_mem(name, shared_mem)
+    st = None if stream is None else _stream_handle(name, stream)
+    device = hooks.current_device()
+    fn = hooks.handles.get(device)
+    if fn is None:
+        fn = hooks.load(device)
+    if shared_mem > _DEFAULT_DYNAMIC_SHARED:
+        hooks.raise_shared_limit(device, shared_mem)
+    return shared_mem, hooks.current_stream().ptr if st is None else st, device, fn
+
+
+def _first_launch(env: dict[str, Any]) -> Callable[..., Any]:
+    """A stand-in for the driver's launch that looks it up on first use (importing the driver
+    binding is left to the first launch) and puts it in the launcher's globals."""
+    def first(*args: Any) -> Any:
+        env["launch"] = driver.fast_launch()
+        return env["launch"](*args)
+    return first
+
+
+def _write(name: str, specs: Sequence[ParamSpec], args: Any, buf: ctypes.Array) -> None:
+    """Fill the parameter buffer through the checked path (every argument, every check)."""
+    for spec, blob in zip(specs, pack_args(name, specs, args)):
+        struct.pack_into(f"<{spec.size}s", buf, spec.offset, blob)
 
 
 class Kernel:
@@ -381,11 +861,14 @@ class Kernel:
     resolved_by : str
         ``"nvrtc"``, ``"stored"``, ``"demangled"`` or ``"extern-c"``.
     params : tuple of ParamSpec or None
+        The parameter table.
+    resources : KernelResources or None
+        Registers, shared, constant and local memory, as the CUBIN records them.
     """
 
-    def __init__(self, module: "Module", name_expression: str, symbol: str, python_name: str,
+    def __init__(self, module: Any, name_expression: str, symbol: str, python_name: str,
                  signatures: Signatures, resolved_by: str, image: KernelImage) -> None:
-        self.module = module
+        self.module = module  # what holds the loaded CUBIN: anything with _library()
         self.name_expression = name_expression
         self.symbol = symbol
         self.python_name = python_name
@@ -394,20 +877,24 @@ class Kernel:
         self._signatures = signatures
         self._image = image
         self._params: tuple[ParamSpec, ...] | None | bool = False  # False: not read yet
-        self._handles: dict[int, int] = {}  # device -> CUkernel (an address)
-        self._functions: dict[int, int] = {}  # device -> the handle launches use
+        self._handles: dict[int, int] = {}  # device -> CUkernel (launches take it as it is)
         self._shared_limit: dict[int, int] = {}
-        self._launchers: dict[int, tuple[int, tuple[Callable[[Any], None], ...], tuple]] = {}
-        self._runs: dict[int, Callable[[Any, Any, Any, int, Any], None]] = {}
+        self._launchers: dict[int, Launcher] = {}  # by thread
+        self._runs: dict[int, Callable[..., None]] = {}  # their run functions, for __call__
         self._lock = threading.Lock()
 
     @property
     def params(self) -> tuple[ParamSpec, ...] | None:
-        """How each parameter is checked and packed (read from the CUBIN and the signature on
-        first use, so a restore of many kernels parses only those that are called)."""
+        """The parameter table (read from the CUBIN and the signature on first use, so a restore
+        of many kernels parses only those that are called)."""
         if self._params is False:
             self._params = param_specs(self._image, self._signatures[self.symbol])
         return self._params  # type: ignore[return-value]
+
+    @property
+    def resources(self) -> KernelResources | None:
+        """Registers, shared, constant and local memory as the CUBIN records them (no GPU)."""
+        return self._image.resources
 
     def __repr__(self) -> str:
         return (f"<cudamagic.Kernel {self.name_expression!r} symbol={self.symbol!r} "
@@ -420,7 +907,6 @@ class Kernel:
                 if not context_ready:
                     driver.ensure_context(device)
                 handle = self._handles[device] = self.module._library().kernel(self.symbol)
-                self._functions[device] = handle
         return handle
 
     def function(self, device: int | None = None, context_ready: bool = False) -> int:
@@ -429,197 +915,75 @@ class Kernel:
         return driver.kernel_function(self._handle(device, context_ready))
 
     def attributes(self, device: int | None = None) -> dict[str, int]:
-        """Registers, static shared, local and constant memory, and max threads per block."""
+        """Registers, static shared, local and constant memory (and, from the driver, the largest
+        block and dynamic shared memory).
+
+        With a GPU these are the driver's numbers for the device (default: the current one).
+        Without one, ``registers``, ``static_shared_bytes``, ``const_bytes`` and ``local_bytes``
+        come from the CUBIN (:attr:`resources`; the driver reads the same records), and the two
+        that depend on the device, ``max_threads_per_block`` and ``max_dynamic_shared_bytes``,
+        are absent.
+
+        :raises NoDeviceError: no GPU, and a kernel made without its CUBIN.
+        """
+        if device is None and not driver.available():
+            if self.resources is None:
+                raise NoDeviceError(f"{self.name_expression}: no CUDA device, and no CUBIN "
+                                    "records to read the attributes from")
+            return self.resources.as_dict()
         device = driver.current_device() if device is None else device
         return driver.kernel_attributes(self._handle(device), device)
-
-    def _launcher(self) -> tuple[int, tuple[Callable[[Any], None], ...], tuple]:
-        """This thread's ``void*[]`` address, packers, and the buffers they fill."""
-        launcher = self._launchers.get(threading.get_ident())
-        if launcher is None:
-            specs = self.params or ()
-            size = max((p.offset + p.size for p in self._image.params or ()), default=0)
-            data = (ctypes.c_char * max(size, 1))()
-            ptrs = (ctypes.c_void_p * max(len(specs), 1))()
-            for i, spec in enumerate(specs):
-                ptrs[i] = ctypes.addressof(data) + spec.offset
-            _register_fast_arrays()
-            packers = tuple(_packer(self.name_expression, spec, data) for spec in specs)
-            launcher = (ctypes.addressof(ptrs), packers, (data, ptrs))  # keeps both alive
-            # by thread: a thread id reused after a thread ends takes over a dead thread's buffers
-            self._launchers[threading.get_ident()] = launcher
-        return launcher
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any] = (), shared_mem: int = 0,
                  stream: Any = None) -> None:
         """Launch the kernel (asynchronously, on ``stream``: CuPy's current one by default).
 
-        :raises TypeError, ValueError: an argument that does not fit its parameter (checked
-            before the launch, no GPU needed).
+        :raises ArgumentTypeError, ArgumentValueError: an argument, dimension, ``shared_mem``
+            or ``stream`` that does not fit (checked before the launch, no GPU needed).
         :raises NoDeviceError: no CUDA device is available.
         :raises ContextPoisonedError: the context is unusable after a kernel fault.
         :raises LaunchError: the driver refused the launch.
         """
         run = self._runs.get(_get_ident())
         if run is None:
-            run = self._make_run()
+            run = self._make_launcher().run
         run(grid, block, args, shared_mem, stream)
 
-    def _make_run(self) -> Callable[[Any, Any, Any, int, Any], None]:
-        """This thread's launch function, with everything it needs bound as locals.
+    def _make_launcher(self) -> Launcher:
+        """This thread's launcher (its own parameter buffer: threads launch concurrently)."""
+        if self.params is None:
+            raise LaunchError(f"{self.name_expression}: the CUBIN carries no parameter records "
+                              f"for {self.symbol}; cudamagic cannot pack its arguments safely")
+        launcher = generate_launcher(self.name_expression, self.params, self._launch_hooks())
+        # by thread: a thread id reused after a thread ends takes over a dead thread's buffer
+        self._launchers[_get_ident()] = launcher
+        self._runs[_get_ident()] = launcher.run
+        return launcher
 
-        A launch is the one hot path (benchmarks/launch_overhead.py): no attribute lookups or
-        method calls that can be done once are done per launch.
-        """
-        name, params = self.name_expression, self.params
-        if params is None:
-            raise LaunchError(f"{name}: the CUBIN carries no parameter records for {self.symbol}; "
-                              "cudamagic cannot pack its arguments safely")
-        address, packers, (buf, _) = self._launcher()
-        nargs = len(packers)
-        functions, handles, handle_for = self._functions, self._handles, self._handle
-        shared_limit = self._shared_limit
-        dims, count_error, stream_handle = _dims, _count_error, _stream_handle
-        get_device, get_stream = driver.device_getter(), driver.stream_getter()
-        fast = driver.fast_launch() if "cupy_backends.cuda.api.driver" in sys.modules else None
+    def _launch_hooks(self) -> LaunchHooks:
+        """The device side of a launch: CuPy's types and calls where CuPy is imported (its typed
+        ``cuLaunchKernel`` binding is the cheapest from Python), the driver module's otherwise."""
+        cupy = sys.modules.get("cupy")
+        fast = "cupy_backends.cuda.api.driver" in sys.modules
+        return LaunchHooks(
+            array_type=cupy.ndarray if cupy is not None else _NoSuchType,
+            stream_type=cupy.cuda.Stream if cupy is not None else _NoSuchType,
+            current_device=driver.device_getter(),
+            current_stream=cupy.cuda.get_current_stream if cupy is not None
+            else _NullStream,
+            handles=self._handles, load=self._handle,
+            launch=driver.fast_launch() if fast else None,
+            relaunch=self._relaunch, raise_shared_limit=self._raise_shared_limit)
 
-        def run(grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> None:
-            nonlocal fast
-            # the common launch shapes without a call; anything else through dims()
-            if type(grid) is tuple and len(grid) == 1 and type(grid[0]) is int and grid[0] > 0:
-                g = (grid[0], 1, 1)
-            else:
-                g = dims(name, "grid", grid)
-            if type(block) is tuple and len(block) == 1 and type(block[0]) is int and block[0] > 0:
-                b = (block[0], 1, 1)
-            else:
-                b = dims(name, "block", block)
-            if (type(args) is not tuple and type(args) is not list) or len(args) != nargs:
-                raise count_error(name, params, args)
-            for pack, value in zip(packers, args):
-                pack(value)
-            device = get_device()
-            fn = functions.get(device)
-            if fn is None:
-                handle_for(device)
-                fn = functions[device]
-            if shared_mem > 49152 and shared_limit.get(device, 0) < shared_mem:
-                driver.set_max_dynamic_shared(handle_for(device), device, shared_mem)
-                shared_limit[device] = shared_mem
-            if fast is None:
-                fast = driver.fast_launch()
-            st = get_stream() if stream is None else stream_handle(stream)
-            try:
-                fast(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, st, address, 0)
-            except Exception:
-                # nothing was launched: the checked path retries where a thread has no
-                # context, or raises the error that says what went wrong
-                driver.launch(handles[device], g, b, shared_mem, st, address, device,
-                              f"launching {name}")
+    def _relaunch(self, fn: int, device: int, grid: tuple[int, int, int],
+                  block: tuple[int, int, int], shared_mem: int, stream: int) -> None:
+        """The checked launch after a fast one raised: nothing was launched, so a thread without
+        a context gets one and a retry, and anything else the error that says what went wrong."""
+        launcher = self._launchers[_get_ident()]
+        driver.launch(fn, grid, block, shared_mem, stream, launcher.address, device,
+                      f"launching {self.name_expression}")
 
-        express = _express_path(name, params, run, address, buf,
-                                functions, get_device, fast)
-        self._runs[threading.get_ident()] = express or run
-        return express or run
-
-
-_STRUCT_CODES = {"i1": "b", "u1": "B", "i2": "h", "u2": "H", "i4": "i", "u4": "I", "i8": "q",
-                 "u8": "Q", "f4": "f", "f8": "d"}
-
-
-def _express_path(name: str, specs: Sequence[ParamSpec], checked_run: Callable, address: int,
-                  buf: ctypes.Array, functions: dict[int, int], get_device: Callable,
-                  launch: Callable | None) -> Callable | None:
-    """A launch function generated for this kernel's parameters, for the common call: CuPy
-    arrays of the pointee's dtype, Python numbers, 1-D grid and block, CuPy's current stream.
-
-    One ``struct.pack_into`` writes every argument (ints out of range make it fail), and the
-    launch goes straight to CuPy's typed binding. Any other call, or any doubt, goes to
-    ``checked_run``, which does every check and says what is wrong. Generated per kernel (as
-    CuPy and Numba generate their launchers) because a Python-level loop over per-argument
-    packers costs about 1 us a launch (benchmarks/launch_overhead.py). None where it does not
-    apply (no CuPy, or a parameter it does not take).
-    """
-    cupy = sys.modules.get("cupy")
-    if cupy is None or launch is None or not specs:
-        return None
-    fmt, pos, guards, values, late = "<", 0, [], [], []
-    env: dict[str, Any] = {"ND": cupy.ndarray, "checked_run": checked_run, "buf": buf,
-                           "functions": functions, "get_device": get_device, "launch": launch,
-                           "get_stream": cupy.cuda.get_current_stream, "address": address,
-                           "struct_error": struct.error, "pack_i": struct.Struct("<i").pack_into,
-                           "pack_f": struct.Struct("<f").pack_into}
-    for i, spec in enumerate(specs):
-        if spec.offset < pos:
-            return None
-        fmt += f"{spec.offset - pos}x" if spec.offset > pos else ""
-        if spec.kind == "pointer" and spec.size == 8:
-            fmt += "Q"
-            if spec.dtype is not None:
-                env[f"D{i}"] = spec.dtype
-                guards.append(f"type(a{i}) is ND and a{i}.dtype is D{i}")
-            else:
-                guards.append(f"type(a{i}) is ND")
-            values.append(f"a{i}.data.ptr")
-        elif spec.kind == "scalar" and spec.dtype.str[1:] in _STRUCT_CODES \
-                and spec.dtype.itemsize == spec.size:
-            code = _STRUCT_CODES[spec.dtype.str[1:]]
-            fmt += code
-            guards.append(f"(type(a{i}) is float or type(a{i}) is int)" if code in "fd"
-                          else f"type(a{i}) is int")
-            values.append(f"a{i}")
-        elif spec.kind == "untyped" and spec.size == 8:
-            # no signature (extern "C"): an 8-byte slot takes a CuPy array here, as a pointer
-            fmt += "Q"
-            guards.append(f"type(a{i}) is ND")
-            values.append(f"a{i}.data.ptr")
-        elif spec.kind == "untyped" and spec.size == 4:
-            # a 4-byte slot: a Python int as int32 or a float as float32, as the checked path
-            # does; the type picks the format, so the value is packed on its own
-            fmt += "4x"
-            guards.append(f"(type(a{i}) is int or type(a{i}) is float)")
-            late.append(f"(pack_i if type(a{i}) is int else pack_f)(buf, {spec.offset}, a{i})")
-        else:
-            return None
-        pos = spec.offset + spec.size
-    env["pack"] = struct.Struct(fmt).pack_into
-    names = ", ".join(f"a{i}" for i in range(len(specs)))
-    src = f"""
-def express(grid, block, args, shared_mem, stream):
-    if (stream is None and shared_mem == 0 and type(args) is tuple and len(args) == {len(specs)}
-            and type(grid) is tuple and len(grid) == 1 and type(block) is tuple
-            and len(block) == 1):
-        {names}{"," if len(specs) == 1 else ""} = args
-        gx = grid[0]
-        bx = block[0]
-        if (type(gx) is int and type(bx) is int and gx > 0 and bx > 0
-                and {" and ".join(guards)}):
-            fn = functions.get(get_device())
-            if fn is not None:
-                try:
-                    pack(buf, 0, {", ".join(values)}){"".join(chr(10) + " " * 20 + x for x in late)}
-                    launch(fn, gx, 1, 1, bx, 1, 1, 0, get_stream().ptr, address, 0)
-                    return
-                except (struct_error, OverflowError):
-                    pass  # a number that does not fit: the checked path says which
-                except Exception:
-                    pass  # a launch the driver refused: the checked path says why
-    checked_run(grid, block, args, shared_mem, stream)
-"""
-    exec(compile(src, f"<cudamagic launcher for {name}>", "exec"), env)
-    return env["express"]
-
-
-def _stream_handle(stream: Any) -> int:
-    if stream is None:
-        return driver.current_stream()
-    if isinstance(stream, int):
-        return stream
-    for attr in ("ptr", "cuda_stream", "handle"):
-        value = getattr(stream, attr, None)
-        if isinstance(value, int):
-            return value
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    raise TypeError(f"stream must be a CuPy or PyTorch stream, an object with __cuda_stream__, "
-                    f"or a raw handle (int), got {type(stream).__name__}")
+    def _raise_shared_limit(self, device: int, nbytes: int) -> None:
+        if self._shared_limit.get(device, 0) < nbytes:
+            driver.set_max_dynamic_shared(self._handle(device), device, nbytes)
+            self._shared_limit[device] = nbytes

@@ -1,18 +1,28 @@
 """Argument checks and packing: everything before the launch, so no GPU is needed.
 
-Device arrays are stood in for by objects that carry a ``__cuda_array_interface__`` (the GPU is
-the one part that cannot run here); the kernels and their parameter records are real.
+Device arrays are stood in for by objects that carry a ``__cuda_array_interface__``, and the
+device side of a launch (CuPy's ndarray and stream types, the current device and stream, the
+driver's ``cuLaunchKernel``) by :class:`StandInDevice`, which reads the parameters through the
+``void*[]`` exactly as the driver does: the GPU is the one part that cannot run here. The kernels,
+their parameter records and the packing code are real.
 """
 
 from __future__ import annotations
+
+import contextlib
+import ctypes
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass
+from unittest import mock
 
 import numpy as np
 import pytest
 
 import cudamagic
 from cudamagic import driver
-from cudamagic.errors import NoDeviceError
-from cudamagic.kernel import _stream_handle, pack_args
+from cudamagic.errors import ArgumentError, ArgumentTypeError, ArgumentValueError, NoDeviceError
+from cudamagic.kernel import Kernel, LaunchHooks, _stream_handle, pack_args
 
 from .conftest import FIXTURES
 
@@ -23,6 +33,75 @@ class DeviceArray:
     def __init__(self, dtype, readonly: bool = False, ptr: int = 0x7F0000001000) -> None:
         self.__cuda_array_interface__ = {"data": (ptr, readonly), "typestr": np.dtype(dtype).str,
                                          "shape": (4,), "strides": None, "version": 3}
+
+
+class CupyArrayStandIn:
+    """What the generated launcher reads off a ``cupy.ndarray`` (dtype, data pointer), and its
+    ``__cuda_array_interface__`` (what the checked path reads)."""
+
+    def __init__(self, dtype, ptr: int = 0x7F0000002000) -> None:
+        self.dtype = np.dtype(dtype)
+        self.data = types.SimpleNamespace(ptr=ptr)
+        self.__cuda_array_interface__ = {"data": (ptr, False), "typestr": self.dtype.str,
+                                         "shape": (4,), "strides": None, "version": 3}
+
+
+class CupyStreamStandIn:
+    """A ``cupy.cuda.Stream``: its handle is ``.ptr``."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One ``cuLaunchKernel`` as the stand-in driver saw it: the bytes of every parameter."""
+
+    function: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    stream: int
+    params: tuple[bytes, ...]
+
+
+class StandInDevice:
+    """The device side of a launch, for a machine without a GPU: device 0, current stream 77,
+    and a ``cuLaunchKernel`` that records what the driver would read."""
+
+    STREAM = 77
+    FUNCTION = 0xF00
+
+    def __init__(self) -> None:
+        self.launches: list[Launch] = []
+        self.shared_limits: list[tuple[int, int]] = []
+
+    def hooks(self, kernel: Kernel) -> LaunchHooks:
+        specs = kernel.params
+        stream = types.SimpleNamespace(ptr=self.STREAM)
+
+        def launch(fn, gx, gy, gz, bx, by, bz, shared_mem, st, params, extra):
+            ptrs = (ctypes.c_void_p * max(len(specs), 1)).from_address(params)
+            self.launches.append(Launch(fn, (gx, gy, gz), (bx, by, bz), shared_mem, st, tuple(
+                ctypes.string_at(ptrs[s.index], s.size) for s in specs)))
+
+        return LaunchHooks(array_type=CupyArrayStandIn, stream_type=CupyStreamStandIn,
+                           current_device=lambda: 0, current_stream=lambda: stream,
+                           handles={0: self.FUNCTION}, load=lambda device: self.FUNCTION,
+                           launch=launch, relaunch=lambda *a: None,
+                           raise_shared_limit=lambda d, n: self.shared_limits.append((d, n)))
+
+    @contextlib.contextmanager
+    def attached(self) -> Iterator["StandInDevice"]:
+        """Kernels whose launcher is made inside this block launch on the stand-in."""
+        with mock.patch.object(Kernel, "_launch_hooks", lambda k: self.hooks(k)):
+            yield self
+
+
+def fresh(k: Kernel) -> Kernel:
+    """The same kernel as a new object: its first call makes its launcher."""
+    return Kernel(k.module, k.name_expression, k.symbol, k.python_name, k._signatures,
+                  k.resolved_by, k._image)
 
 
 EXPRS = ["fill<float>", "fill<__half>", "fill<bool>", "cast<float, double>", "flags<float, 5u, true>",
@@ -138,82 +217,150 @@ def test_stream_handles():
         def __cuda_stream__(self):
             return (0, 77)
 
-    assert [_stream_handle(s) for s in (CupyLike(), TorchLike(), Protocol(), 5)] == [1234, 99, 77, 5]
-    with pytest.raises(TypeError, match="stream must be"):
-        _stream_handle("default")
-
-
-def _checked_bytes(k, args, size: int) -> bytes:
-    """The parameter buffer as the checked path (pack_args) fills it."""
-    expected = bytearray(size)
-    for spec, blob in zip(k.params, pack_args(k.name_expression, k.params, args)):
-        expected[spec.offset:spec.offset + spec.size] = blob
-    return bytes(expected)
-
-
-def test_fast_packers_write_what_the_checked_path_gives(mod, monkeypatch):
-    from cudamagic import kernel as kmod
-
-    # the fast path reads (pointer, dtype) straight off known array types, as it does for CuPy's
-    monkeypatch.setitem(kmod._FAST_ARRAYS, DeviceArray,
-                        lambda a: (a.__cuda_array_interface__["data"][0],
-                                   np.dtype(a.__cuda_array_interface__["typestr"])))
-    cases = {"fill<float>": (DeviceArray("f4", ptr=0x1234), 2.5, 7),
-             "fill<unsigned char>": (DeviceArray("u1"), 255, -3),
-             "pack<int, float, double>": (-1, 1e30, 2),
-             "c_kernel": (DeviceArray("f4"), 9)}
-    for expr, args in cases.items():
-        k = mod[expr]
-        address, packers, (data, _) = k._launcher()
-        for pack, value in zip(packers, args):
-            pack(value)
-        assert bytes(data) == _checked_bytes(k, args, len(data)), expr
-    # the fast path still refuses what the checked path refuses
-    address, packers, _ = mod["fill<float>"]._launcher()
-    with pytest.raises(TypeError, match="array of float64"):
-        packers[0](DeviceArray("f8"))
-    with pytest.raises(ValueError, match="does not fit"):
-        packers[2](2 ** 31)
+    handles = [_stream_handle("k", s) for s in (CupyLike(), TorchLike(), Protocol(), 5)]
+    assert handles == [1234, 99, 77, 5]
+    with pytest.raises(ArgumentTypeError, match="stream must be"):
+        _stream_handle("k", "default")
+    with pytest.raises(ArgumentValueError, match="not a CUstream"):
+        _stream_handle("k", -1)
 
 
 def test_generated_launcher_packs_what_the_checked_path_packs(mod):
-    """The generated fast launcher, driven with stand-ins for CuPy's array, stream and typed
-    launch (the GPU is the part that cannot run here)."""
-    import types
+    """Every call shape through the generated launcher (first call and later calls) hands the
+    driver the bytes the checked path gives, with the grid, block and stream asked for."""
+    dev = StandInDevice()
+    x = CupyArrayStandIn("f4", 0xABC)
+    shapes = [
+        ((4,), (256,), (x, 2, 10), {}),
+        ((4,), (256,), (x, np.float32(2.5), np.int32(-7)), {}),
+        ((4, 3), (16, 8), (x, 2.5, 7), {}),
+        ((4, 3, 2), (8, 4, 2), (x, np.float32(2.5), np.int64(7)), {}),
+        ([4, 3], np.int64(32), [x, 2.5, 7], {}),
+        ((1,), (32,), (x, 1.0, 3), {"stream": CupyStreamStandIn(5)}),
+        ((1,), (32,), (DeviceArray("f4", ptr=0x1234), np.float16(0.5), True), {"stream": 9}),
+        ((1,), (32,), (None, 1.0, 3), {"shared_mem": 65536}),
+    ]
+    with dev.attached():
+        k = fresh(mod["fill<float>"])
+        for grid, block, args, kw in shapes * 2:  # first calls, then later calls
+            k(grid, block, args, **kw)
+    want_dims = {1: lambda d: (d[0], 1, 1), 2: lambda d: (d[0], d[1], 1), 3: lambda d: tuple(d)}
+    for (grid, block, args, kw), got in zip(shapes * 2, dev.launches, strict=True):
+        grid = grid if isinstance(grid, (tuple, list)) else (grid,)
+        block = block if isinstance(block, (tuple, list)) else (block,)
+        assert got.params == tuple(pack_args("fill<float>", k.params, args)), args
+        assert got.grid == want_dims[len(grid)](grid) and got.block == want_dims[len(block)](block)
+        stream = kw.get("stream")
+        assert got.stream == (StandInDevice.STREAM if stream is None
+                              else getattr(stream, "ptr", stream))
+        assert got.shared_mem == kw.get("shared_mem", 0) and got.function == StandInDevice.FUNCTION
+    assert dev.shared_limits == [(0, 65536)] * 2
 
-    from cudamagic.kernel import _express_path
 
-    class FakeCupyArray:
-        def __init__(self, dtype, ptr):
-            self.dtype = np.dtype(dtype)
-            self.data = types.SimpleNamespace(ptr=ptr)
+def test_generated_launcher_keeps_every_check(mod):
+    """The fast path refuses what the checked path refuses, and launches nothing then."""
+    dev = StandInDevice()
+    with dev.attached():
+        k = fresh(mod["fill<float>"])
+        k((1,), (32,), (CupyArrayStandIn("f4"), 1.0, 1))
+        with pytest.raises(ArgumentTypeError, match="array of float64 where the kernel reads"):
+            k((1,), (32,), (CupyArrayStandIn("f8"), 1.0, 1))
+        with pytest.raises(ArgumentTypeError, match=r"parameter 1 \(float\): got a complex64"):
+            k((1,), (32,), (CupyArrayStandIn("f4"), np.complex64(1), 1))
+        with pytest.raises(ArgumentValueError, match=r"parameter 2 \(int\): 2147483648 does not"):
+            k((1,), (32,), (CupyArrayStandIn("f4"), 1.0, np.int64(2**31)))
+        with pytest.raises(ArgumentTypeError, match=r"parameter 2 \(int\): got str '1'"):
+            k((1,), (32,), (CupyArrayStandIn("f4"), 1.0, "1"))
+        with pytest.raises(ArgumentTypeError, match="takes 3 arguments"):
+            k((1,), (32,), (CupyArrayStandIn("f4"), 1.0))
+    assert len(dev.launches) == 1
 
-    fake_cupy = types.SimpleNamespace(
-        ndarray=FakeCupyArray,
-        cuda=types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=77)))
-    launched, checked = [], []
+
+class CudaArrayInterface:
+    def __init__(self, interface: dict) -> None:
+        self.__cuda_array_interface__ = interface
+
+
+@pytest.mark.parametrize("interface, message", [
+    ({"data": (-1, False), "typestr": "<f4", "shape": (4,), "version": 3},
+     r"data pointer -1 is not a device address"),
+    ({"data": (2**70, False), "typestr": "<f4", "shape": (4,), "version": 3},
+     r"data pointer 1180591620717411303424 is not a device address"),
+    ({"typestr": "<f4", "shape": (4,), "version": 3},
+     r"__cuda_array_interface__ has no 'data' \(pointer, read-only\) pair"),
+    ({"data": (4096, False), "typestr": "nonsense", "shape": (4,), "version": 3},
+     r"__cuda_array_interface__ typestr 'nonsense' is not a NumPy type string"),
+])
+def test_a_bad_cuda_array_interface_is_refused(mod, interface, message):
+    # raised before the device is asked: this machine has none, so a later check would say so
+    with pytest.raises(ArgumentValueError,
+                       match=r"fill<float>: parameter 0 \(float\*\): the array's " + message):
+        mod["fill<float>"]((1,), (32,), (CudaArrayInterface(interface), 1.0, 4))
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda k: k((1,), (1,), (1, 1.0, 10**400)), ArgumentValueError,
+     r"parameter 2 \(double\): 1000000000000000000000.* does not fit in double"),
+    (lambda k: k((1,), (1,), (1, 1.0, 1.0), shared_mem=None), ArgumentTypeError,
+     r"shared_mem is the dynamic shared memory in bytes, an int >= 0 .*got NoneType None"),
+    (lambda k: k((1,), (1,), (1, 1.0, 1.0), shared_mem=-1), ArgumentValueError,
+     r"shared_mem must be from 0 to 4294967295 bytes, got -1"),
+    (lambda k: k((1,), (1,), (1, 1.0, 1.0), shared_mem=1.5), ArgumentTypeError,
+     r"got float 1.5"),
+    (lambda k: k((1,), (1,), (1, 1.0, 1.0), stream="s"), ArgumentTypeError,
+     r"stream must be a CuPy or PyTorch stream.*got str 's'"),
+    (lambda k: k((2**32,), (1,), (1, 1.0, 1.0)), ArgumentValueError,
+     r"grid dimension of 4294967296 is more than a launch can take"),
+    (lambda k: k((1.0,), (1,), (1, 1.0, 1.0)), ArgumentTypeError,
+     r"grid must be an int or a tuple of 1 to 3 ints, got \(1.0,\)"),
+])
+def test_launch_arguments_are_checked_before_the_device(mod, call, error, message):
+    # this machine has no GPU: a check made after the device lookup would raise NoDeviceError
+    with pytest.raises(error, match=r"pack<int, float, double>: .*" + message):
+        call(mod["pack<int, float, double>"])
+
+
+def test_a_host_array_is_no_pointer_for_an_extern_c_kernel(mod):
+    # no signature: the 8-byte slot could be a pointer, but host memory never is one
+    with pytest.raises(ArgumentTypeError, match=r"c_kernel: parameter 0 \(8 bytes, no C\+\+ "
+                                                r"type\): got a host array \(float32"):
+        mod["c_kernel"]((1,), (32,), (np.zeros(4, np.float32), 4))
+
+
+def test_argument_errors_are_project_errors_and_python_ones(mod):
+    with pytest.raises(ArgumentError) as info:
+        mod["fill<float>"]((1,), (32,), (None, 1.0, 4.0))
+    assert isinstance(info.value, TypeError)
+    assert isinstance(info.value, cudamagic.errors.LaunchError)
+
+
+SAXPY = r"""
+template <typename T>
+__global__ void saxpy(T a, const T* x, T* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }
+"""
+
+
+def test_an_argument_error_shows_as_one_block_in_ipython(tmp_path, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.user_ns["saxpy_float"] = cudamagic.build(SAXPY, ["saxpy<float>"],
+                                                   cache=tmp_path)["saxpy<float>"]
+    result = shell.run_cell("saxpy_float((4,), (256,), (2.0, None, None, 1024.0))")
+    shown = capsys.readouterr()
+    text = shown.out + shown.err
+    assert isinstance(result.error_in_exec, ArgumentTypeError)
+    assert ("ArgumentTypeError: saxpy<float>: parameter 3 (int): got float 1024.0 for an "
+            "integer parameter: pass an int") in text
+    assert "Traceback" not in text and "kernel.py" not in text and "launcher" not in text
+    assert len(text.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(driver.available(), reason="this machine has a GPU: the driver answers")
+def test_attributes_without_a_gpu_come_from_the_cubin(mod):
     k = mod["fill<float>"]
-    address, packers, (data, _) = k._launcher()
-    import sys
-
-    old = sys.modules.get("cupy")
-    sys.modules["cupy"] = fake_cupy
-    try:
-        express = _express_path("fill<float>", k.params, lambda *a: checked.append(a), address,
-                                data, {0: 0xF00}, lambda: 0, lambda *a: launched.append(a))
-    finally:
-        if old is None:
-            del sys.modules["cupy"]
-        else:
-            sys.modules["cupy"] = old
-    express((4,), (256,), (FakeCupyArray("f4", 0xABC), 2, 10), 0, None)
-    assert launched == [(0xF00, 4, 1, 1, 256, 1, 1, 0, 77, address, 0)] and not checked
-    assert bytes(data) == _checked_bytes(k, (DeviceArray("f4", ptr=0xABC), 2, 10), len(data))
-    # anything unusual goes to the checked path, which does every check
-    for args in [(FakeCupyArray("f8", 1), 2.0, 10),      # dtype mismatch
-                 (FakeCupyArray("f4", 1), 2.0, 2 ** 40),  # does not fit
-                 (FakeCupyArray("f4", 1), 2.0, True),     # a bool for an int
-                 (np.zeros(3, np.float32), 2.0, 10)]:     # a host array
-        express((4,), (256,), args, 0, None)
-    express((4, 2), (256,), (FakeCupyArray("f4", 1), 2.0, 10), 0, None)  # a 2-D grid
-    assert len(checked) == 5 and len(launched) == 1
+    assert k.attributes() == k.resources.as_dict() == {
+        "registers": k.resources.registers, "static_shared_bytes": 0, "const_bytes": 0,
+        "local_bytes": 0}
+    assert k.resources.registers > 0
