@@ -63,8 +63,10 @@ _INTERNAL_NS = re.compile(r"\b(?:__\d+|__cxx11|(?:THRUST|CUB|CCCL)_\w*?_NS)::")
 
 def _tidy(text: str) -> str:
     """A C++ name for people: library-internal inline namespaces gone (``cuda::std::__4::``,
-    ``thrust::THRUST_300102_SM_900_NS::``), a space after each comma."""
-    return re.sub(r",(?=\S)", ", ", _INTERNAL_NS.sub("", text))
+    ``thrust::THRUST_300102_SM_900_NS::``), a space after each comma and before a ``const``
+    that follows a template (the canonical form writes ``complex<double>const*``)."""
+    text = re.sub(r">(const|volatile)\b", r"> \1", _INTERNAL_NS.sub("", text))
+    return re.sub(r",(?=\S)", ", ", text)
 
 
 def _bytes(n: int) -> str:
@@ -293,19 +295,19 @@ class BuildReport:
         gpu = any(r.attributes for r in self.rows)
         return _COLUMNS + (_GPU_COLUMNS if gpu else ())
 
-    @functools.cached_property
-    def table(self) -> tuple[tuple[str, ...], ...]:
-        """Every row's display cells, in :attr:`columns` order (worked out once)."""
+    def table(self, start: int = 0, stop: int | None = None) -> list[tuple[str, ...]]:
+        """Rows ``start:stop`` as display cells, in :attr:`columns` order (each row's signature
+        is worked out once, on its first showing: a table cut at 50 rows reads 50)."""
         gpu = len(self.columns) > len(_COLUMNS)
         out = []
-        for r in self.rows:
+        for r in self.rows[start:stop]:
             cells = (r.python_name, r.name_expression, r.symbol, r.signature, r.resolved_by)
             if gpu:
                 a = r.attributes or {}
                 cells += (str(a.get("registers", "")), f"{a.get('static_shared_bytes', '')} B",
                           f"{a.get('local_bytes', '')} B")
             out.append(cells)
-        return tuple(out)
+        return out
 
     def more_rows(self, shown: int | None) -> str:
         """What a view says under a table cut at ``shown`` rows (empty when nothing is cut)."""
@@ -377,8 +379,7 @@ def text_phases(report: BuildReport) -> str:
 
 def text_body(report: BuildReport, max_rows: int | None = None) -> list[str]:
     """The name map, the warnings, what the build used, the compile log."""
-    rows = report.table if max_rows is None else report.table[:max_rows]
-    lines = _table_text(report.columns, rows)
+    lines = _table_text(report.columns, report.table(0, max_rows))
     more = report.more_rows(max_rows)
     if more:
         lines.append(f"  ... {more}")
@@ -403,11 +404,12 @@ def html_rows(report: BuildReport, start: int = 0, stop: int | None = None) -> s
     """Table rows ``start:stop`` of the name map as ``<tr>`` elements."""
     esc = html.escape
     return "".join("<tr>" + "".join(f"<td style='{_CELL}'><code>{esc(c)}</code></td>" for c in r)
-                   + "</tr>" for r in report.table[start:stop])
+                   + "</tr>" for r in report.table(start, stop))
 
 
 def html_table(report: BuildReport, rows_html: str, cls: str = "cudamagic-names") -> str:
-    head = "".join(f"<th style='{_CELL}'>{html.escape(c)}</th>" for c in report.columns)
+    head = "".join(f"<th style='{_CELL};white-space:nowrap'>{html.escape(c)}</th>"
+                   for c in report.columns)
     return (f'<table class="{cls}" style="border-collapse:collapse"><thead><tr>{head}</tr>'
             f"</thead><tbody>{rows_html}</tbody></table>")
 

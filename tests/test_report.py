@@ -1,0 +1,188 @@
+"""The report record and its text and HTML views: every word comes from the record, each worked
+out once; signatures as a person reads them; the line magics' records read as text."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from IPython.lib.pretty import pretty
+
+from cudamagic import report as R
+from cudamagic.report import (SHOWN_ROWS, BuildReport, CacheListing, CacheStats,
+                              EnvironmentInfo, Explanation, KernelRow, display_signature)
+
+
+def make(n: int = 3, origin: str = "compiled", **kw) -> BuildReport:
+    rows = tuple(KernelRow(f"k_{i}", f"k<{i}>", f"_Z1kILi{i}EEvPT_", f"void k<float, (int){i}>(T1 *)",
+                           "nvrtc", placeholders=True) for i in range(n))
+    fields = dict(key="ab" * 32, hit=origin == "cache", origin=origin,
+                  miss_reason="no cache entry" if origin == "compiled" else None,
+                  timings={"lookup": 0.001, "compile": 0.2, "total": 0.25},
+                  demangler="cu++filt", enumerated_by="ELF symbol table", arch="sm_90",
+                  nvrtc_version="13.5", cache_dir="/home/u/.cache/cudamagic", rows=rows,
+                  module_name="cuda_module")
+    return BuildReport(**{**fields, **kw})
+
+
+# --- signatures (issue 11, item 5) -----------------------------------------------------------
+
+@pytest.mark.parametrize("demangled, placeholders, sizes, shown", [
+    # cu++filt's raw form: placeholders become the template arguments, void shown
+    ("void saxpy<float>(T1, const T1 *, T1 *, int)", True, None,
+     "void saxpy<float>(float, float const*, float*, int)"),
+    # libstdc++ says the same thing its own way: the same text
+    ("void saxpy<float>(float, float const*, float*, int)", False, None,
+     "void saxpy<float>(float, float const*, float*, int)"),
+    ("void ns::scale<float, (int)3>(T1 *, int)", True, None, "void ns::scale<float, 3>(float*, int)"),
+    # a plain kernel: no return type in its mangling, void shown anyway
+    ("plain(int*)", False, None, "void plain(int*)"),
+    # extern "C": nothing but the name in the symbol, the CUBIN's sizes instead
+    ("fill", False, (8, 4, 4), "void fill(8 bytes, 4 bytes, 4 bytes)"),
+    ("flag", False, (1,), "void flag(1 byte)"),
+    ("nothing", False, (), "void nothing()"),
+    ("unknown", False, None, "void unknown(?)"),
+    # library-internal inline and versioned namespaces go
+    ("void k<cuda::std::__4::complex<float> >(T1 *, int)", True, None,
+     "void k<cuda::std::complex<float>>(cuda::std::complex<float>*, int)"),
+    ("void r<thrust::THRUST_300102_SM_900_NS::complex<double> >(T1 const*)", True, None,
+     "void r<thrust::complex<double>>(thrust::complex<double> const*)"),
+    ("void c<cub::CUB_300102_SM_900_NS::Sum>(T1, int)", True, None, "void c<cub::Sum>(cub::Sum, int)"),
+    ("void s<std::__cxx11::basic_string<char> >(int)", False, None,
+     "void s<std::basic_string<char>>(int)"),
+])
+def test_display_signature(demangled, placeholders, sizes, shown):
+    assert display_signature(demangled, placeholders, sizes) == shown
+
+
+def test_a_name_the_model_cannot_read_is_shown_as_given_with_void():
+    assert display_signature("weird<?>(x y z)", False) == "void weird<?>(x y z)"
+
+
+def test_the_signature_column_is_the_display_form_and_the_raw_text_is_kept():
+    row = KernelRow("saxpy_float", "saxpy<float>", "_Z5saxpyIfEvT_PKS0_PS0_i",
+                    "void saxpy<float>(T1, const T1 *, T1 *, int)", "nvrtc", placeholders=True)
+    report = make(0, rows=(row,))
+    assert report.table()[0][3] == "void saxpy<float>(float, float const*, float*, int)"
+    assert row.demangled == "void saxpy<float>(T1, const T1 *, T1 *, int)"
+    assert "T1" not in report.text() and "T1" not in report.html()
+
+
+# --- words come from the record, once ---------------------------------------------------------
+
+def test_badge_and_headline_are_the_records():
+    miss = make(origin="compiled", explanation=Explanation(("source",), ("the source changed (line 5)",),
+                                                           ("line 5 - a", "line 5 + b")))
+    assert (miss.badge.label, miss.badge.css_class) == ("cache miss", "cudamagic-miss")
+    assert miss.headline == ("cudamagic: cache miss · 250.0 ms · 3 kernels · sm_90 — the source "
+                             "changed (line 5)")
+    hit = make(origin="cache", cell_seconds=0.0042)
+    assert (hit.badge.label, hit.badge.css_class) == ("cache hit", "cudamagic-hit")
+    assert hit.headline == "cudamagic: cache hit · 4.2 ms · 3 kernels · sm_90"
+    assert make(origin="cubin").badge.label == "loaded CUBIN"
+
+
+def test_views_lay_out_the_records_words():
+    r = make(explanation=Explanation(("source",), ("the source changed (line 5)",),
+                                     ("line 5 - a <b>", "line 5 + c")),
+             warnings=("'len' replaces <x>",), log="line 3: warning: w")
+    text, page = r.text(), r.html()
+    for words in (r.headline, "line 5 - a <b>", "the cell" if r.cell_seconds else "the build",
+                  "warning: 'len' replaces <x>", "compile log", "cache /home/u/.cache/cudamagic"):
+        assert words in text, words
+    assert r.badge.label in page and r.badge.css_class in page
+    assert "the source changed (line 5)" in page and "line 5 - a &lt;b&gt;" in page
+    assert "&#x27;len&#x27; replaces &lt;x&gt;" in page  # escaped
+    assert "/home/u/.cache/cudamagic" in page  # the widget shows the cache folder (item 8)
+    assert page.count("<tr>") == 1 + 3 + len(r.phases)  # head, rows, phases
+
+
+def test_phases_account_for_the_time_shown():
+    r = make(cell_seconds=0.3).with_timings(display=0.002, parse=0.001)
+    labels = [p.label for p in r.phases]
+    assert labels[0] == "magic line" and labels[-1] == "the cell"
+    assert labels.index("cache lookup") < labels.index("compile (NVRTC)") < labels.index("display (render)")
+    assert "other" in labels  # the time no phase holds is shown, not hidden
+    assert abs(sum(p.seconds for p in r.phases[:-1]) - r.phases[-1].seconds) < 1e-9
+    assert r.phases[-1].text == "300.0 ms"
+    assert make().phases[-1].label == "the build"  # build(): its own time
+
+
+def test_str_is_the_text_and_repr_is_short():
+    r = make(200)
+    assert str(r) == r.text() and str(r).count("\n") > 200
+    assert repr(r) == "<cudamagic BuildReport: cache miss, 200 kernels, key abababababab>"
+    assert pretty(r) == r.text(SHOWN_ROWS)  # IPython in a terminal: 50 rows and a note
+
+
+def test_a_long_table_shows_fifty_rows_and_says_how_to_see_all():
+    r = make(120)
+    assert len(r.text(SHOWN_ROWS).splitlines()) < 60
+    assert "70 more kernels; print(cuda_module.report) lists them all" in r.text(SHOWN_ROWS)
+    assert r.html().count("<tr>") == SHOWN_ROWS + 1 + len(r.phases)
+    assert "70 more kernels" in r.html()
+    assert "more kernels" not in r.text()  # print(report): every row
+
+
+def test_columns_and_cells_are_worked_out_once(monkeypatch):
+    """cells() used to scan every row for every row (1000 rows: 54 ms of text()); now the
+    columns are decided once and a table cut at 50 rows reads 50 signatures."""
+    calls = []
+    real = R.display_signature
+    monkeypatch.setattr(R, "display_signature", lambda *a: calls.append(a) or real(*a))
+    r = make(1000)
+    r.html()
+    assert len(calls) == SHOWN_ROWS
+    r.html()
+    r.text(SHOWN_ROWS)
+    assert len(calls) == SHOWN_ROWS  # cached per row
+    r.text()
+    assert len(calls) == 1000
+    seen = []
+    monkeypatch.setattr(BuildReport, "columns", property(lambda self: seen.append(1) or R._COLUMNS))
+    make(1000).table()
+    assert len(seen) == 1
+
+
+def test_gpu_columns_where_a_gpu_reported_them():
+    r = make(2)
+    rows = (dataclasses.replace(r.rows[0], attributes={"registers": 32, "static_shared_bytes": 0,
+                                                       "local_bytes": 16}), r.rows[1])
+    g = dataclasses.replace(r, rows=rows)
+    assert g.columns[-3:] == ("registers", "shared (static)", "local")
+    assert g.table()[0][-3:] == ("32", "0 B", "16 B")
+    assert r.columns == R._COLUMNS
+
+
+def test_with_warnings_says_each_once():
+    r = make(warnings=("a",)).with_warnings(("a", "b"))
+    assert r.warnings == ("a", "b")
+
+
+# --- the line magics' records read as text (issue 11, item 3) --------------------------------
+
+def _records():
+    from cudamagic.cache import EntryInfo
+
+    return [CacheStats("/c", 2, 1 << 20, 1 << 30, 1, 2, "removed 1 entry"),
+            CacheListing((EntryInfo("ab" * 32, 2048, 1.7e9, 1.7e9, ("k<float>",), True),
+                          EntryInfo("cd" * 32, 10, None, None, (), False))),
+            CacheListing(()),
+            EnvironmentInfo((("NVRTC", "13.5"), ("device", "none")))]
+
+
+@pytest.mark.parametrize("record", _records(), ids=lambda r: type(r).__name__)
+def test_line_magic_records_read_as_text_in_a_terminal(record):
+    text = record.text()
+    assert pretty(record) == text  # IPython's terminal display; no dataclass repr
+    assert str(record) == text
+    assert "(" not in repr(record).split(":")[0] and type(record).__name__ in repr(record)
+    assert f"{type(record).__name__}(" not in pretty(record)
+
+
+def test_cache_listing_text():
+    listing, empty = _records()[1], _records()[2]
+    lines = listing.text().splitlines()
+    assert lines[1].split() == ["key", "size", "created", "last", "used", "name", "expressions"]
+    assert "k<float>" in lines[2] and "(unreadable: rebuilt on use)" in lines[3]
+    assert empty.text().endswith("(none)")
