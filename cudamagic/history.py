@@ -19,6 +19,7 @@ history and is replaced by the next build. Pure apart from the file system: no C
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -91,6 +92,7 @@ class CellBuild:
             return None
 
 
+@functools.lru_cache(maxsize=256)
 def cell_id(cwd: str, module: str) -> str:
     """The file name of a cell's record: the module name and folder, hashed."""
     return hashlib.sha256(f"{cwd}\0{module}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
@@ -213,6 +215,9 @@ def history_for(store: Any) -> History:
     """The history beside a :class:`~cudamagic.cache.KernelCache` (in memory where the cache
     is: an untrusted or unusable folder keeps nothing of ours either)."""
     where = f"memory:{id(store)}" if store.in_memory else str(store.directory)
+    hist = _histories.get(where)
+    if hist is not None:
+        return hist
     with _histories_lock:
         hist = _histories.get(where)
         if hist is None:

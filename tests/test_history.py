@@ -1,0 +1,255 @@
+"""The cell history: why a miss happened, compared with the last build of the same cell; small,
+bounded, atomic, owner-only, tolerant of damage, and off the warm path."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+
+import pytest
+
+import cudamagic
+from cudamagic import history as H
+from cudamagic.errors import CacheWarning
+from cudamagic.history import CellBuild, History, cell_id, explain, source_diff
+
+SRC = """template <typename T>
+__global__ void saxpy(T a, const T* x, T* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+def cb(key="k1", source=SRC, names=("saxpy<float>",), std="c++17", options=(), arch="sm_90",
+       nvrtc="nvidia_cuda_nvrtc-13.5.37.dist-info", toolkit="cupy_cuda13x-14.2.0.dist-info;x"):
+    import hashlib
+
+    return CellBuild(key, hashlib.sha256(source.encode()).hexdigest(), source, names, std,
+                     options, arch, nvrtc, toolkit, 1)
+
+
+# --- explanations ------------------------------------------------------------------------------
+
+def test_first_build():
+    e = explain(None, cb(), "no cache entry", "cuda_module in this folder")
+    assert e.kinds == ("first",) and e.summary == "first build of cuda_module in this folder"
+
+
+def test_source_change_says_which_lines_with_a_short_diff():
+    new = SRC.replace("a * x[i] + y[i]", "a * x[i] - y[i]")
+    e = explain(cb(), cb("k2", new), "no cache entry")
+    assert e.kinds == ("source",) and e.summary == "the source changed (line 5)"
+    assert e.diff == ("line 5 -     if (i < n) y[i] = a * x[i] + y[i];",
+                      "line 5 +     if (i < n) y[i] = a * x[i] - y[i];")
+
+
+def test_source_diff_ranges_and_cap():
+    where, diff = source_diff("a\nb\nc\n", "a\nB\nC\nc\nd\n", line_offset=1)
+    assert where == "lines 3-4, line 6"
+    long_old = "\n".join(f"x{i}" for i in range(40))
+    long_new = "\n".join(f"y{i}" for i in range(40))
+    where, diff = source_diff(long_old, long_new)
+    assert len(diff) == H.MAX_DIFF_LINES and diff[-1].startswith("... (")
+
+
+@pytest.mark.parametrize("change, kind, words", [
+    (dict(names=("saxpy<float>", "saxpy<double>")), "names", "-n changed: added 'saxpy<double>'"),
+    (dict(names=()), "names", "-n changed: removed 'saxpy<float>'"),
+    (dict(options=("-DN=4",)), "options", "options changed: added '-DN=4'"),
+    (dict(std="c++20"), "options", "--std changed: c++17 -> c++20"),
+    (dict(arch="sm_80"), "arch", "the target arch changed: sm_90 -> sm_80"),
+    (dict(nvrtc="nvidia_cuda_nvrtc-13.6.1.dist-info"), "nvrtc",
+     "NVRTC changed: nvidia_cuda_nvrtc-13.5.37 -> nvidia_cuda_nvrtc-13.6.1"),
+    (dict(toolkit="cupy_cuda13x-14.3.0.dist-info;x"), "toolkit",
+     "cupy_cuda13x-14.2.0 -> cupy_cuda13x-14.3.0"),
+])
+def test_what_changed_is_named(change, kind, words):
+    e = explain(cb(), cb("k2", **change), "no cache entry")
+    assert e.kinds == (kind,) and words in e.summary
+
+
+def test_option_order_is_a_change():
+    e = explain(cb(options=("-DA", "-UA")), cb("k2", options=("-UA", "-DA")), None)
+    assert e.summary == "options changed: the same ones, in another order"
+
+
+def test_same_inputs_without_an_entry_is_an_eviction():
+    e = explain(cb(), cb(), "no cache entry")
+    assert e.kinds == ("evicted",) and "no longer holds the entry" in e.summary
+
+
+@pytest.mark.parametrize("reason, kind", [
+    ("the header /x/y.h changed since the last compile", "header"),
+    ("the entry's checksum does not match its contents (corrupted, truncated or extended) "
+     "(deleted)", "damaged"),
+    ("the entry is of format 3, newer than this reader's 2 (deleted)", "format"),
+])
+def test_what_the_cache_said_is_kept(reason, kind):
+    assert explain(cb(), cb(), reason).kinds == (kind,)
+    assert explain(None, cb(), reason).summary == reason
+    both = explain(cb(), cb("k2", arch="sm_80"), reason)
+    assert both.kinds == ("arch", kind) and reason in both.summary
+
+
+def test_force_and_an_unexplained_key():
+    assert explain(cb(), cb(), "--force").kinds == ("forced",)
+    assert explain(cb(), cb("k2"), None).kinds == ("other",)
+
+
+def test_too_long_to_diff():
+    big = "// " + "x" * H.MAX_SOURCE
+    assert cb(source=big).source is not None  # cb does not cap: the record does
+    e = explain(cb(), CellBuild("k2", "other", None, ("saxpy<float>",), "c++17", (), "sm_90",
+                                cb().nvrtc, cb().toolkit), None)
+    assert e.summary == "the source changed (too long to keep for a diff)"
+
+
+# --- the files ---------------------------------------------------------------------------------
+
+def test_files_are_owner_only_atomic_and_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(H, "MAX_CELLS", 5)
+    h = History(tmp_path / "history")
+    for i in range(8):
+        h.remember(cell_id("/nb", f"m{i}"), cb(f"k{i}"), ())
+        time.sleep(0.01)  # distinct mtimes: the oldest go
+    names = sorted(os.listdir(tmp_path / "history"))
+    assert len(names) == 5 and not any(n.startswith(".tmp-") for n in names)
+    assert stat.S_IMODE((tmp_path / "history").stat().st_mode) == 0o700
+    for n in names:
+        assert stat.S_IMODE((tmp_path / "history" / n).stat().st_mode) == 0o600
+    assert History(tmp_path / "history").recall(cell_id("/nb", "m0")) == ()  # pruned
+    assert History(tmp_path / "history").recall(cell_id("/nb", "m7"))[0].key == "k7"
+
+
+def test_a_cell_keeps_its_last_few_builds_newest_first(tmp_path):
+    h = History(tmp_path)
+    cell = cell_id("/nb", "cuda_module")
+    builds: tuple = ()
+    for i in range(H.PER_CELL + 2):
+        h.remember(cell, cb(f"k{i}"), builds)
+        builds = History(tmp_path).recall(cell)
+    assert [b.key for b in builds] == [f"k{i}" for i in range(H.PER_CELL + 1, 1, -1)]
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"v": 2, "builds": [{"key": 1}]}',
+                                     b'{"v": 1, "key": "x"}', b"\xff\xfe", b"[" * 100000])
+def test_a_damaged_file_reads_as_no_history(tmp_path, content):
+    h = History(tmp_path)
+    cell = cell_id("/nb", "m")
+    (tmp_path / f"{cell}.json").write_bytes(content)
+    assert h.recall(cell) == ()
+    h.remember(cell, cb(), ())  # and the next build replaces it
+    assert History(tmp_path).recall(cell)[0] == cb()
+
+
+def test_a_link_or_a_huge_file_is_not_read(tmp_path):
+    h = History(tmp_path)
+    real = tmp_path / "elsewhere.json"
+    real.write_text(json.dumps({"v": 2, "builds": [cb().__dict__]}))
+    os.symlink(real, tmp_path / f"{cell_id('/nb', 'a')}.json")
+    assert h.recall(cell_id("/nb", "a")) == ()
+    (tmp_path / f"{cell_id('/nb', 'b')}.json").write_bytes(b" " * (H.MAX_FILE + 1))
+    assert h.recall(cell_id("/nb", "b")) == ()
+
+
+def test_an_unwritable_folder_keeps_nothing_silently(tmp_path):
+    (tmp_path / "history").write_text("a file where the folder would be")
+    h = History(tmp_path / "history")
+    h.remember("c", cb(), ())  # no error: the history only explains
+    assert h.recall("c") == ()
+
+
+# --- through build(): the report says why, and a hit stays off the file system ---------------
+
+@pytest.fixture
+def where(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "cache"
+
+
+def _build(source, cache, names=("saxpy<float>",), **kw):
+    return cudamagic.build(source, list(names), cache=cache, **kw)
+
+
+def test_a_miss_is_explained_in_the_report(where):
+    first = _build(SRC, where)
+    assert first.report.explanation.kinds == ("first",)
+    assert "first build of cuda_module in this folder" in first.report.text()
+    edited = _build(SRC.replace("+ y[i]", "- y[i]"), where)
+    assert edited.report.explanation.kinds == ("source",)
+    assert "the source changed (line 4)" in edited.report.text()  # build(): no magic line
+    assert "line 4 +     if (i < n) y[i] = a * x[i] - y[i];" in edited.report.text()
+    assert "the source changed (line 4)" in edited.report.html()
+    more = _build(SRC.replace("+ y[i]", "- y[i]"), where, names=("saxpy<float>", "saxpy<int>"))
+    assert more.report.explanation.summary == "-n changed: added 'saxpy<int>'"
+    assert _build(SRC, where).report.explanation is None  # a hit: nothing to explain
+
+
+def test_an_evicted_entry_and_a_changed_header(where, tmp_path):
+    (tmp_path / "scale.h").write_text("#define SCALE 2\n")
+    src = '#include "scale.h"\n__global__ void k(float* x) { x[0] *= SCALE; }\n'
+    _build(src, where, names=())
+    cudamagic.KernelCache(where).clear()
+    assert _build(src, where, names=()).report.explanation.kinds == ("evicted",)
+    (tmp_path / "scale.h").write_text("#define SCALE 3\n")
+    again = _build(src, where, names=())
+    assert again.report.explanation.kinds == ("header",)
+    assert "scale.h changed since the last compile" in again.report.why
+
+
+def test_cells_sharing_a_module_name_are_told_apart(where):
+    """Notebook cells often all use the default module name: a miss is compared with the
+    closest of the cell's remembered builds, not merely the last one."""
+    other = 'extern "C" __global__ void fill(float* x, float v, int n) {}\n'
+    _build(SRC, where)
+    _build(other, where, names=())
+    edited = _build(SRC.replace("int i =", "int j = 0; int i ="), where)
+    assert edited.report.explanation.summary == "the source changed (line 3)"
+
+
+def test_a_hit_on_a_remembered_key_touches_no_file(where, monkeypatch):
+    _build(SRC, where)
+    _build(SRC, where)  # this process has now seen the cell's file
+    hist_dir = where / "history"
+    before = {p.name: p.stat().st_mtime_ns for p in hist_dir.iterdir()}
+
+    def boom(*a, **k):
+        raise AssertionError("the warm path touched the history's files")
+
+    monkeypatch.setattr(History, "_read", boom)
+    monkeypatch.setattr(History, "remember", boom)
+    start = time.perf_counter()
+    mod = _build(SRC, where)
+    assert mod.hit and mod.report.timings["history"] < 1e-3
+    print(f"\nhistory on a warm hit: {mod.report.timings['history'] * 1e6:.1f} us "
+          f"(build {(time.perf_counter() - start) * 1e3:.2f} ms)")
+    assert {p.name: p.stat().st_mtime_ns for p in hist_dir.iterdir()} == before
+
+
+def test_the_first_hit_of_a_process_reads_once_and_writes_nothing(where):
+    from .conftest import run_python
+
+    _build(SRC, where)
+    code = (f"import cudamagic, os\nfrom cudamagic.history import History\n"
+            f"os.chdir({str(where.parent)!r})\n"
+            f"def boom(*a, **k): raise AssertionError('a hit wrote the history')\n"
+            f"History.remember = boom\n"
+            f"m = cudamagic.build({SRC!r}, ['saxpy<float>'], cache={str(where)!r})\n"
+            f"print(m.hit, m.report.explanation, round(m.report.timings['history'] * 1e6))\n")
+    hit, explanation, micros = run_python(code).split()
+    assert (hit, explanation) == ("True", "None")
+    print(f"\nhistory on the first hit of a process: {micros} us")
+
+
+def test_no_cache_and_an_untrusted_folder(where, tmp_path):
+    assert _build(SRC, where, use_cache=False).report.explanation.kinds == ("no-cache",)
+    bad = tmp_path / "open"
+    bad.mkdir(mode=0o777)
+    os.chmod(bad, 0o777)
+    with pytest.warns(CacheWarning):
+        mod = _build(SRC, bad)
+    assert mod.report.explanation.kinds == ("first",)
+    assert not (bad / "history").exists()  # an untrusted folder gets nothing of ours
