@@ -1,8 +1,10 @@
 """Execute a notebook end to end in a real Jupyter kernel and save the executed copy.
 
 Usage: python scripts/run_notebook.py notebooks/quickstart.ipynb [--out artifacts/]
-Exits non-zero when a cell raises. Without a GPU the quickstart compiles only (its launch cells
-say so and skip).
+Prints each cell's output as a terminal would show it (reports as text, errors as their message,
+pictures as a placeholder). Exits non-zero when a cell raises, except the cells tagged
+``raises-exception`` (the quickstart's deliberate errors), which must raise. Without a GPU the
+quickstart compiles only (its launch cells say so and skip).
 """
 
 from __future__ import annotations
@@ -15,6 +17,22 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+EXPECTED = "raises-exception"
+
+
+def _shown(out) -> str:
+    """One output as text: a stream's text, an error's own lines (cudamagic's errors render
+    without a traceback), a display's text/plain, a picture as a placeholder."""
+    if out.get("output_type") == "error":
+        return "\n".join(out.get("traceback") or [f"{out.get('ename')}: {out.get('evalue')}"])
+    if "text" in out:
+        return out["text"]
+    data = out.get("data", {})
+    pictures = [m for m in data if m.startswith("image/")]
+    if pictures:
+        return f"[{pictures[0]} picture]"
+    return data.get("text/plain", "")
 
 
 def main() -> int:
@@ -36,14 +54,24 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         dest = args.out / args.notebook.name
         nbformat.write(nb, dest)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            for out in cell.get("outputs", []):
-                text = out.get("text") or out.get("data", {}).get("text/plain", "")
-                if text:
-                    print(text.rstrip())
+    silent = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        raised = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+        if EXPECTED in cell.get("metadata", {}).get("tags", []) and not raised:
+            silent.append(i)
+        for out in cell.get("outputs", []):
+            text = _shown(out)
+            if text:
+                print(text.rstrip())
+    seconds = time.perf_counter() - start
+    if silent:
+        print(f"\n{args.notebook}: cells {silent} are tagged {EXPECTED} but raised nothing",
+              file=sys.stderr)
+        return 1
     print(f"\n{args.notebook}: {sum(c.cell_type == 'code' for c in nb.cells)} code cells ran in "
-          f"{time.perf_counter() - start:.1f} s; executed copy in {dest}")
+          f"{seconds:.1f} s; executed copy in {dest}")
     return 0
 
 

@@ -1,13 +1,23 @@
 """A real browser: JupyterLab on localhost, Debian's Chromium driven by Playwright, runs the
-quickstart's ``%%cuda`` cell and reads the widget's name map back.
+quickstart and reads what the report *widget's own view* renders: its badge, its table's rows,
+the explanation of a miss, the phases behind a click; and the error block of a bad kernel call.
+
+Every selector for the report is scoped to the widget view's element (``.widget-html`` carrying
+the widget's class ``cudamagic-widget``), which the HTML fallback in the same output never has:
+where the widget manager is missing, JupyterLab shows that fallback instead, and
+:func:`test_without_the_widget_manager_no_widget_view_is_found` checks that the selectors then
+find nothing (so the first test cannot pass on the fallback).
 
 Needs ``chromium`` (Debian), ``jupyterlab`` and ``playwright`` (PyPI). Skipped with a reason
 where they are missing, except where ``CUDAMAGIC_REQUIRE_BROWSER=1`` (CI sets it), where their
-absence is a failure. The screenshot lands in ``artifacts/browser/``.
+absence is a failure. Screenshots land in ``artifacts/browser/``: ``widget-miss.png``,
+``widget-changed.png``, ``widget-hit.png``, ``argument-error.png``, ``compile-error.png``,
+``picture.png``, ``quickstart.png``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -24,6 +34,9 @@ from .conftest import REPO
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "artifacts" / "browser"
+WIDGET = ".jp-OutputArea-output .widget-html.cudamagic-widget"  # the widget view, not a fallback
+FALLBACK = ".jp-OutputArea-output .cudamagic-report"
+MANAGER = "@jupyter-widgets/jupyterlab-manager"
 
 
 def _missing() -> str | None:
@@ -44,7 +57,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def lab(tmp_path):
+def lab(tmp_path, request):
+    """JupyterLab serving a copy of the quickstart; ``request.param`` may name lab extensions
+    to disable (as ``jupyter labextension disable`` would, in this server's own config)."""
     why = _missing()
     if why:
         if os.environ.get("CUDAMAGIC_REQUIRE_BROWSER") == "1":
@@ -56,9 +71,15 @@ def lab(tmp_path):
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    config = tmp_path / "jupyter-config"
+    disabled = getattr(request, "param", ())
+    if disabled:
+        (config / "labconfig").mkdir(parents=True)
+        (config / "labconfig" / "page_config.json").write_text(
+            json.dumps({"disabledExtensions": {name: True for name in disabled}}))
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache"),
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
+           "JUPYTER_CONFIG_DIR": str(config),
            "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -88,43 +109,113 @@ def lab(tmp_path):
     log.close()
 
 
-def test_widget_lists_the_kernels_in_jupyterlab(lab):
+def _open(p, base: str, token: str, tmp_path: Path):
+    """A Chromium page on the quickstart, its kernel started and idle."""
+    browser = p.chromium.launch_persistent_context(
+        str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
+        args=["--no-sandbox", "--disable-gpu", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update",
+              "--disable-sync"], viewport={"width": 1500, "height": 1000})
+    page = browser.new_page()
+    page.goto(f"{base}/lab/tree/quickstart.ipynb?token={token}")
+    page.wait_for_selector(".jp-Notebook", timeout=120_000)
+    try:  # a fresh JupyterLab may ask which kernel to start; take the default
+        page.wait_for_selector(".jp-Dialog .jp-mod-accept", timeout=10_000).click()
+    except Exception:
+        pass
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], "
+                           ".jp-Toolbar-kernelStatus", timeout=120_000)
+    return browser, page
+
+
+def _run_all(page) -> None:
+    page.locator(".jp-CodeCell .jp-InputArea-editor").first.click()
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+
+
+def _shot(locator, name: str) -> None:
+    locator.scroll_into_view_if_needed()
+    locator.screenshot(path=str(ARTIFACTS / name))
+
+
+def test_widget_view_renders_the_report_in_jupyterlab(lab):
     from playwright.sync_api import sync_playwright
 
     base, token, tmp_path = lab
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync"], viewport={"width": 1600, "height": 1000})
-        page = browser.new_page()
+        browser, page = _open(p, base, token, tmp_path)
         try:
-            page.goto(f"{base}/lab/tree/quickstart.ipynb?token={token}")
-            page.wait_for_selector(".jp-Notebook", timeout=120_000)
-            # a fresh JupyterLab may ask which kernel to start; take the default
-            try:
-                page.wait_for_selector(".jp-Dialog .jp-mod-accept", timeout=10_000).click()
-            except Exception:
-                pass
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], "
-                                   ".jp-Toolbar-kernelStatus", timeout=120_000)
-            page.locator(".jp-CodeCell .jp-InputArea-editor").first.click()
-            for _ in range(3):  # %load_ext, the markdown cell, the %%cuda cell
-                page.keyboard.press("Shift+Enter")
-                time.sleep(0.5)
-            table = page.wait_for_selector(".cudamagic-report .cudamagic-names", timeout=180_000)
-            text = table.inner_text()
-            report = page.locator(".cudamagic-report").first
-            report.scroll_into_view_if_needed()
-            report.screenshot(path=str(ARTIFACTS / "widget.png"))
+            _run_all(page)
+            # the last cell (%cuda_info) has run once its text is there
+            page.wait_for_selector(".jp-OutputArea-output:has-text('cudamagic environment')",
+                                   timeout=300_000)
+            widgets = page.locator(WIDGET)
+            assert widgets.count() == 4, widgets.count()  # miss, miss, changed, hit
+            first, fractal, changed, hit = (widgets.nth(i) for i in range(4))
+            # the text the widget views put in the page (read from the DOM: JupyterLab draws
+            # only the cells in view, and a cell out of view has no inner text)
+            seen: dict = {
+                "badges": [w.locator(".cudamagic-badge").text_content()
+                           for w in (first, fractal, changed, hit)],
+                "first why": first.locator(".cudamagic-why").text_content(),
+                "rows": first.locator(".cudamagic-names tbody tr").all_text_contents(),
+                "facts": first.locator(".cudamagic-facts").text_content(),
+                "changed why": changed.locator(".cudamagic-why").text_content(),
+                "hit why": hit.locator(".cudamagic-why").count(),
+            }
+            hit.scroll_into_view_if_needed()
+            hit.locator(".cudamagic-phases summary").click()  # the phases, one click away
+            seen["phases"] = hit.locator(".cudamagic-phases table").inner_text()  # drawn now
+            error = page.locator(".jp-OutputArea-output", has_text="ArgumentTypeError").first
+            seen["error"] = error.text_content()
+            _shot(first, "widget-miss.png")
+            _shot(changed, "widget-changed.png")
+            _shot(hit, "widget-hit.png")
+            _shot(error, "argument-error.png")
+            _shot(page.locator(".jp-OutputArea-output", has_text="CompileError").first,
+                  "compile-error.png")
+            _shot(page.locator(".jp-OutputArea-output img").first, "picture.png")
             page.screenshot(path=str(ARTIFACTS / "quickstart.png"))
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "quickstart-failure.png"), full_page=True)
             raise
         finally:
             browser.close()
+    assert seen["badges"] == ["cache miss", "cache miss", "cache miss", "cache hit"], seen
+    assert "first build of cuda_module" in seen["first why"], seen
+    assert "the source changed (line 10)" in seen["changed why"], seen
+    assert "T(16)" in seen["changed why"] and "added 'mandelbrot<double>'" in seen["changed why"]
+    assert seen["hit why"] == 0, seen
+    assert len(seen["rows"]) == 4, seen
     for expected in ("saxpy_float", "saxpy<float>", "_Z5saxpyIfEvT_PKS0_PS0_i",
-                     "ns_scale_float_3", "_ZN2ns5scaleIfLi3EEEvPT_i", "fill", "nvrtc"):
-        assert expected in text, (expected, text)
+                     "void saxpy<float>(float, float const*, float*, int)", "ns_scale_float_3",
+                     "_ZN2ns5scaleIfLi3EEEvPT_i", "void fill(8 bytes, 4 bytes, 4 bytes)", "nvrtc"):
+        assert any(expected in r for r in seen["rows"]), (expected, seen["rows"])
+    assert "cache" in seen["facts"] and str(tmp_path / "cache") in seen["facts"]
+    assert "cache lookup" in seen["phases"] and "the cell" in seen["phases"], seen
+    assert "takes 4 arguments" in seen["error"] and "Traceback" not in seen["error"], seen
+
+
+@pytest.mark.parametrize("lab", [(MANAGER,)], indirect=True)
+def test_without_the_widget_manager_no_widget_view_is_found(lab):
+    """The widget test's selectors must not match the HTML fallback: with JupyterLab's widget
+    manager disabled, the report shows as the fallback, and no widget view is there."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, tmp_path = lab
+    with sync_playwright() as p:
+        browser, page = _open(p, base, token, tmp_path)
+        try:
+            page.locator(".jp-CodeCell .jp-InputArea-editor").first.click()
+            for _ in range(3):  # %load_ext, the markdown cell, the first %%cuda cell
+                page.keyboard.press("Shift+Enter")
+                time.sleep(0.5)
+            page.wait_for_selector(FALLBACK, timeout=180_000)
+            fallback = page.locator(FALLBACK).first.inner_text()
+            widgets = page.locator(WIDGET).count()
+        finally:
+            browser.close()
+    assert "cache miss" in fallback and "saxpy_float" in fallback
+    assert widgets == 0

@@ -1,8 +1,11 @@
-"""The quickstart notebook, executed end to end by nbclient in a real Jupyter kernel."""
+"""The quickstart notebook, executed end to end by nbclient in a real Jupyter kernel, twice (the
+second run stands for a kernel restart)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -11,6 +14,7 @@ from nbclient import NotebookClient
 from .conftest import REPO
 
 QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 def _execute(cache_dir) -> nbformat.NotebookNode:
@@ -19,14 +23,6 @@ def _execute(cache_dir) -> nbformat.NotebookNode:
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(QUICKSTART.parent)}}).execute()
     return nb
-
-
-def _outputs(nb, mime="text/plain") -> list[str]:
-    texts = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            texts.append(out.get("text") or out.get("data", {}).get(mime, ""))
-    return texts
 
 
 @pytest.fixture
@@ -39,24 +35,72 @@ def cache_env(tmp_path):
         os.environ["CUDAMAGIC_CACHE_DIR"] = old
 
 
-WIDGET = "application/vnd.jupyter.widget-view+json"
+def _cuda_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%cuda")]
 
 
-def _report_bundle(nb) -> dict:
-    cell = next(c for c in nb.cells if c.source.startswith("%%cuda"))
+def _report(cell) -> dict:
+    """The report's display bundle: the widget with its text and HTML beside it."""
     return next(o["data"] for o in cell.outputs if WIDGET in o.get("data", {}))
+
+
+def _error(cell) -> str:
+    (err,) = [o for o in cell.outputs if o["output_type"] == "error"]
+    return "\n".join(err["traceback"])
+
+
+def _text(cell, startswith: str) -> str:
+    return next(o["data"]["text/plain"] for c in [cell] for o in c.outputs
+                if o.get("data", {}).get("text/plain", "").startswith(startswith))
 
 
 def test_quickstart_runs_and_a_rerun_is_a_hit(cache_env):
     first = _execute(cache_env)
-    bundle = _report_bundle(first)
-    assert "cache miss" in bundle["text/plain"] and "<table" in bundle["text/html"]
-    assert any("takes 4 arguments" in t for t in _outputs(first))
+    saxpy, fractal, changed, again, syntax, typo = _cuda_cells(first)
+    # the first build says so; a changed cell says what changed
+    assert _report(saxpy)["text/plain"].startswith("cudamagic: cache miss")
+    assert "first build of cuda_module in this folder" in _report(saxpy)["text/plain"]
+    assert "<table" in _report(saxpy)["text/html"]
+    assert "the source changed (line 10); -n changed: added 'mandelbrot<double>'" in \
+        _report(changed)["text/plain"]
+    assert "line 10 +     while (n < max_iter && zr * zr + zi * zi <= T(16)) {" in \
+        _report(changed)["text/plain"]
+    # the same source again is a hit (the demo shows one, not a second miss)
+    assert _report(again)["text/plain"].startswith("cudamagic: cache hit")
+    assert saxpy.source == again.source
+    # errors read as the project's own, without a traceback, and do not stop the notebook
+    syntax_text, typo_text = _error(syntax), _error(typo)
+    assert 'line 5: error: expected a ";"' in syntax_text and "Traceback" not in syntax_text
+    assert "did you mean 'saxpy'?" in typo_text
+    bad_call = next(c for c in first.cells if "one argument short" in c.source)
+    assert "ArgumentTypeError: saxpy<float> takes 4 arguments" in _error(bad_call)
+    # a picture, a look at the cache and at the machine, as text a person reads
+    assert any("image/png" in o.get("data", {}) for c in first.cells for o in c.get("outputs", []))
+    stats = next(c for c in first.cells if c.source == "%cuda_cache stats")
+    assert _text(stats, "cudamagic cache").splitlines()[1].startswith("  location: ")
+    info = next(c for c in first.cells if c.source == "%cuda_info")
+    assert "  NVRTC: " in _text(info, "cudamagic environment")
+    assert "cudamagic.gpu_available()" in "".join(c.source for c in first.cells)
+    assert "cupy/complex.cuh" not in "".join(c.source for c in first.cells)
+
     second = _execute(cache_env)  # a fresh kernel: a restart
-    bundle = _report_bundle(second)
-    assert "cache hit" in bundle["text/plain"]
+    for cell in _cuda_cells(second)[:4]:
+        assert _report(cell)["text/plain"].startswith("cudamagic: cache hit"), cell.source[:40]
     for name in ("saxpy_float", "ns_scale_float_3", "fill"):
-        assert name in bundle["text/plain"]
+        assert name in _report(_cuda_cells(second)[0])["text/plain"]
+
+
+def test_run_notebook_script_passes_and_prints_the_outputs(cache_env):
+    """The README's main job: scripts/run_notebook.py on the quickstart, here without a GPU."""
+    out = subprocess.run([sys.executable, "scripts/run_notebook.py", str(QUICKSTART), "--out",
+                          str(cache_env.parent / "executed")], cwd=REPO, capture_output=True,
+                         text=True, env={**os.environ, "CUDAMAGIC_CACHE_DIR": str(cache_env)},
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "cudamagic: cache miss" in out.stdout and "cudamagic: cache hit" in out.stdout
+    assert "CompileError: NVRTC could not compile cell.cu" in out.stdout
+    assert "[image/png picture]" in out.stdout
+    assert (cache_env.parent / "executed" / "quickstart.ipynb").exists()
 
 
 def test_slow_compile_shows_progress_in_the_notebook(cache_env, tmp_path):
@@ -70,3 +114,7 @@ def test_slow_compile_shows_progress_in_the_notebook(cache_env, tmp_path):
     texts = [o.get("data", {}).get("text/plain", "") for o in nb.cells[1].outputs]
     # one output, updated in place: it ends saying how long the compile took
     assert any(t.startswith("compiled cell.cu in") for t in texts), texts
+    # the signature shows cuda::std::complex without its internal inline namespace (item 5)
+    report = next(t for t in texts if t.startswith("cudamagic:"))
+    assert "void k<float>(cuda::std::complex<float>*)" in report
+    assert "__4" not in report
