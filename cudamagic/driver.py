@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from .errors import ContextPoisonedError, LaunchError, NoDeviceError
 
 __all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
-           "current_stream", "launch", "fast_launch", "compute_capability", "driver_version",
-           "device_name", "kernel_attributes", "kernel_function", "param_info",
-           "set_max_dynamic_shared", "device_getter", "stream_getter"]
+           "launch", "fast_launch", "compute_capability", "driver_version", "device_name",
+           "kernel_attributes", "kernel_function", "set_max_dynamic_shared", "device_getter"]
 
 # Errors after which the context is unusable until the process ends (CUDA's "sticky" errors).
 _STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_MISALIGNED_ADDRESS",
@@ -37,9 +36,8 @@ _FUNC_ATTRIBUTES = {  # CUfunction_attribute
     "max_threads_per_block": 0, "static_shared_bytes": 1, "const_bytes": 2, "local_bytes": 3,
     "registers": 4, "max_dynamic_shared_bytes": 8,
 }
-_MAX_DYNAMIC_SHARED = 8
 
-_p, _u, _i, _sz = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
+_p, _u, _i = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
 _PROTOTYPES = {
     "cuInit": [_u], "cuDeviceGetCount": [ctypes.POINTER(_i)],
     "cuDeviceGet": [ctypes.POINTER(_i), _i],
@@ -48,14 +46,13 @@ _PROTOTYPES = {
     "cuCtxGetCurrent": [ctypes.POINTER(_p)], "cuCtxGetDevice": [ctypes.POINTER(_i)],
     "cuCtxSetCurrent": [_p], "cuDevicePrimaryCtxRetain": [ctypes.POINTER(_p), _i],
     "cuLibraryLoadData": [ctypes.POINTER(_p), ctypes.c_char_p, _p, _p, _u, _p, _p, _u],
-    "cuLibraryUnload": [_p], "cuLibraryGetKernelCount": [ctypes.POINTER(_u), _p],
+    "cuLibraryGetKernelCount": [ctypes.POINTER(_u), _p],
     "cuLibraryEnumerateKernels": [ctypes.POINTER(_p), _u, _p],
     "cuKernelGetName": [ctypes.POINTER(ctypes.c_char_p), _p],
     "cuLibraryGetKernel": [ctypes.POINTER(_p), _p, ctypes.c_char_p],
     "cuKernelGetFunction": [ctypes.POINTER(_p), _p],
     "cuKernelGetAttribute": [ctypes.POINTER(_i), _i, _p, _i],
     "cuKernelSetAttribute": [_i, _i, _p, _i],
-    "cuKernelGetParamInfo": [_p, _sz, ctypes.POINTER(_sz), ctypes.POINTER(_sz)],
     "cuGetErrorName": [_i, ctypes.POINTER(ctypes.c_char_p)],
     "cuGetErrorString": [_i, ctypes.POINTER(ctypes.c_char_p)],
     "cuLaunchKernel": [_p, _u, _u, _u, _u, _u, _u, _u, _p, _p, _p],
@@ -239,26 +236,11 @@ class Library:
         return _out(ctypes.c_void_p, _lib().cuLibraryGetKernel, self.handle, symbol.encode(),
                     what=f"cuLibraryGetKernel({symbol})")
 
-    def unload(self) -> None:
-        """Unload the library from every context."""
-        check(_lib().cuLibraryUnload(self.handle), "cuLibraryUnload")
-
 
 def kernel_function(kernel: int) -> int:
     """The ``CUfunction`` of a ``CUkernel`` in the current context (loads it there)."""
     return _out(ctypes.c_void_p, _require().cuKernelGetFunction, kernel,
                 what="cuKernelGetFunction")
-
-
-def param_info(kernel: int, count: int) -> list[tuple[int, int]]:
-    """``(offset, size)`` of each parameter, as the driver reports them."""
-    lib, out = _require(), []
-    for i in range(count):
-        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
-        check(lib.cuKernelGetParamInfo(kernel, i, ctypes.byref(offset), ctypes.byref(size)),
-              "cuKernelGetParamInfo")
-        out.append((offset.value, size.value))
-    return out
 
 
 def kernel_attributes(kernel: int, device: int) -> dict[str, int]:
@@ -270,8 +252,8 @@ def kernel_attributes(kernel: int, device: int) -> dict[str, int]:
 
 def set_max_dynamic_shared(kernel: int, device: int, nbytes: int) -> None:
     """Raise a kernel's dynamic shared memory limit (needed above 48 KiB)."""
-    check(_require().cuKernelSetAttribute(_MAX_DYNAMIC_SHARED, nbytes, kernel, _device(device)),
-          "cuKernelSetAttribute")
+    check(_require().cuKernelSetAttribute(_FUNC_ATTRIBUTES["max_dynamic_shared_bytes"], nbytes,
+                                          kernel, _device(device)), "cuKernelSetAttribute")
 
 
 def device_getter():
@@ -280,23 +262,6 @@ def device_getter():
     if cupy is not None and available():
         return cupy.cuda.runtime.getDevice
     return current_device  # raises NoDeviceError where there is no GPU
-
-
-def current_stream() -> int:
-    """CuPy's current stream handle when CuPy is imported, else the default stream (0)."""
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        return int(cupy.cuda.get_current_stream().ptr)
-    return 0
-
-
-def stream_getter():
-    """The fastest way to ask for the current stream's handle."""
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        get = cupy.cuda.get_current_stream
-        return lambda: get().ptr
-    return current_stream
 
 
 def fast_launch():

@@ -364,11 +364,15 @@ def _to_complex(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     if not isinstance(value, (int, float, complex)):
         raise _fail(kernel, spec, f"got {type(value).__name__} for a complex parameter: pass "
                                   "a complex")
-    z = complex(value)
+    try:
+        z = complex(value)
+    except OverflowError:  # an int beyond any double
+        z = complex(math.inf)
     with np.errstate(over="ignore"):
         out = np.array(z, dtype)
-    if any(math.isinf(o) and not math.isinf(i)
-           for o, i in ((out.real, z.real), (out.imag, z.imag))):
+    finite_in = (True, True) if isinstance(value, int) else (math.isfinite(z.real),
+                                                             math.isfinite(z.imag))
+    if any(math.isinf(o) and f for o, f in zip((out.real, out.imag), finite_in)):
         raise _fail(kernel, spec, f"{value!r:.60} does not fit in {spec.ctype}",
                     ArgumentValueError)
     return out.tobytes()
@@ -378,7 +382,7 @@ def _to_value(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     """A struct or vector type by value: raw bytes of its size, or host NumPy data."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
-    elif isinstance(value, (np.generic, np.ndarray)) and getattr(value, "size", 1) >= 1:
+    elif isinstance(value, (np.generic, np.ndarray)):
         data = np.ascontiguousarray(value).tobytes()
     else:
         raise _fail(kernel, spec, f"got {type(value).__name__}; a by-value "

@@ -7,6 +7,7 @@ machines). Run on the GPU machine with ``python -m pytest -m gpu``.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -98,12 +99,24 @@ def test_driver_enumeration_equals_elf(tmp_path):
     assert mod.report.enumerated_by == "driver"
 
 
+def _param_info(kernel: int, count: int) -> list[tuple[int, int]]:
+    """``(offset, size)`` of each parameter, as the driver reports them."""
+    from cuda.bindings import driver as cu
+
+    out = []
+    for i in range(count):
+        err, offset, size = cu.cuKernelGetParamInfo(cu.CUkernel(kernel), i)
+        assert err == cu.CUresult.CUDA_SUCCESS, err
+        out.append((offset, size))
+    return out
+
+
 def test_driver_parameter_info_equals_elf_records():
     cubin = (FIXTURES / "fixture.cubin").read_bytes()
     driver.ensure_context(0)
     lib = driver.Library.load(cubin)
     for k in read_cubin(cubin).kernels:
-        got = driver.param_info(lib.kernel(k.symbol), len(k.params))
+        got = _param_info(lib.kernel(k.symbol), len(k.params))
         assert got == [(p.offset, p.size) for p in k.params], k.symbol
 
 
@@ -295,3 +308,122 @@ except Exception as err:
     out = json.loads(run_python(code).strip().splitlines()[-1])
     assert out["raised"] == "ContextPoisonedError", out
     assert "restart the notebook kernel" in out["message"]
+
+
+def _echo_cases() -> list[tuple[str, object, bytes]]:
+    """(kernel, value, the bytes it must receive) at the edges of every parameter type, in
+    Python and NumPy forms (the property tests in test_param_encoding.py cover the range)."""
+    from .test_param_encoding import (COMPLEX, FLOATS, INTEGERS, OTHERS, UNTYPED, oracle,
+                                      untyped_oracle)
+
+    cases: list[tuple[str, object]] = []
+    for expr, code in INTEGERS.items():
+        dt = np.dtype(code)
+        lo, hi = (0, 1) if code == "?" else (int(np.iinfo(dt).min), int(np.iinfo(dt).max))
+        for v in sorted({lo, hi, lo + 1, hi - 1, 0, 1} | ({-1} if lo < 0 else set())):
+            cases += [(expr, v), (expr, np.array(v, dt)[()])]
+    nan_bits = {"f2": (0x7C01, 0x7E00, 0xFD55), "f4": (0x7F800001, 0x7FC00000, 0xFFA12345),
+                "f8": (0x7FF0000000000001, 0x7FF8000000000000, 0xFFF123456789ABCD)}
+    for expr, code in FLOATS.items():
+        dt, fi = np.dtype(code), np.finfo(code)
+        for v in (float(fi.max), -float(fi.max), float(fi.tiny), float(fi.smallest_subnormal),
+                  0.0, -0.0, math.inf, -math.inf, math.nan, 1 / 3):
+            cases += [(expr, v), (expr, np.array(v, dt)[()])]
+        cases += [(expr, np.frombuffer(b.to_bytes(dt.itemsize, "little"), dt)[0])
+                  for b in nan_bits[code]]  # NaN payloads, signalling NaNs: NumPy form
+    for expr, code in COMPLEX.items():
+        cases += [(expr, complex(1.5, -2.25)), (expr, np.array(complex(3, 4), code)[()]),
+                  (expr, complex(math.inf, math.nan))]
+    bf16 = "echo<__nv_bfloat16>"
+    cases += [(bf16, x) for x in (1.0, 1.00390625, 1.01171875, -2.5, 3.3895313892515355e38,
+                                  2.0**-133, math.inf, -0.0, math.nan)]
+    cases += [(bf16, np.float32(1.5)), (bf16, b"\x81\x7f")]
+    cases += [(e, bytes(range(1, 1 + int(OTHERS[e][1:])))) for e in OTHERS if e != bf16]
+    codes = {**INTEGERS, **FLOATS, **COMPLEX, **OTHERS}
+    typed = [(e, v, v if codes[e].startswith("V") else oracle(codes[e], v)) for e, v in cases]
+    untyped = []
+    for expr, size in UNTYPED.items():
+        values: list[object] = [bytes(range(size))]
+        if size <= 8:
+            lo, hi = -(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1
+            values += [lo, hi, -1, 0, np.array(2**(8 * size) - 1, f"u{size}")[()],
+                       np.array(lo, f"i{size}")[()]]
+        if size in (2, 4, 8):
+            values += [np.frombuffer(b.to_bytes(size, "little"), f"f{size}")[0]
+                       for b in nan_bits[f"f{size}"]]
+        if size in (4, 8):
+            values += [1 / 3, -0.0, float(np.finfo(f"f{size}").max)]
+        untyped += [(expr, v, v if isinstance(v, bytes) else untyped_oracle(size, v))
+                    for v in values]
+    return [(e, v, w) for e, v, w in typed + untyped if isinstance(w, bytes)]
+
+
+def test_every_value_reaches_the_kernel_exactly(tmp_path):
+    """Issue 14: an echo kernel per type writes back what it received, byte for byte: edges of
+    every type, Python and NumPy forms, a kernel's first call (default stream, 1-D grid) and a
+    later call (a non-default CuPy stream, 2-D grid and block); extern "C" kernels too."""
+    import cupy as cp
+
+    from .test_kernel import fresh
+    from .test_param_encoding import ECHO_EXPRS, ECHO_SOURCE
+
+    mod = cudamagic.build(ECHO_SOURCE, ECHO_EXPRS, cache=tmp_path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    calls = [((1,), (1,), None), ((2, 3), (4, 8), stream)]  # first call, later call
+    cases, mismatches, launches = _echo_cases(), [], 0
+    for expr, value, want in cases:
+        k = fresh(mod[expr])
+        pointee = k.params[1].dtype if k.params[1].dtype is not None else np.dtype("u1")
+        for grid, block, st in calls:
+            raw = cp.full(len(want), 0xAB, cp.uint8)  # a byte the kernel does not write: 0xAB
+            cp.cuda.get_current_stream().synchronize()  # before a non-blocking stream reads it
+            k(grid, block, (value, raw.view(pointee)), stream=st)
+            (st or cp.cuda.get_current_stream()).synchronize()
+            got = raw.get().tobytes()
+            launches += 1
+            if got != want:
+                mismatches.append((expr, repr(value), "stream" if st else "default",
+                                   want.hex(), got.hex()))
+    print(f"echo: {len(cases)} cases, {launches} launches, {len(mismatches)} mismatches")
+    for m in mismatches:
+        print("  mismatch:", *m)
+    assert not mismatches
+
+
+SPILLS = r"""
+extern "C" __global__ void __launch_bounds__(1024, 2) spills(const float* x, float* y, int n) {
+  float acc[40];
+  #pragma unroll
+  for (int j = 0; j < 40; ++j) acc[j] = x[threadIdx.x * 40 + j];
+  for (int it = 0; it < n; ++it) {
+    #pragma unroll
+    for (int j = 0; j < 40; ++j) acc[j] = acc[j] * acc[(j * 7 + 3) % 40] + acc[(j + 1) % 40];
+  }
+  float s = 0;
+  #pragma unroll
+  for (int j = 0; j < 40; ++j) s += acc[j];
+  y[threadIdx.x] = s; }
+"""
+
+
+def test_cubin_resources_equal_the_drivers_attributes(tmp_path):
+    """Issue 11 item 7: what attributes() reads from the CUBIN without a GPU is what the driver
+    reports: shared arrays, a local array, register spills, __constant__ data, plain kernels."""
+    from .test_image import RESOURCES
+
+    modules = [cudamagic.build(RESOURCES, cache=tmp_path), cudamagic.build(SPILLS, cache=tmp_path),
+               cudamagic.build(LAUNCH_SRC, ["axpb<float>"], cache=tmp_path),
+               cudamagic.load_cubin(FIXTURES / "fixture.cubin", ["fill<float>", "vec<float4>"])]
+    rows, differ = [], []
+    for mod in modules:
+        for k in {k.symbol: k for k in mod.kernels.values()}.values():
+            cubin, drv = k.resources.as_dict(), k.attributes()
+            rows.append((k.symbol, cubin, {key: drv[key] for key in cubin}))
+            if {key: drv[key] for key in cubin} != cubin:
+                differ.append(k.symbol)
+    for symbol, cubin, drv in rows:
+        print(f"  {symbol[:40]:40} cubin {cubin}  driver {drv}")
+    print(f"attributes: {len(rows)} kernels, {len(differ)} differ")
+    assert not differ
+    assert any(c["local_bytes"] for _, c, _ in rows) and any(c["const_bytes"] for _, c, _ in rows)
+    assert any(c["static_shared_bytes"] for _, c, _ in rows)

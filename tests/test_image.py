@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,93 @@ def test_nvcc_cubin_is_read(tmp_path):
     image = read_cubin((tmp_path / "k.cubin").read_bytes())
     assert set(image.symbols) == {"_Z1kIfEvPT_i", "c"}
     assert [(p.offset, p.size) for p in image.kernel("_Z1kIfEvPT_i").params] == [(0, 8), (8, 4)]
+
+
+# cuobjdump's names for the .nv.info attributes in the fixture (shared/fixtures/fixture.nv_info.txt)
+EIATTR_NAMES = {0x0A: "EIATTR_PARAM_CBANK", 0x17: "EIATTR_KPARAM_INFO",
+                0x19: "EIATTR_CBANK_PARAM_SIZE", 0x1B: "EIATTR_MAXREG_COUNT",
+                0x1C: "EIATTR_EXIT_INSTR_OFFSETS", 0x36: "EIATTR_SW_WAR",
+                0x37: "EIATTR_CUDA_API_VERSION", 0x50: "EIATTR_SPARSE_MMA_MASK",
+                0x5F: "EIATTR_MERCURY_ISA_VERSION"}
+
+
+def _cuobjdump_sections() -> dict[str, list[tuple[str, str]]]:
+    """``.nv.info.<symbol>`` -> [(attribute, value text)] as cuobjdump printed them."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    current = None
+    for line in NV_INFO_DUMP.read_text().splitlines():
+        if line.startswith(".nv.info."):
+            current = out.setdefault(line[len(".nv.info."):].strip(), [])
+        elif line.strip().startswith("Attribute:"):
+            current.append((line.split(":", 1)[1].strip(), ""))
+        elif line.strip().startswith("Value:") and current:
+            current[-1] = (current[-1][0], line.split(":", 1)[1].strip())
+    return out
+
+
+# cuobjdump's dump of the fixture CUBIN lives in the project's shared folder, beside the repo
+NV_INFO_DUMP = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "fixture.nv_info.txt"
+
+
+@pytest.mark.skipif(not NV_INFO_DUMP.exists(), reason="shared/fixtures is not beside the repo")
+def test_nv_info_records_read_as_cuobjdump_lists_them():
+    """The record reader against the real bytes: every kernel's attributes in cuobjdump's order,
+    with its values for the parameter bank size and the register limit."""
+    from cudamagic.image import _records
+
+    image = read_cubin((FIXTURES / "fixture.cubin").read_bytes())
+    dumped = _cuobjdump_sections()
+    assert set(dumped) == set(image.symbols)
+    for k in image.kernels:
+        records = list(_records(k.info))
+        assert [EIATTR_NAMES.get(a, hex(a)) for _, a, _ in records] == \
+            [name for name, _ in dumped[k.symbol]], k.symbol
+        for (fmt, attr, body), (_, value) in zip(records, dumped[k.symbol]):
+            if attr in (0x19, 0x1B):  # EIFMT_HVAL: the value is the record's two bytes
+                assert int.from_bytes(body, "little") == int(value, 16), (k.symbol, value)
+
+
+RESOURCES = r"""
+__constant__ float coeffs[16];
+extern "C" __global__ void plain(float* x) { x[threadIdx.x] += 1.0f; }
+extern "C" __global__ void shared_int(int* x) {
+  __shared__ int a[1]; a[0] = x[0]; __syncthreads(); x[1] = a[0]; }
+extern "C" __global__ void shared_doubles(int* x) {
+  __shared__ double a[100]; a[threadIdx.x] = x[0]; __syncthreads(); x[1] = a[99 - threadIdx.x]; }
+extern "C" __global__ void local_array(float* x, int n, int k) {
+  float a[256]; for (int i = 0; i < 256; ++i) a[(i * k) & 255] = x[i * n];
+  x[threadIdx.x] = a[k & 255] + a[(k * 7) & 255]; }
+extern "C" __global__ void uses_constant(float* x, int n) { x[threadIdx.x] = coeffs[n & 15]; }
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_resources_are_read_from_the_cubin(tmp_path, arch):
+    import cudamagic
+
+    image = read_cubin(cudamagic.build(RESOURCES, arch=arch, cache=tmp_path).cubin)
+    res = {k.symbol: k.resources for k in image.kernels}
+    assert res["local_array"].local_bytes == 256 * 4  # its array lives in local memory
+    assert {r.local_bytes for s, r in res.items() if s != "local_array"} == {0}
+    assert {r.const_bytes for r in res.values()} == {16 * 4}  # the CUBIN's __constant__ bank
+    assert all(r.registers > 0 for r in res.values())
+    # sm_90 adds 1 KiB the compiler reserves to a kernel's shared section (the driver counts it)
+    reserved = 1024 if arch == "sm_90" else 0
+    assert res["shared_doubles"].static_shared_bytes == reserved + 100 * 8
+    assert reserved + 4 <= res["shared_int"].static_shared_bytes <= reserved + 16  # + padding
+    assert res["plain"].static_shared_bytes == 0
+
+
+def test_registers_agree_with_the_text_section_where_it_has_them(tmp_path):
+    """Before sm_90 a kernel's .text section also carries its register count (sh_info >> 24):
+    the two records must agree (sm_90 CUBINs keep only the .nv.info one)."""
+    import cudamagic
+    from cudamagic.image import _EIATTR_REGCOUNT
+
+    for arch in ("sm_75", "sm_80", "sm_90"):
+        image = read_cubin(cudamagic.build(RESOURCES, arch=arch, cache=tmp_path).cubin)
+        for k in image.kernels:
+            text = k.elf.section(".text." + k.symbol)
+            regcount = k.elf.per_symbol[k.symbol_index][_EIATTR_REGCOUNT]
+            assert k.resources.registers == regcount
+            assert text[6] >> 24 == (regcount if arch != "sm_90" else 0), (arch, k.symbol)

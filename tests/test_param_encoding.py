@@ -1,0 +1,441 @@
+"""Every value reaches the kernel exactly, on every path, or is refused alike (issue 14).
+
+For each parameter type of a real kernel (compiled here by the real NVRTC: real parameter
+records and signatures) and values drawn from the type's whole range, edges included, in Python
+and NumPy forms: the bytes the checked path gives (:func:`encode`, :func:`pack_args`) and the
+bytes the generated launcher hands the driver on a kernel's first call and on a later call all
+equal what an independent oracle says the kernel must receive (``np.array(v, dtype).tobytes()``
+where NumPy has the type); a value that does not fit is refused by every path with the same
+error, naming the parameter, and nothing is launched. The device side of a launch is a stand-in
+(tests/test_kernel.py's StandInDevice); tests/test_gpu.py runs the same cases on a GPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import struct
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import cudamagic
+from cudamagic.errors import ArgumentTypeError, ArgumentValueError
+from cudamagic.kernel import Kernel, encode, pack_args
+
+from .test_kernel import CupyArrayStandIn, CupyStreamStandIn, StandInDevice, fresh
+
+ECHO_SOURCE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cupy/complex.cuh>
+struct Pair { int a; double b; };
+template <typename T> __global__ void echo(T v, T* out) { *out = v; }
+extern "C" __global__ void echo1(unsigned char v, unsigned char* out) { *out = v; }
+extern "C" __global__ void echo2(unsigned short v, unsigned short* out) { *out = v; }
+extern "C" __global__ void echo4(unsigned int v, unsigned int* out) { *out = v; }
+extern "C" __global__ void echo8(unsigned long long v, unsigned long long* out) { *out = v; }
+extern "C" __global__ void echo16(Pair v, Pair* out) { *out = v; }
+"""
+# name expression -> the parameter's NumPy dtype ("bf16": none in NumPy; "V": raw bytes)
+INTEGERS = {
+    "echo<bool>": "?", "echo<char>": "i1", "echo<signed char>": "i1", "echo<unsigned char>": "u1",
+    "echo<short>": "i2", "echo<unsigned short>": "u2", "echo<int>": "i4",
+    "echo<unsigned int>": "u4", "echo<long>": "i8", "echo<unsigned long>": "u8",
+    "echo<long long>": "i8", "echo<unsigned long long>": "u8", "echo<size_t>": "u8",
+    "echo<wchar_t>": "i4", "echo<char16_t>": "u2", "echo<char32_t>": "u4",
+}
+FLOATS = {"echo<__half>": "f2", "echo<float>": "f4", "echo<double>": "f8"}
+COMPLEX = {"echo<complex<float>>": "c8", "echo<complex<double>>": "c16"}
+OTHERS = {"echo<__nv_bfloat16>": "bf16", "echo<Pair>": "V16", "echo<float4>": "V16",
+          "echo<int2>": "V8"}
+UNTYPED = {"echo1": 1, "echo2": 2, "echo4": 4, "echo8": 8, "echo16": 16}
+ECHO_EXPRS = [*INTEGERS, *FLOATS, *COMPLEX, *OTHERS]
+
+NUMPY_INTS = [np.dtype(c) for c in ("i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8")]
+NUMPY_FLOATS = [np.dtype(c) for c in ("f2", "f4", "f8", "g")]
+RAISES = (ArgumentTypeError, ArgumentValueError)
+SETTINGS = settings(max_examples=120, deadline=None, derandomize=False,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def echo(tmp_path_factory):
+    return cudamagic.build(ECHO_SOURCE, ECHO_EXPRS, cache=tmp_path_factory.mktemp("echo"))
+
+
+# --- the oracle: what the kernel must receive, independent of cudamagic's code -------------------
+
+def _exact(x: Any) -> Any:
+    if isinstance(x, (bool, np.bool_, int, np.integer)):
+        return int(x)
+    if np.isnan(x):
+        return "nan"
+    if np.isinf(x):
+        return float(x)
+    return Fraction(*x.as_integer_ratio())
+
+
+@functools.lru_cache(maxsize=1)
+def _bf16_values() -> list[Fraction]:
+    """The value of every finite non-negative bfloat16 (bits 0 to 0x7F7F), ascending."""
+    bits = np.arange(0x7F80, dtype=np.uint32) << 16
+    return [Fraction(*float(f).as_integer_ratio()) for f in bits.view(np.float32)]
+
+
+def bf16_oracle(x: float) -> bytes | type[Exception]:
+    """The bfloat16 nearest to ``x``, ties to the even bit pattern, found by search over every
+    bfloat16 value (no bit tricks to share a mistake with)."""
+    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
+    if math.isnan(x):
+        return (sign | 0x7FC0).to_bytes(2, "little")
+    if math.isinf(x):
+        return (sign | 0x7F80).to_bytes(2, "little")
+    values, ax = _bf16_values(), Fraction(*abs(x).as_integer_ratio())
+    i = bisect.bisect_right(values, ax) - 1  # values[i] <= |x|
+    if i == len(values) - 1:
+        ulp = values[-1] - values[-2]
+        if ax - values[-1] >= ulp / 2:  # the tie goes to the even pattern: infinity
+            return ArgumentValueError
+        return (sign | i).to_bytes(2, "little")
+    lo, hi = values[i], values[i + 1]
+    pick = i if ax - lo < hi - ax or (ax - lo == hi - ax and i % 2 == 0) else i + 1
+    return (sign | pick).to_bytes(2, "little")
+
+
+def oracle(code: str, value: Any) -> bytes | type[Exception]:
+    """The bytes a parameter of NumPy dtype ``code`` must receive for ``value``, or the error."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if code == "bf16":
+        return _bf16_expected(value)
+    dtype = np.dtype(code)
+    if isinstance(value, np.generic) and value.dtype == dtype:
+        return value.tobytes()
+    if dtype.kind in "biu":
+        if isinstance(value, (float, complex, np.floating, np.complexfloating)):
+            return ArgumentTypeError
+        v = int(value)
+        lo, hi = (0, 1) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+        return np.array(v, dtype).tobytes() if lo <= v <= hi else ArgumentValueError
+    if isinstance(value, np.generic):  # another NumPy type: only where exact
+        if value.dtype.kind == "c" and dtype.kind != "c":
+            return ArgumentTypeError
+        with np.errstate(all="ignore"):
+            out = np.array(value, dtype)[()]
+        parts = (lambda z: (z.real, z.imag)) if dtype.kind == "c" else (lambda z: (z,))
+        same = [_exact(p) for p in parts(out)] == [_exact(p) for p in parts(value)]
+        return out.tobytes() if same else ArgumentValueError
+    if dtype.kind == "c" and not isinstance(value, (int, float, complex)):
+        return ArgumentTypeError
+    try:
+        with np.errstate(all="ignore"):
+            out = np.array(value, dtype)
+    except OverflowError:  # an int beyond any double
+        return ArgumentValueError
+    ins = (value.real, value.imag) if dtype.kind == "c" else (value,)
+    outs = (out.real, out.imag) if dtype.kind == "c" else (out,)
+    if any(np.isinf(o) and not (isinstance(i, float) and math.isinf(i)) for o, i in zip(outs, ins)):
+        return ArgumentValueError
+    return out.tobytes()
+
+
+def _bf16_expected(value: Any) -> bytes | type[Exception]:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, np.generic):  # NumPy values: only where exactly a bfloat16
+        if value.dtype.kind not in "biuf":
+            return ArgumentTypeError
+        with np.errstate(all="ignore"):
+            want = bf16_oracle(float(value))
+        if isinstance(want, bytes) and not np.isnan(value):
+            back = np.frombuffer(b"\0\0" + want, "<f4")[0]
+            if _exact(back) != _exact(value):
+                return ArgumentValueError
+        return want
+    try:
+        return bf16_oracle(float(value))
+    except OverflowError:
+        return ArgumentValueError
+
+
+def untyped_oracle(size: int, value: Any) -> bytes | type[Exception]:
+    """What an ``extern "C"`` slot of ``size`` bytes must receive: a Python int as a signed int
+    of that size, a float as float32/double, a NumPy scalar of that size as its bytes."""
+    if isinstance(value, np.generic):
+        return value.tobytes() if value.dtype.itemsize == size else ArgumentTypeError
+    if isinstance(value, (bool, int)):
+        if size not in (1, 2, 4, 8):
+            return ArgumentTypeError
+        lo, hi = -(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1
+        return np.array(int(value), f"i{size}").tobytes() if lo <= value <= hi \
+            else ArgumentValueError
+    if isinstance(value, float):
+        return oracle(f"f{size}", value) if size in (4, 8) else ArgumentTypeError
+    return ArgumentTypeError
+
+
+# --- every path ------------------------------------------------------------------------------------
+
+def out_array(expr: str, k: Kernel) -> CupyArrayStandIn:
+    """A device array the echo kernel's ``T* out`` takes (the pointee's dtype, or bytes)."""
+    pointee = k.params[1].dtype
+    return CupyArrayStandIn(pointee if pointee is not None else "u1", ptr=0x7F00DEAD0000)
+
+
+def check_every_path(k: Kernel, value: Any, want: bytes | type[Exception]) -> None:
+    """The checked path, and a fresh kernel's first and second launch, against ``want``."""
+    name, spec = k.name_expression, k.params[0]
+    args = (value, out_array(name, k))
+    dev = StandInDevice()
+    with dev.attached():
+        launcher = fresh(k)
+        if isinstance(want, bytes):
+            assert encode(name, spec, value) == want, value
+            assert pack_args(name, k.params, args)[0] == want, value
+            launcher((1,), (32,), args)  # the first call makes the launcher
+            launcher((2, 2), (8, 4), args, stream=CupyStreamStandIn(5))  # a later call
+            assert [launch.params[0] for launch in dev.launches] == [want, want], value
+            return
+        message = rf"{name}: parameter 0 \("
+        with pytest.raises(want, match=message):
+            encode(name, spec, value)
+        with pytest.raises(want, match=message):
+            pack_args(name, k.params, args)
+        for _ in range(2):  # first call, later call
+            with pytest.raises(want, match=message):
+                launcher((1,), (32,), args)
+        assert dev.launches == []
+
+
+# --- strategies ------------------------------------------------------------------------------------
+
+def _ints_around(lo: int, hi: int) -> st.SearchStrategy[int]:
+    edges = [lo, hi, lo - 1, hi + 1, lo + 1, hi - 1, 0, 1, -1, 2**31, 2**32 + 5, -2**63, 2**63 - 1,
+             2**63, 2**64 - 1, 2**64, -2**63 - 1]
+    return st.one_of(st.sampled_from(edges), st.integers(lo, hi),
+                     st.integers(lo - 2**70, hi + 2**70))
+
+
+def _numpy_int(v: int) -> st.SearchStrategy[Any]:
+    holds = [d for d in NUMPY_INTS if np.iinfo(d).min <= v <= np.iinfo(d).max]
+    if not holds:
+        return st.just(v)
+    return st.sampled_from(holds).map(lambda d: np.array(v, d)[()])
+
+
+def _bits(dtype: np.dtype) -> st.SearchStrategy[np.generic]:
+    """Any bit pattern of a NumPy float dtype: every NaN payload, subnormal, infinity."""
+    n = dtype.itemsize
+    edges = [0, 1, (1 << (8 * n)) - 1, 1 << (8 * n - 1)]
+    return st.one_of(st.integers(0, (1 << (8 * n)) - 1), st.sampled_from(edges)).map(
+        lambda b: np.frombuffer(b.to_bytes(n, "little"), dtype)[0])
+
+
+def _float_edges(dtype: np.dtype) -> list[float]:
+    fi = np.finfo(dtype)
+    big = float(fi.max)
+    ulp = big - float(np.nextafter(dtype.type(fi.max), dtype.type(0)))
+    return [big, -big, big + ulp / 2, big + ulp / 4, float(fi.tiny), float(fi.smallest_subnormal),
+            float(fi.smallest_subnormal) / 2, float(fi.smallest_subnormal) * 0.75, 0.0, -0.0,
+            math.inf, -math.inf, math.nan, 1 / 3, 0.1, 2.0**24 + 1, 1e308, 5e-324]
+
+
+def _python_floats(dtype: np.dtype) -> st.SearchStrategy[float]:
+    return st.one_of(st.sampled_from(_float_edges(dtype)), st.floats(),
+                     st.floats(-float(np.finfo(dtype).max) * 2, float(np.finfo(dtype).max) * 2))
+
+
+def _quiet(f, *args):
+    with np.errstate(all="ignore"):  # drawing values past a type's range is the point
+        return f(*args)
+
+
+def _other_numpy_floats() -> st.SearchStrategy[np.generic]:
+    return st.sampled_from(NUMPY_FLOATS).flatmap(
+        lambda d: st.one_of(_bits(d) if d.itemsize <= 8 else st.floats().map(np.longdouble),
+                            st.floats().map(lambda f, d=d: _quiet(np.array, f, d)[()])))
+
+
+# --- the property tests ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr", list(INTEGERS))
+@SETTINGS
+@given(data=st.data())
+def test_integers_and_bools_reach_the_kernel_exactly(echo, expr, data):
+    k, code = echo[expr], INTEGERS[expr]
+    dtype = np.dtype(code)
+    lo, hi = (0, 1) if code == "?" else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    v = data.draw(_ints_around(lo, hi))
+    form = data.draw(st.sampled_from(["python", "exact", "numpy", "0-d", "bool", "float"]))
+    if form == "exact":
+        assume(lo <= v <= hi)
+        value = np.array(v, dtype)[()]
+    elif form == "numpy":
+        value = data.draw(_numpy_int(v))
+    elif form == "0-d":
+        value = np.array(data.draw(_numpy_int(v)))
+    elif form == "bool":
+        value = data.draw(st.sampled_from([True, False, np.True_, np.False_]))
+    elif form == "float":
+        value = data.draw(st.one_of(st.floats(), _other_numpy_floats()))
+    else:
+        value = v
+    check_every_path(k, value, oracle(code, value))
+
+
+@pytest.mark.parametrize("expr", list(FLOATS))
+@SETTINGS
+@given(data=st.data())
+def test_floats_reach_the_kernel_exactly(echo, expr, data):
+    k, code = echo[expr], FLOATS[expr]
+    dtype = np.dtype(code)
+    form = data.draw(st.sampled_from(["python", "exact", "numpy", "int", "numpy-int", "0-d"]))
+    if form == "python":
+        value = data.draw(_python_floats(dtype))
+    elif form == "exact":
+        value = data.draw(_bits(dtype))
+    elif form == "numpy":
+        value = data.draw(_other_numpy_floats())
+    elif form == "int":
+        value = data.draw(st.one_of(st.integers(), st.integers(-2**1100, 2**1100),
+                                    st.sampled_from([2**53 + 1, 2**60 + 2**36 + 1, 65520, 65519,
+                                                     True])))
+    elif form == "numpy-int":
+        value = data.draw(st.integers(-2**63, 2**64 - 1).flatmap(_numpy_int))
+    else:
+        value = np.array(data.draw(_bits(dtype)))
+    check_every_path(k, value, oracle(code, value))
+
+
+@pytest.mark.parametrize("expr", list(COMPLEX))
+@SETTINGS
+@given(data=st.data())
+def test_complex_values_reach_the_kernel_exactly(echo, expr, data):
+    k, code = echo[expr], COMPLEX[expr]
+    value = data.draw(st.one_of(
+        st.complex_numbers(), st.floats(), st.integers(-2**70, 2**70),
+        st.sampled_from([np.complex64, np.complex128]).flatmap(
+            lambda t: st.complex_numbers().map(lambda z, t=t: _quiet(t, z))),
+        _other_numpy_floats(), st.just(complex(3.5e38, 1)), st.just(np.complex128(0.1 + 0.5j))))
+    check_every_path(k, value, oracle(code, value))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_bfloat16_rounds_python_numbers_and_takes_exact_numpy_ones(echo, data):
+    k = echo["echo<__nv_bfloat16>"]
+    form = data.draw(st.sampled_from(["python", "float32", "numpy", "raw", "int"]))
+    if form == "python":
+        value = data.draw(st.one_of(st.floats(), st.sampled_from([
+            3.3895313892515355e38, 3.3961775292304019e38, 3.39617752923e38 * 1.0000001,
+            1.00390625, 1.01171875, 1.005859375, 9.183549615799121e-41, 4.591774807899561e-41,
+            2.0**-134, 2.0**-133 * 1.5, -0.0, math.nan, math.inf])))
+    elif form == "float32":
+        value = data.draw(_bits(np.dtype("f4")))
+    elif form == "numpy":
+        value = data.draw(_other_numpy_floats())
+    elif form == "raw":
+        value = data.draw(st.binary(min_size=2, max_size=2))
+    else:
+        value = data.draw(st.integers(-2**140, 2**140))
+    check_every_path(k, value, oracle("bf16", value))
+
+
+def test_bfloat16_from_a_python_float_is_round_to_nearest_even(echo):
+    k = echo["echo<__nv_bfloat16>"]
+    cases = {1.0: 0x3F80, 1.00390625: 0x3F80, 1.01171875: 0x3F82, 1.005859375: 0x3F81,
+             -2.5: 0xC020, 3.3895313892515355e38: 0x7F7F, 2.0**-133: 0x0001, 2.0**-134: 0x0000,
+             2.0**-134 * 1.5: 0x0001, math.inf: 0x7F80, -0.0: 0x8000}
+    for x, bits in cases.items():
+        assert encode(k.name_expression, k.params[0], x) == bits.to_bytes(2, "little"), x
+    with pytest.raises(ArgumentValueError, match="does not fit in __nv_bfloat16"):
+        encode(k.name_expression, k.params[0], 3.4e38)
+    with pytest.raises(ArgumentValueError, match="is not exactly a bfloat16"):
+        encode(k.name_expression, k.params[0], np.float32(0.1))
+
+
+@pytest.mark.parametrize("expr", list(UNTYPED))
+@SETTINGS
+@given(data=st.data())
+def test_extern_c_slots_take_values_by_size(echo, expr, data):
+    k, size = echo[expr], UNTYPED[expr]
+    assert k.params[0].kind == "untyped" and k.params[0].size == size
+    value = data.draw(st.one_of(
+        _ints_around(-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if size <= 8
+        else st.integers(), st.booleans(),
+        _python_floats(np.dtype(f"f{size}") if size in (2, 4, 8) else np.dtype("f8")),
+        st.integers(-2**63, 2**64 - 1).flatmap(_numpy_int), _bits(np.dtype("f2")),
+        _bits(np.dtype("f4")), _bits(np.dtype("f8"))))
+    check_every_path(k, value, untyped_oracle(size, value))
+
+
+@pytest.mark.parametrize("expr, nbytes", [("echo<Pair>", 16), ("echo<float4>", 16),
+                                           ("echo<int2>", 8)])
+@SETTINGS
+@given(data=st.data())
+def test_structs_by_value_take_their_bytes(echo, expr, nbytes, data):
+    k = echo[expr]
+    raw = data.draw(st.binary(min_size=0, max_size=24))
+    form = data.draw(st.sampled_from(["bytes", "numpy"]))
+    value = raw if form == "bytes" else np.frombuffer(raw, np.uint8).copy()
+    want = raw if len(raw) == nbytes else ArgumentValueError
+    check_every_path(k, value, want)
+
+
+@SETTINGS
+@given(ptr=st.integers(0, 2**64 - 1), direct=st.booleans())
+def test_pointers_reach_the_kernel_exactly(echo, ptr, direct):
+    """A data pointer anywhere in the address space, read straight off a CuPy array (the
+    launcher's fast branch) or through ``__cuda_array_interface__`` (the converter)."""
+    k = echo["echo<int>"]
+    out = CupyArrayStandIn("i4", ptr)
+    if not direct:
+        out = type("CudaArray", (), {"__cuda_array_interface__": out.__cuda_array_interface__})()
+    dev = StandInDevice()
+    with dev.attached():
+        launcher = fresh(k)
+        launcher((1,), (1,), (7, out))
+        launcher((1,), (1,), (7, out))
+    want = ptr.to_bytes(8, "little")
+    assert pack_args(k.name_expression, k.params, (7, out))[1] == want
+    assert [launch.params[1] for launch in dev.launches] == [want, want]
+
+
+@pytest.mark.parametrize("expr", ["echo8", "echo<float>"])
+def test_a_pointer_past_the_address_space_is_refused_by_every_path(echo, expr):
+    k = echo[expr]
+    for ptr in (-1, 2**64, 2**70):
+        out = type("CudaArray", (), {"__cuda_array_interface__": {
+            "data": (ptr, False), "typestr": "<f4", "shape": (1,), "version": 3}})()
+        args = (1, out)
+        with pytest.raises(ArgumentValueError, match=r"parameter 1 .* is not a device address"):
+            pack_args(k.name_expression, k.params, args)
+        dev = StandInDevice()
+        with dev.attached():
+            launcher = fresh(k)
+            for _ in range(2):
+                with pytest.raises(ArgumentValueError, match="is not a device address"):
+                    launcher((1,), (1,), args)
+        assert dev.launches == []
+
+
+def test_the_table_is_what_the_cubin_and_signature_say(echo):
+    """One row per parameter, with the CUBIN's offset and size and the type's range."""
+    rows = {e: echo[e].params[0] for e in ECHO_EXPRS}
+    assert rows["echo<long long>"].size == 8 and rows["echo<long long>"].code == "q"
+    assert (rows["echo<unsigned long long>"].lo, rows["echo<unsigned long long>"].hi) == \
+        (0, 2**64 - 1)
+    assert rows["echo<size_t>"].ctype == "unsigned long" and rows["echo<size_t>"].code == "Q"
+    assert rows["echo<char>"].lo == -128  # char is signed on Linux
+    assert rows["echo<__nv_bfloat16>"].kind == "bfloat16"
+    assert rows["echo<float4>"].kind == "value" and rows["echo<Pair>"].size == 16
+    assert rows["echo<complex<double>>"].kind == "complex"
+    for e in ECHO_EXPRS:  # a direct type's struct code always packs the slot's size
+        for typ, code in rows[e].direct:
+            assert struct.calcsize("<" + code) == rows[e].size, (e, typ, code)
