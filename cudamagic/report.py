@@ -272,8 +272,11 @@ class BuildReport:
     def facts(self) -> tuple[tuple[str, str], ...]:
         """What the build used: NVRTC, demangler, where the kernels were listed from, the
         cache folder, the key."""
+        # a cache that fell back to memory says why once, as a warning; here only where
+        cache = "in memory, this session only" if self.cache_dir.startswith("memory (") \
+            else self.cache_dir
         return (("NVRTC", self.nvrtc_version), ("demangler", self.demangler),
-                ("kernels listed from", self.enumerated_by), ("cache", self.cache_dir),
+                ("kernels listed from", self.enumerated_by), ("cache", cache),
                 ("key", self.short_key))
 
     @functools.cached_property

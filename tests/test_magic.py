@@ -171,3 +171,210 @@ print(ns["two"].hit, ns["two"].cubin == ns["fresh"].cubin)
 '''
     out = run_python(code, {"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
     assert out.split() == ["True", "True"]
+
+
+# --- issue 11: readable everywhere -----------------------------------------------------------
+
+TWO_TEMPLATES = ("template <typename T>\n__global__ void saxpy(T a, const T* x, T* y, int n) {}\n"
+                 "template <typename T>\n__global__ void zeta(T* x) {}\n")
+
+
+def _error_of(ip, line: str, cell: str):
+    result = ip.run_cell(f"%%cuda {line}\n{cell}", store_history=False, silent=True)
+    return result.error_in_exec
+
+
+@pytest.mark.parametrize("line, blamed, hint", [
+    # NVRTC numbers its name map in byte order, not in the order of the -n options
+    ('-n "zeta<float>" -n "saxpy<float>" -n "alpha<int>"', "alpha<int>",
+     "the cell defines no kernel template 'alpha' (its __global__ templates: saxpy, zeta)"),
+    ('-n "saxpy<int>" -n "saxpy<float>" -n "saxpy<flot>"', "saxpy<flot>",
+     "identifier \"flot\" is undefined; did you mean 'float'?"),
+    ('-n "saxpi<float>"', "saxpi<float>",
+     "the cell defines no kernel template 'saxpi'; did you mean 'saxpy'?"),
+])
+def test_a_name_expression_error_is_blamed_on_its_own_n(tmp_path, monkeypatch, line, blamed, hint):
+    from cudamagic.errors import CompileError
+
+    ip = _shell(tmp_path, monkeypatch)
+    err = _error_of(ip, line, TWO_TEMPLATES)
+    assert isinstance(err, CompileError)
+    text = str(err)
+    assert text.startswith("NVRTC could not compile cell.cu (1 error):"), text
+    assert f'name expression -n "{blamed}": error: {hint}' in text
+    others = {e for e in ("zeta<float>", "saxpy<float>", "saxpy<int>", "alpha<int>", "saxpy<flot>",
+                          "saxpi<float>") if e != blamed}
+    assert not any(f'-n "{e}":' in text for e in others), text
+    # NVRTC's internal pragma and its follow-on errors are not shown; the -n is, with a caret
+    assert "nv_mangled_name" not in text and "type name is not allowed" not in text
+    assert f'  -n "{blamed}"' in text and text.rstrip().endswith("^")
+
+
+def test_name_map_lines_agree_with_nvrtc():
+    """name_map_lines against NVRTC's own numbering, for many sets of expressions that all fail
+    (each then has an error line whose echo names it)."""
+    import random
+    import re
+
+    from cudamagic.compiler import _check, _nvrtc, name_map_lines
+
+    nvrtc = _nvrtc()
+    rng = random.Random(11)
+    words = ["u", "v", "Zq", "_w", "w1", "a", "ab", "A"]
+    args = ["<int>", " <float>", "<b >", "", "< c>", "<int, 3>"]
+    for _ in range(12):
+        exprs = list(dict.fromkeys(rng.choice(words) + rng.choice(args) for _ in range(6)))
+        prog = _check(nvrtc.nvrtcCreateProgram(b"__global__ void k() {}\n", b"cell.cu", 0, [], []),
+                      "create")
+        try:
+            for e in exprs:
+                _check(nvrtc.nvrtcAddNameExpression(prog, e.encode()), "add")
+            nvrtc.nvrtcCompileProgram(prog, 1, [b"-arch=sm_90"])
+            size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "size")
+            buf = bytearray(size)
+            _check(nvrtc.nvrtcGetProgramLog(prog, buf), "log")
+        finally:
+            nvrtc.nvrtcDestroyProgram(prog)
+        seen = dict(re.findall(r"__nv_name_map\((\d+)\): .*\n  #pragma nv_mangled_name (.*)\n",
+                               bytes(buf).decode()))
+        assert seen and {int(k): v for k, v in seen.items()} == name_map_lines(exprs), exprs
+
+
+def test_a_log_without_a_located_error_is_not_counted(monkeypatch):
+    from cudamagic import compiler
+    from cudamagic.compiler import compile_cubin
+    from cudamagic.errors import CompileError
+
+    monkeypatch.setattr(compiler, "rewrite_log", lambda *a, **k: "something NVRTC said")
+    with pytest.raises(CompileError) as err:
+        compile_cubin("__global__ void k( {}\n", [], ["-arch=sm_90"])
+    assert str(err.value) == "NVRTC could not compile cell.cu:\nsomething NVRTC said"
+
+
+TERMINAL = r'''
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "cudamagic")
+for code in CODE:
+    print(f"----- {code.splitlines()[0]}")
+    ip.run_cell(code)
+'''
+
+
+def _terminal(tmp_path, *cells: str, env: dict | None = None) -> tuple[str, str]:
+    """Cells run by IPython as a terminal runs them (results shown by its display hook): what a
+    person sees on stdout and stderr."""
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    code = f"CODE = {list(cells)!r}\n" + TERMINAL
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO),
+                               "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache"), **(env or {})},
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, proc.stderr
+
+
+def test_line_magics_and_reports_read_as_text_in_a_terminal(tmp_path):
+    out, err = _terminal(tmp_path, '%%cuda -q -n "saxpy<float>"\n' + TWO_TEMPLATES,
+                         "%cuda_cache stats", "%cuda_cache list", "%cuda_info",
+                         "print(cuda_module.report)", "cuda_module.report")
+    assert "cudamagic cache\n  location: " in out and "  lookups: 0 hits, 1 misses" in out
+    assert "cudamagic cache entries (newest first)\n  key " in out
+    assert "cudamagic environment\n  device: " in out and "  NVRTC: " in out
+    for record in ("CacheStats(", "CacheListing(", "EnvironmentInfo(", "BuildReport(", "KernelRow("):
+        assert record not in out, record
+    printed = out.split("----- print(cuda_module.report)")[1]
+    assert printed.lstrip().startswith("cudamagic: cache miss")
+    assert "void saxpy<float>(float, float const*, float*, int)" in printed
+    assert "time: " in printed and "the cell" in printed
+    assert not err.strip(), err
+
+
+def test_warnings_are_said_once_in_the_report_not_as_python_warnings(tmp_path):
+    cell = ('%%cuda\nextern "C" __global__ void len(float* x) {}\n'
+            '__global__ void max(int* x) {}\n')
+    out, err = _terminal(tmp_path, "len = 3", cell, "len = 3", cell.replace("%%cuda", "%%cuda -q"))
+    said_builtin = "the kernel name 'max' hides Python's builtin max() in this notebook; del max " \
+                   "brings the builtin back (the kernel stays cuda_module['max'])"
+    said_variable = "'len' replaces the notebook's variable of type int; the kernel is also " \
+                    "cuda_module['len']: rename your variable to keep both"
+    shown, quiet = out.split("----- len = 3")[1:]
+    assert shown.count(said_builtin) == 1 and shown.count(said_variable) == 1
+    assert "cudamagic: cache miss" in shown
+    # -q: no report, but a warning is still said, once
+    assert quiet.count(said_variable) == 1 and "cudamagic: cache hit" not in quiet
+    assert "Warning" not in err and "_warn_shadowing" not in err, err
+
+
+def test_an_untrusted_cache_folder_is_said_once_in_the_report(tmp_path):
+    import os
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.chmod(folder, 0o777)
+    out, err = _terminal(tmp_path, '%%cuda -n "saxpy<float>"\n' + TWO_TEMPLATES,
+                         env={"CUDAMAGIC_CACHE_DIR": str(folder)})
+    assert out.count(f"the cache folder {folder} is not trusted") == 1
+    assert "CacheWarning" not in err and "warnings.warn" not in err, err
+
+
+def test_cuda_load_says_its_warnings_once(tmp_path, monkeypatch, capsys):
+    import warnings
+
+    from .conftest import FIXTURES
+
+    ip = _shell(tmp_path, monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ip.run_line_magic("cuda_load", f'{FIXTURES / "fixture.cubin"} -n "fill<float>" --module fx')
+    assert not caught, [str(w.message) for w in caught]
+    out = capsys.readouterr().out
+    assert out.count("overloaded kernel(s) have no name to call them by") == 1
+
+
+def test_signatures_through_the_magic(tmp_path, monkeypatch):
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_cell_magic("cuda", '-q -n "saxpy<float>"', TWO_TEMPLATES
+                      + 'extern "C" __global__ void fill(float* x, float v, int n) {}\n'
+                      + "__global__ void plain(int* x) {}\n")
+    shown = {r.python_name: r.signature for r in ip.user_ns["cuda_module"].report.rows}
+    assert shown == {"saxpy_float": "void saxpy<float>(float, float const*, float*, int)",
+                     "fill": "void fill(8 bytes, 4 bytes, 4 bytes)",
+                     "plain": "void plain(int*)"}
+
+
+def test_the_report_times_the_cell_and_is_the_modules(tmp_path, monkeypatch, capsys):
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_cell_magic("cuda", '-n "saxpy<float>"', TWO_TEMPLATES)
+    report = ip.user_ns["cuda_module"].report
+    assert report.cell_seconds >= report.timings["total"]
+    assert {"parse", "push", "display", "history", "compile"} <= set(report.timings)
+    assert report.phases[-1].label == "the cell"
+    assert report.headline in capsys.readouterr().out.splitlines()  # what was shown is the module's
+
+
+def test_help_and_arguments(tmp_path, monkeypatch, capsys):
+    from cudamagic.errors import OptionError
+
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_cell_magic("cuda", "-h --module helped", TWO_TEMPLATES)
+    assert "--name-expression" in capsys.readouterr().out and "helped" not in ip.user_ns
+    with pytest.raises(OptionError, match='must be quoted: -n "ns::scale<float, 3>"'):
+        ip.run_cell_magic("cuda", "-n ns::scale<float, 3>", TWO_TEMPLATES)
+    with pytest.raises(OptionError, match="give --arch one of those") as err:
+        ip.run_cell_magic("cuda", "--arch sm_999", TWO_TEMPLATES)
+    assert "or pass --arch" not in str(err.value)
+
+
+def test_a_slow_compile_that_fails_says_failed_after(tmp_path):
+    out, err = _terminal(tmp_path, '%%cuda -n "k<float>"\n#include <cuda/std/complex>\n'
+                         "template <typename T> __global__ void k(cuda::std::complex<T>* z) "
+                         "{ z[0] = cuda::std::exp(z[0]) }\n")
+    assert "compiling cell.cu with NVRTC..." in err
+    assert "compiling cell.cu failed after" in err and "compiled cell.cu in" not in err
+    assert 'error: expected a ";"' in out + err
