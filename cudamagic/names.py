@@ -1,4 +1,4 @@
-"""Kernel names: read a name expression or a demangled name, and decide whether they name one kernel.
+"""Kernel names: read a name expression or a demangled name; decide whether they name one kernel.
 
 One job: turn ``ns::scale<float, (short)70000>`` (a user's name expression) and
 ``void ns::scale<float, (short)4464>(T1 *, int)`` (cu++filt) or ``void ns::scale<float,
@@ -184,7 +184,7 @@ _SUFFIX = {"int": "", "unsigned int": "u", "long": "l", "unsigned long": "ul", "
 _PROMOTED = {"bool": "int", "char": "int", "signed char": "int", "unsigned char": "int",
              "short": "int", "unsigned short": "int", "char8_t": "int", "char16_t": "int",
              "char32_t": "unsigned int",
-             "wchar_t": "int" if _WINDOWS else {True: "int", None: None}[_PLATFORM_SIGNED["wchar_t"]]}
+             "wchar_t": "int" if _WINDOWS or _PLATFORM_SIGNED["wchar_t"] else None}
 
 
 _RANGE = {t: ((-(1 << (b - 1)), (1 << (b - 1)) - 1) if sg else (0, (1 << b) - 1))
@@ -221,12 +221,15 @@ def _builtin_type(words: list[str]) -> str | None:
     return ("unsigned " if unsigned else "") + base
 
 
-_INT_LITERAL = re.compile(r"(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9]\d*)([uU]?)(l|L|ll|LL)?([uU]?)")
+_INT_LITERAL = re.compile(
+    r"(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9]\d*)([uU]?)(l|L|ll|LL)?([uU]?)")
 # the types an integer literal may take, in order (C++ [lex.icon], LP64)
-_DECIMAL = {"": ("int", "long", "long long"), "u": ("unsigned int", "unsigned long", "unsigned long long"),
+_DECIMAL = {"": ("int", "long", "long long"),
+            "u": ("unsigned int", "unsigned long", "unsigned long long"),
             "l": ("long", "long long"), "ul": ("unsigned long", "unsigned long long"),
             "ll": ("long long",), "ull": ("unsigned long long",)}
-_OTHER_BASE = {"": ("int", "unsigned int", "long", "unsigned long", "long long", "unsigned long long"),
+_OTHER_BASE = {"": ("int", "unsigned int", "long", "unsigned long", "long long",
+                    "unsigned long long"),
                "u": ("unsigned int", "unsigned long", "unsigned long long"),
                "l": ("long", "unsigned long", "long long", "unsigned long long"),
                "ul": ("unsigned long", "unsigned long long"),
@@ -245,7 +248,8 @@ def _user_integer(tok: str) -> "_Value | _Unknown":
     m = _INT_LITERAL.fullmatch(tok.replace("'", ""))
     if not m or (m.group(2) and m.group(4)):
         return _Unknown(tok)
-    digits, suffix = m.group(1), ("u" if m.group(2) or m.group(4) else "") + (m.group(3) or "").lower()
+    digits = m.group(1)
+    suffix = ("u" if m.group(2) or m.group(4) else "") + (m.group(3) or "").lower()
     prefix = digits[:2].lower()
     if prefix == "0x":
         value, table = int(digits[2:], 16), _OTHER_BASE
@@ -263,8 +267,8 @@ def _user_integer(tok: str) -> "_Value | _Unknown":
 
 _SIMPLE_ESCAPES = {"n": 10, "t": 9, "r": 13, "\\": 92, "'": 39, '"': 34, "a": 7, "b": 8, "f": 12,
                    "v": 11, "?": 63}
-_ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9a-fA-F]+)|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))|(.)",
-                     re.S)
+_ESCAPE = re.compile(
+    r"\\(?:([0-7]{1,3})|x([0-9a-fA-F]+)|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))|(.)", re.S)
 _CHAR_TYPES = {"": "char", "L": "wchar_t", "u": "char16_t", "U": "char32_t"}
 
 
@@ -343,7 +347,8 @@ class _Type:
 
     def __init__(self, key: str, closed: bool, exact: bool = True, template: str | None = None,
                  args: tuple | None = None) -> None:
-        self.key, self.closed, self.exact, self.template, self.args = key, closed, exact, template, args
+        self.key, self.closed, self.exact = key, closed, exact
+        self.template, self.args = template, args
 
 
 class _Unknown:
@@ -1004,8 +1009,8 @@ _QUICK_SAFE = re.compile(r"""
     (?:[A-Za-z_]\w*+ | :: | [<>,\ *&]                 # possessive: no backtracking
      | -?(?:[1-9]\d{0,8}|0)(?:u|l|ul|ll|ull)?(?![\w'.])  # an integer of at most nine digits
     )*+""", re.X)
-_QUICK_CUFILT = re.compile(r"\((int|unsigned int|long|unsigned long|long long|unsigned long long|bool)\)"
-                           r"(-?\d+)")
+_QUICK_CUFILT = re.compile(
+    r"\((int|unsigned int|long|unsigned long|long long|unsigned long long|bool)\)(-?\d+)")
 
 
 def _libstdcxx_spelling(m: re.Match) -> str:

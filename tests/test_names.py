@@ -41,8 +41,8 @@ def test_expression_never_matches_another_symbols_name(rows):
             if other.symbol == r.symbol:
                 continue
             sig = parse_demangled(other.libstdcxx)
-            assert not (want.name == sig.name and (want.params is None or want.params == sig.params)), \
-                (r.expression, other.libstdcxx)
+            same = want.name == sig.name and (want.params is None or want.params == sig.params)
+            assert not same, (r.expression, other.libstdcxx)
 
 
 @pytest.mark.parametrize("symbol_text, expression", [
@@ -99,7 +99,8 @@ def test_cast_expression_gives_parameters():
 @pytest.mark.parametrize("expr, name", [
     ("saxpy<float>", "saxpy_float"), ("ns::scale<float, 3>", "ns_scale_float_3"),
     ("ns::scale<float, (int)3>", "ns_scale_float_3"), ("shift<float, -3>", "shift_float_m3"),
-    ("fill<unsigned>", "fill_unsigned_int"), ("(void(*)(double*))overloaded", "overloaded_double_ptr"),
+    ("fill<unsigned>", "fill_unsigned_int"),
+    ("(void(*)(double*))overloaded", "overloaded_double_ptr"),
     ("k<complex<float>>", "k_complex_float"), ("pack<>", "pack"), ("lambda", "lambda_"),
     ("k<1>", "k_1"),
 ])
@@ -260,6 +261,7 @@ def test_fast_path_agrees_with_the_full_parser(rows):
         # equal only where the parsed comparison does
         for e, d in [(f"{n}<{a}>", f"void {n}<{a}>{params}"), (generated, generated)]:
             if quick_equal(e, d):
-                assert compare(parse_expression(e), parse_demangled(d, placeholders))[0] == "equal", (e, d)
+                verdict = compare(parse_expression(e), parse_demangled(d, placeholders))[0]
+                assert verdict == "equal", (e, d)
 
     check()

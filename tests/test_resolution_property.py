@@ -33,8 +33,8 @@ from cudamagic.demangle import CuFilt, LibStdCxx, find_cufilt  # noqa: E402
 from cudamagic.errors import CompileError  # noqa: E402
 from cudamagic.image import read_cubin  # noqa: E402
 from cudamagic import names  # noqa: E402
-from cudamagic.names import (CONTRADICTION, EQUAL, Signatures, compare, parse_expression,  # noqa: E402
-                             quick_equal)
+from cudamagic.names import (  # noqa: E402
+    CONTRADICTION, EQUAL, Signatures, compare, parse_expression, quick_equal)
 from cudamagic.resolve import resolve  # noqa: E402
 
 # a parameter of each integer type, by tag
@@ -109,8 +109,8 @@ def char_literal(draw) -> str:
 
 # what the model cannot evaluate, now and then: undecidable, never wrong
 UNKNOWN = ["1.5", "E::B", "N", "'ab'"]
-LEAF = st.one_of(integer_literal(), integer_literal(), char_literal(), st.sampled_from(["true", "false"]),
-                 st.sampled_from(UNKNOWN))
+LEAF = st.one_of(integer_literal(), integer_literal(), char_literal(),
+                 st.sampled_from(["true", "false"]), st.sampled_from(UNKNOWN))
 
 
 def _extend(inner):
@@ -120,7 +120,8 @@ def _extend(inner):
     def casts():
         return [
             st.builds(unary, inner, st.sampled_from(["-", "-", "+", "~", "!"])),
-            st.builds(lambda t, x: f"({t}){x}", st.sampled_from(INTEGER_TYPES + OTHER_CASTS), inner),
+            st.builds(lambda t, x: f"({t}){x}", st.sampled_from(INTEGER_TYPES + OTHER_CASTS),
+                      inner),
             st.builds(lambda t, x: f"{t}({x})", st.sampled_from(ONE_WORD), inner),
             st.builds(lambda t, x: f"static_cast<{t}>({x})", st.sampled_from(INTEGER_TYPES), inner),
             st.builds(lambda t, x: f"{t}{{{x}}}", st.sampled_from(ONE_WORD), inner),

@@ -71,9 +71,9 @@ def _swapped(truth, a, b):
 
 
 @pytest.mark.parametrize("column", ["cufilt", "libstdcxx"])
-@pytest.mark.parametrize("a, b", [("fill<float>", "fill<double>"),
-                                  ("shift<float, 3>", "shift<float, -3>"),
-                                  ("mode<(geo::v2::Mode)0>", "lits<'a', 123456789012LL, 18446744073709551615ull>")])
+@pytest.mark.parametrize("a, b", [
+    ("fill<float>", "fill<double>"), ("shift<float, 3>", "shift<float, -3>"),
+    ("mode<(geo::v2::Mode)0>", "lits<'a', 123456789012LL, 18446744073709551615ull>")])
 def test_swapped_stored_map_is_stale(rows, column, a, b):
     truth = {r.expression: r.symbol for r in rows}
     res = resolve([a, b, "fill<int>"], _kernels(rows, column), stored=_swapped(truth, a, b))
