@@ -209,7 +209,8 @@ def read_cubin(data: bytes) -> CubinImage:
         raise ImageError(f"the CUBIN is malformed or truncated ({exc})") from None
 
 
-def _read(data: bytes) -> CubinImage:
+def _header(data: bytes) -> tuple[int, int, int, int]:
+    """``(e_flags, e_shoff, e_shnum, e_shstrndx)`` of an ELF header checked to be a CUBIN's."""
     if len(data) < 64 or data[:4] != b"\x7fELF":
         raise ImageError("not a CUBIN: the data does not start with an ELF header")
     if data[4] != 2 or data[5] != 1:
@@ -222,7 +223,11 @@ def _read(data: bytes) -> CubinImage:
     e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", data, 58)
     if e_shentsize != 64 or e_shoff + e_shnum * 64 > len(data):
         raise ImageError("the CUBIN is truncated: its section table lies past the end")
+    return e_flags, e_shoff, e_shnum, e_shstrndx
 
+
+def _read(data: bytes) -> CubinImage:
+    e_flags, e_shoff, e_shnum, e_shstrndx = _header(data)
     sections = []
     # one C loop over the section table (a CUBIN of 1000 kernels has 4000 sections)
     for i, (name, stype, _flags, _addr, off, size, link, info, _align, entsize) in enumerate(

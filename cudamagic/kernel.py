@@ -168,16 +168,15 @@ def param_specs(image: KernelImage, signature: Signature | None) -> tuple[ParamS
 
 def _spec(index: int, offset: int, size: int, ctype: str | None) -> ParamSpec:
     """One row of the table (see :class:`ParamSpec`)."""
+    where = {"index": index, "offset": offset, "size": size, "ctype": ctype}
     if ctype is None:
-        return ParamSpec(index, offset, size, None, "untyped",
-                         code=_INT_CODES.get(size, ""),
+        return ParamSpec(**where, kind="untyped", code=_INT_CODES.get(size, ""),
                          direct=_direct_entries("untyped", None, size))
     if ctype.endswith("*") or ctype.endswith("*__restrict__"):
         pointee = ctype.rsplit("*", 1)[0].strip()
         const = pointee.endswith("const")
         base = pointee[:-len("const")].strip() if const else pointee
-        return ParamSpec(index, offset, size, ctype, "pointer", _numpy_dtype(base), const,
-                         code="Q")
+        return ParamSpec(**where, kind="pointer", dtype=_numpy_dtype(base), const=const, code="Q")
     kind, code = _SCALARS.get(ctype, ("value", None))
     m = _COMPLEX.search(ctype)
     if m:
@@ -185,7 +184,7 @@ def _spec(index: int, offset: int, size: int, ctype: str | None) -> ParamSpec:
     dtype = np.dtype(code) if code else None
     width = dtype.itemsize if dtype is not None else {"bfloat16": 2}.get(kind, 16)
     if kind == "value" or width != size:
-        return ParamSpec(index, offset, size, ctype, "value")
+        return ParamSpec(**where, kind="value")
     lo = hi = None
     if kind == "bool":
         lo, hi = 0, 1
@@ -194,8 +193,8 @@ def _spec(index: int, offset: int, size: int, ctype: str | None) -> ParamSpec:
         lo, hi = (-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if signed \
             else (0, (1 << (8 * size)) - 1)
     direct = _direct_entries(kind, dtype, size)
-    return ParamSpec(index, offset, size, ctype, kind, dtype, False, lo, hi,
-                     direct[0][1] if direct else "", direct)
+    return ParamSpec(**where, kind=kind, dtype=dtype, lo=lo, hi=hi,
+                     code=direct[0][1] if direct else "", direct=direct)
 
 
 def _numpy_dtype(ctype: str) -> np.dtype | None:
@@ -748,25 +747,15 @@ def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks)
     says what is wrong. Order: arguments, grid, block, shared memory, stream, then the device, so
     every argument error is raised before (and without) a GPU.
     """
-    ordered = sorted(specs, key=lambda s: s.offset)
     size = max((s.offset + s.size for s in specs), default=0)
     buf = (ctypes.c_char * max(size, 1))()
     ptrs = (ctypes.c_void_p * max(len(specs), 1))()
     for s in specs:
         ptrs[s.index] = ctypes.addressof(buf) + s.offset
-    env: dict[str, Any] = {
-        "name": name, "ND": hooks.array_type, "ST": hooks.stream_type, "U32": _U32,
-        "buf": buf, "address": ctypes.addressof(ptrs), "handles": hooks.handles,
-        "load": hooks.load, "current_device": hooks.current_device,
-        "current_stream": hooks.current_stream, "relaunch": hooks.relaunch,
-        "ZERO": 0, "with_shared": functools.partial(_with_shared, name, hooks),
-        "struct_error": struct.error, "dims": _dims, "stream_handle": _stream_handle,
-        "arg_tuple": lambda args: _arg_tuple(name, specs, args),
-        "repack": lambda args: _write(name, specs, args, buf),
-    }
-    env["launch"] = hooks.launch or _first_launch(env)
+    env = _launcher_globals(name, specs, hooks, buf)
+    env["address"] = ctypes.addressof(ptrs)
     body, fmt, values, pos = [], "<", [], 0
-    for spec in ordered:
+    for spec in sorted(specs, key=lambda s: s.offset):
         if spec.offset < pos:
             raise LaunchError(f"{name}: the CUBIN's parameter records overlap (parameter "
                               f"{spec.index} at offset {spec.offset}); it cannot be launched")
@@ -780,6 +769,23 @@ def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks)
     source = _launcher_source(len(specs), body, values)
     exec(compile(source, f"<cudamagic launcher for {name}>", "exec"), env)
     return Launcher(env["launch_kernel"], buf, ptrs, source)
+
+
+def _launcher_globals(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
+                      buf: ctypes.Array) -> dict[str, Any]:
+    """What a generated launcher reads as globals: the hooks, the buffer, the slow paths."""
+    env: dict[str, Any] = {
+        "name": name, "ND": hooks.array_type, "ST": hooks.stream_type, "U32": _U32,
+        "buf": buf, "handles": hooks.handles, "load": hooks.load,
+        "current_device": hooks.current_device, "current_stream": hooks.current_stream,
+        "relaunch": hooks.relaunch, "ZERO": 0,
+        "with_shared": functools.partial(_with_shared, name, hooks),
+        "struct_error": struct.error, "dims": _dims, "stream_handle": _stream_handle,
+        "arg_tuple": lambda args: _arg_tuple(name, specs, args),
+        "repack": lambda args: _write(name, specs, args, buf),
+    }
+    env["launch"] = hooks.launch or _first_launch(env)
+    return env
 
 
 def _launcher_source(nargs: int, body: list[str], values: list[str]) -> str:

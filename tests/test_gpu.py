@@ -310,11 +310,14 @@ except Exception as err:
     assert "restart the notebook kernel" in out["message"]
 
 
+_NAN_BITS = {"f2": (0x7C01, 0x7E00, 0xFD55), "f4": (0x7F800001, 0x7FC00000, 0xFFA12345),
+             "f8": (0x7FF0000000000001, 0x7FF8000000000000, 0xFFF123456789ABCD)}
+
+
 def _echo_cases() -> list[tuple[str, object, bytes]]:
     """(kernel, value, the bytes it must receive) at the edges of every parameter type, in
     Python and NumPy forms (the property tests in test_param_encoding.py cover the range)."""
-    from .test_param_encoding import (COMPLEX, FLOATS, INTEGERS, OTHERS, UNTYPED, oracle,
-                                      untyped_oracle)
+    from .test_param_encoding import COMPLEX, FLOATS, INTEGERS, OTHERS, oracle
 
     cases: list[tuple[str, object]] = []
     for expr, code in INTEGERS.items():
@@ -322,15 +325,13 @@ def _echo_cases() -> list[tuple[str, object, bytes]]:
         lo, hi = (0, 1) if code == "?" else (int(np.iinfo(dt).min), int(np.iinfo(dt).max))
         for v in sorted({lo, hi, lo + 1, hi - 1, 0, 1} | ({-1} if lo < 0 else set())):
             cases += [(expr, v), (expr, np.array(v, dt)[()])]
-    nan_bits = {"f2": (0x7C01, 0x7E00, 0xFD55), "f4": (0x7F800001, 0x7FC00000, 0xFFA12345),
-                "f8": (0x7FF0000000000001, 0x7FF8000000000000, 0xFFF123456789ABCD)}
     for expr, code in FLOATS.items():
         dt, fi = np.dtype(code), np.finfo(code)
         for v in (float(fi.max), -float(fi.max), float(fi.tiny), float(fi.smallest_subnormal),
                   0.0, -0.0, math.inf, -math.inf, math.nan, 1 / 3):
             cases += [(expr, v), (expr, np.array(v, dt)[()])]
         cases += [(expr, np.frombuffer(b.to_bytes(dt.itemsize, "little"), dt)[0])
-                  for b in nan_bits[code]]  # NaN payloads, signalling NaNs: NumPy form
+                  for b in _NAN_BITS[code]]  # NaN payloads, signalling NaNs: NumPy form
     for expr, code in COMPLEX.items():
         cases += [(expr, complex(1.5, -2.25)), (expr, np.array(complex(3, 4), code)[()]),
                   (expr, complex(math.inf, math.nan))]
@@ -341,6 +342,13 @@ def _echo_cases() -> list[tuple[str, object, bytes]]:
     cases += [(e, bytes(range(1, 1 + int(OTHERS[e][1:])))) for e in OTHERS if e != bf16]
     codes = {**INTEGERS, **FLOATS, **COMPLEX, **OTHERS}
     typed = [(e, v, v if codes[e].startswith("V") else oracle(codes[e], v)) for e, v in cases]
+    return [(e, v, w) for e, v, w in typed + _untyped_echo_cases() if isinstance(w, bytes)]
+
+
+def _untyped_echo_cases() -> list[tuple[str, object, bytes]]:
+    """The same for ``extern "C"`` kernels: each slot size, Python and NumPy values."""
+    from .test_param_encoding import UNTYPED, untyped_oracle
+
     untyped = []
     for expr, size in UNTYPED.items():
         values: list[object] = [bytes(range(size))]
@@ -350,12 +358,12 @@ def _echo_cases() -> list[tuple[str, object, bytes]]:
                        np.array(lo, f"i{size}")[()]]
         if size in (2, 4, 8):
             values += [np.frombuffer(b.to_bytes(size, "little"), f"f{size}")[0]
-                       for b in nan_bits[f"f{size}"]]
+                       for b in _NAN_BITS[f"f{size}"]]
         if size in (4, 8):
             values += [1 / 3, -0.0, float(np.finfo(f"f{size}").max)]
         untyped += [(expr, v, v if isinstance(v, bytes) else untyped_oracle(size, v))
                     for v in values]
-    return [(e, v, w) for e, v, w in typed + untyped if isinstance(w, bytes)]
+    return untyped
 
 
 def test_every_value_reaches_the_kernel_exactly(tmp_path):

@@ -100,8 +100,9 @@ class StandInDevice:
 
 def fresh(k: Kernel) -> Kernel:
     """The same kernel as a new object: its first call makes its launcher."""
-    return Kernel(k.module, k.name_expression, k.symbol, k.python_name, k._signatures,
-                  k.resolved_by, k._image)
+    return Kernel(module=k.module, name_expression=k.name_expression, symbol=k.symbol,
+                  python_name=k.python_name, signatures=k._signatures,
+                  resolved_by=k.resolved_by, image=k._image)
 
 
 EXPRS = ["fill<float>", "fill<__half>", "fill<bool>", "cast<float, double>", "flags<float, 5u, true>",
