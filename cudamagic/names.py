@@ -1007,7 +1007,8 @@ _QUICK_SAFE = re.compile(r"""
     (?!(?:void|const|volatile|unsigned|signed|char|short|int|long|bool|float|double|auto|decltype
          |sizeof|operator|template|typename)\b)        # a name first
     (?:[A-Za-z_]\w*+ | :: | [<>,\ *&]                 # possessive: no backtracking
-     | -?(?:[1-9]\d{0,8}|0)(?:u|l|ul|ll|ull)?(?![\w'.])  # an integer of at most nine digits
+     | (?:[1-9]\d{0,8}|0)(?:u|l|ul|ll|ull)?(?![\w'.])    # an integer of at most nine digits,
+     | -(?:[1-9]\d{0,8}|0)(?:l|ll)?(?![\w'.])            # of a signed type where negative
     )*+""", re.X)
 _QUICK_CUFILT = re.compile(
     r"\((int|unsigned int|long|unsigned long|long long|unsigned long long|bool)\)(-?\d+)")

@@ -192,6 +192,7 @@ def test_compare_verdicts(want, got, verdict):
     ("k<2147483648>", "void k<2147483648>()", False),     # long for C++, int for libstdc++
     ("k<-2147483648>", "void k<-2147483648>()", False),
     ("k<5>", "void k<5u>()", False), ("k<05>", "void k<05>()", False),
+    ("k<-1u>", "void k<-1u>()", False),                   # -1u is 4294967295u
     ("k<(char)97>", "void k<(char)97>()", False),          # parsed instead
     ("k<1>(void (*", "void k<1>(void (*)(int))", False),
     ("k< 5 >", "void k<5>()", False),
