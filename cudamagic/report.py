@@ -264,7 +264,8 @@ class BuildReport:
 
     @functools.cached_property
     def headline(self) -> str:
-        """``cudamagic: cache miss · 153 ms · 3 kernels · sm_90 — the source changed (line 5)``."""
+        """The status, the summary and why a miss happened, in one line (``cudamagic: cache miss
+        · 153 ms · 3 kernels · sm_90 — the source changed (line 5)``)."""
         return f"cudamagic: {self.status} · {self.summary}" + (f" — {self.why}" if self.why
                                                               else "")
 
