@@ -338,7 +338,7 @@ def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
         if expr not in said:  # an expression's errors together, where its first one was
             said.add(expr)
             text += _name_map_errors(grouped[expr], expr, source)
-    return "\n".join(text).strip("\n")
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(text)).strip("\n")  # one blank line between
 
 
 def count_errors(text: str) -> int:
