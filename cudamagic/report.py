@@ -18,6 +18,8 @@ import re
 import time as _time
 from dataclasses import dataclass, field
 
+from .names import parse_demangled
+
 __all__ = ["Explanation", "KernelRow", "BuildReport", "Badge", "Phase", "SHOWN_ROWS",
            "display_signature", "render_text", "render_html", "CacheStats", "CacheListing",
            "EnvironmentInfo"]
@@ -59,20 +61,24 @@ class Explanation:
 
 
 _INTERNAL_NS = re.compile(r"\b(?:__\d+|__cxx11|(?:THRUST|CUB|CCCL)_\w*?_NS)::")
+_CONST_AFTER_TEMPLATE = re.compile(r">(const|volatile)\b")
+_COMMA = re.compile(r",(?=\S)")
+_PLACEHOLDER = re.compile(r"\bT\d+\b")
 
 
 def _tidy(text: str) -> str:
     """A C++ name for people: library-internal inline namespaces gone (``cuda::std::__4::``,
     ``thrust::THRUST_300102_SM_900_NS::``), a space after each comma and before a ``const``
     that follows a template (the canonical form writes ``complex<double>const*``)."""
-    text = re.sub(r">(const|volatile)\b", r"> \1", _INTERNAL_NS.sub("", text))
-    return re.sub(r",(?=\S)", ", ", text)
+    text = _CONST_AFTER_TEMPLATE.sub(r"> \1", _INTERNAL_NS.sub("", text))
+    return _COMMA.sub(", ", text)
 
 
 def _bytes(n: int) -> str:
     return f"{n} byte" if n == 1 else f"{n} bytes"
 
 
+@functools.lru_cache(maxsize=4096)
 def display_signature(demangled: str, placeholders: bool = False,
                       param_sizes: tuple[int, ...] | None = None) -> str:
     """A kernel's signature as a person reads it: ``void saxpy<float>(float, float const*,
@@ -86,13 +92,11 @@ def display_signature(demangled: str, placeholders: bool = False,
         sizes = "?" if param_sizes is None else ", ".join(map(_bytes, param_sizes))
         return f"void {demangled}({sizes})"
     try:
-        from .names import parse_demangled
-
         sig = parse_demangled(demangled, placeholders)
         params = sig.params if sig.exact else None
     except Exception:  # a name the model cannot read is shown as the demangler gave it
         params = None
-    if params is not None and not any(re.search(r"\bT\d+\b", p) for p in params):
+    if params is not None and not any(_PLACEHOLDER.search(p) for p in params):
         return f"void {_tidy(sig.name)}({', '.join(_tidy(p) for p in params)})"
     text = _tidy(demangled)
     return text if text.startswith("void ") else f"void {text}"
