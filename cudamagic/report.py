@@ -63,6 +63,7 @@ class Explanation:
 _INTERNAL_NS = re.compile(r"\b(?:__\d+|__cxx11|(?:THRUST|CUB|CCCL)_\w*?_NS)::")
 _CONST_AFTER_TEMPLATE = re.compile(r">(const|volatile)\b")
 _COMMA = re.compile(r",(?=\S)")
+_CLOSE_CLOSE = re.compile(r"(?<=>) (?=>)")
 _PLACEHOLDER = re.compile(r"\bT\d+\b")
 
 
@@ -71,7 +72,7 @@ def _tidy(text: str) -> str:
     ``thrust::THRUST_300102_SM_900_NS::``), a space after each comma and before a ``const``
     that follows a template (the canonical form writes ``complex<double>const*``)."""
     text = _CONST_AFTER_TEMPLATE.sub(r"> \1", _INTERNAL_NS.sub("", text))
-    return _COMMA.sub(", ", text)
+    return _CLOSE_CLOSE.sub("", _COMMA.sub(", ", text))
 
 
 def _bytes(n: int) -> str:
@@ -91,6 +92,9 @@ def display_signature(demangled: str, placeholders: bool = False,
     if "(" not in demangled:  # a plain symbol: extern "C"
         sizes = "?" if param_sizes is None else ", ".join(map(_bytes, param_sizes))
         return f"void {demangled}({sizes})"
+    if not placeholders:  # libstdc++ prints concrete types already: no parse needed
+        text = _tidy(demangled)
+        return text if text.startswith("void ") else f"void {text}"
     try:
         sig = parse_demangled(demangled, placeholders)
         params = sig.params if sig.exact else None
