@@ -261,6 +261,18 @@ def test_demangled_resolution_is_never_wrong():
         contradicted = [(e, sigs.text(result.lowered[e]), why)
                         for e, (v, why) in verdicts.items() if v == CONTRADICTION]
         verified = sum(v == EQUAL for v, _ in verdicts.values())
+        # nor is any other kernel of the template "equal" to it (a stored map pointing there
+        # would be served as verified)
+        by_template: dict[str, list[str]] = {}
+        for s in symbols:
+            if sigs[s].parts:
+                by_template.setdefault(sigs[s].parts[-1][0], []).append(s)
+        for e in kept:
+            want = parse_expression(e)
+            for s in by_template.get(want.parts[-1][0], ()) if want.parts else ():
+                if s != result.lowered[e] and compare(want, sigs[s])[0] == EQUAL:
+                    failures.append(f"{demangler.name}: {e!r} said equal to {sigs.text(s)}; "
+                                    f"NVRTC: {sigs.text(result.lowered[e])}")
         # the text-only check a warm cell uses says "equal" only for NVRTC's own symbol
         by_quick_name: dict[str, list[str]] = {}
         for s in symbols:
