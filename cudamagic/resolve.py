@@ -128,7 +128,7 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
                 reasons.append(f"its stored symbol {symbol} is not in the CUBIN")
                 continue
             text = kernels.text(symbol) if isinstance(kernels, Signatures) else kernels[symbol].text
-            if quick_equal(expr, text):  # no parsing: a warm cell verifies 1000 names in ~1 ms
+            if quick_equal(expr, text):  # no parsing: 1000 pairs in about 3 ms on a loaded box
                 resolved.append(Resolved(expr, symbol, STORED))
                 continue
             verdict, why = compare(parse_expression(expr), kernels[symbol])
