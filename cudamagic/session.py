@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import keyword
 import os
 import re
 import threading
@@ -32,7 +31,7 @@ from .errors import (CompileError, ImageError, InputWarning, NameResolutionError
 from .image import CubinImage, read_cubin
 from .kernel import Kernel
 from .keys import cache_key
-from .names import Signatures, python_name
+from .names import Signatures, python_name, valid_python_name
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, nvrtc_options,
                       options_from_nvrtc)
 from .report import BuildReport, KernelRow
@@ -313,8 +312,8 @@ def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Modul
         sigs = _signatures(ctx, binary, pending)
         resolution = resolve(ctx.opts.name_expressions, sigs, record.lowered)
         if resolution.stale:
-            raise _Unservable("the cached entry's stored name map does not match its CUBIN "
-                              f"({resolution.stale[0]!r}): a bad entry")
+            raise _Unservable("the cached entry's stored name map does not match its CUBIN: "
+                              f"{resolution.stale[0]!r}: {resolution.stale_reasons[0]}")
         if resolution.unresolved:
             u = resolution.unresolved[0]
             raise _Unservable(f"{u.name_expression!r} could not be resolved from the cached "
@@ -391,7 +390,7 @@ def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
     kernels: dict[str, Kernel] = {}
     for r in (*resolved, *plain_kernels(sigs, {r.symbol for r in resolved})):
         stored = known.get(r.name_expression)
-        if stored is not None and not _identifier(stored):
+        if stored is not None and not valid_python_name(stored):
             if strict:
                 raise _Unservable(f"the cached entry's Python name {stored!r} for "
                                   f"{r.name_expression!r} is not an identifier: a bad entry")
@@ -401,11 +400,6 @@ def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
                                             r.resolved_by, binary.image.kernel(r.symbol))
     _note_unnamed(ctx, sigs, {k.symbol for k in kernels.values()})
     return kernels
-
-
-def _identifier(name: str) -> bool:
-    return name.isidentifier() and not keyword.iskeyword(name) \
-        and not keyword.issoftkeyword(name)
 
 
 class _Namer:
