@@ -98,6 +98,11 @@ class EntryRecord:
     manifest : dict or None
         A JSON object kept as is (the dependency manifest of the headers the compile read);
         None when there is none.
+    kernels : dict or None
+        The module's kernel table as the session resolved it, for a module that travels to
+        another process (:meth:`cudamagic.Module.__reduce__`): ``{"placeholders": bool,
+        "rows": [[name expression, symbol, Python name, resolved by, demangled], ...]}``.
+        Cache entries do not carry it: a hit resolves against the CUBIN itself.
     """
 
     cubin: bytes
@@ -111,6 +116,7 @@ class EntryRecord:
     python_names: dict[str, str] | None = None
     key: str = ""
     manifest: dict[str, Any] | None = None
+    kernels: dict[str, Any] | None = None
 
     @property
     def cubin_sha256(self) -> str:
@@ -141,6 +147,8 @@ def encode_entry(rec: EntryRecord, format_version: int = ENTRY_FORMAT) -> bytes:
         header["python_names"] = dict(rec.python_names)
     if rec.manifest is not None:
         header["manifest"] = rec.manifest
+    if rec.kernels is not None:
+        header["kernels"] = rec.kernels
     try:
         blob = json.dumps(header, sort_keys=True, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
@@ -213,6 +221,9 @@ def decode_entry(value: object, key: str | None = None) -> EntryRecord:
     manifest = header.get("manifest")
     if manifest is not None and not isinstance(manifest, dict):
         raise BadEntry("the entry's 'manifest' field is not a JSON object")
+    kernels = header.get("kernels")
+    if kernels is not None and not _kernel_table(kernels):
+        raise BadEntry("the entry's 'kernels' field is not a kernel table")
     cubin = data[start + hlen:]
     if len(cubin) != header["cubin_size"]:
         raise BadEntry(f"the CUBIN is {len(cubin)} bytes, its header says "
@@ -224,7 +235,15 @@ def decode_entry(value: object, key: str | None = None) -> EntryRecord:
                        nvrtc_version=header["nvrtc_version"], created=float(header["created"]),
                        compile_seconds=float(header["compile_seconds"]),
                        python_names=header.get("python_names"), key=stored_key,
-                       manifest=manifest)
+                       manifest=manifest, kernels=kernels)
+
+
+def _kernel_table(value: object) -> bool:
+    """Whether a decoded ``kernels`` field has the shape :class:`EntryRecord` documents."""
+    return (isinstance(value, dict) and isinstance(value.get("placeholders"), bool)
+            and isinstance(value.get("rows"), list)
+            and all(isinstance(r, list) and len(r) == 5 and all(isinstance(x, str) for x in r)
+                    for r in value["rows"]))
 
 
 # --- trust: who may have written what the cache reads ------------------------------------------
@@ -692,8 +711,10 @@ class KernelCache:
             if why:
                 self._fall_back("untrusted", f"the cache folder {self.directory} is not trusted: "
                                 f"{why}; a CUBIN from there could be anyone's code. Fix its "
-                                "owner or mode (chmod 700 the folder, 600 its files) or set "
-                                "CUDAMAGIC_CACHE_DIR")
+                                "owner or mode (chmod 700 the folder, 600 its files) or "
+                                + ("point CUDAMAGIC_CACHE_DIR (set now) at a folder of your own"
+                                   if os.environ.get("CUDAMAGIC_CACHE_DIR")
+                                   else "set CUDAMAGIC_CACHE_DIR to a folder of your own"))
                 return
             # the limit is not passed to diskcache: it would store it before it can be checked
             self._dc = _Store(str(self.directory), **_SETTINGS)

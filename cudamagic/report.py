@@ -172,7 +172,7 @@ _STATUS = {"cache": Badge("cache hit", "cudamagic-hit"),
 _PHASES = (
     ("imports", "imports"), ("parse", "magic line"), ("driver", "CUDA driver start"),
     ("key", "options and cache key"), ("lookup", "cache lookup"), ("headers", "header check"),
-    ("compile", "compile (NVRTC)"), ("manifest", "list of headers read"),
+    ("nvrtc", "NVRTC start"), ("compile", "compile (NVRTC)"), ("manifest", "list of headers read"),
     ("demangle", "demangle"), ("resolve", "resolve names"), ("store", "cache store"),
     ("history", "cell history"), ("push", "names into the notebook"),
     ("load", "load on the GPU (for the registers column)"), ("display", "display (render)"),

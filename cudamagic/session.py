@@ -12,18 +12,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
+import copyreg
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
 
 from . import driver
-from .cache import EntryRecord, KernelCache
-from .compiler import CompileResult, compile_cubin, nvrtc_version, supported_archs
+from .cache import _MAGIC as _ENTRY_MAGIC
+from .cache import BadEntry, EntryRecord, KernelCache, decode_entry, encode_entry
+from .compiler import (CompileResult, compile_cubin, nvrtc_version, supported_archs,
+                       template_kernels)
 from .deps import Manifest, SearchPath, from_scan, from_trace, trace_headers
 from .demangle import Demangler, Pending, default_demangler
 from .errors import (CompileError, ImageError, InputWarning, NameResolutionError, OptionError,
@@ -35,7 +38,7 @@ from .names import Signatures, python_name, valid_python_name
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, nvrtc_options,
                       options_from_nvrtc)
 from .report import BuildReport, KernelRow
-from .resolve import NVRTC, Resolution, Resolved, closest, plain_kernels, resolve
+from .resolve import NVRTC, Resolved, closest, plain_kernels, resolve
 from .toolkit import toolkit
 
 __all__ = ["Module", "BuildContext", "build", "build_module", "entry_key", "load_cubin",
@@ -92,12 +95,16 @@ class Module(Mapping[str, Kernel]):
     """
 
     def __init__(self, binary: Binary, key: str, kernels: dict[str, Kernel],
-                 report: BuildReport) -> None:
+                 report: BuildReport, placeholders: bool = False) -> None:
         self._binary = binary
         self.key = key
         self.kernels = kernels
         self.report = report
         self.warnings = report.warnings
+        self._placeholders = placeholders  # how the kernels' demangled texts name T1, T2...
+        self._payload_bytes: bytes | None = None
+        for kern in kernels.values():
+            kern._owner = self  # a kernel that travels takes its module along
 
     @property
     def cubin(self) -> bytes:
@@ -152,6 +159,76 @@ class Module(Mapping[str, Kernel]):
 
     def _repr_html_(self) -> str:
         return self.report.html()
+
+    def __reduce__(self):
+        """A module travels (pickle, Dask) as its entry record: the CUBIN, the kernel table
+        and a header under one checksum, checked on arrival. No code object, no driver handle:
+        the other process loads the CUBIN on its own GPU on first call, and never compiles."""
+        return _arrive, (self._payload(), self.report)
+
+    def _payload(self) -> bytes:
+        if self._payload_bytes is None:
+            rows = [[k.name_expression, k.symbol, k.python_name, k.resolved_by, k.signature]
+                    for k in self.kernels.values()]
+            record = EntryRecord(cubin=self.cubin, lowered=None, key=self.key,
+                                 arch=self.report.arch, nvrtc_version=self.report.nvrtc_version,
+                                 kernels={"placeholders": self._placeholders, "rows": rows})
+            self._payload_bytes = encode_entry(record)
+        return self._payload_bytes
+
+
+# Modules that arrived in this process, by their payload's checksum: a task that brings the
+# same module again gets the one already here (its CUBIN already loaded on this GPU).
+_arrived: "weakref.WeakValueDictionary[bytes, Module]" = weakref.WeakValueDictionary()
+_arrived_lock = threading.Lock()
+
+
+def _arrive(payload: bytes, report: BuildReport) -> Module:
+    """A module rebuilt from its travelling record (:meth:`Module.__reduce__`).
+
+    :raises ImageError: the record was damaged or altered on the way (its checksum or shape
+        does not hold): it is refused.
+    """
+    digest = bytes(payload[len(_ENTRY_MAGIC):len(_ENTRY_MAGIC) + 32])
+    with _arrived_lock:
+        known = _arrived.get(digest)
+        if known is not None and known._payload_bytes == payload:
+            return known
+    try:
+        record = decode_entry(payload)
+    except BadEntry as exc:
+        raise ImageError(f"a cudamagic module arrived damaged or altered and is refused: {exc}"
+                         ) from None
+    if record.kernels is None:
+        raise ImageError("a cudamagic module arrived without its kernel table and is refused")
+    binary = Binary(record.cubin, read_cubin(record.cubin))
+    table = record.kernels["rows"]
+    sigs = Signatures({symbol: text for _, symbol, _, _, text in table},
+                      record.kernels["placeholders"])
+    try:
+        kernels = {label: Kernel(binary, label, symbol, name, sigs, how, binary.image.kernel(symbol))
+                   for label, symbol, name, how, _ in table}
+    except KeyError as exc:
+        raise ImageError(f"a cudamagic module arrived whose kernel table names {exc} , which "
+                         "its CUBIN does not hold; it is refused") from None
+    module = Module(binary, record.key, kernels, report, record.kernels["placeholders"])
+    module._payload_bytes = payload
+    with _arrived_lock:
+        _arrived[digest] = module
+    return module
+
+
+def _kernel_reduce(kernel: Kernel):
+    """A kernel travels with its module (pickled once per message however many kernels of it
+    go along) and is looked up by its name expression on arrival."""
+    return _kernel_of, (kernel._owner, kernel.name_expression)
+
+
+def _kernel_of(module: Module, label: str) -> Kernel:
+    return module.kernels[label]
+
+
+copyreg.pickle(Kernel, _kernel_reduce)
 
 
 @dataclass
@@ -330,8 +407,9 @@ def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Modul
 
 def _compile(ctx: BuildContext, pending: Pending, miss_reason: str) -> Module:
     """The miss: compile, assemble from NVRTC's exact map, store with the manifest."""
-    _check_arch(ctx.arch)
     t = time.perf_counter()
+    _check_arch(ctx.arch)  # the first in a process loads NVRTC (100-200 ms)
+    t = ctx.lap("nvrtc", t)
     with (ctx.compile_notice or contextlib.nullcontext)():
         result = ctx.compiler(ctx.source, ctx.opts.name_expressions, ctx.options,
                               program_name=PROGRAM_NAME, line_offset=ctx.line_offset)
@@ -427,11 +505,6 @@ class _Namer:
         return name
 
 
-_TEMPLATE_KERNEL = re.compile(
-    r"template\s*<(?P<params>[^{};]*?)>\s*(?:__global__\s+(?:\w+\s+)*void|void\s+__global__)"
-    r"\s+(?P<name>\w+)\s*\(")
-
-
 def _note_unnamed(ctx: BuildContext, sigs: Signatures, named: set[str]) -> None:
     """Say what a cell defines but the user cannot call: templates without a -n, overloads
     without a cast, or no kernel at all."""
@@ -439,13 +512,12 @@ def _note_unnamed(ctx: BuildContext, sigs: Signatures, named: set[str]) -> None:
     unnamed = [sigs.text(s) for s in sigs
                if s not in named and sigs.maybe_plain(s) and "<" not in sigs[s].name]
     asked = {e.split("<", 1)[0].strip().rsplit("::", 1)[-1] for e in ctx.opts.name_expressions}
-    templates = [m.group("name") for m in _TEMPLATE_KERNEL.finditer(ctx.source)
-                 if m.group("name") not in asked]
+    templates = [name for name in template_kernels(ctx.source) if name not in asked]
     if templates:
         first = templates[0]
         ctx.notes.append(
             f"the __global__ template{'s' if len(templates) > 1 else ''} "
-            f"{', '.join(dict.fromkeys(templates))} {'are' if len(templates) > 1 else 'is'} "
+            f"{', '.join(templates)} {'are' if len(templates) > 1 else 'is'} "
             f"not compiled: a template kernel is compiled only for the instances named with "
             f'-n, e.g. -n "{first}<float>" (name_expressions=["{first}<float>"] in build())')
     elif not sigs:
@@ -488,7 +560,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], origi
         cache_dir=ctx.store.location if ctx.store else "(not cached)", log=record.log,
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
         module_name=ctx.opts.module)
-    return Module(binary, ctx.key, kernels, report)
+    return Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders)
 
 
 def _check_arch(arch: str) -> None:

@@ -1,0 +1,168 @@
+"""A module built in the client travels to Dask workers as its entry record: the same kernels
+there, no compile, no cache folder, and the GPU (or NoDeviceError) of the worker's own."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import cudamagic
+
+distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed "
+                                  "(pip install cudamagic[dask])")
+
+SOURCE = r"""
+template <typename T>
+__global__ void saxpy(T a, const T* x, T* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }
+extern "C" __global__ void fill(float* x, float v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = v; }
+"""
+EXPRS = ["saxpy<float>", "saxpy<double>"]
+
+
+def _on_worker(module, kernel):
+    """What a task sees: the kernel table, whether NVRTC or a cache was touched, a launch."""
+    import os
+    import sys
+
+    from cudamagic import cache, compiler
+
+    compiles = []
+    real = compiler._compile
+    compiler._compile = lambda *a, **k: compiles.append(a) or real(*a, **k)
+    try:
+        try:
+            kernel((1,), (32,), (None, 1.0, 0))
+            launched = "launched"
+        except cudamagic.NoDeviceError as exc:
+            launched = f"NoDeviceError: {exc}"
+    finally:
+        compiler._compile = real
+    return {"pid": os.getpid(),
+            "map": {k.name_expression: (k.symbol, k.python_name) for k in module.kernels.values()},
+            "same_module": kernel._owner is module,
+            "compiles": len(compiles),
+            "nvrtc_loaded": "cuda.bindings.nvrtc" in sys.modules,
+            "cache_opened": cache._default is not None,
+            "launch": launched}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=40) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory):
+    return cudamagic.build(SOURCE, EXPRS, cache=tmp_path_factory.mktemp("cache"))
+
+
+def test_workers_get_the_clients_kernels_without_compiling(client, module):
+    workers = list(client.scheduler_info()["workers"])
+    assert len(workers) == 2
+    futures = [client.submit(_on_worker, module, module["fill"], workers=[w], pure=False)
+               for w in workers]
+    results = client.gather(futures)
+    assert len({r["pid"] for r in results}) == 2  # two processes
+    client_map = {k.name_expression: (k.symbol, k.python_name) for k in module.kernels.values()}
+    for r in results:
+        assert r["map"] == client_map
+        assert r["same_module"] and r["compiles"] == 0 and not r["nvrtc_loaded"]
+        assert not r["cache_opened"]  # a worker needs no cache folder
+        if not cudamagic.gpu_available():
+            assert r["launch"].startswith("NoDeviceError: no CUDA device is available")
+
+
+def test_map_and_many_kernels_of_one_module(client, module):
+    kernels = [module["saxpy<float>"], module["saxpy<double>"], module["fill"]]
+    names = client.gather(client.map(lambda k: (k.name_expression, k.symbol), kernels,
+                                     pure=False))
+    assert names == [(k.name_expression, k.symbol) for k in kernels]
+
+
+def test_argument_checks_run_on_the_worker(client, module):
+    def bad_call(k):
+        try:
+            k((1,), (32,), (1.0, np.zeros(4, np.float32), None, 4))  # a host array
+        except cudamagic.CudaMagicError as exc:
+            return type(exc).__name__, str(exc)
+        return "no error", ""
+
+    kind, message = client.submit(bad_call, module["saxpy<float>"], pure=False).result()
+    assert kind == "ArgumentTypeError" and "parameter 1" in message and "host array" in message
+
+
+def test_a_tampered_record_is_refused_on_arrival(module):
+    blob = bytearray(pickle.dumps(module))
+    at = blob.find(b"_Z5saxpyIfE")  # inside the checksummed kernel table
+    blob[at + 8] ^= 1
+    with pytest.raises(cudamagic.ImageError, match="arrived damaged or altered and is refused"):
+        pickle.loads(bytes(blob))
+    cubin_at = blob.find(module.cubin[64:96])  # inside the CUBIN
+    blob = bytearray(pickle.dumps(module))
+    blob[cubin_at] ^= 0xFF
+    with pytest.raises(cudamagic.ImageError, match="refused"):
+        pickle.loads(bytes(blob))
+
+
+def test_a_module_round_trips_in_process(module):
+    back = pickle.loads(pickle.dumps(module))
+    assert back.key == module.key and back.cubin == module.cubin
+    assert {e: (k.symbol, k.python_name, k.resolved_by, k.signature)
+            for e, k in back.kernels.items()} == \
+        {e: (k.symbol, k.python_name, k.resolved_by, k.signature)
+         for e, k in module.kernels.items()}
+    assert [p for p in back["saxpy<float>"].params] == [p for p in module["saxpy<float>"].params]
+
+
+def _saxpy_block(block, kernel, a):
+    """map_blocks body: a CuPy block on this worker's GPU, saxpy'd in place on a copy; records
+    which device did the work."""
+    import cupy as cp
+
+    y = cp.ones_like(block)
+    n = block.size
+    kernel(((n + 255) // 256,), (256,), (np.float32(a), block, y, np.int32(n)))
+    _DEVICES.append(int(cp.cuda.runtime.getDevice()))
+    return y
+
+
+_DEVICES: list[int] = []
+
+
+def _devices_seen():
+    return sorted(set(_DEVICES))
+
+
+@pytest.mark.gpu
+def test_local_cuda_cluster_map_blocks_on_two_gpus(module):
+    """The GPU machine's two-GPU kind: dask-cuda's LocalCUDACluster, one worker per GPU, a
+    CuPy-backed dask array of 16 chunks through a cudamagic kernel, equal to NumPy."""
+    cp = pytest.importorskip("cupy")
+    dask_cuda = pytest.importorskip("dask_cuda", reason="dask-cuda is not installed")
+    import dask.array as da
+    from distributed import Client
+
+    from cudamagic import driver
+
+    if driver.device_count() < 2:
+        pytest.skip("needs two GPUs (the device tool's nvidia-h200-x2 kind)")
+    n = 1 << 20
+    host = np.arange(n, dtype=np.float32)
+    with dask_cuda.LocalCUDACluster(n_workers=2, dashboard_address=None,
+                                    silence_logs=40) as cluster, Client(cluster) as client:
+        x = da.from_array(host, chunks=n // 16).map_blocks(cp.asarray)
+        y = x.map_blocks(_saxpy_block, module["saxpy<float>"], 2.5, dtype=np.float32)
+        got = cp.asnumpy(y.compute())
+        devices = client.run(_devices_seen)
+    assert np.array_equal(got, np.float32(2.5) * host + np.float32(1))
+    print(f"\nworkers and the devices that ran blocks: {devices}")
+    assert sorted(d for seen in devices.values() for d in seen) == [0, 1]
