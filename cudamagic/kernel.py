@@ -148,7 +148,9 @@ def _direct_entries(kind: str, dtype: np.dtype | None, size: int) -> tuple[tuple
         # long long and long are one width but two NumPy types on Linux
         longlong = [(np.longlong, "q"), (np.ulonglong, "Q")] if size == 8 else []
         return tuple(dict.fromkeys(ints + floats.get(size, []) + longlong))
-    return ()  # half, bfloat16, complex, structs, pointers: the converter (pointers: see below)
+    # half, bfloat16, complex, structs: the converter; pointers: the launcher reads CuPy arrays
+    # itself (_arg_lines), everything else through the converter
+    return ()
 
 
 def param_specs(image: KernelImage, signature: Signature | None) -> tuple[ParamSpec, ...] | None:
@@ -678,74 +680,71 @@ class Launcher:
         return ctypes.addressof(self.pointers)
 
 
-def _arg_lines(spec: ParamSpec, env: dict[str, Any]) -> tuple[list[str], str | None]:
-    """The generated code for one argument: it sets ``v<i>`` (packed with the slot's code in the
-    one ``pack_into``) or appends ``(pack_into, offset, value)`` to ``late``. Returns the lines
-    and the value's name in the pack call (None where the slot has no code)."""
+def _fast_form(spec: ParamSpec, env: dict[str, Any], sample: Any) -> tuple[str, str, str]:
+    """How the generated launcher takes one argument as it is: ``(test, value, code)``, the test
+    that its type is one ``struct`` packs exactly with ``code``, and the expression packed.
+
+    A slot with one code (every typed one) tests all its direct types. An ``extern "C"`` slot
+    has a code per type (an int or a float in a 4-byte slot): the launcher takes the group of
+    the first call's argument (a C parameter has one type), and any other type through the
+    checked path, which gives the same bytes, more slowly. A slot with no direct form (half,
+    bfloat16, complex, structs) has no test: its converter runs on every call.
+    """
     i, a = spec.index, f"a{spec.index}"
-    env[f"C{i}"] = lambda value, _s=spec, _n=env["name"]: _CONVERTERS[_s.kind](_n, _s, value)
-    env[f"W{i}"] = struct.Struct(f"<{spec.size}s").pack_into
-    slow = f"late = (late or ()) + ((W{i}, {spec.offset}, C{i}({a})),)"
-    if not spec.code:
-        return [f"    {slow}"], None
-    lines, tests = [f"    t = type({a})"] if spec.direct else [], []
-    if spec.kind == "pointer" or (spec.kind == "untyped" and spec.size == 8):
-        dtype_test = ""
+    pointer = spec.kind == "pointer" or (spec.kind == "untyped" and spec.size == 8
+                                         and (type(sample) is env["ND"] or sample is None
+                                              or spec.direct_code(sample) is None))
+    if pointer:
         if spec.kind == "pointer" and spec.dtype is not None:
             env[f"D{i}"] = spec.dtype
-            dtype_test = f" and {a}.dtype is D{i}"
-        t = "t" if spec.direct else f"type({a})"
-        tests.append((f"{t} is ND{dtype_test}", f"v{i} = {a}.data.ptr"))
-    for j, (typ, code) in enumerate(spec.direct):
+            return f"type({a}) is ND and {a}.dtype is D{i}", f"{a}.data.ptr", "Q"
+        return f"type({a}) is ND", f"{a}.data.ptr", "Q"
+    if not spec.direct:
+        return "", "", ""
+    code = spec.direct_code(sample) if spec.kind == "untyped" else None
+    code = code or spec.code
+    group = [t for t, c in spec.direct if c == code]
+    terms = []
+    for j, typ in enumerate(group):
+        if j == 3:  # the common types by identity, the rest by one set lookup
+            env[f"S{i}"] = frozenset(group[3:])
+            terms.append(f"t in S{i}")
+            break
         env[f"T{i}_{j}"] = typ
-    same = [(j, t) for j, (t, c) in enumerate(spec.direct) if c == spec.code]
-    # the first few by identity (the common types, fastest), the rest by one set lookup
-    terms = [f"(t is T{i}_{j} and {a} == {a})" if _nan_checked(t, spec.code)
-             else f"t is T{i}_{j}" for j, t in same[:3]]
-    if len(same) > 3:
-        env[f"S{i}"] = frozenset(t for _, t in same[3:])
-        terms.append(f"t in S{i}")
-    if terms:
-        tests.append((" or ".join(terms), f"v{i} = {a}"))
-    for j, (typ, code) in enumerate(spec.direct):
-        if code != spec.code:  # an untyped slot: another code for this type, packed after
-            env[f"P{i}_{j}"] = struct.Struct("<" + code).pack_into
-            nan = f" and {a} == {a}" if _nan_checked(typ, code) else ""
-            tests.append((f"t is T{i}_{j}{nan}",
-                          f"v{i} = 0; late = (late or ()) + ((P{i}_{j}, {spec.offset}, {a}),)"))
-    for k, (test, body) in enumerate(tests):
-        lines += [f"    {'if' if k == 0 else 'elif'} {test}:", f"        {body}"]
-    lines += ["    else:", f"        v{i} = 0; {slow}"]
-    return lines, f"v{i}"
+        nan = f" and {a} == {a}" if _nan_checked(typ, code) else ""
+        terms.append(f"{'(t := type(' + a + '))' if j == 0 else 't'} is T{i}_{j}{nan}")
+    return f"({' or '.join(terms)})", a, code
 
 
 def _dims_lines(what: str, names: str) -> list[str]:
-    """Generated code that reads a launch dimension: tuples of 1 or 2 ints inline (each test
-    written out: this runs on every launch), anything else through :func:`_dims` (3-D, lists,
-    NumPy ints; it says what is wrong)."""
+    """Generated code that reads a launch dimension: 1 or 2 ints inline (a sequence pattern is
+    the fewest bytecodes for it: this runs on every launch), anything else through
+    :func:`_dims` (3-D, NumPy ints; it says what is wrong)."""
     x, y, z = names.split(", ")
+    ok = [f"type({v}) is int and 0 < {v} <= U32" for v in (x, y)]
     return [
-        f"    if type({what}) is tuple and len({what}) == 1 and type({x} := {what}[0]) is int "
-        f"and 0 < {x} <= U32:",
-        f"        {y} = {z} = 1",
-        f"    elif type({what}) is tuple and len({what}) == 2 and type({x} := {what}[0]) is int "
-        f"and type({y} := {what}[1]) is int and 0 < {x} <= U32 and 0 < {y} <= U32:",
-        f"        {z} = 1",
-        "    else:",
-        f"        {names} = dims(name, '{what}', {what})",
+        f"    match {what}:",
+        f"        case ({x},) if {ok[0]}:",
+        f"            {y} = {z} = 1",
+        f"        case ({x}, {y}) if {ok[0]} and {ok[1]}:",
+        f"            {z} = 1",
+        "        case _:",
+        f"            {names} = dims(name, '{what}', {what})",
     ]
 
 
-def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks) -> Launcher:
+def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
+                      sample: Sequence[Any] = ()) -> Launcher:
     """The launch function of one kernel, generated from its parameter table.
 
     Generated (as CuPy and Numba generate their launchers) because a Python loop over
-    per-argument packers costs about 1 us a launch (benchmarks/launch_overhead.py): here every
-    argument is one type test and the whole buffer one ``struct.pack_into``. Arguments that are
-    not of a direct type take the checked path's converter for their parameter; a direct value
-    that ``struct`` refuses (out of range) sends the whole buffer through the checked path, which
-    says what is wrong. Order: arguments, grid, block, shared memory, stream, then the device, so
-    every argument error is raised before (and without) a GPU.
+    per-argument packers costs about 1 us a launch (benchmarks/launch_overhead.py). Where every
+    argument is of a type its slot packs as it is (``ParamSpec.direct``), one type test each and
+    one ``struct.pack_into`` fill the buffer; anything else, or a value ``struct`` refuses (out
+    of range), goes through the checked path (:func:`pack_args`), which gives the same bytes or
+    says what is wrong. ``sample`` (the first call's arguments) picks the group of an
+    ``extern "C"`` slot. Order: arguments, grid, block, shared memory, stream, then the device,
+    so every argument error is raised before (and without) a GPU.
     """
     size = max((s.offset + s.size for s in specs), default=0)
     buf = (ctypes.c_char * max(size, 1))()
@@ -754,19 +753,24 @@ def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks)
         ptrs[s.index] = ctypes.addressof(buf) + s.offset
     env = _launcher_globals(name, specs, hooks, buf)
     env["address"] = ctypes.addressof(ptrs)
-    body, fmt, values, pos = [], "<", [], 0
+    sample = tuple(sample) if len(sample) == len(specs) else (None,) * len(specs)
+    tests, values, fmt, converted, pos = [], [], "<", [], 0
     for spec in sorted(specs, key=lambda s: s.offset):
         if spec.offset < pos:
             raise LaunchError(f"{name}: the CUBIN's parameter records overlap (parameter "
                               f"{spec.index} at offset {spec.offset}); it cannot be launched")
-        lines, value = _arg_lines(spec, env)
-        body += lines
-        fmt += (f"{spec.offset - pos}x" if spec.offset > pos else "") \
-            + (spec.code if value else f"{spec.size}x")
+        test, value, code = _fast_form(spec, env, sample[spec.index])
+        fmt += (f"{spec.offset - pos}x" if spec.offset > pos else "") + (code or f"{spec.size}x")
+        tests += [test] if test else []
         values += [value] if value else []
+        if not code:  # no direct form: the slot's converter, written after the pack
+            env[f"C{spec.index}"] = functools.partial(_CONVERTERS[spec.kind], name, spec)
+            env[f"W{spec.index}"] = struct.Struct(f"<{spec.size}s").pack_into
+            converted.append(f"W{spec.index}(buf, {spec.offset}, C{spec.index}(a{spec.index}))")
         pos = spec.offset + spec.size
     env["pack"] = struct.Struct(fmt).pack_into
-    source = _launcher_source(len(specs), body, values)
+    source = _launcher_source(len(specs), " and ".join(tests) or "True",
+                              [f"pack(buf, 0{''.join(', ' + v for v in values)})", *converted])
     exec(compile(source, f"<cudamagic launcher for {name}>", "exec"), env)
     return Launcher(env["launch_kernel"], buf, ptrs, source)
 
@@ -781,41 +785,45 @@ def _launcher_globals(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
         "relaunch": hooks.relaunch, "ZERO": 0,
         "with_shared": functools.partial(_with_shared, name, hooks),
         "struct_error": struct.error, "dims": _dims, "stream_handle": _stream_handle,
-        "arg_tuple": lambda args: _arg_tuple(name, specs, args),
-        "repack": lambda args: _write(name, specs, args, buf),
+        "repack": functools.partial(_write, name, specs, buf=buf),
     }
     env["launch"] = hooks.launch or _first_launch(env)
     return env
 
 
-def _launcher_source(nargs: int, body: list[str], values: list[str]) -> str:
+def _launcher_source(nargs: int, fast_test: str, packs: list[str]) -> str:
     """The text of a generated launcher (see :func:`generate_launcher`)."""
-    unpack = f"    {', '.join(f'a{i}' for i in range(nargs))}{',' if nargs == 1 else ''} = args"
+    names = f"{', '.join(f'a{i}' for i in range(nargs))}{',' if nargs == 1 else ''}"
+    # a tuple of another length fails to unpack (no len() call on the common path)
+    unpack = [f"        try: {names} = args", "        except ValueError: repack(args)"] \
+        if nargs else ["        if args: repack(args)"]
     return "\n".join([
         "def launch_kernel(grid, block, args=(), shared_mem=0, stream=None):",
-        f"    if type(args) is not tuple or len(args) != {nargs}:",
-        "        args = arg_tuple(args)",
-        *([unpack] if nargs else []),
-        "    late = None",
-        *body,
-        "    try:",
-        f"        pack(buf, 0{''.join(', ' + v for v in values)})",
-        "        if late is not None:",
-        "            for p, off, v in late: p(buf, off, v)",
-        "    except (struct_error, OverflowError):",
-        "        repack(args)  # the checked path: raises what is wrong, else packs it all",
+        "    if type(args) is tuple:",
+        *unpack,
+        f"        if {fast_test}:",
+        "            try:",
+        *[f"                {p}" for p in packs],
+        "            except (struct_error, OverflowError):",
+        "                repack(args)  # a value out of range: the checked path says which",
+        "        else:",
+        "            repack(args)  # another type: the checked path converts it or says why",
+        "    else:",
+        "        repack(args)  # a list, or a wrong count",
         *_dims_lines("grid", "gx, gy, gz"),
         *_dims_lines("block", "bx, by, bz"),
-        # CPython keeps a single int 0, so this is one test for the common shared_mem=0
-        "    if shared_mem is ZERO:",
-        "        if stream is None: st = None",
-        "        elif type(stream) is ST: st = stream.ptr",
-        "        else: st = stream_handle(name, stream)",
+        # CPython keeps a single int 0, so `is ZERO` is one test for the common shared_mem=0
+        "    if stream is None and shared_mem is ZERO:",
         "        device = current_device()",
         "        fn = handles.get(device)",
         "        if fn is None: fn = load(device)",
-        "        if st is None: st = current_stream().ptr",
-        "    else:",
+        "        st = current_stream().ptr",
+        "    elif type(stream) is ST and shared_mem is ZERO:",
+        "        st = stream.ptr",
+        "        device = current_device()",
+        "        fn = handles.get(device)",
+        "        if fn is None: fn = load(device)",
+        "    else:  # another stream, or dynamic shared memory: checked before the device",
         "        shared_mem, st, device, fn = with_shared(shared_mem, stream)",
         "    try:",
         "        launch(fn, gx, gy, gz, bx, by, bz, shared_mem, st, address, 0)",
@@ -849,7 +857,7 @@ def _first_launch(env: dict[str, Any]) -> Callable[..., Any]:
     return first
 
 
-def _write(name: str, specs: Sequence[ParamSpec], args: Any, buf: ctypes.Array) -> None:
+def _write(name: str, specs: Sequence[ParamSpec], args: Any, *, buf: ctypes.Array) -> None:
     """Fill the parameter buffer through the checked path (every argument, every check)."""
     for spec, blob in zip(specs, pack_args(name, specs, args)):
         struct.pack_into(f"<{spec.size}s", buf, spec.offset, blob)
@@ -956,15 +964,18 @@ class Kernel:
         """
         run = self._runs.get(_get_ident())
         if run is None:
-            run = self._make_launcher().run
+            run = self._make_launcher(args).run
         run(grid, block, args, shared_mem, stream)
 
-    def _make_launcher(self) -> Launcher:
-        """This thread's launcher (its own parameter buffer: threads launch concurrently)."""
+    def _make_launcher(self, sample: Any) -> Launcher:
+        """This thread's launcher (its own parameter buffer: threads launch concurrently);
+        ``sample``, the first call's arguments, picks how ``extern "C"`` slots are packed."""
         if self.params is None:
             raise LaunchError(f"{self.name_expression}: the CUBIN carries no parameter records "
                               f"for {self.symbol}; cudamagic cannot pack its arguments safely")
-        launcher = generate_launcher(self.name_expression, self.params, self._launch_hooks())
+        sample = sample if isinstance(sample, (tuple, list)) else ()
+        launcher = generate_launcher(self.name_expression, self.params, self._launch_hooks(),
+                                     sample)
         # by thread: a thread id reused after a thread ends takes over a dead thread's buffer
         self._launchers[_get_ident()] = launcher
         self._runs[_get_ident()] = launcher.run

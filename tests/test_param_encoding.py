@@ -439,3 +439,23 @@ def test_the_table_is_what_the_cubin_and_signature_say(echo):
     for e in ECHO_EXPRS:  # a direct type's struct code always packs the slot's size
         for typ, code in rows[e].direct:
             assert struct.calcsize("<" + code) == rows[e].size, (e, typ, code)
+
+
+@pytest.mark.parametrize("expr", ["echo4", "echo8"])
+def test_an_extern_c_slot_takes_every_accepted_type_after_its_first_call(echo, expr):
+    """The launcher packs an ``extern "C"`` slot fastest for the first call's type (a C
+    parameter has one type); every other type still reaches it exactly, through the checked
+    path."""
+    k, size = echo[expr], UNTYPED[expr]
+    values = [1.5, 7, np.float32(2.5), np.int32(-3), np.uint32(5), True, -1, 0.1,
+              np.float64(0.25), np.int64(-2**40), np.uint64(2**64 - 1), 2**40]
+    out = CupyArrayStandIn("u1")
+    for first in values:
+        dev = StandInDevice()
+        with dev.attached():
+            launcher = fresh(k)
+            accepted = [v for v in [first, *values] if isinstance(untyped_oracle(size, v), bytes)]
+            for v in accepted:
+                launcher((1,), (1,), (v, out))
+        assert [launch.params[0] for launch in dev.launches] == \
+            [untyped_oracle(size, v) for v in accepted], first
