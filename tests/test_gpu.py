@@ -317,7 +317,7 @@ _NAN_BITS = {"f2": (0x7C01, 0x7E00, 0xFD55), "f4": (0x7F800001, 0x7FC00000, 0xFF
 def _echo_cases() -> list[tuple[str, object, bytes]]:
     """(kernel, value, the bytes it must receive) at the edges of every parameter type, in
     Python and NumPy forms (the property tests in test_param_encoding.py cover the range)."""
-    from .test_param_encoding import COMPLEX, FLOATS, INTEGERS, OTHERS, oracle
+    from .test_kernel import COMPLEX, FLOATS, INTEGERS, OTHERS, oracle
 
     cases: list[tuple[str, object]] = []
     for expr, code in INTEGERS.items():
@@ -347,7 +347,7 @@ def _echo_cases() -> list[tuple[str, object, bytes]]:
 
 def _untyped_echo_cases() -> list[tuple[str, object, bytes]]:
     """The same for ``extern "C"`` kernels: each slot size, Python and NumPy values."""
-    from .test_param_encoding import UNTYPED, untyped_oracle
+    from .test_kernel import UNTYPED, untyped_oracle
 
     untyped = []
     for expr, size in UNTYPED.items():
@@ -372,8 +372,7 @@ def test_every_value_reaches_the_kernel_exactly(tmp_path):
     later call (a non-default CuPy stream, 2-D grid and block); extern "C" kernels too."""
     import cupy as cp
 
-    from .test_kernel import fresh
-    from .test_param_encoding import ECHO_EXPRS, ECHO_SOURCE
+    from .test_kernel import ECHO_EXPRS, ECHO_SOURCE, fresh
 
     mod = cudamagic.build(ECHO_SOURCE, ECHO_EXPRS, cache=tmp_path)
     stream = cp.cuda.Stream(non_blocking=True)

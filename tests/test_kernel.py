@@ -9,11 +9,16 @@ their parameter records and the packing code are real.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
+import functools
+import math
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -21,7 +26,12 @@ import pytest
 
 import cudamagic
 from cudamagic import driver
-from cudamagic.errors import ArgumentError, ArgumentTypeError, ArgumentValueError, NoDeviceError
+from cudamagic.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    ArgumentValueError,
+    NoDeviceError,
+)
 from cudamagic.kernel import Kernel, LaunchHooks, _stream_handle, pack_args
 
 from .conftest import FIXTURES
@@ -92,7 +102,7 @@ class StandInDevice:
                            raise_shared_limit=lambda d, n: self.shared_limits.append((d, n)))
 
     @contextlib.contextmanager
-    def attached(self) -> Iterator["StandInDevice"]:
+    def attached(self) -> Iterator[StandInDevice]:
         """Kernels whose launcher is made inside this block launch on the stand-in."""
         with mock.patch.object(Kernel, "_launch_hooks", lambda k: self.hooks(k)):
             yield self
@@ -365,3 +375,143 @@ def test_attributes_without_a_gpu_come_from_the_cubin(mod):
         "registers": k.resources.registers, "static_shared_bytes": 0, "const_bytes": 0,
         "local_bytes": 0}
     assert k.resources.registers > 0
+
+
+# --- echo kernels, and what each must receive (the oracle, independent of cudamagic's code) ------
+# shared by tests/test_param_encoding.py (every path, no GPU) and tests/test_gpu.py (on a GPU)
+
+ECHO_SOURCE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cupy/complex.cuh>
+struct Pair { int a; double b; };
+template <typename T> __global__ void echo(T v, T* out) { *out = v; }
+extern "C" __global__ void echo1(unsigned char v, unsigned char* out) { *out = v; }
+extern "C" __global__ void echo2(unsigned short v, unsigned short* out) { *out = v; }
+extern "C" __global__ void echo4(unsigned int v, unsigned int* out) { *out = v; }
+extern "C" __global__ void echo8(unsigned long long v, unsigned long long* out) { *out = v; }
+extern "C" __global__ void echo16(Pair v, Pair* out) { *out = v; }
+"""
+# name expression -> the parameter's NumPy dtype ("bf16": none in NumPy; "V": raw bytes)
+INTEGERS = {
+    "echo<bool>": "?", "echo<char>": "i1", "echo<signed char>": "i1", "echo<unsigned char>": "u1",
+    "echo<short>": "i2", "echo<unsigned short>": "u2", "echo<int>": "i4",
+    "echo<unsigned int>": "u4", "echo<long>": "i8", "echo<unsigned long>": "u8",
+    "echo<long long>": "i8", "echo<unsigned long long>": "u8", "echo<size_t>": "u8",
+    "echo<wchar_t>": "i4", "echo<char16_t>": "u2", "echo<char32_t>": "u4",
+}
+FLOATS = {"echo<__half>": "f2", "echo<float>": "f4", "echo<double>": "f8"}
+COMPLEX = {"echo<complex<float>>": "c8", "echo<complex<double>>": "c16"}
+OTHERS = {"echo<__nv_bfloat16>": "bf16", "echo<Pair>": "V16", "echo<float4>": "V16",
+          "echo<int2>": "V8"}
+UNTYPED = {"echo1": 1, "echo2": 2, "echo4": 4, "echo8": 8, "echo16": 16}
+ECHO_EXPRS = [*INTEGERS, *FLOATS, *COMPLEX, *OTHERS]
+
+
+def _exact(x: Any) -> Any:
+    if isinstance(x, (bool, np.bool_, int, np.integer)):
+        return int(x)
+    if np.isnan(x):
+        return "nan"
+    if np.isinf(x):
+        return float(x)
+    return Fraction(*x.as_integer_ratio())
+
+
+@functools.lru_cache(maxsize=1)
+def _bf16_values() -> list[Fraction]:
+    """The value of every finite non-negative bfloat16 (bits 0 to 0x7F7F), ascending."""
+    bits = np.arange(0x7F80, dtype=np.uint32) << 16
+    return [Fraction(*float(f).as_integer_ratio()) for f in bits.view(np.float32)]
+
+
+def bf16_oracle(x: float) -> bytes | type[Exception]:
+    """The bfloat16 nearest to ``x``, ties to the even bit pattern, found by search over every
+    bfloat16 value (no bit tricks to share a mistake with)."""
+    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
+    if math.isnan(x):
+        return (sign | 0x7FC0).to_bytes(2, "little")
+    if math.isinf(x):
+        return (sign | 0x7F80).to_bytes(2, "little")
+    values, ax = _bf16_values(), Fraction(*abs(x).as_integer_ratio())
+    i = bisect.bisect_right(values, ax) - 1  # values[i] <= |x|
+    if i == len(values) - 1:
+        ulp = values[-1] - values[-2]
+        if ax - values[-1] >= ulp / 2:  # the tie goes to the even pattern: infinity
+            return ArgumentValueError
+        return (sign | i).to_bytes(2, "little")
+    lo, hi = values[i], values[i + 1]
+    pick = i if ax - lo < hi - ax or (ax - lo == hi - ax and i % 2 == 0) else i + 1
+    return (sign | pick).to_bytes(2, "little")
+
+
+def oracle(code: str, value: Any) -> bytes | type[Exception]:
+    """The bytes a parameter of NumPy dtype ``code`` must receive for ``value``, or the error."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if code == "bf16":
+        return _bf16_expected(value)
+    dtype = np.dtype(code)
+    if isinstance(value, np.generic) and value.dtype == dtype:
+        return value.tobytes()
+    if dtype.kind in "biu":
+        if isinstance(value, (float, complex, np.floating, np.complexfloating)):
+            return ArgumentTypeError
+        v = int(value)
+        lo, hi = (0, 1) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+        return np.array(v, dtype).tobytes() if lo <= v <= hi else ArgumentValueError
+    if isinstance(value, np.generic):  # another NumPy type: only where exact
+        if value.dtype.kind == "c" and dtype.kind != "c":
+            return ArgumentTypeError
+        with np.errstate(all="ignore"):
+            out = np.array(value, dtype)[()]
+        parts = (lambda z: (z.real, z.imag)) if dtype.kind == "c" else (lambda z: (z,))
+        same = [_exact(p) for p in parts(out)] == [_exact(p) for p in parts(value)]
+        return out.tobytes() if same else ArgumentValueError
+    if dtype.kind == "c" and not isinstance(value, (int, float, complex)):
+        return ArgumentTypeError
+    try:
+        with np.errstate(all="ignore"):
+            out = np.array(value, dtype)
+    except OverflowError:  # an int beyond any double
+        return ArgumentValueError
+    ins = (value.real, value.imag) if dtype.kind == "c" else (value,)
+    outs = (out.real, out.imag) if dtype.kind == "c" else (out,)
+    if any(np.isinf(o) and not (isinstance(i, float) and math.isinf(i)) for o, i in zip(outs, ins)):
+        return ArgumentValueError
+    return out.tobytes()
+
+
+def _bf16_expected(value: Any) -> bytes | type[Exception]:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, np.generic):  # NumPy values: only where exactly a bfloat16
+        if value.dtype.kind not in "biuf":
+            return ArgumentTypeError
+        with np.errstate(all="ignore"):
+            want = bf16_oracle(float(value))
+        if isinstance(want, bytes) and not np.isnan(value):
+            back = np.frombuffer(b"\0\0" + want, "<f4")[0]
+            if _exact(back) != _exact(value):
+                return ArgumentValueError
+        return want
+    try:
+        return bf16_oracle(float(value))
+    except OverflowError:
+        return ArgumentValueError
+
+
+def untyped_oracle(size: int, value: Any) -> bytes | type[Exception]:
+    """What an ``extern "C"`` slot of ``size`` bytes must receive: a Python int as a signed int
+    of that size, a float as float32/double, a NumPy scalar of that size as its bytes."""
+    if isinstance(value, np.generic):
+        return value.tobytes() if value.dtype.itemsize == size else ArgumentTypeError
+    if isinstance(value, (bool, int)):
+        if size not in (1, 2, 4, 8):
+            return ArgumentTypeError
+        lo, hi = -(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1
+        return np.array(int(value), f"i{size}").tobytes() if lo <= value <= hi \
+            else ArgumentValueError
+    if isinstance(value, float):
+        return oracle(f"f{size}", value) if size in (4, 8) else ArgumentTypeError
+    return ArgumentTypeError
