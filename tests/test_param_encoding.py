@@ -103,9 +103,13 @@ def _numpy_int(v: int) -> st.SearchStrategy[Any]:
 
 
 def _bits(dtype: np.dtype) -> st.SearchStrategy[np.generic]:
-    """Any bit pattern of a NumPy float dtype: every NaN payload, subnormal, infinity."""
-    n = dtype.itemsize
-    edges = [0, 1, (1 << (8 * n)) - 1, 1 << (8 * n - 1)]
+    """Any bit pattern of a NumPy float dtype: every NaN payload, subnormal, infinity; the
+    signalling and payload-carrying NaNs among the edges (a widening to double quiets them)."""
+    n, nmant = dtype.itemsize, np.finfo(dtype).nmant
+    sign, inf = 1 << (8 * n - 1), ((1 << (8 * n - 1)) - 1) & ~((1 << nmant) - 1)
+    quiet = inf | (1 << (nmant - 1))
+    nans = [inf | 1, inf | ((1 << (nmant - 1)) - 1), inf | 0x15, quiet, quiet | 0x2A]
+    edges = [0, 1, (1 << (8 * n)) - 1, sign, inf, sign | inf, *nans, *(sign | b for b in nans)]
     return st.one_of(st.integers(0, (1 << (8 * n)) - 1), st.sampled_from(edges)).map(
         lambda b: np.frombuffer(b.to_bytes(n, "little"), dtype)[0])
 
