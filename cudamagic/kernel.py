@@ -472,7 +472,9 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     value = _unwrap(value)
     if _is_device_array(value):
         if spec.size != 8:
-            raise _fail(kernel, spec, f"got an array for a {spec.size}-byte parameter")
+            what = "None (a null pointer)" if value is None else "a device array"
+            raise _fail(kernel, spec, f"got {what} for a {spec.size}-byte parameter: pointers "
+                                      "are 8 bytes")
         return _to_pointer(kernel, spec, value)
     if isinstance(value, np.ndarray):
         raise _fail(kernel, spec, f"got a host array ({value.dtype}, shape {value.shape}): "
@@ -717,17 +719,19 @@ def _fast_form(spec: ParamSpec, env: dict[str, Any], sample: Any) -> tuple[str, 
 
 
 def _dims_lines(what: str, names: str) -> list[str]:
-    """Generated code that reads a launch dimension: 1 or 2 ints inline (a sequence pattern is
+    """Generated code that reads a launch dimension: 1 to 3 ints inline (a sequence pattern is
     the fewest bytecodes for it: this runs on every launch), anything else through
-    :func:`_dims` (3-D, NumPy ints; it says what is wrong)."""
+    :func:`_dims` (NumPy ints; it says what is wrong)."""
     x, y, z = names.split(", ")
-    ok = [f"type({v}) is int and 0 < {v} <= U32" for v in (x, y)]
+    ok = [f"type({v}) is int and 0 < {v} <= U32" for v in (x, y, z)]
     return [
         f"    match {what}:",
         f"        case ({x},) if {ok[0]}:",
         f"            {y} = {z} = 1",
         f"        case ({x}, {y}) if {ok[0]} and {ok[1]}:",
         f"            {z} = 1",
+        f"        case ({x}, {y}, {z}) if {' and '.join(ok)}:",
+        "            pass",
         "        case _:",
         f"            {names} = dims(name, '{what}', {what})",
     ]
