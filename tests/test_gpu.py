@@ -317,9 +317,11 @@ _NAN_BITS = {"f2": (0x7C01, 0x7E00, 0xFD55), "f4": (0x7F800001, 0x7FC00000, 0xFF
 def _echo_cases() -> list[tuple[str, object, bytes]]:
     """(kernel, value, the bytes it must receive) at the edges of every parameter type, in
     Python and NumPy forms (the property tests in test_param_encoding.py cover the range)."""
-    from .test_kernel import COMPLEX, FLOATS, INTEGERS, OTHERS, oracle
+    from .test_kernel import COMPLEX, FLOATS, INT128, INTEGERS, OTHERS, oracle
 
-    cases: list[tuple[str, object]] = []
+    cases: list[tuple[str, object]] = [(e, v) for e in INT128 for v in (
+        0, 1, 2**64 + 5, np.uint64(2**64 - 1), (1 << 127) - 1,
+        *(((-1, -(1 << 127), np.int64(-2**63))) if INT128[e] == "i16" else ((1 << 128) - 1,)))]
     for expr, code in INTEGERS.items():
         dt = np.dtype(code)
         lo, hi = (0, 1) if code == "?" else (int(np.iinfo(dt).min), int(np.iinfo(dt).max))
@@ -340,7 +342,7 @@ def _echo_cases() -> list[tuple[str, object, bytes]]:
                                   2.0**-133, math.inf, -0.0, math.nan)]
     cases += [(bf16, np.float32(1.5)), (bf16, b"\x81\x7f")]
     cases += [(e, bytes(range(1, 1 + int(OTHERS[e][1:])))) for e in OTHERS if e != bf16]
-    codes = {**INTEGERS, **FLOATS, **COMPLEX, **OTHERS}
+    codes = {**INTEGERS, **INT128, **FLOATS, **COMPLEX, **OTHERS}
     typed = [(e, v, v if codes[e].startswith("V") else oracle(codes[e], v)) for e, v in cases]
     return [(e, v, w) for e, v, w in typed + _untyped_echo_cases() if isinstance(w, bytes)]
 

@@ -400,12 +400,13 @@ INTEGERS = {
     "echo<long long>": "i8", "echo<unsigned long long>": "u8", "echo<size_t>": "u8",
     "echo<wchar_t>": "i4", "echo<char16_t>": "u2", "echo<char32_t>": "u4",
 }
+INT128 = {"echo<__int128>": "i16", "echo<unsigned __int128>": "u16"}  # no NumPy dtype
 FLOATS = {"echo<__half>": "f2", "echo<float>": "f4", "echo<double>": "f8"}
 COMPLEX = {"echo<complex<float>>": "c8", "echo<complex<double>>": "c16"}
 OTHERS = {"echo<__nv_bfloat16>": "bf16", "echo<Pair>": "V16", "echo<float4>": "V16",
           "echo<int2>": "V8"}
 UNTYPED = {"echo1": 1, "echo2": 2, "echo4": 4, "echo8": 8, "echo16": 16}
-ECHO_EXPRS = [*INTEGERS, *FLOATS, *COMPLEX, *OTHERS]
+ECHO_EXPRS = [*INTEGERS, *INT128, *FLOATS, *COMPLEX, *OTHERS]
 
 
 def _exact(x: Any) -> Any:
@@ -451,6 +452,12 @@ def oracle(code: str, value: Any) -> bytes | type[Exception]:
         value = value[()]
     if code == "bf16":
         return _bf16_expected(value)
+    if code in INT128.values():
+        if not isinstance(value, (bool, int, np.integer, np.bool_)):
+            return ArgumentTypeError
+        signed, v = code == "i16", int(value)
+        lo, hi = (-(1 << 127), (1 << 127) - 1) if signed else (0, (1 << 128) - 1)
+        return v.to_bytes(16, "little", signed=signed) if lo <= v <= hi else ArgumentValueError
     dtype = np.dtype(code)
     if isinstance(value, np.generic) and value.dtype == dtype:
         return value.tobytes()

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("hypothesis", reason="hypothesis is not installed (it is in the test extras)")
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install hypothesis)")
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -27,20 +27,9 @@ import cudamagic
 from cudamagic.errors import ArgumentValueError
 from cudamagic.kernel import Kernel, encode, pack_args
 
-from .test_kernel import (
-    COMPLEX,
-    ECHO_EXPRS,
-    ECHO_SOURCE,
-    FLOATS,
-    INTEGERS,
-    UNTYPED,
-    CupyArrayStandIn,
-    CupyStreamStandIn,
-    StandInDevice,
-    fresh,
-    oracle,
-    untyped_oracle,
-)
+from .test_kernel import (COMPLEX, ECHO_EXPRS, ECHO_SOURCE, FLOATS, INT128,
+                          INTEGERS, UNTYPED, CupyArrayStandIn, CupyStreamStandIn,
+                          StandInDevice, fresh, oracle, untyped_oracle)
 
 NUMPY_INTS = [np.dtype(c) for c in ("i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8")]
 NUMPY_FLOATS = [np.dtype(c) for c in ("f2", "f4", "f8", "g")]
@@ -163,6 +152,19 @@ def test_integers_and_bools_reach_the_kernel_exactly(echo, expr, data):
         value = data.draw(st.one_of(st.floats(), _other_numpy_floats()))
     else:
         value = v
+    check_every_path(k, value, oracle(code, value))
+
+
+@pytest.mark.parametrize("expr", list(INT128))
+@SETTINGS
+@given(data=st.data())
+def test_128_bit_integers_reach_the_kernel_exactly(echo, expr, data):
+    k, code = echo[expr], INT128[expr]
+    lo, hi = (-(1 << 127), (1 << 127) - 1) if code == "i16" else (0, (1 << 128) - 1)
+    v = data.draw(_ints_around(lo, hi))
+    form = data.draw(st.sampled_from(["python", "numpy", "float"]))
+    value = data.draw(_numpy_int(v)) if form == "numpy" else (
+        data.draw(st.floats()) if form == "float" else v)
     check_every_path(k, value, oracle(code, value))
 
 
