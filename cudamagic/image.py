@@ -54,8 +54,9 @@ class KernelResources:
         Registers per thread: the EIATTR_REGCOUNT record (sm_90 and later keep it only there),
         else bits 24-31 of the ``.text.<symbol>`` section's ``sh_info`` (older targets).
     static_shared_bytes : int
-        Size of the ``.nv.shared.<symbol>`` section: ``__shared__`` arrays, and on sm_90 the
-        1 KiB the compiler reserves at its start.
+        Size of the ``.nv.shared.<symbol>`` section (``__shared__`` arrays), less the 1 KiB
+        that sm_90 CUBINs reserve at its start (``.nv.shared.reserved.0``), as the driver
+        counts it.
     const_bytes : int
         Size of ``.nv.constant3``, the CUBIN's ``__constant__`` variables (bank 0 holds the
         driver's area and the parameters; the driver does not count it).
@@ -138,6 +139,9 @@ class CubinImage:
         return self._by_symbol[symbol]
 
 
+_RESERVED_SHARED = 1024  # shared memory the system reserves per block (sm_80 and later)
+
+
 class _Elf:
     """The section table of one CUBIN, kept for what is read lazily (resources)."""
 
@@ -176,8 +180,13 @@ class _Elf:
         if registers is None:
             registers = (text[6] >> 24) if text is not None else 0
         shared, const = self.section(".nv.shared." + symbol), self.section(".nv.constant3")
-        return KernelResources(registers=registers,
-                               static_shared_bytes=shared[3] if shared is not None else 0,
+        static = shared[3] if shared is not None else 0
+        if static and self.section(".nv.shared.reserved.0") is not None:
+            # sm_90 CUBINs place the 1 KiB of shared memory the system reserves per block at
+            # the start of each kernel's section; the driver's attribute leaves it out (seen
+            # on an H200: 1028 bytes in the section, 4 from cuFuncGetAttribute)
+            static = max(0, static - _RESERVED_SHARED)
+        return KernelResources(registers=registers, static_shared_bytes=static,
                                const_bytes=const[3] if const is not None else 0,
                                local_bytes=attrs.get(_EIATTR_FRAME_SIZE, 0))
 

@@ -10,6 +10,7 @@ import dataclasses
 import importlib.metadata
 
 from . import driver
+from .errors import ImageError
 from .report import BuildReport, EnvironmentInfo
 
 __all__ = ["gpu_available", "environment_info", "report_with_attributes"]
@@ -26,20 +27,24 @@ def gpu_available() -> bool:
 
 def report_with_attributes(module, report: BuildReport | None = None,
                            limit: int = 64) -> BuildReport:
-    """The report (default: the module's) with registers and shared/local memory per kernel,
-    where a GPU is there to ask (the report's columns follow the rows).
+    """The report (default: the module's) with registers and static shared, local and constant
+    memory per kernel, read off the CUBIN (the same numbers the driver reports: the GPU tests
+    compare them), so it needs no GPU and loads nothing on one.
 
-    Reading them loads the module on the current device, so only the display asks (and for at
-    most ``limit`` kernels); :func:`cudamagic.build` itself stays lazy.
+    Modules of more than ``limit`` kernels keep their report as it is (the table shows its
+    first rows only).
     """
     report = module.report if report is None else report
-    if not driver.available() or not module.kernels or len(module.kernels) > limit:
+    if not module.kernels or len(module.kernels) > limit:
         return report
-    device = driver.current_device()
-    by_symbol = {}
+    by_symbol: dict[str, dict[str, int] | None] = {}
     for k in module.kernels.values():
         if k.symbol not in by_symbol:
-            by_symbol[k.symbol] = k.attributes(device)
+            try:
+                resources = module.image.kernel(k.symbol).resources
+            except ImageError:  # a launch says what is wrong; the report shows no numbers
+                resources = None
+            by_symbol[k.symbol] = None if resources is None else resources.as_dict()
     rows = tuple(dataclasses.replace(r, attributes=by_symbol.get(r.symbol))
                  for r in report.rows)
     return dataclasses.replace(report, rows=rows)

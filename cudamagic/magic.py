@@ -223,13 +223,13 @@ class CudaMagics(Magics):
     def _show(self, module: Any, report: Any, started: float, quiet: bool = False) -> None:
         """Show the report (with -q, only its warnings), timed from ``started``; the module's
         ``report`` becomes the one shown."""
-        from .info import gpu_available, report_with_attributes
+        from .info import report_with_attributes
         from .widget import show_report, show_warnings
 
-        if not quiet and gpu_available():
+        if not quiet:
             t = time.perf_counter()
             report = report_with_attributes(module, report)
-            report = report.with_timings(load=time.perf_counter() - t)
+            report = report.with_timings(resources=time.perf_counter() - t)
         report = report.with_timings(cell_seconds=time.perf_counter() - started)
         if quiet:
             show_warnings(report)

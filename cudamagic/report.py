@@ -175,7 +175,7 @@ _PHASES = (
     ("nvrtc", "NVRTC start"), ("compile", "compile (NVRTC)"), ("manifest", "list of headers read"),
     ("demangle", "demangle"), ("resolve", "resolve names"), ("store", "cache store"),
     ("history", "cell history"), ("push", "names into the notebook"),
-    ("load", "load on the GPU (for the registers column)"), ("display", "display (render)"),
+    ("resources", "registers and memory (read off the CUBIN)"), ("display", "display (render)"),
 )
 _COLUMNS = ("Python name", "name expression", "symbol", "signature", "resolved by")
 _GPU_COLUMNS = ("registers", "shared (static)", "local")

@@ -95,8 +95,10 @@ def test_driver_enumeration_equals_elf(tmp_path):
                   cudamagic.build(SOURCE, EXPRS, cache=tmp_path).cubin):
         lib = driver.Library.load(cubin)
         assert sorted(lib.kernel_names()) == sorted(read_cubin(cubin).symbols)
+    # a build lists kernels from the ELF table (the driver's list is the same: above) and
+    # fetches each kernel's handle on its first call
     mod = cudamagic.build(SOURCE, EXPRS, cache=tmp_path)
-    assert mod.report.enumerated_by == "driver"
+    assert mod.report.enumerated_by == "ELF symbol table"
 
 
 def _param_info(kernel: int, count: int) -> list[tuple[int, int]]:
@@ -256,12 +258,16 @@ def test_dynamic_shared_memory_above_48k(launch_mod):
 
 
 def test_kernel_attributes_and_report(launch_mod):
-    from cudamagic.session import report_with_attributes
+    from cudamagic.info import report_with_attributes
 
     attrs = launch_mod["axpb<float>"].attributes()
     assert attrs["registers"] > 0 and attrs["max_threads_per_block"] >= 128
     report = report_with_attributes(launch_mod)
     assert "registers" in report.columns and all(r.attributes for r in report.rows)
+    # the report's numbers (read off the CUBIN) are the driver's
+    for row in report.rows:
+        driver_says = launch_mod[row.name_expression].attributes()
+        assert {k: driver_says[k] for k in row.attributes} == row.attributes, row.name_expression
 
 
 def test_every_device(tmp_path):

@@ -138,10 +138,10 @@ def test_resources_are_read_from_the_cubin(tmp_path, arch):
     assert {r.local_bytes for s, r in res.items() if s != "local_array"} == {0}
     assert {r.const_bytes for r in res.values()} == {16 * 4}  # the CUBIN's __constant__ bank
     assert all(r.registers > 0 for r in res.values())
-    # sm_90 adds 1 KiB the compiler reserves to a kernel's shared section (the driver counts it)
-    reserved = 1024 if arch == "sm_90" else 0
-    assert res["shared_doubles"].static_shared_bytes == reserved + 100 * 8
-    assert reserved + 4 <= res["shared_int"].static_shared_bytes <= reserved + 16  # + padding
+    # sm_90 puts the 1 KiB the system reserves per block in a kernel's shared section; the
+    # driver leaves it out (H200: cuFuncGetAttribute said 800 and 4 for these two)
+    assert res["shared_doubles"].static_shared_bytes == 100 * 8
+    assert 4 <= res["shared_int"].static_shared_bytes <= 16  # + padding
     assert res["plain"].static_shared_bytes == 0
 
 

@@ -384,7 +384,7 @@ ECHO_SOURCE = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cupy/complex.cuh>
-struct Pair { int a; double b; };
+struct Pair { int a; float c; double b; };  // no padding: the kernel copies every byte
 template <typename T> __global__ void echo(T v, T* out) { *out = v; }
 extern "C" __global__ void echo1(unsigned char v, unsigned char* out) { *out = v; }
 extern "C" __global__ void echo2(unsigned short v, unsigned short* out) { *out = v; }
