@@ -597,6 +597,11 @@ def _shared_mem(name: str, value: Any) -> int:
     return int(value)
 
 
+def _kernel_of(module: Any, label: str) -> "Kernel":
+    """A kernel of an arrived module, by its name expression (:meth:`Kernel.__reduce__`)."""
+    return module.kernels[label]
+
+
 def _stream_handle(name: str, stream: Any) -> int:
     """A stream's ``CUstream`` handle: a CuPy or PyTorch stream, an object with
     ``__cuda_stream__``, or a raw handle (int).
@@ -789,6 +794,7 @@ def _launcher_globals(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
         "relaunch": hooks.relaunch, "ZERO": 0,
         "with_shared": functools.partial(_with_shared, name, hooks),
         "struct_error": struct.error, "dims": _dims, "stream_handle": _stream_handle,
+        "get_ident": _get_ident, "OWNER": _get_ident(), "other_thread": Kernel._any_thread,
         "repack": functools.partial(_write, name, specs, buf=buf),
     }
     env["launch"] = hooks.launch or _first_launch(env)
@@ -802,7 +808,10 @@ def _launcher_source(nargs: int, fast_test: str, packs: list[str]) -> str:
     unpack = [f"        try: {names} = args", "        except ValueError: repack(args)"] \
         if nargs else ["        if args: repack(args)"]
     return "\n".join([
-        "def launch_kernel(grid, block, args=(), shared_mem=0, stream=None):",
+        "def launch_kernel(self, grid, block, args=(), shared_mem=0, stream=None):",
+        # the buffer is this thread's: another thread takes its own launcher
+        "    if get_ident() != OWNER:",
+        "        return other_thread(self, grid, block, args, shared_mem, stream)",
         "    if type(args) is tuple:",
         *unpack,
         f"        if {fast_test}:",
@@ -902,7 +911,6 @@ class Kernel:
         self._handles: dict[int, int] = {}  # device -> CUkernel (launches take it as it is)
         self._shared_limit: dict[int, int] = {}
         self._launchers: dict[int, Launcher] = {}  # by thread
-        self._runs: dict[int, Callable[..., None]] = {}  # their run functions, for __call__
         self._lock = threading.Lock()
 
     @property
@@ -966,14 +974,24 @@ class Kernel:
         :raises ContextPoisonedError: the context is unusable after a kernel fault.
         :raises LaunchError: the driver refused the launch.
         """
-        run = self._runs.get(_get_ident())
-        if run is None:
-            run = self._make_launcher(args).run
-        run(grid, block, args, shared_mem, stream)
+        self._any_thread(grid, block, args, shared_mem, stream)
+
+    def _any_thread(self, grid: Any, block: Any, args: Sequence[Any] = (),
+                    shared_mem: int = 0, stream: Any = None) -> None:
+        """A launch through the calling thread's launcher (made on its first launch)."""
+        launcher = self._launchers.get(_get_ident())
+        if launcher is None:
+            launcher = self._make_launcher(args)
+        launcher.run(self, grid, block, args, shared_mem, stream)
 
     def _make_launcher(self, sample: Any) -> Launcher:
         """This thread's launcher (its own parameter buffer: threads launch concurrently);
-        ``sample``, the first call's arguments, picks how ``extern "C"`` slots are packed."""
+        ``sample``, the first call's arguments, picks how ``extern "C"`` slots are packed.
+
+        The first one made becomes the kernel's own ``__call__`` (a class of its own, made
+        once per kernel): calling the kernel then runs the generated launcher directly, one
+        Python call instead of three on the one hot path; other threads are sent on to theirs.
+        """
         if self.params is None:
             raise LaunchError(f"{self.name_expression}: the CUBIN carries no parameter records "
                               f"for {self.symbol}; cudamagic cannot pack its arguments safely")
@@ -982,8 +1000,21 @@ class Kernel:
                                      sample)
         # by thread: a thread id reused after a thread ends takes over a dead thread's buffer
         self._launchers[_get_ident()] = launcher
-        self._runs[_get_ident()] = launcher.run
+        if type(self) is Kernel:
+            self.__class__ = type("Kernel", (Kernel,), {"__call__": launcher.run,
+                                                         "__module__": Kernel.__module__,
+                                                         "__doc__": Kernel.__doc__})
         return launcher
+
+    def __reduce__(self):
+        """A kernel travels with its module (pickled once however many of its kernels go
+        along, as the module's checksummed record) and is found by its name expression on
+        arrival: see :meth:`cudamagic.Module.__reduce__`."""
+        owner = getattr(self, "_owner", None)
+        if owner is None:
+            raise TypeError(f"{self.name_expression}: a kernel made outside a module cannot be "
+                            "pickled")
+        return _kernel_of, (owner, self.name_expression)
 
     def _launch_hooks(self) -> LaunchHooks:
         """The device side of a launch: CuPy's types and calls where CuPy is imported (its typed

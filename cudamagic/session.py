@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import copyreg
 import threading
 import time
 import warnings
@@ -218,17 +217,6 @@ def _arrive(payload: bytes, report: BuildReport) -> Module:
     return module
 
 
-def _kernel_reduce(kernel: Kernel):
-    """A kernel travels with its module (pickled once per message however many kernels of it
-    go along) and is looked up by its name expression on arrival."""
-    return _kernel_of, (kernel._owner, kernel.name_expression)
-
-
-def _kernel_of(module: Module, label: str) -> Kernel:
-    return module.kernels[label]
-
-
-copyreg.pickle(Kernel, _kernel_reduce)
 
 
 @dataclass

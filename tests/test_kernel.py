@@ -12,8 +12,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import math
+import time
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -266,6 +268,42 @@ def test_generated_launcher_packs_what_the_checked_path_packs(mod):
                               else getattr(stream, "ptr", stream))
         assert got.shared_mem == kw.get("shared_mem", 0) and got.function == StandInDevice.FUNCTION
     assert dev.shared_limits == [(0, 65536)] * 2
+
+
+def test_threads_launch_one_kernel_each_with_its_own_arguments(mod):
+    """The kernel's own call is its first thread's launcher; another thread is sent on to its
+    own (its own parameter buffer): concurrent launches never hand the driver each other's
+    bytes."""
+    import threading
+
+    dev = StandInDevice()
+    calls_per_thread, seen = 300, {}
+    lock = threading.Lock()
+    k = fresh(mod["fill<float>"])
+
+    def launch(value: int) -> None:
+        x = CupyArrayStandIn("f4", 0x1000 + value)
+        for _ in range(calls_per_thread):
+            k((1,), (32,), (x, float(value), value))
+
+    def record(fn, gx, gy, gz, bx, by, bz, shared_mem, st, params, extra):
+        time.sleep(0.0001)  # let another thread run between the packing and the driver's read
+        ptrs = (ctypes.c_void_p * 3).from_address(params)
+        blob = tuple(ctypes.string_at(ptrs[s.index], s.size) for s in k.params)
+        with lock:
+            seen[blob] = seen.get(blob, 0) + 1
+
+    with mock.patch.object(Kernel, "_launch_hooks",
+                           lambda kern: dataclasses.replace(dev.hooks(kern), launch=record)):
+        threads = [threading.Thread(target=launch, args=(v,)) for v in (1, 2, 3, 4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    want = {tuple(pack_args("fill<float>", k.params, (CupyArrayStandIn("f4", 0x1000 + v),
+                                                       float(v), v))): calls_per_thread
+            for v in (1, 2, 3, 4)}
+    assert seen == want
 
 
 def test_generated_launcher_keeps_every_check(mod):
