@@ -105,9 +105,22 @@ def check(status: int, what: str) -> None:
     raise LaunchError(f"{what} failed with {name}" + (f": {text}" if text else ""))
 
 
-@functools.lru_cache(maxsize=1)
+_init_lock = threading.Lock()
+_init_result: list[str | None] = []  # filled once: why the driver is unavailable, or None
+
+
 def _init() -> str | None:
-    """Initialize the driver once; returns why it is unavailable, or None."""
+    """Initialize the driver once; returns why it is unavailable, or None. A caller that comes
+    while another thread initializes (``%load_ext`` starts it in the background) waits for it."""
+    if _init_result:
+        return _init_result[0]
+    with _init_lock:
+        if not _init_result:
+            _init_result.append(_first_init())
+    return _init_result[0]
+
+
+def _first_init() -> str | None:
     try:
         lib = _lib()
     except OSError as exc:
