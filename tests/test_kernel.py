@@ -238,9 +238,11 @@ def test_stream_handles():
         _stream_handle("k", -1)
 
 
-def test_generated_launcher_packs_what_the_checked_path_packs(mod):
+@pytest.mark.parametrize("rotate", [0, 2, 3], ids=["1-D first", "2-D first", "3-D first"])
+def test_generated_launcher_packs_what_the_checked_path_packs(mod, rotate):
     """Every call shape through the generated launcher (first call and later calls) hands the
-    driver the bytes the checked path gives, with the grid, block and stream asked for."""
+    driver the bytes the checked path gives, with the grid, block and stream asked for (the
+    launcher tries the first call's dimensions first: every order is checked)."""
     dev = StandInDevice()
     x = CupyArrayStandIn("f4", 0xABC)
     shapes = [
@@ -253,6 +255,7 @@ def test_generated_launcher_packs_what_the_checked_path_packs(mod):
         ((1,), (32,), (DeviceArray("f4", ptr=0x1234), np.float16(0.5), True), {"stream": 9}),
         ((1,), (32,), (None, 1.0, 3), {"shared_mem": 65536}),
     ]
+    shapes = shapes[rotate:] + shapes[:rotate]
     with dev.attached():
         k = fresh(mod["fill<float>"])
         for grid, block, args, kw in shapes * 2:  # first calls, then later calls
