@@ -5,7 +5,8 @@
 # steps: gpu (the gpu-marked tests), suite (every test), resolve (the resolution property test
 # with cu++filt), notebook (the quickstart twice: a restart), cell (benchmarks/warm_cell.py,
 # quick), launch (benchmarks/launch_overhead.py), profile (benchmarks/profile_cell.py at 10 and
-# 1000 names), api (run_all.py --sections api), dask (tests/test_dask.py), or NAME for
+# 1000 names), api (run_all.py --sections api), dask (tests/test_dask.py), ship
+# (benchmarks/dask_ship.py), or NAME for
 # benchmarks/NAME.py
 set -u
 OUT=${OUT:-/tmp/out}
@@ -25,6 +26,7 @@ for what in "${@:-gpu}"; do
     dask) python3 -m pytest -v -s -rs -p no:cacheprovider tests/test_dask.py 2>&1 | tee "$OUT/dask.log" ;;
     cell) python3 benchmarks/warm_cell.py --repeats 5 --json "$OUT/warm_cell.json" 2>&1 | tee "$OUT/warm_cell.log" ;;
     launch) python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch.log" ;;
+    ship) (cd benchmarks && python3 dask_ship.py) 2>&1 | tee "$OUT/dask_ship.log" ;;
     profile) for n in 10 1000; do python3 benchmarks/profile_cell.py --names $n --out "$OUT/profile-$n.txt" >/dev/null 2>&1; done ;;
     api) (cd benchmarks && python3 run_all.py --sections api) 2>&1 | tee "$OUT/api.log" ;;
     notebook) for run in first restart; do  # the second run is a fresh kernel: a cache hit
