@@ -60,13 +60,15 @@ def _prepare() -> None:
     try:
         import ipywidgets  # noqa: F401  (the import is the point: the report is a widget)
 
-        from . import widget  # noqa: F401
-        from .demangle import default_demangler
+        from . import history, info, widget  # noqa: F401
+        from .demangle import concrete_demangler, default_demangler
         from .session import build_module  # noqa: F401
         from .toolkit import toolkit
 
         toolkit()
         default_demangler()
+        concrete_demangler()
+        widget.prepare()
     except Exception:  # the first %%cuda cell does the same work and reports any failure
         pass
 

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Demangler", "Pending", "CuFilt", "LibStdCxx", "find_cufilt", "default_demangler"]
+__all__ = ["Demangler", "Pending", "CuFilt", "LibStdCxx", "find_cufilt", "default_demangler",
+           "concrete_demangler"]
 
 
 class Demangler:
@@ -100,8 +101,11 @@ class LibStdCxx(Demangler):
     placeholders = False
 
     def __init__(self) -> None:
-        lib = ctypes.util.find_library("stdc++") or "libstdc++.so.6"
-        self._cxa = getattr(ctypes.CDLL(lib), "__cxa_demangle")  # not self.__x: name mangling
+        try:  # the usual soname first: find_library runs ldconfig in a subprocess (ms)
+            lib = ctypes.CDLL("libstdc++.so.6")
+        except OSError:
+            lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        self._cxa = getattr(lib, "__cxa_demangle")  # not self.__x: name mangling
         self._cxa.restype = ctypes.c_void_p
         self._cxa.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.POINTER(ctypes.c_int)]
@@ -135,6 +139,16 @@ def find_cufilt() -> str | None:
         return found
     fallback = Path("/usr/local/cuda/bin/cu++filt")
     return str(fallback) if os.access(fallback, os.X_OK) else None
+
+
+@functools.lru_cache(maxsize=1)
+def concrete_demangler() -> "LibStdCxx | None":
+    """libstdc++'s demangler, which names concrete parameter types (what the report shows),
+    in process; None where it cannot be loaded."""
+    try:
+        return LibStdCxx()
+    except (OSError, AttributeError):
+        return None
 
 
 @functools.lru_cache(maxsize=1)

