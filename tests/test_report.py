@@ -14,7 +14,7 @@ from cudamagic.report import (SHOWN_ROWS, BuildReport, CacheListing, CacheStats,
 
 
 def make(n: int = 3, origin: str = "compiled", **kw) -> BuildReport:
-    rows = tuple(KernelRow(f"k_{i}", f"k<{i}>", f"_Z1kILi{i}EEvPT_", f"void k<float, (int){i}>(T1 *)",
+    rows = tuple(KernelRow(f"k_{i}", f"k<{i}>", f"_Z1kIfLi{i}EEvPT_", f"void k<float, (int){i}>(T1 *)",
                            "nvrtc", placeholders=True) for i in range(n))
     fields = dict(key="ab" * 32, hit=origin == "cache", origin=origin,
                   miss_reason="no cache entry" if origin == "compiled" else None,
