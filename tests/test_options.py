@@ -94,3 +94,29 @@ def test_build_arguments_say_what(args, message):
 
 def test_arch_spellings():
     assert [normalize_arch(a) for a in ("sm_90", "90", 90, "SM_90a")] == ["sm_90"] * 3 + ["sm_90a"]
+
+
+def test_the_line_splits_as_a_shell_splits_it():
+    """The fast splitter of the %%cuda line (a regular expression; shlex reads one character
+    at a time) gives shlex's words, or its error, for lines of quotes, spaces and C++."""
+    import shlex
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from cudamagic.options import split_line
+
+    @settings(max_examples=2000, deadline=None, database=None)
+    @given(st.text(alphabet=" \t'\"<>,:-nak_1", max_size=40))
+    def same(line):
+        try:
+            want = shlex.split(line)
+        except ValueError:
+            with pytest.raises(ValueError):
+                split_line(line)
+            return
+        assert split_line(line) == want
+
+    same()
+    many = " ".join(f'-n "k<{i}, float>"' for i in range(1000))
+    assert split_line(many) == shlex.split(many)
