@@ -116,9 +116,12 @@ class AbsentGroup:
         return None
 
 
-@dataclass(frozen=True)
 class Manifest:
     """The files one compile read, and the places that must stay empty for a hit.
+
+    Kept as the compact JSON object stored in the entry (paths as a folder index and a name)
+    and checked straight from it: a CCCL cell's manifest lists 633 headers and 1 263 places,
+    and building an object for each cost more on every hit than the check itself.
 
     Attributes
     ----------
@@ -130,10 +133,61 @@ class Manifest:
         False where the headers came from a scan of quoted includes (no trace).
     """
 
-    files: tuple[HeaderState, ...] = ()
-    absent: tuple[AbsentGroup, ...] = ()
-    present: tuple[str, ...] = ()
-    complete: bool = True
+    def __init__(self, files: Sequence[HeaderState] = (), absent: Sequence[AbsentGroup] = (),
+                 present: Sequence[str] = (), complete: bool = True) -> None:
+        folders: dict[str, int] = {}
+
+        def split(path: str) -> list:
+            head, tail = os.path.split(path)
+            return [folders.setdefault(head, len(folders)), tail]
+
+        self._data = {
+            "version": _MANIFEST_VERSION, "complete": bool(complete),
+            "files": [[*split(f.path), f.size, f.mtime_ns, f.sha256] for f in files],
+            "absent": [[g.folder, g.mtime_ns, [split(p) for p in g.places]] for g in absent],
+            "present": [split(p) for p in present]}
+        self._data["folders"] = list(folders)
+
+    @classmethod
+    def from_json(cls, data: object) -> "Manifest":
+        """A stored manifest, as it is (a malformed one fails its check, never serves).
+
+        :raises ValueError: not a manifest this reader understands.
+        """
+        if not isinstance(data, dict) or data.get("version") != _MANIFEST_VERSION or not all(
+                isinstance(data.get(k), list) for k in ("folders", "files", "absent", "present")):
+            raise ValueError("the entry's header manifest is missing or of another version")
+        manifest = cls.__new__(cls)
+        manifest._data = data
+        return manifest
+
+    def to_json(self) -> dict:
+        """The manifest as the compact JSON object stored in the entry record."""
+        return self._data
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Manifest) and other._data == self._data
+
+    @property
+    def complete(self) -> bool:
+        return bool(self._data.get("complete"))
+
+    @property
+    def files(self) -> tuple[HeaderState, ...]:
+        folders = self._data["folders"]
+        return tuple(HeaderState(os.path.join(folders[i], n), s, m, h)
+                     for i, n, s, m, h in self._data["files"])
+
+    @property
+    def absent(self) -> tuple[AbsentGroup, ...]:
+        folders = self._data["folders"]
+        return tuple(AbsentGroup(d, m, tuple(os.path.join(folders[i], n) for i, n in ps))
+                     for d, m, ps in self._data["absent"])
+
+    @property
+    def present(self) -> tuple[str, ...]:
+        folders = self._data["folders"]
+        return tuple(os.path.join(folders[i], n) for i, n in self._data["present"])
 
     def check(self) -> str | None:
         """Why the entry no longer matches the files (None when it does).
@@ -141,79 +195,51 @@ class Manifest:
         Every file is stat'ed; user headers whose size or time changed are hashed (a ``touch``
         is not a change).
         """
-        stat = os.stat
-        for f in self.files:
+        try:
+            return self._check()
+        except (TypeError, ValueError, IndexError, KeyError) as exc:
+            return f"the entry's header manifest is malformed ({exc})"
+
+    def _check(self) -> str | None:
+        stat, join, data = os.stat, os.path.join, self._data
+        folders = data["folders"]
+        for i, name, size, mtime_ns, digest in data["files"]:
+            path = join(folders[i], name)
             try:
-                st = stat(f.path)
+                st = stat(path)
             except OSError:
-                return f"the header {f.path} was read by the last compile and is gone"
-            if st.st_size == f.size and st.st_mtime_ns == f.mtime_ns:
+                return f"the header {path} was read by the last compile and is gone"
+            if st.st_size == size and st.st_mtime_ns == mtime_ns:
                 continue
-            if f.sha256 is None or _digest(f.path) != f.sha256:
-                return f"the header {f.path} changed since the last compile"
-        for group in self.absent:
+            if digest is None or _digest(path) != digest:
+                return f"the header {path} changed since the last compile"
+        for folder, mtime_ns, places in data["absent"]:
             try:
-                if stat(group.folder).st_mtime_ns == group.mtime_ns:
+                if stat(folder).st_mtime_ns == mtime_ns:
                     continue
             except OSError:
                 pass
-            if not group.places:
-                return (f"the package folder {group.folder} changed since the last compile "
+            if not places:
+                return (f"the package folder {folder} changed since the last compile "
                         "(a header may have been added there)")
+            group = AbsentGroup(folder, mtime_ns,
+                                tuple(join(folders[i], n) for i, n in places))
             found = group.appeared()
             if found:
                 return (f"{found} now exists; the last compile found no file there (a "
                         "header there shadows the one it read, or changes a __has_include)")
-        for p in self.present:
-            if not os.path.exists(p):
-                return f"{p}, which __has_include found in the last compile, is gone"
+        for i, name in data["present"]:
+            if not os.path.exists(join(folders[i], name)):
+                return (f"{join(folders[i], name)}, which __has_include found in the last "
+                        "compile, is gone")
         return None
-
-    def to_json(self) -> dict:
-        """The manifest as a compact JSON object (stored in the entry record, read on every
-        hit: paths are stored as a folder index and a name)."""
-        folders: dict[str, int] = {}
-
-        def split(path: str) -> list:
-            head, tail = os.path.split(path)
-            return [folders.setdefault(head, len(folders)), tail]
-
-        files = [[*split(f.path), f.size, f.mtime_ns, f.sha256] for f in self.files]
-        absent = [[g.folder, g.mtime_ns, [split(p) for p in g.places]] for g in self.absent]
-        present = [split(p) for p in self.present]
-        return {"version": _MANIFEST_VERSION, "complete": self.complete,
-                "folders": list(folders), "files": files, "absent": absent, "present": present}
-
-    @classmethod
-    def from_json(cls, data: object) -> "Manifest":
-        """Read a stored manifest back.
-
-        :raises ValueError: not a manifest this reader understands.
-        """
-        try:
-            if not isinstance(data, dict) or data.get("version") != _MANIFEST_VERSION:
-                raise ValueError("not a version-1 manifest")
-            folders = [str(d) for d in data["folders"]]
-            join = os.path.join
-
-            def path(pair: list) -> str:
-                return join(folders[pair[0]], str(pair[1]))
-
-            files = tuple(HeaderState(join(folders[i], str(n)), int(s), int(m),
-                                      None if h is None else str(h))
-                          for i, n, s, m, h in data["files"])
-            absent = tuple(AbsentGroup(str(d), int(m), tuple(path(p) for p in ps))
-                           for d, m, ps in data["absent"])
-            return cls(files, absent, tuple(path(p) for p in data["present"]),
-                       bool(data["complete"]))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise ValueError(f"the entry's header manifest is malformed ({exc})") from None
 
     def describe(self) -> str:
         """One line for the report."""
+        n = len(self._data["files"])
         how = "read off NVRTC's trace" if self.complete else \
             "from a scan of quoted includes (this NVRTC cannot list what it read)"
-        return f"{len(self.files)} header{'s' if len(self.files) != 1 else ''}, {how}"
+        return f"{n} header{'s' if n != 1 else ''}, {how}"
 
 
 def _digest(path: str) -> str | None:
