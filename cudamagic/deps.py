@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "trace_headers", "from_trace", "from_scan",
+__all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "reads_no_file", "trace_headers", "from_trace", "from_scan",
            "TRACE_EVENT"]
 
 TRACE_EVENT = "Processing Header File"
@@ -248,6 +248,21 @@ def _digest(path: str) -> str | None:
             return hashlib.sha256(f.read()).hexdigest()
     except OSError:
         return None
+
+
+# words without which a compile opens no file: #include (also as %:include, through a macro, or
+# spelled across line splices), __has_include, and the other directives EDG may know for files
+_OPENS_FILES = re.compile(r"include|import|embed")
+_SPLICE = re.compile(r"\\[ \t]*\r?\n")
+
+
+def reads_no_file(source: str, options: Sequence[str]) -> bool:
+    """True when a compile cannot open a header: the source (line splices joined) has no word
+    that could include one and no option pre-includes one. Such a compile needs no trace:
+    NVRTC's trace costs about 26 ms on a 13 ms compile (H200 host), and its manifest would be
+    empty anyway. Any doubt is a False (trace)."""
+    return (_OPENS_FILES.search(_SPLICE.sub("", source)) is None
+            and not any(o.startswith(("-include", "--pre-include")) for o in options))
 
 
 def trace_headers(trace_json: str | bytes) -> list[tuple[str, str | None]]:

@@ -26,7 +26,7 @@ from .cache import _MAGIC as _ENTRY_MAGIC
 from .cache import BadEntry, EntryRecord, KernelCache, decode_entry, encode_entry
 from .compiler import (CompileResult, compile_cubin, nvrtc_version, supported_archs,
                        template_kernels)
-from .deps import Manifest, SearchPath, from_scan, from_trace, trace_headers
+from .deps import Manifest, SearchPath, from_scan, from_trace, reads_no_file, trace_headers
 from .demangle import Demangler, Pending, default_demangler
 from .errors import (CompileError, ImageError, InputWarning, NameResolutionError, OptionError,
                      SourceError)
@@ -398,11 +398,15 @@ def _compile(ctx: BuildContext, pending: Pending, miss_reason: str) -> Module:
     t = time.perf_counter()
     _check_arch(ctx.arch)  # the first in a process loads NVRTC (100-200 ms)
     t = ctx.lap("nvrtc", t)
+    no_files = reads_no_file(ctx.source, ctx.opts.options)
     with (ctx.compile_notice or contextlib.nullcontext)():
         result = ctx.compiler(ctx.source, ctx.opts.name_expressions, ctx.options,
-                              program_name=PROGRAM_NAME, line_offset=ctx.line_offset)
+                              program_name=PROGRAM_NAME, line_offset=ctx.line_offset,
+                              trace=not no_files)
     t = ctx.lap("compile", t)
-    if result.trace is not None:
+    if no_files:
+        manifest = Manifest()  # nothing was read: nothing to check on a hit
+    elif result.trace is not None:
         manifest = from_trace(trace_headers(result.trace), ctx.search, ctx.source)
     else:
         manifest = from_scan(ctx.source, ctx.search)

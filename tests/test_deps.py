@@ -204,3 +204,35 @@ def test_the_manifest_survives_json(tmp_path, compact):
     assert back == m
     with pytest.raises(ValueError):
         deps.Manifest.from_json({"version": 1, "files": [["x"]]})
+
+
+@pytest.mark.parametrize("source, options, no_files", [
+    ('extern "C" __global__ void k(int* x) { x[0] = 1; }', [], True),
+    ('#include "x.h"\n', [], False),
+    ('%:include "x.h"\n', [], False),
+    ('#inc\\\nlude "x.h"\n', [], False),              # a line splice inside the word
+    ('#define H <x.h>\n#include H\n', [], False),
+    ('#if __has_include(<x.h>)\n#endif\n', [], False),
+    ("__global__ void k() {}", ["--pre-include=pre.h"], False),
+    ("__global__ void k() {}", ["-include", "pre.h"], False),
+    ("__global__ void k() {}", ["-I/usr/include"], True),  # a folder is no file read
+])
+def test_a_compile_that_can_open_no_file_needs_no_trace(source, options, no_files):
+    assert deps.reads_no_file(source, options) is no_files
+
+
+def test_an_include_free_cell_is_compiled_without_the_trace(cache, compiler):
+    from cudamagic.options import options_from_nvrtc
+    from cudamagic.session import build_module
+
+    calls = []
+
+    def watched(*args, **kw):
+        calls.append(kw.get("trace"))
+        return compiler(*args, **kw)
+
+    build_module('extern "C" __global__ void k(int* x) { x[0] = 1; }',
+                 options_from_nvrtc([], []), cache=cache, compiler=watched)
+    build_module('#include <cuda/std/cstdint>\nextern "C" __global__ void k(int* x) {}',
+                 options_from_nvrtc([], []), cache=cache, compiler=watched)
+    assert calls == [False, True]
