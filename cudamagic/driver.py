@@ -102,6 +102,10 @@ def check(status: int, what: str) -> None:
             f"{what} failed with {name}: a kernel faulted and this process's CUDA context "
             "can no longer be used. Every later CUDA call in this notebook will fail too: "
             "restart the notebook kernel (the compiled kernels stay cached).")
+    if name == "CUDA_ERROR_NO_BINARY_FOR_GPU":
+        raise LaunchError(f"{what} failed: the CUBIN was built for another GPU architecture than "
+                          "this device's (a module that travelled to another machine, or "
+                          "--arch): build it for this GPU's sm_XX (%cuda_info shows it)")
     raise LaunchError(f"{what} failed with {name}" + (f": {text}" if text else ""))
 
 
