@@ -109,7 +109,8 @@ class ParamSpec:
 
     def describe(self) -> str:
         """``parameter 2 (float*)``-style text for messages."""
-        return f"parameter {self.index} ({self.ctype or f'{self.size} bytes, no C++ type'})"
+        shown = _tidy_type(self.ctype) if self.ctype else f"{self.size} bytes, no C++ type"
+        return f"parameter {self.index} ({shown})"
 
     def direct_code(self, value: Any) -> str | None:
         """The ``struct`` code that packs ``value`` as it is, or None (the converter's turn)."""
@@ -215,6 +216,56 @@ def _fail(kernel: str, spec: ParamSpec, message: str,
     return exc(f"{kernel}: {spec.describe()}: {message}")
 
 
+# --- how messages show values and types (only ever on the way to an error) ----------------------
+
+_SHOWN = 60  # a value's text in a message: at most this many characters
+
+
+def _show(value: Any) -> str:
+    """A value as a message shows it: its own repr (NumPy 2 writes ``np.float64(0.1)``; NumPy 1's
+    bare ``0.1`` gets its type put around it), a long one shortened in the middle with an
+    ellipsis, so that its start (the type, the leading digits) and its closing quote or bracket
+    stay."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a user's __repr__ that raises, an int past the digit limit
+        bits = f" of {value.bit_length()} bits" if isinstance(value, int) else ""
+        text = f"<{type(value).__name__}{bits}>"
+    if isinstance(value, np.generic) and not text.startswith("np."):  # NumPy 1
+        text = f"np.{type(value).__name__}({text})"
+    if len(text) > _SHOWN:
+        text = f"{text[:_SHOWN - 20]}...{text[-12:]}"
+    return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _tidy_type(ctype: str) -> str:
+    """A C++ type as messages show it: library-internal inline namespaces left out
+    (``thrust::THRUST_300102_SM_900_NS::complex<float>`` is ``thrust::complex<float>``,
+    ``cuda::std::__4::complex`` ``cuda::std::complex``), as the build report shows them."""
+    from .report import _tidy  # the report's one rule; imported on the first error only
+
+    return _tidy(ctype)
+
+
+def _type_text(spec: ParamSpec) -> str:
+    """The type a value must fit, for messages: the parameter's C++ type, or for an
+    ``extern "C"`` slot (no C++ type) the slot as it is used (``a 4-byte float slot``)."""
+    if spec.ctype is not None:
+        return _tidy_type(spec.ctype)
+    article = "an" if str(spec.size).startswith("8") or spec.size in (11, 18) else "a"
+    return f"{article} {spec.size}-byte {spec.kind} slot"
+
+
+def _raised(kernel: str, spec: ParamSpec, value: Any, doing: str,
+            exc: Exception) -> ArgumentTypeError:
+    """The error for an argument whose own code raised while cudamagic read it (raise it
+    ``from exc``: the user's traceback stays attached)."""
+    text = str(exc)
+    return _fail(kernel, spec, f"got {type(value).__name__}, and {doing} raised "
+                               f"{type(exc).__name__}{': ' + text if text else ''}")
+
+
 def _exact(x: Any) -> Any:
     """A number as an exact Python value (int or Fraction; inf as a float; NaN as "nan"), so
     that values of different types compare by value."""
@@ -239,15 +290,15 @@ def _numpy_exact(kernel: str, spec: ParamSpec, value: np.generic, dtype: np.dtyp
     if src not in "biufc" or (src == "c" and dtype.kind != "c") \
             or (src in "fc" and dtype.kind in "biu"):
         raise _fail(kernel, spec, f"got a {value.dtype} scalar, which does not convert "
-                                  f"safely to {spec.ctype}: pass a {dtype} value")
+                                  f"safely to {_type_text(spec)}: pass a {dtype} value")
     with np.errstate(all="ignore"):
         out = np.array(value, dtype)[()]
     parts = (lambda z: (z.real, z.imag)) if dtype.kind == "c" else (lambda z: (z,))
     if [_exact(p) for p in parts(out)] != [_exact(p) for p in parts(value)]:
-        raise _fail(kernel, spec, f"np.{value.dtype}({value!r:.40}) is not exactly a "
-                                  f"{spec.ctype} (it would arrive as {out!r:.40}): convert it "
-                                  f"yourself (np.{dtype}(x)), or pass a Python number to round "
-                                  "it", ArgumentValueError)
+        raise _fail(kernel, spec, f"{_show(value)} is not exactly a {_type_text(spec)} (it "
+                                  f"would arrive as {_show(out)}): convert it yourself "
+                                  f"(np.{dtype}(x)), or pass a Python number to round it",
+                    ArgumentValueError)
     return out
 
 
@@ -267,11 +318,11 @@ def _to_int(kernel: str, spec: ParamSpec, value: Any) -> bytes:
         raise _fail(kernel, spec, f"got a {value.dtype} scalar for an integer parameter: pass "
                                   "an int (int(x) truncates on purpose)")
     if not isinstance(value, (int, np.integer, np.bool_)):
-        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40} for an integer "
+        raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)} for an integer "
                                   "parameter: pass an int (int(x) truncates on purpose)")
     v = int(value)
     if not spec.lo <= v <= spec.hi:  # type: ignore[operator]
-        raise _fail(kernel, spec, f"{v} does not fit in {spec.ctype} [{spec.lo}, {spec.hi}]",
+        raise _fail(kernel, spec, f"{v} does not fit in {_type_text(spec)} [{spec.lo}, {spec.hi}]",
                     ArgumentValueError)
     return v.to_bytes(spec.size, "little", signed=spec.lo < 0)  # type: ignore[operator]
 
@@ -284,7 +335,7 @@ def _to_float(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     if isinstance(value, np.generic):
         return _numpy_exact(kernel, spec, value, dtype).tobytes()
     if not isinstance(value, (int, float)):
-        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40} for a "
+        raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)} for a "
                                   "floating-point parameter: pass a float")
     try:
         x = float(value)
@@ -293,7 +344,7 @@ def _to_float(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     with np.errstate(over="ignore"):
         out = np.array(x, dtype)
     if math.isinf(out) and not (isinstance(value, float) and math.isinf(value)):
-        raise _fail(kernel, spec, f"{value!r:.60} does not fit in {spec.ctype} (largest "
+        raise _fail(kernel, spec, f"{_show(value)} does not fit in {_type_text(spec)} (largest "
                                   f"{float(np.finfo(dtype).max)!r})", ArgumentValueError)
     if dtype.itemsize > 2:  # what the generated launcher's struct code gives (NumPy agrees)
         return struct.pack("<" + spec.code, x)
@@ -339,7 +390,7 @@ def _to_bfloat16(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     exact_only = isinstance(value, np.generic)
     if exact_only and value.dtype.kind not in "biuf" or not isinstance(
             value, (int, float, np.generic)):
-        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40}: a bfloat16 takes "
+        raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)}: a bfloat16 takes "
                                   "a float, or 2 raw bytes (its bit pattern)")
     try:
         x = float(value)
@@ -348,10 +399,10 @@ def _to_bfloat16(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     bits = _bfloat16_bits(x)
     if bits & 0x7FFF == 0x7F80 and not (isinstance(value, (float, np.floating))
                                         and np.isinf(value)):
-        raise _fail(kernel, spec, f"{value!r:.60} does not fit in __nv_bfloat16 (largest "
+        raise _fail(kernel, spec, f"{_show(value)} does not fit in __nv_bfloat16 (largest "
                                   "3.3895313892515355e+38)", ArgumentValueError)
     if exact_only and not math.isnan(x) and _exact(_bfloat16_value(bits)) != _exact(value):
-        raise _fail(kernel, spec, f"np.{value.dtype}({value!r:.40}) is not exactly a bfloat16: "
+        raise _fail(kernel, spec, f"{_show(value)} is not exactly a bfloat16: "
                                   "pass float(x) to round it", ArgumentValueError)
     return bits.to_bytes(2, "little")
 
@@ -374,7 +425,7 @@ def _to_complex(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     finite_in = (True, True) if isinstance(value, int) else (math.isfinite(z.real),
                                                              math.isfinite(z.imag))
     if any(math.isinf(o) and f for o, f in zip((out.real, out.imag), finite_in)):
-        raise _fail(kernel, spec, f"{value!r:.60} does not fit in {spec.ctype}",
+        raise _fail(kernel, spec, f"{_show(value)} does not fit in {_type_text(spec)}",
                     ArgumentValueError)
     return out.tobytes()
 
@@ -386,18 +437,34 @@ def _to_value(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     elif isinstance(value, (np.generic, np.ndarray)):
         data = np.ascontiguousarray(value).tobytes()
     else:
-        raise _fail(kernel, spec, f"got {type(value).__name__}; a by-value "
-                                  f"{spec.ctype or 'parameter'} takes a NumPy scalar or "
-                                  f"structured value, or {spec.size} raw bytes")
+        what = _type_text(spec) if spec.ctype else "parameter"
+        raise _fail(kernel, spec, f"got {type(value).__name__}; a by-value {what} takes a "
+                                  f"NumPy scalar or structured value, or {spec.size} raw bytes")
     if len(data) != spec.size:
         raise _fail(kernel, spec, f"got {len(data)} bytes, the kernel takes {spec.size}",
                     ArgumentValueError)
     return data
 
 
-def _is_device_array(value: Any) -> bool:
-    return value is None or hasattr(value, "__cuda_array_interface__") or (
-        hasattr(value, "__dlpack_device__") and not hasattr(value, "__array_interface__"))
+def _attribute(kernel: str, spec: ParamSpec, value: Any, name: str) -> Any:
+    """``value.<name>``, None where it has none; where reading it raises (a property: PyTorch's
+    ``__cuda_array_interface__`` does for a tensor that requires grad), an argument error that
+    names the parameter, chained to the user's exception."""
+    try:
+        return getattr(value, name, None)
+    except Exception as exc:
+        raise _raised(kernel, spec, value, f"reading its {name}", exc) from exc
+
+
+def _dlpack_only(kernel: str, spec: ParamSpec, value: Any) -> bool:
+    """A DLPack producer that is no host array (NumPy arrays speak DLPack too)."""
+    return _attribute(kernel, spec, value, "__dlpack_device__") is not None \
+        and _attribute(kernel, spec, value, "__array_interface__") is None
+
+
+def _is_device_array(kernel: str, spec: ParamSpec, value: Any) -> bool:
+    return value is None or _attribute(kernel, spec, value, "__cuda_array_interface__") \
+        is not None or _dlpack_only(kernel, spec, value)
 
 
 def _to_pointer(kernel: str, spec: ParamSpec, value: Any) -> bytes:
@@ -405,16 +472,16 @@ def _to_pointer(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     DLPack, checked for its dtype (the pointee's) and, for a non-const pointer, writability."""
     if value is None:
         return bytes(8)
-    cai = getattr(value, "__cuda_array_interface__", None)
-    if cai is None and hasattr(value, "__dlpack_device__") \
-            and not hasattr(value, "__array_interface__"):
+    cai = _attribute(kernel, spec, value, "__cuda_array_interface__")
+    if cai is None and _dlpack_only(kernel, spec, value):
         cai = _from_dlpack(kernel, spec, value)
     if cai is None:
-        if hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
+        if _attribute(kernel, spec, value, "__array_interface__") is not None \
+                or _attribute(kernel, spec, value, "__array__") is not None:
             raise _fail(kernel, spec, f"got a host array ({type(value).__name__}); a pointer "
                                       "parameter needs device memory: copy it first, e.g. "
                                       "cupy.asarray(x)")
-        raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40}; a pointer "
+        raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)}; a pointer "
                                   "parameter takes a CUDA array (CuPy, PyTorch, anything with "
                                   "__cuda_array_interface__ or DLPack) or None")
     ptr, readonly, dtype = _interface(kernel, spec, cai)
@@ -434,32 +501,74 @@ def _interface(kernel: str, spec: ParamSpec, cai: Any) -> tuple[int, bool, np.dt
     data = cai.get("data") if isinstance(cai, dict) else None
     if not (isinstance(data, tuple) and len(data) == 2):
         raise _fail(kernel, spec, f"the array's __cuda_array_interface__ has no 'data' "
-                                  f"(pointer, read-only) pair (got {data!r:.40}): it is not a "
+                                  f"(pointer, read-only) pair (got {_show(data)}): it is not a "
                                   "usable device array", ArgumentValueError)
     ptr, readonly = data
     if ptr is None:
         ptr = 0
     if not isinstance(ptr, (int, np.integer)) or isinstance(ptr, bool) \
             or not 0 <= int(ptr) <= _U64:
-        raise _fail(kernel, spec, f"the array's data pointer {ptr!r:.40} is not a device "
+        raise _fail(kernel, spec, f"the array's data pointer {_show(ptr)} is not a device "
                                   "address (an int from 0 to 2**64 - 1)", ArgumentValueError)
     try:
         dtype = np.dtype(cai.get("typestr"))
     except (TypeError, ValueError):
         raise _fail(kernel, spec, f"the array's __cuda_array_interface__ typestr "
-                                  f"{cai.get('typestr')!r:.40} is not a NumPy type string",
+                                  f"{_show(cai.get('typestr'))} is not a NumPy type string",
                     ArgumentValueError) from None
     return int(ptr), bool(readonly), dtype
 
 
-def _from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
-    device_type, _ = value.__dlpack_device__()
-    if int(device_type) not in (2, 3, 13):  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
-        raise _fail(kernel, spec, f"got a DLPack array on device type {int(device_type)}, not "
-                                  "CUDA memory")
-    import cupy  # only for DLPack producers without __cuda_array_interface__
+# CuPy's runtime statuses that mean no usable device: cudaErrorInsufficientDriver (no driver,
+# or one older than CuPy's runtime), cudaErrorNoDevice
+_CUPY_NO_DEVICE = (35, 100)
 
-    return cupy.from_dlpack(value).__cuda_array_interface__
+
+def _from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
+    """The ``__cuda_array_interface__`` of a DLPack-only CUDA array, read through CuPy.
+
+    :raises ArgumentTypeError: not CUDA memory, or the object's DLPack methods (or CuPy's
+        import of them) raised.
+    :raises NoDeviceError: no GPU to import it on (checked first: CuPy would only say
+        ``cudaErrorInsufficientDriver``).
+    """
+    try:
+        device = value.__dlpack_device__()
+    except Exception as exc:
+        raise _raised(kernel, spec, value, "reading its __dlpack_device__()", exc) from exc
+    try:
+        device_type, _ = device
+        device_type = int(device_type)
+    except Exception:  # noqa: BLE001 - anything but a pair of ints is the object's mistake
+        raise _fail(kernel, spec, f"got {type(value).__name__}, whose __dlpack_device__() "
+                                  f"returned {_show(device)}, not a (device type, device id) "
+                                  "pair") from None
+    if device_type not in (2, 3, 13):  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        raise _fail(kernel, spec, f"got a DLPack array on device type {device_type}, not "
+                                  "CUDA memory")
+    if not driver.available():
+        try:
+            driver._require()  # its message: why, and what works without a GPU
+        except NoDeviceError as exc:
+            raise NoDeviceError(f"{kernel}: {spec.describe()}: {exc}") from None
+    try:
+        import cupy  # only for DLPack producers without __cuda_array_interface__
+    except ImportError as exc:
+        raise _fail(kernel, spec, f"got {type(value).__name__}, a CUDA array that speaks only "
+                                  "DLPack: reading its pointer takes CuPy, which cannot be "
+                                  f"imported here ({type(exc).__name__}: {exc}); install CuPy, "
+                                  "or pass an array with __cuda_array_interface__") from exc
+    try:
+        return cupy.from_dlpack(value).__cuda_array_interface__
+    except Exception as exc:
+        if type(exc).__name__ == "CUDARuntimeError" \
+                and getattr(exc, "status", None) in _CUPY_NO_DEVICE:
+            raise NoDeviceError(
+                f"{kernel}: {spec.describe()}: no CUDA device is available to CuPy, which reads "
+                f"a DLPack array's pointer ({type(exc).__name__}: {exc}). Compiling, caching "
+                "and name resolution work without one; launching a kernel needs a GPU.") from exc
+        raise _raised(kernel, spec, value, "converting it through DLPack (cupy.from_dlpack)",
+                      exc) from exc
 
 
 def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
@@ -470,7 +579,7 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     complex64/complex128; a NumPy scalar gives its own bytes where its size is the slot's.
     """
     value = _unwrap(value)
-    if _is_device_array(value):
+    if _is_device_array(kernel, spec, value):
         if spec.size != 8:
             what = "None (a null pointer)" if value is None else "a device array"
             raise _fail(kernel, spec, f"got {what} for a {spec.size}-byte parameter: pointers "
@@ -501,7 +610,7 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
                                            dtype=np.dtype(f"c{spec.size}")), value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _to_value(kernel, spec, value)
-    raise _fail(kernel, spec, f"got {type(value).__name__} {value!r:.40}: a kernel without a "
+    raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)}: a kernel without a "
                               "C++ signature takes device arrays, Python numbers, NumPy "
                               f"scalars of the slot's size ({spec.size} bytes) or raw bytes")
 
@@ -534,7 +643,7 @@ def _count_error(kernel: str, specs: Sequence[ParamSpec], args: Any) -> Argument
                                  f"got {type(args).__name__}")
     return ArgumentTypeError(
         f"{kernel} takes {len(specs)} argument{'s' if len(specs) != 1 else ''}"
-        f" ({', '.join(s.ctype or '?' for s in specs)}), got {len(args)}")
+        f" ({', '.join(_tidy_type(s.ctype) if s.ctype else '?' for s in specs)}), got {len(args)}")
 
 
 def pack_args(kernel: str, specs: Sequence[ParamSpec], args: Sequence[Any]) -> list[bytes]:
@@ -571,7 +680,7 @@ def _dims(name: str, what: str, value: Any) -> tuple[int, int, int]:
     if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3 \
             or not all(_is_int(v) for v in value):
         raise ArgumentTypeError(f"{name}: {what} must be an int or a tuple of 1 to 3 ints, "
-                                f"got {value!r:.60}")
+                                f"got {_show(value)}")
     dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
     if any(d < 1 for d in dims):
         raise ArgumentValueError(f"{name}: every {what} dimension must be at least 1, "
@@ -590,7 +699,7 @@ def _shared_mem(name: str, value: Any) -> int:
     if not _is_int(value):
         raise ArgumentTypeError(f"{name}: shared_mem is the dynamic shared memory in bytes, an "
                                 f"int >= 0 (0 for none); got {type(value).__name__} "
-                                f"{value!r:.40}")
+                                f"{_show(value)}")
     if not 0 <= int(value) <= _U32:
         raise ArgumentValueError(f"{name}: shared_mem must be from 0 to {_U32} bytes, got "
                                  f"{int(value)}")
@@ -622,7 +731,7 @@ def _stream_handle(name: str, stream: Any) -> int:
     if not _is_int(value):
         raise ArgumentTypeError(f"{name}: stream must be a CuPy or PyTorch stream, an object "
                                 f"with __cuda_stream__, or a raw handle (int), got "
-                                f"{type(stream).__name__} {stream!r:.40}")
+                                f"{type(stream).__name__} {_show(stream)}")
     if not 0 <= int(value) <= _U64:
         raise ArgumentValueError(f"{name}: stream handle {int(value)} is not a CUstream")
     return int(value)

@@ -28,6 +28,7 @@ import pytest
 
 import cudamagic
 from cudamagic import driver
+from cudamagic import kernel as kernel_module
 from cudamagic.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -416,6 +417,191 @@ def test_attributes_without_a_gpu_come_from_the_cubin(mod):
         "registers": k.resources.registers, "static_shared_bytes": 0, "const_bytes": 0,
         "local_bytes": 0}
     assert k.resources.registers > 0
+
+
+# --- argument objects that misbehave, messages that read well (tester's findings) ---------------
+
+class RaisingInterface:
+    """A device-array-like whose ``__cuda_array_interface__`` raises (PyTorch's does for a tensor
+    that requires grad)."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+
+
+class DLPackOnly:
+    """A CUDA array that speaks only DLPack; ``device`` or ``error`` says what it answers."""
+
+    def __init__(self, device=(2, 0), error: Exception | None = None) -> None:
+        self.device, self.error = device, error
+
+    def __dlpack_device__(self):
+        if self.error is not None:
+            raise self.error
+        return self.device
+
+    def __dlpack__(self, *args, **kwargs):  # never reached: the tests stop before the capsule
+        raise BufferError("no capsule here")
+
+
+@pytest.mark.parametrize("expr, where", [("fill<float>", r"parameter 0 \(float\*\)"),
+                                         ("c_kernel", r"parameter 0 \(8 bytes, no C\+\+ type\)")])
+def test_a_raising_cuda_array_interface_is_an_argument_error(mod, expr, where):
+    with pytest.raises(ArgumentTypeError, match=expr + ": " + where + r": got RaisingInterface, "
+                       r"and reading its __cuda_array_interface__ raised RuntimeError: Can't get "
+                       r"__cuda_array_interface__ on Variable that requires grad") as info:
+        _pack(mod, expr, RaisingInterface(), *((1.0, 4) if expr == "fill<float>" else (4,)))
+    assert isinstance(info.value.__cause__, RuntimeError)  # chained: the user's own traceback
+
+
+def test_a_raising_dlpack_device_is_an_argument_error(mod):
+    with pytest.raises(ArgumentTypeError, match=r"fill<float>: parameter 0 \(float\*\): got "
+                       r"DLPackOnly, and reading its __dlpack_device__\(\) raised ValueError: "
+                       r"stream closed") as info:
+        _pack(mod, "fill<float>", DLPackOnly(error=ValueError("stream closed")), 1.0, 4)
+    assert isinstance(info.value.__cause__, ValueError)
+    with pytest.raises(ArgumentTypeError, match=r"__dlpack_device__\(\) returned 'cuda', not a "
+                                                r"\(device type, device id\) pair"):
+        _pack(mod, "fill<float>", DLPackOnly(device="cuda"), 1.0, 4)
+
+
+class FakeCUDARuntimeError(RuntimeError):
+    """Stands for ``cupy_backends.cuda.api.runtime.CUDARuntimeError`` (its name and status)."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+
+
+FakeCUDARuntimeError.__name__ = "CUDARuntimeError"
+
+
+def _fake_cupy(error: Exception) -> types.ModuleType:
+    fake = types.ModuleType("cupy")
+
+    def from_dlpack(value):
+        raise error
+
+    fake.from_dlpack = from_dlpack
+    return fake
+
+
+def test_a_failing_dlpack_conversion_is_an_argument_error(mod):
+    import sys
+
+    with mock.patch.object(driver, "available", lambda: True), \
+            mock.patch.dict(sys.modules, {"cupy": _fake_cupy(BufferError("read-only export"))}), \
+            pytest.raises(ArgumentTypeError, match=r"fill<float>: parameter 0 \(float\*\): got "
+                          r"DLPackOnly, and converting it through DLPack \(cupy.from_dlpack\) "
+                          r"raised BufferError: read-only export") as info:
+        _pack(mod, "fill<float>", DLPackOnly(), 1.0, 4)
+    assert isinstance(info.value.__cause__, BufferError)
+
+
+def test_cupys_missing_driver_for_a_dlpack_array_is_no_device(mod):
+    """A driver CuPy's runtime cannot use (cudaErrorInsufficientDriver): no device, as every
+    other launch without one says, not CuPy's raw error."""
+    import sys
+
+    error = FakeCUDARuntimeError(35, "cudaErrorInsufficientDriver: CUDA driver version is "
+                                     "insufficient for CUDA runtime version")
+    with mock.patch.object(driver, "available", lambda: True), \
+            mock.patch.dict(sys.modules, {"cupy": _fake_cupy(error)}), \
+            pytest.raises(NoDeviceError, match=r"fill<float>: parameter 0 \(float\*\): no CUDA "
+                          r"device is available to CuPy, which reads a DLPack array's pointer "
+                          r"\(CUDARuntimeError: cudaErrorInsufficientDriver.*\)\. Compiling, "
+                          r"caching and name resolution work without one; launching a kernel "
+                          r"needs a GPU\.") as info:
+        _pack(mod, "fill<float>", DLPackOnly(), 1.0, 4)
+    assert info.value.__cause__ is error
+
+
+@pytest.mark.skipif(driver.available(), reason="this machine has a GPU")
+def test_a_dlpack_array_without_a_gpu_is_no_device(mod):
+    with pytest.raises(NoDeviceError, match=r"fill<float>: parameter 0 \(float\*\): no CUDA "
+                       r"device is available: .*launching a kernel needs a GPU\."):
+        mod["fill<float>"]((1,), (32,), (DLPackOnly(), 1.0, 4))
+    # a DLPack array in host memory is still refused as such, GPU or not
+    with pytest.raises(ArgumentTypeError, match="DLPack array on device type 1, not CUDA memory"):
+        _pack(mod, "fill<float>", DLPackOnly(device=(1, 0)), 1.0, 4)
+
+
+def test_values_show_as_their_own_repr(mod):
+    with pytest.raises(ArgumentValueError) as info:
+        _pack(mod, "fill<float>", DeviceArray("f4"), np.float64(0.1), 4)
+    assert ": np.float64(0.1) is not exactly a float (it would arrive as np.float32(0.1)): " \
+        "convert it yourself (np.float32(x))" in str(info.value)
+    spec = kernel_module._spec(0, 0, 8, "complex<float>")
+    with pytest.raises(ArgumentValueError) as info:
+        kernel_module.encode("k", spec, np.complex128(0.1 + 0.2j))
+    assert "np.complex128(0.1+0.2j) is not exactly a complex<float> (it would arrive as " \
+        "np.complex64(0.1+0.2j))" in str(info.value)
+    with pytest.raises(ArgumentValueError, match=r"np.float32\(0.1\) is not exactly a bfloat16"):
+        kernel_module.encode("k", kernel_module._spec(0, 0, 2, "__nv_bfloat16"), np.float32(0.1))
+
+
+def test_long_values_are_shortened_with_an_ellipsis(mod):
+    with pytest.raises(ArgumentTypeError) as info:
+        _pack(mod, "fill<float>", DeviceArray("f4"), 1.0, "x" * 200)
+    shown = str(info.value).split("got str ", 1)[1].split(" for an integer")[0]
+    assert shown.startswith("'xxx") and shown.endswith("xxx'") and "..." in shown
+    assert len(shown) < 80
+    with pytest.raises(ArgumentValueError) as info:
+        _pack(mod, "pack<int, float, double>", 1, 1.0, 10**400)
+    assert "..." in str(info.value) and str(info.value).endswith(
+        "does not fit in double (largest 1.7976931348623157e+308)")
+    # past Python's digit limit repr() itself raises: the message still comes
+    with pytest.raises(ArgumentValueError, match=r"<int of 16610 bits> does not fit in double"):
+        _pack(mod, "pack<int, float, double>", 1, 1.0, 10**5000)
+
+
+def test_an_extern_c_overflow_names_the_slot(mod):
+    with pytest.raises(ArgumentValueError, match=r"c_kernel: parameter 1 \(4 bytes, no C\+\+ "
+                       r"type\): 1e\+39 does not fit in a 4-byte float slot \(largest "
+                       r"3.4028234663852886e\+38\)"):
+        _pack(mod, "c_kernel", DeviceArray("f4"), 1e39)
+    with pytest.raises(ArgumentValueError, match=r"c_kernel: parameter 0 \(8 bytes, no C\+\+ "
+                       r"type\): \(1e\+39\+0j\) does not fit in an 8-byte complex slot"):
+        _pack(mod, "c_kernel", complex(1e39), 4)
+
+
+THRUST = "thrust::THRUST_300102_SM_900_NS::complex<float>"
+LIBCUDACXX = "cuda::std::__4::complex<double>"
+
+
+def _library_typed_kernel() -> Kernel:
+    """A kernel whose parameters are of CCCL's versioned types (no GPU, no CUBIN: its records)."""
+    from cudamagic.image import Param
+    from cudamagic.names import Signatures
+
+    symbol = "_Z1kIN6thrust23THRUST_300102_SM_900_NS7complexIfEEEvT_PKN4cuda3std3__47complexIdEEi"
+    text = f"void k<{THRUST} >({THRUST}, {LIBCUDACXX} const*, int)"
+    image = types.SimpleNamespace(symbol=symbol, resources=None,
+                                  params=(Param(0, 0, 8), Param(1, 8, 8), Param(2, 16, 4)))
+    return Kernel(module=None, name_expression="k<thrust::complex<float>>", symbol=symbol,
+                  python_name="k", signatures=Signatures({symbol: text}, False),
+                  resolved_by="demangled", image=image)
+
+
+@pytest.mark.parametrize("args, error, message", [
+    (("x", None, 1), ArgumentTypeError, r"parameter 0 \(thrust::complex<float>\): got str"),
+    ((1j, DeviceArray("f4"), 1), ArgumentTypeError,
+     r"parameter 1 \(cuda::std::complex<double> const\*\): got an array of float32"),
+    ((complex(1e39), None, 1), ArgumentValueError,
+     (r"parameter 0 \(thrust::complex<float>\): \(1e\+39\+0j\) does not fit in "
+      r"thrust::complex<float>$")),
+    ((np.complex128(0.1j), None, 1), ArgumentValueError,
+     r"is not exactly a thrust::complex<float> "),
+    ((1j,), ArgumentTypeError,
+     r"takes 3 arguments \(thrust::complex<float>, cuda::std::complex<double> const\*, int\)"),
+])
+def test_library_namespaces_are_left_out_of_messages(args, error, message):
+    k = _library_typed_kernel()
+    assert k.params[0].kind == "complex" and k.params[1].dtype == np.complex128  # still read
+    with pytest.raises(error, match=r"^k<thrust::complex<float>>:? .*" + message) as info:
+        k((1,), (1,), args)
+    assert "_NS" not in str(info.value) and "__4" not in str(info.value)
 
 
 # --- echo kernels, and what each must receive (the oracle, independent of cudamagic's code) ------
