@@ -766,7 +766,9 @@ class KernelCache:
 
     def __init__(self, directory: str | os.PathLike | None = None,
                  size_limit: int | str | None = None) -> None:
-        self.directory = _folder(directory) if directory is not None else default_cache_dir()
+        # absolute: diskcache joins value files to it, and a notebook may chdir later
+        self.directory = (_folder(directory) if directory is not None
+                          else default_cache_dir()).absolute()
         origin = "size_limit"
         if size_limit is None and os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT") is not None:
             size_limit = os.environ["CUDAMAGIC_CACHE_SIZE_LIMIT"]
@@ -1045,6 +1047,7 @@ def _untrusted(directory: Path) -> str | None:
 
 
 _default: KernelCache | None = None
+_default_spec: tuple[str | None, str | None] | None = None
 _default_lock = threading.Lock()
 
 
@@ -1057,8 +1060,11 @@ def default_cache() -> KernelCache:
     :raises CacheArgumentError: ``$CUDAMAGIC_CACHE_SIZE_LIMIT`` is not a size that keeps
         something (see :class:`KernelCache`).
     """
-    global _default
+    global _default, _default_spec
+    # the folder as the environment names it: a relative $CUDAMAGIC_CACHE_DIR is taken from the
+    # current folder once, when the cache opens, and a later chdir does not move the cache
+    spec = (os.environ.get("CUDAMAGIC_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"))
     with _default_lock:
-        if _default is None or _default.directory != default_cache_dir():
-            _default = KernelCache()
+        if _default is None or _default_spec != spec:
+            _default, _default_spec = KernelCache(), spec
         return _default

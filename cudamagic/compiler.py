@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from .errors import CompileError, OptionError
 
-__all__ = ["CompileResult", "compile_cubin", "nvrtc_version", "supported_archs", "rewrite_log",
-           "name_map_lines", "template_kernels"]
+__all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version",
+           "supported_archs", "rewrite_log", "name_map_lines", "template_kernels"]
 
 
 @dataclass(frozen=True)
@@ -291,6 +291,17 @@ def _name_map_errors(blocks: list[tuple[int, list[str]]], expr: str, source: str
         out += [f'name expression -n "{expr}": {rest}', *_pointed(block, expr), ""]
         first = False
     return out
+
+
+_LINE = re.compile(r"^line (\d+)(?=: )", re.M)
+
+
+def shift_lines(log: str, delta: int) -> str:
+    """A rewritten log with its ``line N:`` numbers moved by ``delta`` (a stored log counts the
+    source's lines; a cell's start one below its magic line)."""
+    if not delta or not log:
+        return log
+    return _LINE.sub(lambda m: f"line {int(m.group(1)) + delta}", log)
 
 
 def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],

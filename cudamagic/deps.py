@@ -42,7 +42,12 @@ _BUILTIN = "__nv_nvrtc_builtin_header.h"  # NVRTC's own, held in memory
 # tested through a wrapper is still a name tested; matching wrappers too only adds places
 _HAS_INCLUDE = re.compile(rb'[A-Za-z_]*(?:has_include|HAS_INCLUDE)[A-Za-z_]*\s*\(\s*([<"])([^>"\n]+)[>"]')
 _QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
-_MANIFEST_VERSION = 1
+# a test of a name that only a macro spells, in a conditional (not in the #define of a wrapper
+# such as CCCL's, whose uses spell their names): __has_include(OPT_HDR)
+_HAS_INCLUDE_MACRO = re.compile(
+    rb'^[ \t]*(?:#|%:)[ \t]*(?:el)?if\b[^\n]*has_include\w*[ \t]*\([ \t]*(?![<" \t])', re.M | re.I)
+_SPLICE_B = re.compile(rb"\\[ \t]*\r?\n")
+_MANIFEST_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -78,12 +83,21 @@ class SearchPath:
 
 @dataclass(frozen=True)
 class HeaderState:
-    """One file the compile read, as it was then."""
+    """One file the compile read, as it was then.
+
+    A user header is checked by its content (``sha256``) on every hit: a file swapped for one
+    of the same size and time (``cp -p``, a switched link, two writes within one clock tick)
+    is still caught. A versioned package's header (``sha256`` None) is checked by its size,
+    modification and change times and inode, which an in-place edit, a copy over it or a
+    switched link changes.
+    """
 
     path: str
     size: int
     mtime_ns: int
-    sha256: str | None  # None: a versioned package's file, checked by size and mtime
+    sha256: str | None
+    ctime_ns: int = 0
+    inode: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,7 +148,9 @@ class Manifest:
     """
 
     def __init__(self, files: Sequence[HeaderState] = (), absent: Sequence[AbsentGroup] = (),
-                 present: Sequence[str] = (), complete: bool = True) -> None:
+                 present: Sequence[str] = (), complete: bool = True,
+                 watched: Sequence[tuple[str, int]] = (), racy: str | None = None) -> None:
+        self.racy = racy  # a header changed during the compile: the entry must not be stored
         folders: dict[str, int] = {}
 
         def split(path: str) -> list:
@@ -143,7 +159,9 @@ class Manifest:
 
         self._data = {
             "version": _MANIFEST_VERSION, "complete": bool(complete),
-            "files": [[*split(f.path), f.size, f.mtime_ns, f.sha256] for f in files],
+            "files": [[*split(f.path), f.size, f.mtime_ns, f.ctime_ns, f.inode, f.sha256]
+                      for f in files],
+            "watched": [[d, m] for d, m in watched],
             "absent": [[g.folder, g.mtime_ns, [split(p) for p in g.places]] for g in absent],
             "present": [split(p) for p in present]}
         self._data["folders"] = list(folders)
@@ -159,6 +177,7 @@ class Manifest:
             raise ValueError("the entry's header manifest is missing or of another version")
         manifest = cls.__new__(cls)
         manifest._data = data
+        manifest.racy = None
         return manifest
 
     def to_json(self) -> dict:
@@ -175,8 +194,8 @@ class Manifest:
     @property
     def files(self) -> tuple[HeaderState, ...]:
         folders = self._data["folders"]
-        return tuple(HeaderState(os.path.join(folders[i], n), s, m, h)
-                     for i, n, s, m, h in self._data["files"])
+        return tuple(HeaderState(os.path.join(folders[i], n), s, m, h, c, ino)
+                     for i, n, s, m, c, ino, h in self._data["files"])
 
     @property
     def absent(self) -> tuple[AbsentGroup, ...]:
@@ -203,16 +222,26 @@ class Manifest:
     def _check(self) -> str | None:
         stat, join, data = os.stat, os.path.join, self._data
         folders = data["folders"]
-        for i, name, size, mtime_ns, digest in data["files"]:
+        for i, name, size, mtime_ns, ctime_ns, inode, digest in data["files"]:
             path = join(folders[i], name)
             try:
                 st = stat(path)
             except OSError:
                 return f"the header {path} was read by the last compile and is gone"
-            if st.st_size == size and st.st_mtime_ns == mtime_ns:
-                continue
-            if digest is None or _digest(path) != digest:
+            if digest is not None:
+                if _digest(path) != digest:
+                    return f"the header {path} changed since the last compile"
+            elif (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != (
+                    size, mtime_ns, ctime_ns, inode):
                 return f"the header {path} changed since the last compile"
+        for folder, mtime_ns in data.get("watched", ()):
+            try:
+                if stat(folder).st_mtime_ns == mtime_ns:
+                    continue
+            except OSError:
+                pass
+            return (f"the folder {folder} changed since the last compile, and a "
+                    "__has_include there tested a name given by a macro")
         for folder, mtime_ns, places in data["absent"]:
             try:
                 if stat(folder).st_mtime_ns == mtime_ns:
@@ -265,11 +294,12 @@ def reads_no_file(source: str, options: Sequence[str]) -> bool:
             and not any(o.startswith(("-include", "--pre-include")) for o in options))
 
 
-def trace_headers(trace_json: str | bytes) -> list[tuple[str, str | None]]:
-    """``(header, includer or None for the cell)`` for each file the trace says was opened,
-    in the order they were opened.
+def trace_headers(trace_json: str | bytes) -> list[tuple[str, str | None, float]]:
+    """``(header, includer or None for the cell, microseconds into the compile)`` for each
+    file the trace says was opened, in the order they were opened.
 
-    Events nest by time: a header's includer is the innermost header event around it.
+    Events nest by time: a header's includer is the innermost header event around it. Their
+    times count from the compile's start (NVRTC 13.5: they start again at 0 for each compile).
 
     :raises ValueError: not a trace NVRTC wrote.
     """
@@ -280,62 +310,104 @@ def trace_headers(trace_json: str | bytes) -> list[tuple[str, str | None]]:
     spans = sorted(((e["ts"], -e.get("dur", 0), e["args"]["detail"]) for e in events
                     if isinstance(e, dict) and e.get("name") == TRACE_EVENT
                     and e.get("args", {}).get("detail") not in (None, _BUILTIN)))
-    out: list[tuple[str, str | None]] = []
+    out: list[tuple[str, str | None, float]] = []
     stack: list[tuple[float, str]] = []  # (end time, path) of the open includers
     for ts, neg_dur, path in spans:
         while stack and stack[-1][0] <= ts:
             stack.pop()
-        out.append((path, stack[-1][1] if stack else None))
+        out.append((path, stack[-1][1] if stack else None, ts))
         stack.append((ts - neg_dur, path))
     return out
 
 
-def from_trace(opened: Sequence[tuple[str, str | None]], search: SearchPath, source: str
-               ) -> Manifest:
-    """The manifest of a compile from its trace (:func:`trace_headers`)."""
+#: A header whose modification or change time is this close before NVRTC opened it, or after,
+#: may not be what NVRTC read (file system times come from a coarse clock, a jiffy behind).
+RACY_NS = 10_000_000
+
+
+def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
+               started_ns: int | None = None) -> Manifest:
+    """The manifest of a compile from its trace (:func:`trace_headers`).
+
+    ``started_ns`` (``time.time_ns()`` just before the compile): a header modified after NVRTC
+    opened it (the trace's time after the start), or less than :data:`RACY_NS` before, makes
+    the manifest ``racy``, as ccache does: its hash, taken now, may not be of the text that was
+    compiled, and the session does not store the build. A header written by an earlier cell
+    (``%%writefile``) is older than that: the trace opens the first header some 25 ms into a
+    compile.
+    """
+    opened = [(o[0], o[1], o[2] if len(o) > 2 else 0.0) for o in opened]
     states: dict[str, HeaderState] = {}
-    for path, _ in opened:
+    opened_at: dict[str, float] = {}
+    for path, _, ts in opened:
         full = search.absolute(path)
+        opened_at[full] = min(ts, opened_at.get(full, ts))
         if full not in states:
             state = _state(full, search)
             if state is not None:
                 states[full] = state
     places: set[str] = set()
-    for path, includer in dict.fromkeys(opened):
+    for path, includer in dict.fromkeys((p, i) for p, i, _ in opened):
         places.update(_shadowing(path, _folder_of(includer), search))
-    tested = _has_include_places(source, [p for p, _ in dict.fromkeys(opened)], search)
+    tested, unknown = _has_include_places(source, list(dict.fromkeys(p for p, _, _ in opened)),
+                                          search)
     places |= tested
     exists = {p: os.path.exists(p) for p in places}
     present = tuple(sorted(p for p in tested if exists[p]))
+    racy = None
+    if started_ns is not None:
+        late = [f.path for f in states.values() if max(f.mtime_ns, f.ctime_ns)
+                >= started_ns + int(opened_at[f.path] * 1000) - RACY_NS]
+        racy = f"the header {late[0]} changed while it was compiled (or just before)" \
+            if late else None
     return Manifest(tuple(states.values()),
                     _group_absent([p for p, e in exists.items() if not e], search),
-                    present, complete=True)
+                    present, complete=True, watched=_folder_times(unknown), racy=racy)
 
 
-def _has_include_places(source: str, opened: Sequence[str], search: SearchPath) -> set[str]:
-    """Every place a ``__has_include`` in the cell or a header it read looked at."""
+def _folder_times(folders: Iterable[str]) -> list[tuple[str, int]]:
+    out = []
+    for folder in sorted(set(folders)):
+        try:
+            out.append((folder, os.stat(folder).st_mtime_ns))
+        except OSError:
+            out.append((folder, -1))  # not there now: any folder there later is a change
+    return out
+
+
+def _has_include_places(source: str, opened: Sequence[str], search: SearchPath
+                        ) -> tuple[set[str], set[str]]:
+    """Every place a ``__has_include`` in the cell or a header it read looked at, and the
+    folders where one tested a name the text does not spell (``__has_include(MACRO)`` in an
+    ``#if``): there, any new file counts as a change."""
     places: set[str] = set()
+    unknown: set[str] = set()
     texts = [(None, source.encode("utf-8", "surrogatepass"))]
     texts += [(p, _read(search.absolute(p))) for p in dict.fromkeys(opened)]
     for path, text in texts:
         if not text or (b"has_include" not in text and b"HAS_INCLUDE" not in text):
             continue
+        text = _SPLICE_B.sub(b"", text)  # a name may be spelled across a line splice
+        first = [_folder_of(path)]
         for quote, name in set(_HAS_INCLUDE.findall(text)):
-            first = [_folder_of(path)] if quote == b'"' else []
-            for folder in (*first, *search.include_dirs):
+            for folder in (*(first if quote == b'"' else ()), *search.include_dirs):
                 rel = name.decode("utf-8", "replace")
                 places.add(search.absolute(os.path.join(folder, rel) if folder else rel))
-    return places
+        if _HAS_INCLUDE_MACRO.search(text):
+            unknown.update(search.absolute(f) if f else search.cwd
+                           for f in (*first, *search.include_dirs))
+    return places, unknown
 
 
-def from_scan(source: str, search: SearchPath, limit: int = 10_000) -> Manifest:
+def from_scan(source: str, search: SearchPath, started_ns: int | None = None,
+              limit: int = 10_000) -> Manifest:
     """A manifest from quoted ``#include`` lines, for an NVRTC that writes no trace.
 
     It follows quoted includes through each file's folder, the current folder and the ``-I``
     folders; it cannot see ``<...>`` includes, macros or ``__has_include``: ``complete`` is
     False and the report says so.
     """
-    opened: list[tuple[str, str | None]] = []
+    opened: list[tuple[str, str | None, float]] = []
     todo: list[tuple[str, str | None]] = [(n, None) for n in _QUOTED_INCLUDE.findall(source)]
     seen: set[str] = set()
     while todo and len(seen) < limit:
@@ -346,12 +418,13 @@ def from_scan(source: str, search: SearchPath, limit: int = 10_000) -> Manifest:
             if os.path.isfile(full):
                 if full not in seen:
                     seen.add(full)
-                    opened.append((path, includer))
+                    opened.append((path, includer, 0.0))
                     text = (_read(full) or b"").decode("utf-8", "replace")
                     todo += [(n, path) for n in _QUOTED_INCLUDE.findall(text)]
                 break
-    manifest = from_trace(opened, search, source)
-    return Manifest(manifest.files, manifest.absent, manifest.present, complete=False)
+    manifest = from_trace(opened, search, source, started_ns)
+    return Manifest(manifest.files, manifest.absent, manifest.present, complete=False,
+                    racy=manifest.racy)
 
 
 def _folder_of(path: str | None) -> str:
@@ -374,7 +447,7 @@ def _state(path: str, search: SearchPath) -> HeaderState | None:
     except OSError:
         return None
     digest = None if search.is_versioned(path) else _digest(path)
-    return HeaderState(path, st.st_size, st.st_mtime_ns, digest)
+    return HeaderState(path, st.st_size, st.st_mtime_ns, digest, st.st_ctime_ns, st.st_ino)
 
 
 def _shadowing(path: str, includer_folder: str, search: SearchPath) -> Iterable[str]:

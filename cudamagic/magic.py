@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic import (Magics, line_cell_magic, line_magic, magics_class,
+                                no_var_expand)
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .errors import OptionError
@@ -102,6 +103,13 @@ def _compile_notice(shell, program: str):
                 print(text, file=sys.stderr, flush=True)
 
 
+def _shell_names(shell) -> tuple[str, ...]:
+    """Names IPython put in the namespace and relies on (get_ipython, In, Out, exit...): a
+    kernel pushed over one would break the notebook, so none takes them."""
+    hidden = getattr(shell, "user_ns_hidden", {}) or {}
+    return tuple(n for n in hidden if n.isidentifier())
+
+
 @magics_class
 class CudaMagics(Magics):
     """``%%cuda``: compile a cell with NVRTC (cached) and push its kernels into the notebook."""
@@ -109,9 +117,13 @@ class CudaMagics(Magics):
     # no $var/{expr} expansion of the line: braces and dollars are C++ there (S{1}, operator$),
     # and IPython's expansion of a line with 1000 -n options takes seconds
     @no_var_expand
-    @cell_magic
-    def cuda(self, line: str, cell: str):
+    @line_cell_magic
+    def cuda(self, line: str, cell: str | None = None):
         started = time.perf_counter()  # the report's time is the cell's, from here
+        if cell is None:  # %cuda (one %): the help, and where the cell magic goes
+            print("%%cuda is a cell magic: its line holds the options and the cell below it "
+                  "the CUDA C++.\n\n" + (self.cuda.__doc__ or ""))
+            return
         from .session import build_module  # the pipeline loads on first use, not at %load_ext
 
         t = time.perf_counter()
@@ -131,7 +143,8 @@ class CudaMagics(Magics):
         with _warnings_said_in_report() as said:
             module = build_module(cell, opts, base_dir=os.getcwd(), line_offset=1,
                                   compile_notice=lambda: _compile_notice(self.shell,
-                                                                         PROGRAM_NAME))
+                                                                         PROGRAM_NAME),
+                                  reserved=_shell_names(self.shell))
         t = time.perf_counter()
         said += self._push(opts.module, module)
         phases["push"] = time.perf_counter() - t
@@ -207,6 +220,9 @@ class CudaMagics(Magics):
     def cuda_info(self, line: str = ""):
         """Device, driver, NVRTC, demangler, target arch and cache location."""
         from .info import environment_info
+
+        if line.strip():
+            raise OptionError(f"%cuda_info takes no arguments (got {line.strip()!r})")
 
         return environment_info()
 

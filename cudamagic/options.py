@@ -307,6 +307,12 @@ def options_from_nvrtc(options: Sequence[str], name_expressions: Sequence[str] =
 
     :raises OptionError: a bad option, or a string where a list belongs.
     """
+    options = () if options is None else options
+    name_expressions = () if name_expressions is None else name_expressions
+    for which, value in (("options", options), ("name_expressions", name_expressions)):
+        if not isinstance(value, str) and not hasattr(value, "__iter__"):
+            raise OptionError(f"{which} must be a list of strings, got "
+                              f"{type(value).__name__} {value!r:.60}")
     if isinstance(options, str) or isinstance(name_expressions, str):
         which = "options" if isinstance(options, str) else "name_expressions"
         raise OptionError(f"{which} must be a list of strings, not one string "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 import threading
 import time
 import warnings
@@ -24,8 +25,8 @@ from typing import Any, ContextManager
 from . import driver
 from .cache import _MAGIC as _ENTRY_MAGIC
 from .cache import BadEntry, EntryRecord, KernelCache, decode_entry, encode_entry
-from .compiler import (CompileResult, compile_cubin, nvrtc_version, supported_archs,
-                       template_kernels)
+from .compiler import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
+                       supported_archs, template_kernels)
 from .deps import Manifest, SearchPath, from_scan, from_trace, reads_no_file, trace_headers
 from .demangle import Demangler, Pending, default_demangler
 from .errors import (CompileError, ImageError, InputWarning, NameResolutionError, OptionError,
@@ -134,8 +135,12 @@ class Module(Mapping[str, Kernel]):
     def __getitem__(self, expr: str) -> Kernel:
         try:
             return self.kernels[expr]
-        except KeyError:
+        except (KeyError, TypeError):
             pass
+        if not isinstance(expr, str):
+            raise NameResolutionError(f"a kernel is looked up by its name expression, a str "
+                                      f"(module['saxpy<float>']), not {type(expr).__name__} "
+                                      f"{expr!r:.60}")
         held = sorted(self.kernels)
         near = closest(expr, held)
         raise NameResolutionError(
@@ -287,6 +292,9 @@ def _context(source: str, opts: BuildOptions, *, cache: KernelCache | None,
     started = time.perf_counter()
     line_offset = rest.get("line_offset", 0)
     _check_source(source, line_offset)
+    if base_dir is not None and not isinstance(base_dir, (str, os.PathLike)):
+        raise OptionError(f"base_dir must be a folder (a str or a path), got "
+                          f"{type(base_dir).__name__} {base_dir!r:.60}")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     notes = [f"-I {d}: no such folder (looked for {base / d})" for d in opts.include_dirs
              if not (base / d).is_dir()]
@@ -307,7 +315,8 @@ def _context(source: str, opts: BuildOptions, *, cache: KernelCache | None,
     store = None if opts.no_cache or rest.pop("keyless", False) else KernelCache.wrap(cache)
     ctx = BuildContext(source, opts, arch, options, search, key, nv, store,
                        rest.pop("demangler", None) or default_demangler(),
-                       reserved=(opts.module,), started=started, notes=notes, **rest)
+                       reserved=(opts.module, *rest.pop("reserved", ())), started=started,
+                       notes=notes, **rest)
     ctx.lap("key", started)
     return ctx
 
@@ -322,15 +331,18 @@ def entry_key(source: str, opts: BuildOptions, base_dir: str | os.PathLike | Non
 def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None = None,
                  base_dir: str | os.PathLike | None = None, line_offset: int = 0,
                  compiler: Compiler = compile_cubin, demangler: Demangler | None = None,
-                 compile_notice: Callable[[], ContextManager[Any]] | None = None) -> Module:
+                 compile_notice: Callable[[], ContextManager[Any]] | None = None,
+                 reserved: Sequence[str] = ()) -> Module:
     """The pipeline behind :func:`build` and the ``%%cuda`` magic: a hit when the cache can
     serve, else a compile.
 
     ``line_offset`` shifts NVRTC's line numbers to the cell's (1 below a magic line);
-    ``compile_notice`` wraps the compile, when there is one.
+    ``compile_notice`` wraps the compile, when there is one; ``reserved`` names no kernel may
+    be pushed under (besides the module's own: the names IPython relies on).
     """
     ctx = _context(source, opts, cache=cache, base_dir=base_dir, line_offset=line_offset,
-                   compiler=compiler, demangler=demangler, compile_notice=compile_notice)
+                   compiler=compiler, demangler=demangler, compile_notice=compile_notice,
+                   reserved=tuple(reserved))
     # cu++filt starts now and overlaps the cache read or the compile
     with contextlib.closing(ctx.demangler.start()) as pending:
         if ctx.store is None or opts.force:
@@ -399,6 +411,7 @@ def _compile(ctx: BuildContext, pending: Pending, miss_reason: str) -> Module:
     _check_arch(ctx.arch)  # the first in a process loads NVRTC (100-200 ms)
     t = ctx.lap("nvrtc", t)
     no_files = reads_no_file(ctx.source, ctx.opts.options)
+    started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
     with (ctx.compile_notice or contextlib.nullcontext)():
         result = ctx.compiler(ctx.source, ctx.opts.name_expressions, ctx.options,
                               program_name=PROGRAM_NAME, line_offset=ctx.line_offset,
@@ -407,9 +420,9 @@ def _compile(ctx: BuildContext, pending: Pending, miss_reason: str) -> Module:
     if no_files:
         manifest = Manifest()  # nothing was read: nothing to check on a hit
     elif result.trace is not None:
-        manifest = from_trace(trace_headers(result.trace), ctx.search, ctx.source)
+        manifest = from_trace(trace_headers(result.trace), ctx.search, ctx.source, started_ns)
     else:
-        manifest = from_scan(ctx.source, ctx.search)
+        manifest = from_scan(ctx.source, ctx.search, started_ns)
         ctx.notes.append(_INCOMPLETE)
     t = ctx.lap("manifest", t)
     try:
@@ -428,11 +441,17 @@ def _compile(ctx: BuildContext, pending: Pending, miss_reason: str) -> Module:
     made = _kernels(ctx, binary, [Resolved(e, lowered[e], NVRTC) for e in
                                   ctx.opts.name_expressions], sigs, {}, strict=False)
     ctx.lap("resolve", t)
-    record = EntryRecord(cubin=result.cubin, lowered=lowered, log=result.log,
+    record = EntryRecord(cubin=result.cubin, lowered=lowered,
+                         log=shift_lines(result.log, -ctx.line_offset),  # source lines
                          options=ctx.options, arch=ctx.arch, nvrtc_version=nvrtc_version(),
                          compile_seconds=result.seconds, manifest=manifest.to_json(),
-                         python_names={e: made[e].python_name for e in ctx.opts.name_expressions})
-    if ctx.store is not None:
+                         # names as derived, before any suffix that this cell's --module or
+                         # its neighbours called for: a later build applies its own
+                         python_names={e: python_name(e) for e in ctx.opts.name_expressions})
+    if ctx.store is not None and manifest.racy:
+        ctx.notes.append(f"not cached: {manifest.racy}, so its text cannot be tied to this "
+                         "CUBIN; the next run compiles again")
+    elif ctx.store is not None:
         t = time.perf_counter()
         ctx.store.put(ctx.key, record)
         ctx.lap("store", t)
@@ -477,7 +496,9 @@ class _Namer:
 
     def __init__(self, reserved: Sequence[str], notes: list[str]) -> None:
         self._by_symbol: dict[str, str] = {}
-        self._owner: dict[str, tuple[str, str]] = {r: ("", "") for r in reserved}
+        # the first reserved name is the module's; the rest are the shell's (get_ipython, In...)
+        self._owner: dict[str, tuple[str, str]] = {
+            r: ("" if i == 0 else "IPython", "") for i, r in enumerate(reserved)}
         self._notes = notes
 
     def name(self, label: str, symbol: str, stored: str | None) -> str:
@@ -491,7 +512,8 @@ class _Namer:
             other = self._owner[base][0]
             self._notes.append(
                 f"{label!r} is pushed as {name!r}: {base!r} is "
-                + (f"taken by {other!r}" if other else "the module's own name (--module)"))
+                + ("a name IPython relies on" if other == "IPython" else
+                   f"taken by {other!r}" if other else "the module's own name (--module)"))
         self._owner[name] = (label, symbol)
         self._by_symbol[symbol] = name
         return name
@@ -549,7 +571,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], origi
         key=ctx.key, hit=origin == "cache", origin=origin, miss_reason=miss_reason,
         timings=dict(ctx.timings), demangler=ctx.demangler.name,
         enumerated_by="ELF symbol table", arch=ctx.arch, nvrtc_version=record.nvrtc_version,
-        cache_dir=ctx.store.location if ctx.store else "(not cached)", log=record.log,
+        cache_dir=ctx.store.location if ctx.store else "(not cached)",
+        log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
         module_name=ctx.opts.module)
     return Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders)
@@ -632,6 +655,9 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     return _warn(build_module(source, opts, cache=cache, base_dir=base_dir))
 
 
+_MAX_CUBIN = 4 << 30  # a sanity bound: CUBINs of many thousand kernels are tens of MB
+
+
 def _read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
     """The bytes of what :func:`load_cubin` was given, and a label for messages.
 
@@ -643,12 +669,28 @@ def _read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
         raise ImageError(f"load_cubin takes a path or the CUBIN's bytes, got "
                          f"{type(path_or_bytes).__name__}")
     label = os.fspath(path_or_bytes)
-    try:
-        return Path(path_or_bytes).read_bytes(), label
+    try:  # never block on a FIFO nor read a device without end
+        fd = os.open(label, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except IsADirectoryError:
         raise ImageError(f"{label} is a folder, not a CUBIN file") from None
     except OSError as exc:
         raise ImageError(f"{label} cannot be read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ImageError(f"{label} is a folder, not a CUBIN file")
+        if not stat.S_ISREG(st.st_mode):
+            raise ImageError(f"{label} is not a regular file (a FIFO, a device or a socket): "
+                             "give the CUBIN file itself")
+        if st.st_size > _MAX_CUBIN:
+            raise ImageError(f"{label} is {st.st_size} bytes: more than a CUBIN is "
+                             f"({_MAX_CUBIN >> 20} MiB at most)")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            return f.read(st.st_size), label
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Sequence[str] = (),

@@ -66,6 +66,12 @@ CASES = {
     "header number 1001 of a chain": (
         _chain(CHAIN), '#include "chain/h0.h"\n', [], None,
         (f"chain/h{CHAIN}.h", "#define V 2\n")),
+    "__has_include of a name a macro gives": (
+        {}, '#define OPT "opt.h"\n#if __has_include(OPT)\n#include OPT\n#else\n#define V 1\n'
+            '#endif\n', [], None, ("opt.h", "#define V 2\n")),
+    "__has_include spelled across a line splice": (
+        {}, '#if __has_include\\\n("later2.h")\n#include "later2.h"\n#else\n#define V 1\n'
+            '#endif\n', [], None, ("later2.h", "#define V 2\n")),
     "in-place edit inside an installed package (same size)": (
         {}, "#include <tkedit.h>\n", [], None, ("cudahome/include/tkedit.h", "#define V 2\n")),
 }
@@ -151,8 +157,8 @@ def _trace(*events) -> str:
 def test_trace_nesting_gives_each_headers_includer():
     trace = _trace((10, 100, "/a/outer.h"), (20, 10, "/a/inner.h"), (40, 5, "/b/x.h"),
                    (200, 5, "cwd.h"), (1, 2, "__nv_nvrtc_builtin_header.h"))
-    assert deps.trace_headers(trace) == [("/a/outer.h", None), ("/a/inner.h", "/a/outer.h"),
-                                         ("/b/x.h", "/a/outer.h"), ("cwd.h", None)]
+    assert deps.trace_headers(trace) == [("/a/outer.h", None, 10), ("/a/inner.h", "/a/outer.h", 20),
+                                         ("/b/x.h", "/a/outer.h", 40), ("cwd.h", None, 200)]
 
 
 def _manifest(tmp_path: Path, opened, include_dirs=(), versioned=()) -> deps.Manifest:
@@ -236,3 +242,46 @@ def test_an_include_free_cell_is_compiled_without_the_trace(cache, compiler):
     build_module('#include <cuda/std/cstdint>\nextern "C" __global__ void k(int* x) {}',
                  options_from_nvrtc([], []), cache=cache, compiler=watched)
     assert calls == [False, True]
+
+
+def test_a_header_swapped_for_one_of_the_same_size_and_time_misses(tmp_path):
+    """``cp -p``, a switched link, two writes within one clock tick: same size and mtime, other
+    text. A user header is checked by its content."""
+    (tmp_path / "h.h").write_text("#define V 1\n")
+    m = _manifest(tmp_path, [("h.h", None)])
+    st = (tmp_path / "h.h").stat()
+    (tmp_path / "h.h").write_text("#define V 2\n")
+    os.utime(tmp_path / "h.h", ns=(st.st_atime_ns, st.st_mtime_ns))  # as cp -p leaves it
+    assert "changed" in m.check()
+    # a link switched between two files of one size and time
+    for name, text in (("v1.h", "#define V 1\n"), ("v2.h", "#define V 2\n")):
+        (tmp_path / name).write_text(text)
+        os.utime(tmp_path / name, ns=(1, 1))
+    (tmp_path / "cfg.h").symlink_to("v1.h")
+    m = _manifest(tmp_path, [("cfg.h", None)])
+    (tmp_path / "cfg.h").unlink()
+    (tmp_path / "cfg.h").symlink_to("v2.h")
+    assert "changed" in m.check()
+
+
+def test_a_header_changed_while_compiling_is_not_stored(cache, compiler, tmp_path, monkeypatch):
+    """The manifest is taken after NVRTC ran: a header saved meanwhile would be recorded with
+    its new text beside a CUBIN of the old one. Such a build is not stored."""
+    from cudamagic.options import options_from_nvrtc
+    from cudamagic.session import build_module
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "v.h").write_text("#define V 1\n")
+    src = '#include "v.h"\n' + KERN
+
+    def edits_during_the_compile(*args, **kw):
+        result = compiler(*args, **kw)  # NVRTC read V 1
+        (tmp_path / "v.h").write_text("#define V 2\n")
+        return result
+
+    first = build_module(src, options_from_nvrtc([], []), cache=cache,
+                         compiler=edits_during_the_compile)
+    assert any("not cached" in w and "v.h" in w for w in first.warnings)
+    assert len(cache) == 0
+    again = build_module(src, options_from_nvrtc([], []), cache=cache, compiler=compiler)
+    assert not again.hit and again.cubin != first.cubin  # V 2 now

@@ -248,3 +248,55 @@ def test_a_swapped_stored_map_is_never_served(cache, compiler):
     again = build_module(src, options_from_nvrtc([], exprs), cache=cache, compiler=compiler)
     assert not again.hit and "does not match its CUBIN" in again.report.miss_reason
     assert {e: again[e].symbol for e in exprs} == {e: first[e].symbol for e in exprs}
+
+
+def test_a_stored_log_takes_the_line_numbers_of_the_cell_that_shows_it(cache, compiler):
+    """A warning on source line 2 is cell line 3 below a magic line, whoever compiled it."""
+    src = "__global__ void k(int* p) {\n  int unused = 3;\n  *p = 1;\n}\n"
+    first = build_module(src, options_from_nvrtc([], []), cache=cache, compiler=compiler)
+    assert "line 2: warning" in first.report.log
+    in_a_cell = build_module(src, options_from_nvrtc([], []), cache=cache, compiler=compiler,
+                             line_offset=1)
+    assert in_a_cell.hit and "line 3: warning" in in_a_cell.report.log
+    again = build_module(src, options_from_nvrtc([], []), cache=cache, compiler=compiler)
+    assert "line 2: warning" in again.report.log
+
+
+def test_python_names_do_not_depend_on_the_cache_history(cache, compiler):
+    src = "template <typename T> __global__ void t(T* x) {}\n"
+    first = build_module(src, options_from_nvrtc([], ["t<int>"], module="t_int"), cache=cache,
+                         compiler=compiler)
+    assert first["t<int>"].python_name == "t_int_2"  # the module took t_int
+    again = build_module(src, options_from_nvrtc([], ["t<int>"]), cache=cache, compiler=compiler)
+    assert again.hit and again["t<int>"].python_name == "t_int"
+
+
+def test_a_kernel_never_takes_a_name_ipython_relies_on(cache, compiler):
+    mod = build_module('extern "C" __global__ void get_ipython(int* p) {}\n',
+                       options_from_nvrtc([], []), cache=cache, compiler=compiler,
+                       reserved=("get_ipython", "In", "Out"))
+    assert mod["get_ipython"].python_name == "get_ipython_2"
+    assert any("a name IPython relies on" in w for w in mod.warnings)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_load_cubin_refuses_what_is_not_a_file(tmp_path, kind):
+    import os
+
+    path = tmp_path / "k.cubin"
+    if kind == "fifo":
+        os.mkfifo(path)  # reading it would block for ever
+    else:
+        path.symlink_to("/dev/zero")  # reading it would never end
+    with pytest.raises(cudamagic.ImageError, match="not a regular file"):
+        cudamagic.load_cubin(path, ["k<int>"])
+
+
+def test_odd_arguments_to_build_and_lookups_say_what(cache):
+    assert cudamagic.build('extern "C" __global__ void z(int* x) {}', None, None,
+                           cache=cache).hit is False  # None: no names, no options
+    with pytest.raises(cudamagic.OptionError, match="base_dir must be a folder"):
+        cudamagic.build('extern "C" __global__ void z(int* x) {}', cache=cache, base_dir=123)
+    mod = cudamagic.build('extern "C" __global__ void z(int* x) {}', cache=cache)
+    with pytest.raises(NameResolutionError, match="looked up by its name expression, a str"):
+        mod[123]
