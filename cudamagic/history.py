@@ -260,8 +260,11 @@ def _listed(items) -> str:
     return ", ".join(repr(x) for x in items)
 
 
-def _set_change(what: str, old: tuple[str, ...], new: tuple[str, ...]) -> str | None:
-    if old == new:
+def _set_change(what: str, old: tuple[str, ...], new: tuple[str, ...],
+                ordered: bool = True) -> str | None:
+    """What changed between two lists; with ``ordered`` False (name expressions, a set in the
+    key) an order alone is no change."""
+    if old == new or (not ordered and set(old) == set(new)):
         return None
     added = [x for x in new if x not in old]
     removed = [x for x in old if x not in new]
@@ -317,7 +320,7 @@ def explain(last: CellBuild | None, now: CellBuild, miss_reason: str | None,
                            else "the source changed (white space at the end)")
         else:
             reasons.append("the source changed (too long to keep for a diff)")
-    change = _set_change("-n", last.names, now.names)
+    change = _set_change("-n", last.names, now.names, ordered=False)
     if change:
         kinds.append("names")
         reasons.append(change)

@@ -75,7 +75,8 @@ def environment_info() -> EnvironmentInfo:
     except OptionError as exc:
         fields.append(("arch in use", str(exc)))
     cache = default_cache()
-    fields.append(("cache", f"{cache.location} ({len(cache)} entries, "
+    n = len(cache)
+    fields.append(("cache", f"{cache.location} ({n} entr{'y' if n == 1 else 'ies'}, "
                             f"{cache.volume() / 2**20:.1f} of {cache.size_limit / 2**20:.0f} MiB)"))
     for dist in ("cupy-cuda13x", "cupy-cuda12x", "cuda-bindings", "nvidia-cuda-nvrtc"):
         try:
