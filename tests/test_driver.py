@@ -1,0 +1,69 @@
+"""The driver module without a GPU: what a driver status means, and what a machine without one
+says. (With one, tests/test_gpu.py drives the real calls.)"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cudamagic import driver
+from cudamagic.errors import ContextPoisonedError, LaunchError, NoDeviceError
+
+# CUresult codes and names as the driver reports them (cuda.h)
+STATUS = {700: ("CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"),
+          209: ("CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution"),
+          1: ("CUDA_ERROR_INVALID_VALUE", "invalid argument")}
+
+
+@pytest.fixture
+def names(monkeypatch):
+    monkeypatch.setattr(driver, "_error_name", lambda status: STATUS[status])
+
+
+def test_success_is_silent(names):
+    assert driver.check(0, "cuLaunchKernel") is None
+
+
+def test_a_fault_says_the_context_is_gone(names):
+    with pytest.raises(ContextPoisonedError, match="restart the notebook kernel"):
+        driver.check(700, "launching k")
+
+
+def test_a_cubin_for_another_gpu_says_so(names):
+    with pytest.raises(LaunchError, match="built for another GPU architecture"):
+        driver.check(209, "cuKernelGetFunction")
+
+
+def test_other_errors_name_the_call_and_the_status(names):
+    with pytest.raises(LaunchError, match="cuLaunchKernel failed with CUDA_ERROR_INVALID_VALUE: "
+                                          "invalid argument"):
+        driver.check(1, "cuLaunchKernel")
+
+
+@pytest.mark.skipif(driver.available(), reason="this machine has a GPU")
+def test_without_a_gpu_every_device_call_says_what_works():
+    assert driver.device_count() == 0 and driver.driver_version() is None
+    with pytest.raises(NoDeviceError, match="Compiling, caching and name resolution work"):
+        driver.current_device()
+
+
+def test_the_driver_starts_once_however_many_threads_ask(monkeypatch):
+    """%load_ext starts the driver in a thread while a cell may ask too: one cuInit."""
+    calls = []
+    started = threading.Event()
+
+    def first_init():
+        calls.append(1)
+        started.wait(0.2)  # a slow cuInit, while others ask
+        return None
+
+    monkeypatch.setattr(driver, "_first_init", first_init)
+    monkeypatch.setattr(driver, "_init_result", [])
+    threads = [threading.Thread(target=driver._init) for _ in range(8)]
+    for t in threads:
+        t.start()
+    started.set()
+    for t in threads:
+        t.join()
+    assert calls == [1] and driver._init() is None
