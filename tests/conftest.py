@@ -68,6 +68,18 @@ def compiler() -> WatchedCompiler:
     return WatchedCompiler()
 
 
+def value_file(cache, key: str) -> Path:
+    """The file diskcache keeps a key's value in (read from its database, not through a get)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{cache.directory / 'cache.db'}?mode=ro", uri=True)
+    try:
+        ((name,),) = con.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchall()
+    finally:
+        con.close()
+    return cache.directory / name
+
+
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
     """Run code in a fresh interpreter (a kernel restart); its stdout, or a failure with stderr."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import shutil
-import sqlite3
 from dataclasses import replace
-from pathlib import Path
 
 import diskcache
 
@@ -19,7 +17,7 @@ from cudamagic.cache import (ENTRY_FORMAT, BadEntry, EntryRecord, KernelCache, d
                              default_cache, encode_entry, parse_size)
 from cudamagic.errors import CacheArgumentError, CacheError, CudaMagicError
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, value_file
 
 CUBIN = (FIXTURES / "fixture.cubin").read_bytes()
 ENTRIES = FIXTURES / "entries"
@@ -34,16 +32,6 @@ def _resum(blob: bytes) -> bytes:
     """Recompute the record checksum, as a writer with a bug (or a forger) would."""
     head = len(b"CUDAMAGIC-ENTRY\n")
     return blob[:head] + hashlib.sha256(blob[head + 32:]).digest() + blob[head + 32:]
-
-
-def _value_file(cache: KernelCache, key: str) -> Path:
-    """The file diskcache keeps a key's value in (read from its database, not through a get)."""
-    con = sqlite3.connect(f"file:{cache.directory / 'cache.db'}?mode=ro", uri=True)
-    try:
-        ((name,),) = con.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchall()
-    finally:
-        con.close()
-    return cache.directory / name
 
 
 def test_round_trip():
@@ -91,7 +79,7 @@ def test_a_value_file_copied_over_another_entry_is_not_served(cache):
     mine, theirs = _record(), replace(_record(), cubin=CUBIN + bytes(16))
     cache.put("mine", mine)
     cache.put("theirs", theirs)
-    shutil.copyfile(_value_file(cache, "theirs"), _value_file(cache, "mine"))
+    shutil.copyfile(value_file(cache, "theirs"), value_file(cache, "mine"))
     rec, why = cache.get("mine")
     assert rec is None, "another entry's CUBIN was served under this key"
     assert "copied or moved" in why and "deleted" in why and "mine" not in cache

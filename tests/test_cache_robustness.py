@@ -30,7 +30,7 @@ from cudamagic.cache import (DEFAULT_SIZE_LIMIT, ENTRY_FORMAT, EntryRecord, Kern
 from cudamagic.errors import CacheArgumentError, CacheWarning, CudaMagicError
 from cudamagic.session import build_module, entry_key, options_from_nvrtc
 
-from .conftest import FIXTURES, REPO, run_python
+from .conftest import FIXTURES, REPO, run_python, value_file
 
 SRC = "template <typename T> __global__ void k(T* x, T v) { x[threadIdx.x] = v; }\n"
 EXPRS = ["k<float>", "k<int>"]
@@ -40,16 +40,6 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 def _value_files(directory: Path) -> list[Path]:
     return list(directory.rglob("*.val"))  # diskcache's value files (other things may live here)
-
-
-def _value_file(cache: KernelCache, key: str) -> Path:
-    """The file diskcache keeps a key's value in (read from its database, not through a get)."""
-    con = sqlite3.connect(f"file:{cache.directory / 'cache.db'}?mode=ro", uri=True)
-    try:
-        ((name,),) = con.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchall()
-    finally:
-        con.close()
-    return cache.directory / name
 
 
 def _build(cache: KernelCache, src: str = SRC, compiler=None):
@@ -197,7 +187,7 @@ def test_a_cell_is_never_served_another_cells_cubin(tmp_path, compiler):
     cache = KernelCache(tmp_path)
     other = SRC.replace("= v;", "= v + 1;")
     mine, theirs = _build(cache, compiler=compiler), _build(cache, other, compiler=compiler)
-    Path(_value_file(cache, mine.key)).write_bytes(_value_file(cache, theirs.key).read_bytes())
+    Path(value_file(cache, mine.key)).write_bytes(value_file(cache, theirs.key).read_bytes())
     mod = _build(cache, compiler=compiler)
     assert mod.cubin == mine.cubin, "the other cell's CUBIN was served"
     assert not mod.hit and "copied or moved" in mod.report.miss_reason
@@ -266,7 +256,7 @@ def _link_to_a_copy(path: Path) -> None:
 def test_an_entry_someone_else_could_have_written_is_rebuilt(tmp_path, compiler, damage, reason):
     cache = KernelCache(tmp_path / "cache")
     key = _build(cache, compiler=compiler).key
-    damage(_value_file(cache, key))
+    damage(value_file(cache, key))
     mod = _build(cache, compiler=compiler)
     assert not mod.hit, "an entry anyone could have written was served"
     assert reason in mod.report.miss_reason and "(deleted)" in mod.report.miss_reason
