@@ -179,6 +179,7 @@ def decode_entry(value: object, key: str | None = None) -> EntryRecord:
         that does not name its key, a record that names another key, a header of the wrong
         shape, or a CUBIN whose size or sha256 does not match the header.
     """
+    # long on purpose: every check in order, each with the message that says what was wrong
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise BadEntry(f"the stored value is a {type(value).__name__}, not an entry record")
     data = bytes(value)

@@ -116,6 +116,7 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     :raises CompileError: NVRTC refused the source or a name expression.
     :raises OptionError: NVRTC refused an option.
     """
+    # the trace's folder and its fall-backs (an NVRTC without the option) make this long
     start = time.perf_counter()
     folder = _trace_folder() if trace else None
     try:

@@ -220,6 +220,9 @@ class Manifest:
             return f"the entry's header manifest is malformed ({exc})"
 
     def _check(self) -> str | None:
+        return self._check_files() or self._check_folders() or self._check_present()
+
+    def _check_files(self) -> str | None:
         stat, join, data = os.stat, os.path.join, self._data
         folders = data["folders"]
         for i, name, size, mtime_ns, ctime_ns, inode, digest in data["files"]:
@@ -234,6 +237,11 @@ class Manifest:
             elif (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != (
                     size, mtime_ns, ctime_ns, inode):
                 return f"the header {path} changed since the last compile"
+        return None
+
+    def _check_folders(self) -> str | None:
+        stat, join, data = os.stat, os.path.join, self._data
+        folders = data["folders"]
         for folder, mtime_ns in data.get("watched", ()):
             try:
                 if stat(folder).st_mtime_ns == mtime_ns:
@@ -257,6 +265,11 @@ class Manifest:
             if found:
                 return (f"{found} now exists; the last compile found no file there (a "
                         "header there shadows the one it read, or changes a __has_include)")
+        return None
+
+    def _check_present(self) -> str | None:
+        join, data = os.path.join, self._data
+        folders = data["folders"]
         for i, name in data["present"]:
             if not os.path.exists(join(folders[i], name)):
                 return (f"{join(folders[i], name)}, which __has_include found in the last "

@@ -72,10 +72,12 @@ class CellBuild:
         from .toolkit import toolkit
 
         src = ctx.source
-        return cls(ctx.key, hashlib.sha256(src.encode("utf-8", "surrogatepass")).hexdigest(),
-                   src if len(src) <= MAX_SOURCE else None, tuple(ctx.opts.name_expressions),
-                   ctx.opts.std, tuple(ctx.opts.options), ctx.arch, ctx.nvrtc,
-                   toolkit().fingerprint, ctx.line_offset)
+        return cls(key=ctx.key,
+                   source_sha=hashlib.sha256(src.encode("utf-8", "surrogatepass")).hexdigest(),
+                   source=src if len(src) <= MAX_SOURCE else None,
+                   names=tuple(ctx.opts.name_expressions), std=ctx.opts.std,
+                   options=tuple(ctx.opts.options), arch=ctx.arch, nvrtc=ctx.nvrtc,
+                   toolkit=toolkit().fingerprint, line_offset=ctx.line_offset)
 
     @classmethod
     def from_json(cls, data: object) -> "CellBuild | None":
@@ -83,11 +85,12 @@ class CellBuild:
         if not isinstance(data, dict):
             return None
         try:
-            return cls(str(data["key"]), str(data["source_sha"]),
-                       data["source"] if isinstance(data["source"], str) else None,
-                       tuple(map(str, data["names"])), str(data["std"]),
-                       tuple(map(str, data["options"])), str(data["arch"]), str(data["nvrtc"]),
-                       str(data["toolkit"]), int(data.get("line_offset", 0)))
+            return cls(key=str(data["key"]), source_sha=str(data["source_sha"]),
+                       source=data["source"] if isinstance(data["source"], str) else None,
+                       names=tuple(map(str, data["names"])), std=str(data["std"]),
+                       options=tuple(map(str, data["options"])), arch=str(data["arch"]),
+                       nvrtc=str(data["nvrtc"]), toolkit=str(data["toolkit"]),
+                       line_offset=int(data.get("line_offset", 0)))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -295,6 +298,7 @@ def _cache_kind(reason: str) -> str:
 def explain(last: CellBuild | None, now: CellBuild, miss_reason: str | None,
             where: str = "this cell") -> Explanation:
     """Why a build was compiled, from the cell's last build and what the cache said."""
+    # one comparison after another, each adding its reason: a flat list reads best
     if miss_reason == "--force":
         return Explanation(("forced",), ("--force: compiled again and the cache entry "
                                          "replaced",))

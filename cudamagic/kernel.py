@@ -532,6 +532,7 @@ def _from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
     :raises NoDeviceError: no GPU to import it on (checked first: CuPy would only say
         ``cudaErrorInsufficientDriver``).
     """
+    # each of the protocol's steps can fail in the user's object: each says which
     try:
         device = value.__dlpack_device__()
     except Exception as exc:
@@ -578,6 +579,7 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     slot's size, a Python float a float32 (4 bytes) or double (8 bytes), a complex a
     complex64/complex128; a NumPy scalar gives its own bytes where its size is the slot's.
     """
+    # one branch per kind of Python value a C slot of a given size can take
     value = _unwrap(value)
     if _is_device_array(kernel, spec, value):
         if spec.size != 8:
@@ -1151,8 +1153,8 @@ class Kernel:
         """The checked launch after a fast one raised: nothing was launched, so a thread without
         a context gets one and a retry, and anything else the error that says what went wrong."""
         launcher = self._launchers[_get_ident()]
-        driver.launch(fn, grid, block, shared_mem, stream, launcher.address, device,
-                      f"launching {self.name_expression}")
+        driver.launch(fn, grid, block, shared_mem, stream, launcher.address, device=device,
+                      what=f"launching {self.name_expression}")
 
     def _raise_shared_limit(self, device: int, nbytes: int) -> None:
         if self._shared_limit.get(device, 0) < nbytes:

@@ -67,6 +67,7 @@ def _compile_notice(shell, program: str):
     Jupyter front end the notice is one output updated in place (by display id); in a terminal
     it is a line on stderr.
     """
+    # a timer thread, the notice's two places (a kernel's display, a terminal) and both endings
     in_kernel = getattr(shell, "kernel", None) is not None
     handle = None
     shown = threading.Event()

@@ -307,6 +307,7 @@ def options_from_nvrtc(options: Sequence[str], name_expressions: Sequence[str] =
 
     :raises OptionError: a bad option, or a string where a list belongs.
     """
+    # one pass over NVRTC's own spellings (=value, two tokens, long forms), in order
     options = () if options is None else options
     name_expressions = () if name_expressions is None else name_expressions
     for which, value in (("options", options), ("name_expressions", name_expressions)):

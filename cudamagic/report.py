@@ -571,8 +571,8 @@ class CacheStats(_Record):
         """Read the numbers off a :class:`~cudamagic.cache.KernelCache` (``note``: what a
         command just did, shown first)."""
         hits, misses = cache.stats()
-        return cls(cache.location, len(cache), cache.volume(), cache.size_limit, hits, misses,
-                   note)
+        return cls(location=cache.location, entries=len(cache), volume=cache.volume(),
+                   size_limit=cache.size_limit, hits=hits, misses=misses, note=note)
 
     def pairs(self) -> list[tuple[str, str]]:
         return [*([("done", self.note)] if self.note else []),

@@ -113,6 +113,7 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
     stored : mapping of str to str, optional
         The lowered-name map stored with the cache entry (expression -> symbol).
     """
+    # the module docstring's four rules, in order, one expression at a time
     stored = stored or {}
     index: _Index | None = None
 

@@ -210,7 +210,9 @@ def _arrive(payload: bytes, report: BuildReport) -> Module:
     sigs = Signatures({symbol: text for _, symbol, _, _, text in table},
                       record.kernels["placeholders"])
     try:
-        kernels = {label: Kernel(binary, label, symbol, name, sigs, how, binary.image.kernel(symbol))
+        kernels = {label: Kernel(binary, name_expression=label, symbol=symbol,
+                                 python_name=name, signatures=sigs, resolved_by=how,
+                                 image=binary.image.kernel(symbol))
                    for label, symbol, name, how, _ in table}
     except KeyError as exc:
         raise ImageError(f"a cudamagic module arrived whose kernel table names {exc} , which "
@@ -313,8 +315,9 @@ def _context(source: str, opts: BuildOptions, *, cache: KernelCache | None,
     key = cache_key(source=source, name_expressions=opts.name_expressions, options=options,
                     arch=arch, nvrtc_version=nv, toolkit=tk.fingerprint, cwd=cwd)
     store = None if opts.no_cache or rest.pop("keyless", False) else KernelCache.wrap(cache)
-    ctx = BuildContext(source, opts, arch, options, search, key, nv, store,
-                       rest.pop("demangler", None) or default_demangler(),
+    ctx = BuildContext(source=source, opts=opts, arch=arch, options=options, search=search,
+                       key=key, nvrtc=nv, store=store,
+                       demangler=rest.pop("demangler", None) or default_demangler(),
                        reserved=(opts.module, *rest.pop("reserved", ())), started=started,
                        notes=notes, **rest)
     ctx.lap("key", started)
@@ -402,7 +405,7 @@ def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Modul
     except _Unservable as exc:
         return str(exc)
     ctx.lap("resolve", t)
-    return _module(ctx, binary, made, "cache", None, record, manifest)
+    return _module(ctx, binary, made, origin="cache", miss_reason=None, record=record)
 
 
 def _compile(ctx: BuildContext, pending: Pending, miss_reason: str) -> Module:
@@ -455,7 +458,8 @@ def _compile(ctx: BuildContext, pending: Pending, miss_reason: str) -> Module:
         t = time.perf_counter()
         ctx.store.put(ctx.key, record)
         ctx.lap("store", t)
-    return _module(ctx, binary, made, "compiled", miss_reason, record, manifest)
+    return _module(ctx, binary, made, origin="compiled", miss_reason=miss_reason,
+                   record=record)
 
 
 def _signatures(ctx: BuildContext, binary: Binary, pending: Pending) -> Signatures:
@@ -485,8 +489,9 @@ def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
                                   f"{r.name_expression!r} is not an identifier: a bad entry")
             stored = None
         name = namer.name(r.name_expression, r.symbol, stored)
-        kernels[r.name_expression] = Kernel(binary, r.name_expression, r.symbol, name, sigs,
-                                            r.resolved_by, binary.image.kernel(r.symbol))
+        kernels[r.name_expression] = Kernel(
+            binary, name_expression=r.name_expression, symbol=r.symbol, python_name=name,
+            signatures=sigs, resolved_by=r.resolved_by, image=binary.image.kernel(r.symbol))
     _note_unnamed(ctx, sigs, {k.symbol for k in kernels.values()})
     return kernels
 
@@ -543,8 +548,8 @@ def _note_unnamed(ctx: BuildContext, sigs: Signatures, named: set[str]) -> None:
                          + "; ".join(unnamed[:5]))
 
 
-def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], origin: str,
-            miss_reason: str | None, record: EntryRecord, manifest: Manifest | None) -> Module:
+def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, origin: str,
+            miss_reason: str | None, record: EntryRecord) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
     that the next miss can say what changed)."""
     from .history import note_build
@@ -705,10 +710,11 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     opts = options_from_nvrtc((), name_expressions, **({"module": module} if module else {}))
     cubin, label = _read_cubin_arg(path_or_bytes)
     binary = Binary(cubin, read_cubin(cubin))
-    ctx = BuildContext("", opts, f"sm_{binary.image.sm}" if binary.image.sm else "?", (),
-                       SearchPath(os.getcwd(), ()), record_key(cubin), "-", None,
-                       demangler or default_demangler(), reserved=(opts.module,),
-                       started=started)
+    ctx = BuildContext(source="", opts=opts,
+                       arch=f"sm_{binary.image.sm}" if binary.image.sm else "?", options=(),
+                       search=SearchPath(os.getcwd(), ()), key=record_key(cubin), nvrtc="-",
+                       store=None, demangler=demangler or default_demangler(),
+                       reserved=(opts.module,), started=started)
     with contextlib.closing(ctx.demangler.start()) as pending:
         sigs = _signatures(ctx, binary, pending)
     resolution = resolve(opts.name_expressions, sigs)
@@ -721,7 +727,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
                                   "demangling can find them):\n" + "\n".join(lines))
     made = _kernels(ctx, binary, resolution.resolved, sigs, {}, strict=False)
     record = EntryRecord(cubin=cubin, lowered=None, arch=ctx.arch, nvrtc_version="-")
-    return _warn(_module(ctx, binary, made, "cubin", None, record, None))
+    return _warn(_module(ctx, binary, made, origin="cubin", miss_reason=None, record=record))
 
 
 def record_key(cubin: bytes) -> str:
