@@ -48,14 +48,17 @@ class Demangler:
 class Pending:
     """A demangling under way: call it once with the symbols; ``close`` it in any case."""
 
-    def __init__(self, run) -> None:
+    def __init__(self, run, release=None) -> None:
         self._run = run
+        self._release = release
 
     def __call__(self, symbols: Sequence[str]) -> list[str]:
         return self._run(symbols)
 
     def close(self) -> None:
         """Release what :meth:`Demangler.start` took (a process that was never fed)."""
+        if self._release is not None:
+            self._release()
 
 
 @dataclass(frozen=True)
@@ -89,9 +92,12 @@ class CuFilt(Demangler):
                                    f"{len(lines)} lines for {len(symbols)} symbols")
             return [o.strip() or s for o, s in zip(lines, symbols)]
 
-        pending = Pending(run)
-        pending.close = lambda: (proc.kill(), proc.wait()) if proc.poll() is None else None
-        return pending
+        def release() -> None:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+        return Pending(run, release)
 
 
 class LibStdCxx(Demangler):
