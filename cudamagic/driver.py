@@ -234,11 +234,15 @@ class Library:
               "cuLibraryLoadData")
         return cls(handle.value, cubin)
 
+    def kernel_count(self) -> int:
+        """How many kernels the driver finds in the library (one call)."""
+        return _out(ctypes.c_uint, _lib().cuLibraryGetKernelCount, self.handle,
+                    what="cuLibraryGetKernelCount")
+
     def kernel_names(self) -> list[str]:
         """Every kernel's symbol, as the driver enumerates them."""
         lib = _lib()
-        count = _out(ctypes.c_uint, lib.cuLibraryGetKernelCount, self.handle,
-                     what="cuLibraryGetKernelCount")
+        count = self.kernel_count()
         kernels = (ctypes.c_void_p * max(count, 1))()
         check(lib.cuLibraryEnumerateKernels(kernels, count, self.handle),
               "cuLibraryEnumerateKernels")
