@@ -25,11 +25,11 @@ import time
 from common import SOURCES, machine, median, names
 
 import cudamagic
-from cudamagic.cache import KernelCache
-from cudamagic.compiler import compile_cubin
-from cudamagic.deps import Manifest
+from cudamagic.store.disk import KernelCache
+from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.deps import Manifest
 from cudamagic.options import BuildOptions
-from cudamagic.session import entry_key
+from cudamagic.pipeline import entry_key
 
 
 def _timed(fn) -> float:

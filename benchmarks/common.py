@@ -83,7 +83,8 @@ def machine() -> str:
     """One line naming the machine and the versions measured."""
     parts = [platform.node() or "?", f"Python {platform.python_version()}"]
     try:
-        from cudamagic import compiler, driver
+        from cudamagic.toolchain import nvrtc as compiler
+        from cudamagic.toolchain import driver
 
         if driver.available():
             parts.insert(0, f"{driver.device_name(0)} x{driver.device_count()}, driver CUDA "
@@ -133,7 +134,7 @@ def versions() -> dict[str, str]:
 def gpu_available() -> bool:
     """Whether a CUDA device answers (False where cudamagic's driver module cannot say)."""
     try:
-        from cudamagic import driver
+        from cudamagic.toolchain import driver
 
         return bool(driver.available())
     except Exception:  # pragma: no cover

@@ -45,7 +45,7 @@ def cluster():
     try:
         from dask_cuda import LocalCUDACluster
 
-        from cudamagic import driver
+        from cudamagic.toolchain import driver
 
         if driver.device_count() >= 2:
             return LocalCUDACluster(n_workers=2, dashboard_address=None, silence_logs=40)

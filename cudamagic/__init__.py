@@ -22,12 +22,12 @@ from .errors import (CacheError, CompileError, ContextPoisonedError, CudaMagicEr
                      LaunchError, NameResolutionError, NoDeviceError, OptionError)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .cache import KernelCache
-    from .kernel import Kernel
-    from .session import Module, build, load_cubin
+    from .store import KernelCache
+    from .launch import Kernel
+    from .pipeline import Module, build, load_cubin
 
-_LAZY = {"build": "session", "load_cubin": "session", "Module": "session", "Kernel": "kernel",
-         "KernelCache": "cache", "gpu_available": "info"}
+_LAZY = {"build": "pipeline", "load_cubin": "pipeline", "Module": "pipeline", "Kernel": "launch",
+         "KernelCache": "store", "gpu_available": "info"}
 
 
 def __getattr__(name: str) -> Any:
@@ -60,9 +60,10 @@ def _prepare() -> None:
     try:
         import ipywidgets  # noqa: F401  (the import is the point: the report is a widget)
 
-        from . import history, info, widget  # noqa: F401
-        from .demangle import concrete_demangler, default_demangler
-        from .session import build_module  # noqa: F401
+        from . import explain, info  # noqa: F401
+        from .view import widget
+        from .toolchain.demangle import concrete_demangler, default_demangler
+        from .pipeline import build_module  # noqa: F401
         from .toolkit import toolkit
 
         toolkit()
@@ -74,6 +75,6 @@ def _prepare() -> None:
 
 
 def _start_driver() -> None:
-    from . import driver
+    from .toolchain import driver
 
     driver.available()

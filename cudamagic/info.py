@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 
-from . import driver
+from .toolchain import driver
 from .errors import ImageError
-from .report import BuildReport, EnvironmentInfo
+from .view.report import BuildReport, EnvironmentInfo
 
 __all__ = ["gpu_available", "environment_info", "report_with_attributes"]
 
@@ -52,11 +52,11 @@ def report_with_attributes(module, report: BuildReport | None = None,
 
 def environment_info() -> EnvironmentInfo:
     """What a build uses here: devices, driver, NVRTC, demangler, target arch, cache."""
-    from .cache import default_cache
-    from .compiler import nvrtc_version
-    from .demangle import CuFilt, default_demangler
+    from .store import default_cache
+    from .toolchain.nvrtc import nvrtc_version
+    from .toolchain.demangle import CuFilt, default_demangler
     from .errors import OptionError
-    from .session import default_arch
+    from .pipeline import default_arch
 
     fields: list[tuple[str, str]] = []
     if driver.available():

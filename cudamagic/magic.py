@@ -125,7 +125,7 @@ class CudaMagics(Magics):
             print("%%cuda is a cell magic: its line holds the options and the cell below it "
                   "the CUDA C++.\n\n" + (self.cuda.__doc__ or ""))
             return
-        from .session import build_module  # the pipeline loads on first use, not at %load_ext
+        from .pipeline import build_module  # the pipeline loads on first use, not at %load_ext
 
         t = time.perf_counter()
         imports = t - started
@@ -170,7 +170,7 @@ class CudaMagics(Magics):
         stored name map); extern "C" and non-template kernels are pushed by their plain name.
         """
         started = time.perf_counter()
-        from .session import load_cubin
+        from .pipeline import load_cubin
 
         ns = _parse(self.cuda_load, line)
         with _warnings_said_in_report() as said:
@@ -195,8 +195,8 @@ class CudaMagics(Magics):
     def cuda_cache(self, line: str):
         """Inspect and manage the CUBIN cache (the folder in $CUDAMAGIC_CACHE_DIR, else
         ~/.cache/cudamagic). Each command returns a record shown as text or a table."""
-        from .cache import default_cache
-        from .report import CacheListing, CacheStats
+        from .store import default_cache
+        from .view.report import CacheListing, CacheStats
 
         ns = _parse(self.cuda_cache, line)
         if ns.size is not None and ns.command != "limit":
@@ -241,7 +241,7 @@ class CudaMagics(Magics):
         """Show the report (with -q, only its warnings), timed from ``started``; the module's
         ``report`` becomes the one shown."""
         from .info import report_with_attributes
-        from .widget import show_report, show_warnings
+        from .view.widget import show_report, show_warnings
 
         if not quiet:
             t = time.perf_counter()
@@ -258,8 +258,8 @@ class CudaMagics(Magics):
     def _warn_shadowing(self, names: dict[str, object]) -> list[str]:
         """What the names would hide in the notebook: a variable that is not one of ours, or a
         builtin. Said once, in the report (not as Python warnings as well)."""
-        from .kernel import Kernel
-        from .session import Module
+        from .launch import Kernel
+        from .pipeline import Module
 
         ns = self.shell.user_ns
         module = next(iter(names))

@@ -16,7 +16,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export CUDAMAGIC_CACHE_DIR=/tmp/cudamagic-cache
 nvidia-smi -L
-python3 -c "import cuda.bindings, cupy, numpy; from cudamagic import compiler, driver; from cudamagic.demangle import default_demangler as d; print('cuda.bindings', cuda.bindings.__version__, 'cupy', cupy.__version__, 'numpy', numpy.__version__, 'nvrtc', compiler.nvrtc_version(), 'driver', driver.driver_version(), 'demangler', d().name)"
+python3 -c "import cuda.bindings, cupy, numpy; from cudamagic.toolchain import nvrtc as compiler, driver; from cudamagic.toolchain.demangle import default_demangler as d; print('cuda.bindings', cuda.bindings.__version__, 'cupy', cupy.__version__, 'numpy', numpy.__version__, 'nvrtc', compiler.nvrtc_version(), 'driver', driver.driver_version(), 'demangler', d().name)"
 for what in "${@:-gpu}"; do
   echo "=== $what $(date +%T)"
   case $what in

@@ -43,7 +43,7 @@ def rows() -> list[FixtureRow]:
 
 @pytest.fixture
 def cache(tmp_path):
-    from cudamagic.cache import KernelCache
+    from cudamagic.store.disk import KernelCache
 
     c = KernelCache(tmp_path / "cache")
     yield c
@@ -57,7 +57,7 @@ class WatchedCompiler:
         self.calls: list[tuple[str, ...]] = []
 
     def __call__(self, source, name_expressions, options, **kw):
-        from cudamagic.compiler import compile_cubin
+        from cudamagic.toolchain.nvrtc import compile_cubin
 
         self.calls.append(tuple(name_expressions))
         return compile_cubin(source, name_expressions, options, **kw)
@@ -93,7 +93,7 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
 
 def _gpu_reason() -> str | None:
     try:
-        from cudamagic import driver
+        from cudamagic.toolchain import driver
 
         return None if driver.available() else "no CUDA device or driver on this machine"
     except Exception as exc:  # pragma: no cover

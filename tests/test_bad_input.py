@@ -8,7 +8,7 @@ import warnings
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from cudamagic.cache import KernelCache
+from cudamagic.store.disk import KernelCache
 from cudamagic.errors import (CompileError, CudaMagicError, InputWarning, OptionError,
                               ShadowWarning, SourceError)
 
@@ -147,8 +147,8 @@ def test_corpus(shell):
 
 
 def test_a_module_and_a_kernel_of_one_name_both_stay_reachable(shell):
-    from cudamagic.kernel import Kernel
-    from cudamagic.session import Module
+    from cudamagic.launch.kernel import Kernel
+    from cudamagic.pipeline import Module
 
     error, _ = _run(shell, "-q", 'extern "C" __global__ void cuda_module(int* x) {}\n')
     assert error is None

@@ -12,8 +12,8 @@ import diskcache
 import pytest
 
 import cudamagic
-from cudamagic import cache as cache_mod
-from cudamagic.cache import (ENTRY_FORMAT, BadEntry, EntryRecord, KernelCache, decode_entry,
+from cudamagic.store import disk as cache_mod
+from cudamagic.store.disk import (ENTRY_FORMAT, BadEntry, EntryRecord, KernelCache, decode_entry,
                              default_cache, encode_entry, parse_size)
 from cudamagic.errors import CacheArgumentError, CacheError, CudaMagicError
 

@@ -24,11 +24,11 @@ import diskcache
 
 import pytest
 
-from cudamagic import cache as cache_mod
-from cudamagic.cache import (DEFAULT_SIZE_LIMIT, ENTRY_FORMAT, EntryRecord, KernelCache,
+from cudamagic.store import disk as cache_mod
+from cudamagic.store.disk import (DEFAULT_SIZE_LIMIT, ENTRY_FORMAT, EntryRecord, KernelCache,
                              decode_entry, encode_entry)
 from cudamagic.errors import CacheArgumentError, CacheWarning, CudaMagicError
-from cudamagic.session import build_module, entry_key, options_from_nvrtc
+from cudamagic.pipeline import build_module, entry_key, options_from_nvrtc
 
 from .conftest import FIXTURES, REPO, run_python, value_file
 
@@ -207,7 +207,7 @@ def test_everything_inside_is_owner_only_under_umask_002(tmp_path):
     code = f"""
 import json, os
 os.umask(0o002)   # a shared-group setup: files 664 and folders 775 unless made otherwise
-from cudamagic.cache import EntryRecord, KernelCache
+from cudamagic.store.disk import EntryRecord, KernelCache
 c = KernelCache({str(folder)!r})
 for i in range(40):
     c.put(f"k{{i}}", EntryRecord(cubin=os.urandom(1000), lowered=None))
@@ -266,8 +266,8 @@ def test_an_entry_someone_else_could_have_written_is_rebuilt(tmp_path, compiler,
 
 SPECIAL = r"""
 import json, os, resource, sqlite3, sys
-from cudamagic.cache import KernelCache
-from cudamagic.session import build_module, options_from_nvrtc
+from cudamagic.store.disk import KernelCache
+from cudamagic.pipeline import build_module, options_from_nvrtc
 folder, how, SRC, EXPRS = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 cache = KernelCache(folder)
 opts = options_from_nvrtc([], EXPRS)
@@ -375,8 +375,8 @@ def test_folder_that_cannot_be_created(tmp_path):
 def test_full_disk_warns_once_and_keeps_working(tmp_path):
     code = f"""
 import resource, signal, warnings, json
-from cudamagic.cache import KernelCache
-from cudamagic.session import build_module, options_from_nvrtc
+from cudamagic.store.disk import KernelCache
+from cudamagic.pipeline import build_module, options_from_nvrtc
 cache = KernelCache({str(tmp_path)!r})
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))   # the disk is full

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic.compiler import compile_cubin, nvrtc_version, rewrite_log
+from cudamagic.toolchain.nvrtc import compile_cubin, nvrtc_version, rewrite_log
 from cudamagic.errors import CompileError, OptionError
-from cudamagic.image import read_cubin
+from cudamagic.toolchain.image import read_cubin
 
 from .conftest import run_python
 
@@ -60,7 +60,7 @@ def test_a_clean_compile_leaves_the_interpreters_bytes_alone():
     byte, and a buffer made as b" " * 1 is CPython's shared b" ": writing there corrupts it for
     the whole process (a Jupyter kernel included)."""
     out = run_python(
-        "from cudamagic.compiler import compile_cubin\n"
+        "from cudamagic.toolchain.nvrtc import compile_cubin\n"
         "r = compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])\n"
         "assert r.log == '' and r.cubin[:4] == b'\\x7fELF'\n"
         "print(bytes([32]) == b' ', b'a b'.split(b' '), b' ' * 3)\n")
@@ -74,7 +74,7 @@ def test_no_room_for_the_trace_compiles_without_it():
         "import resource, signal\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
-        "from cudamagic.compiler import compile_cubin\n"
+        "from cudamagic.toolchain.nvrtc import compile_cubin\n"
         "r = compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])\n"
         "print(r.trace is None, r.cubin[:4] == b'\\x7fELF')\n")
     assert out.split() == ["True", "True"]

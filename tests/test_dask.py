@@ -28,7 +28,8 @@ def _on_worker(module, kernel):
     import os
     import sys
 
-    from cudamagic import cache, compiler
+    from cudamagic.store import disk as cache
+    from cudamagic.toolchain import nvrtc as compiler
 
     compiles = []
     real = compiler._compile
@@ -152,7 +153,7 @@ def test_local_cuda_cluster_map_blocks_on_two_gpus(module):
     import dask.array as da
     from distributed import Client
 
-    from cudamagic import driver
+    from cudamagic.toolchain import driver
 
     if driver.device_count() < 2:
         pytest.skip("needs two GPUs (the device tool's nvidia-h200-x2 kind)")

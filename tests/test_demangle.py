@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from cudamagic.demangle import CuFilt, LibStdCxx, find_cufilt
+from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt
 
 from .conftest import fixture_rows
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cudamagic import deps
+from cudamagic.toolchain import deps
 
 from .conftest import run_python
 
@@ -229,7 +229,7 @@ def test_a_compile_that_can_open_no_file_needs_no_trace(source, options, no_file
 
 def test_an_include_free_cell_is_compiled_without_the_trace(cache, compiler):
     from cudamagic.options import options_from_nvrtc
-    from cudamagic.session import build_module
+    from cudamagic.pipeline import build_module
 
     calls = []
 
@@ -268,7 +268,7 @@ def test_a_header_changed_while_compiling_is_not_stored(cache, compiler, tmp_pat
     """The manifest is taken after NVRTC ran: a header saved meanwhile would be recorded with
     its new text beside a CUBIN of the old one. Such a build is not stored."""
     from cudamagic.options import options_from_nvrtc
-    from cudamagic.session import build_module
+    from cudamagic.pipeline import build_module
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "v.h").write_text("#define V 1\n")

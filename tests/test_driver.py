@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from cudamagic import driver
+from cudamagic.toolchain import driver
 from cudamagic.errors import ContextPoisonedError, LaunchError, NoDeviceError
 
 # CUresult codes and names as the driver reports them (cuda.h)

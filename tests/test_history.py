@@ -11,9 +11,9 @@ import time
 import pytest
 
 import cudamagic
-from cudamagic import history as H
+from cudamagic import explain as H
 from cudamagic.errors import CacheWarning
-from cudamagic.history import CellBuild, History, cell_id, explain, source_diff
+from cudamagic.explain import CellBuild, History, cell_id, explain, source_diff
 
 SRC = """template <typename T>
 __global__ void saxpy(T a, const T* x, T* y, int n) {
@@ -233,7 +233,7 @@ def test_the_first_hit_of_a_process_reads_once_and_writes_nothing(where):
     from .conftest import run_python
 
     _build(SRC, where)
-    code = (f"import cudamagic, os\nfrom cudamagic.history import History\n"
+    code = (f"import cudamagic, os\nfrom cudamagic.explain import History\n"
             f"os.chdir({str(where.parent)!r})\n"
             f"def boom(*a, **k): raise AssertionError('a hit wrote the history')\n"
             f"History.remember = boom\n"

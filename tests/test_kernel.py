@@ -27,15 +27,15 @@ import numpy as np
 import pytest
 
 import cudamagic
-from cudamagic import driver
-from cudamagic import kernel as kernel_module
+from cudamagic.toolchain import driver
+from cudamagic.launch import kernel as kernel_module
 from cudamagic.errors import (
     ArgumentError,
     ArgumentTypeError,
     ArgumentValueError,
     NoDeviceError,
 )
-from cudamagic.kernel import Kernel, LaunchHooks, _stream_handle, pack_args
+from cudamagic.launch.kernel import Kernel, LaunchHooks, _stream_handle, pack_args
 
 from .conftest import FIXTURES
 
@@ -572,8 +572,8 @@ LIBCUDACXX = "cuda::std::__4::complex<double>"
 
 def _library_typed_kernel() -> Kernel:
     """A kernel whose parameters are of CCCL's versioned types (no GPU, no CUBIN: its records)."""
-    from cudamagic.image import Param
-    from cudamagic.names import Signatures
+    from cudamagic.toolchain.image import Param
+    from cudamagic.cxx.names import Signatures
 
     symbol = "_Z1kIN6thrust23THRUST_300102_SM_900_NS7complexIfEEEvT_PKN4cuda3std3__47complexIdEEi"
     text = f"void k<{THRUST} >({THRUST}, {LIBCUDACXX} const*, int)"

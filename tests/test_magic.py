@@ -88,7 +88,7 @@ def test_cache_magics(tmp_path, monkeypatch, capsys):
     ip.run_line_magic("cuda_cache", "clear --older-than 1h")
     assert ip.run_line_magic("cuda_cache", "stats").entries == 2
     ip.run_line_magic("cuda_cache", "limit 256MB")
-    from cudamagic.cache import KernelCache
+    from cudamagic.store.disk import KernelCache
 
     assert KernelCache(tmp_path / "cache").size_limit == 256 << 20  # kept by the folder
     cleared = ip.run_line_magic("cuda_cache", "clear")
@@ -216,7 +216,7 @@ def test_name_map_lines_agree_with_nvrtc():
     import random
     import re
 
-    from cudamagic.compiler import _check, _nvrtc, name_map_lines
+    from cudamagic.toolchain.nvrtc import _check, _nvrtc, name_map_lines
 
     nvrtc = _nvrtc()
     rng = random.Random(11)
@@ -241,8 +241,8 @@ def test_name_map_lines_agree_with_nvrtc():
 
 
 def test_a_log_without_a_located_error_is_not_counted(monkeypatch):
-    from cudamagic import compiler
-    from cudamagic.compiler import compile_cubin
+    from cudamagic.toolchain import nvrtc as compiler
+    from cudamagic.toolchain.nvrtc import compile_cubin
     from cudamagic.errors import CompileError
 
     monkeypatch.setattr(compiler, "rewrite_log", lambda *a, **k: "something NVRTC said")

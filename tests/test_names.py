@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic import names
-from cudamagic.names import (canonical, compare, parse_demangled, parse_expression, python_name,
+from cudamagic.cxx import names
+from cudamagic.cxx.names import (canonical, compare, parse_demangled, parse_expression, python_name,
                              quick_equal, valid_python_name)
 
 # Spellings the text cannot decide (DESIGN.md): enumerator vs cast, default template arguments,

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 from IPython.lib.pretty import pretty
 
-from cudamagic import report as R
-from cudamagic.report import (SHOWN_ROWS, BuildReport, CacheListing, CacheStats,
+from cudamagic.view import report as R
+from cudamagic.view.report import (SHOWN_ROWS, BuildReport, CacheListing, CacheStats,
                               EnvironmentInfo, Explanation, KernelRow, display_signature)
 
 
@@ -162,7 +162,7 @@ def test_with_warnings_says_each_once():
 # --- the line magics' records read as text (issue 11, item 3) --------------------------------
 
 def _records():
-    from cudamagic.cache import EntryInfo
+    from cudamagic.store.disk import EntryInfo
 
     return [CacheStats("/c", 2, 1 << 20, 1 << 30, 1, 2, "removed 1 entry"),
             CacheListing((EntryInfo("ab" * 32, 2048, 1.7e9, 1.7e9, ("k<float>",), True),

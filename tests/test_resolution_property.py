@@ -29,13 +29,13 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from cudamagic.demangle import CuFilt, LibStdCxx, find_cufilt  # noqa: E402
+from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt  # noqa: E402
 from cudamagic.errors import CompileError  # noqa: E402
-from cudamagic.image import read_cubin  # noqa: E402
-from cudamagic import names  # noqa: E402
-from cudamagic.names import (  # noqa: E402
+from cudamagic.toolchain.image import read_cubin  # noqa: E402
+from cudamagic.cxx import names# noqa: E402
+from cudamagic.cxx.names import (  # noqa: E402
     CONTRADICTION, EQUAL, Signatures, compare, parse_expression, quick_equal)
-from cudamagic.resolve import resolve  # noqa: E402
+from cudamagic.cxx.resolve import resolve  # noqa: E402
 
 # a parameter of each integer type, by tag
 TYPED = {"bool": "bool", "char": "char", "schar": "signed char", "uchar": "unsigned char",
@@ -206,7 +206,7 @@ def _refused(log: str) -> set[str]:
 
 def compile_well_formed(expressions: list[str]):
     """Compile ``expressions``, dropping those NVRTC refuses: (result, kept, refused)."""
-    from cudamagic.compiler import compile_cubin
+    from cudamagic.toolchain.nvrtc import compile_cubin
 
     todo, refused = list(expressions), []
     for _ in range(50):  # each refused round stops in NVRTC's front end: a fraction of a second
@@ -223,7 +223,7 @@ def compile_well_formed(expressions: list[str]):
 
 
 def _bisect(exprs: list[str]) -> list[str]:
-    from cudamagic.compiler import compile_cubin
+    from cudamagic.toolchain.nvrtc import compile_cubin
 
     if len(exprs) == 1:
         return exprs

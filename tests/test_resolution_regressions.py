@@ -16,10 +16,10 @@ import functools
 import pytest
 
 import cudamagic
-from cudamagic.compiler import compile_cubin
-from cudamagic.demangle import CuFilt, LibStdCxx, find_cufilt
+from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt
 from cudamagic.errors import NameResolutionError
-from cudamagic.names import python_name
+from cudamagic.cxx.names import python_name
 
 SOURCE = r"""
 template <int V> __global__ void t() {}

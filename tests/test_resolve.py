@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic.names import Signatures, parse_demangled
-from cudamagic.resolve import plain_kernels, resolve
+from cudamagic.cxx.names import Signatures, parse_demangled
+from cudamagic.cxx.resolve import plain_kernels, resolve
 
 from .test_names import UNDECIDABLE
 
@@ -99,7 +99,7 @@ def test_swap_the_names_cannot_decide_is_accepted_unverified(rows):
 
 @pytest.fixture(scope="module")
 def small_cubin():
-    from cudamagic.compiler import compile_cubin
+    from cudamagic.toolchain.nvrtc import compile_cubin
 
     source = ("template <int N> __global__ void t() {}\n"
               "template <auto V> __global__ void a() {}\n"
@@ -110,8 +110,8 @@ def small_cubin():
 
 
 def _image_kernels(built):
-    from cudamagic.demangle import LibStdCxx
-    from cudamagic.image import read_cubin
+    from cudamagic.toolchain.demangle import LibStdCxx
+    from cudamagic.toolchain.image import read_cubin
 
     symbols = list(read_cubin(built.cubin).symbols)
     return Signatures(dict(zip(symbols, LibStdCxx().demangle(symbols))), placeholders=False)

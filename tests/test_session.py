@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 import cudamagic
-from cudamagic import driver
+from cudamagic.toolchain import driver
 from cudamagic.errors import CompileError, NameResolutionError, NoDeviceError
-from cudamagic.session import build_module, options_from_nvrtc
+from cudamagic.pipeline import build_module, options_from_nvrtc
 
 from .conftest import run_python
 

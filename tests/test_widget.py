@@ -9,8 +9,8 @@ import re
 import ipywidgets as w
 import pytest
 
-from cudamagic import widget as W
-from cudamagic.report import SHOWN_ROWS, Explanation
+from cudamagic.view import widget as W
+from cudamagic.view.report import SHOWN_ROWS, Explanation
 
 from .test_report import make
 

@@ -19,7 +19,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from .errors import ContextPoisonedError, LaunchError, NoDeviceError
+from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 
 __all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
            "launch", "fast_launch", "compute_capability", "driver_version", "device_name",

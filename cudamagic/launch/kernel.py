@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from . import driver
-from .errors import ArgumentTypeError, ArgumentValueError, LaunchError, NoDeviceError
-from .image import KernelImage, KernelResources
-from .names import Signature, Signatures
+from ..toolchain import driver
+from ..errors import ArgumentTypeError, ArgumentValueError, LaunchError, NoDeviceError
+from ..toolchain.image import KernelImage, KernelResources
+from ..cxx import Signature, Signatures
 
 __all__ = ["Kernel", "ParamSpec", "LaunchHooks", "param_specs", "encode", "pack_args",
            "generate_launcher"]
@@ -243,7 +243,7 @@ def _tidy_type(ctype: str) -> str:
     """A C++ type as messages show it: library-internal inline namespaces left out
     (``thrust::THRUST_300102_SM_900_NS::complex<float>`` is ``thrust::complex<float>``,
     ``cuda::std::__4::complex`` ``cuda::std::complex``), as the build report shows them."""
-    from .report import _tidy  # the report's one rule; imported on the first error only
+    from ..view.report import _tidy  # the report's one rule; imported on the first error only
 
     return _tidy(ctype)
 

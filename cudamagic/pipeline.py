@@ -22,23 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
 
-from . import driver
-from .cache import _MAGIC as _ENTRY_MAGIC
-from .cache import BadEntry, EntryRecord, KernelCache, decode_entry, encode_entry
-from .compiler import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
+from .toolchain import driver
+from .store.disk import _MAGIC as _ENTRY_MAGIC
+from .store import BadEntry, EntryRecord, KernelCache, decode_entry, encode_entry
+from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
                        supported_archs, template_kernels)
-from .deps import Manifest, SearchPath, from_scan, from_trace, reads_no_file, trace_headers
-from .demangle import Demangler, Pending, default_demangler
+from .toolchain.deps import Manifest, SearchPath, from_scan, from_trace, reads_no_file, trace_headers
+from .toolchain.demangle import Demangler, Pending, default_demangler
 from .errors import (CompileError, ImageError, InputWarning, NameResolutionError, OptionError,
                      SourceError)
-from .image import CubinImage, read_cubin
-from .kernel import Kernel
+from .toolchain.image import CubinImage, read_cubin
+from .launch import Kernel
 from .keys import cache_key
-from .names import Signatures, python_name, valid_python_name
+from .cxx import Signatures, python_name, valid_python_name
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, nvrtc_options,
                       options_from_nvrtc)
-from .report import BuildReport, KernelRow
-from .resolve import NVRTC, Resolved, closest, plain_kernels, resolve
+from .view.report import BuildReport, KernelRow
+from .cxx import NVRTC, Resolved, closest, plain_kernels, resolve
 from .toolkit import toolkit
 
 __all__ = ["Module", "BuildContext", "build", "build_module", "entry_key", "load_cubin",
@@ -554,7 +554,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, or
             miss_reason: str | None, record: EntryRecord) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
     that the next miss can say what changed)."""
-    from .history import note_build
+    from .explain import note_build
 
     t = time.perf_counter()
     explanation = note_build(ctx, origin, miss_reason)

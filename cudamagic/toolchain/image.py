@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .errors import ImageError
+from ..errors import ImageError
 
 __all__ = ["Param", "KernelImage", "KernelResources", "CubinImage", "read_cubin"]
 

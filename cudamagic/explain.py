@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .report import Explanation
+from .view.report import Explanation
 
 __all__ = ["CellBuild", "History", "explain", "history_for", "note_build", "source_diff",
            "MAX_CELLS", "PER_CELL", "MAX_SOURCE"]

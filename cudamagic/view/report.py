@@ -18,7 +18,7 @@ import re
 import time as _time
 from dataclasses import dataclass, field
 
-from .names import parse_demangled
+from ..cxx import parse_demangled
 
 __all__ = ["Explanation", "KernelRow", "BuildReport", "Badge", "Phase", "SHOWN_ROWS",
            "display_signature", "render_text", "render_html", "CacheStats", "CacheListing",
@@ -142,7 +142,7 @@ class KernelRow:
         demangling of the symbol, in process, gives the concrete types (about 10 us a kernel;
         reading them off cu++filt's text took 130 us)."""
         if self.placeholders and self.symbol.startswith("_Z"):
-            from .demangle import concrete_demangler
+            from ..toolchain.demangle import concrete_demangler
 
             concrete = concrete_demangler()
             text = concrete.demangle([self.symbol])[0] if concrete is not None else self.symbol

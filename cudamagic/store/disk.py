@@ -48,7 +48,7 @@ from typing import Any
 import diskcache
 from diskcache.core import DBNAME, DEFAULT_SETTINGS, METADATA, MODE_BINARY, MODE_PICKLE, MODE_RAW
 
-from .errors import CacheArgumentError, CacheWarning, CudaMagicError
+from ..errors import CacheArgumentError, CacheWarning, CudaMagicError
 
 __all__ = ["EntryRecord", "EntryInfo", "BadEntry", "encode_entry", "decode_entry", "KernelCache",
            "default_cache", "default_cache_dir", "DEFAULT_SIZE_LIMIT", "MIN_ENTRY_ROOM",

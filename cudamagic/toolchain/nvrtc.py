@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import CompileError, OptionError
+from ..errors import CompileError, OptionError
 
 __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version",
            "supported_archs", "rewrite_log", "name_map_lines", "template_kernels"]
