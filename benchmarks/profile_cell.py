@@ -10,8 +10,9 @@ through nbclient, served from a temporary cache that an untimed first run fills.
    what the kernel does after the cell's code (IPython's post-execute hooks, the reply, waiting
    for the next request) is in the profile too. The kernel's own dates split the cell: its
    ``execute_input`` -> ``execute_reply``, the magic's own time, and the rest. Whether
-   ``%load_ext``'s background import (the ``cudamagic-prewarm`` thread) was still running when
-   cell 1 started is reported: if so, cell 1 waits for it on the import lock. Without pyinstrument
+   ``%load_ext``'s background thread (named by ``cudamagic.DRIVER_THREAD``) was still running
+   when cell 1 started is reported (the name is read from the package, so a renamed thread fails
+   the run instead of reading "already done" for ever): if so, cell 1 waits for it on the import lock. Without pyinstrument
    (the GPU machine's image lacks it unless carried) cProfile stands in.
 2. Imports. The kernel runs with ``PYTHONPROFILEIMPORTTIME=1`` (``-X importtime``); every module
    that appeared in ``sys.modules`` during cell 1, or was still being imported when it started
@@ -54,8 +55,10 @@ import cProfile as _bench_cprofile, io as _bench_io, pstats as _bench_pstats
 def _bench_watch_prewarm():
     """Whether %load_ext's background import is still running; a list that gets the moment
     (perf_counter) it ends. The watcher blocks in join(), so it costs the cell nothing."""
+    import cudamagic
     ended = []
-    alive = [t for t in _bench_threading.enumerate() if t.name == "cudamagic-prewarm"]
+    name = cudamagic.DRIVER_THREAD  # AttributeError: the harness no longer matches the package
+    alive = [t for t in _bench_threading.enumerate() if t.name == name]
     if alive:
         _bench_threading.Thread(target=lambda: (alive[0].join(), ended.append(
             _bench_time.perf_counter())), daemon=True).start()
