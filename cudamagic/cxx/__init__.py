@@ -1,7 +1,10 @@
 """C++ as the compiler sees it: template arguments and demangled names, compared and resolved."""
 
+from . import types
 from .names import (Signature, Signatures, parse_demangled, python_name, valid_python_name)
 from .resolve import NVRTC, Resolved, closest, plain_kernels, resolve
+from .types import INTEGERS, SCALARS, TARGET, TYPEDEFS, DataModel, Scalar, integer, scalar
 
-__all__ = ["NVRTC", "Resolved", "Signature", "Signatures", "closest", "parse_demangled",
-           "plain_kernels", "python_name", "resolve", "valid_python_name"]
+__all__ = ["INTEGERS", "NVRTC", "Resolved", "SCALARS", "Scalar", "Signature", "Signatures",
+           "DataModel", "TARGET", "TYPEDEFS", "closest", "integer", "parse_demangled",
+           "plain_kernels", "python_name", "resolve", "scalar", "types", "valid_python_name"]

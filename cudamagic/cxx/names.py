@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import functools
 import keyword
-import platform
 import re
-import sys
 from collections.abc import Iterator, Mapping
+
+from .types import BUILTIN_WORDS, INTEGERS, builtin_type as _builtin_type
 
 __all__ = [
     "CONTRADICTION",
@@ -74,9 +74,7 @@ _TOKEN = re.compile(r"""
 _tokens = _TOKEN.findall
 
 # Words that together spell one builtin type ("unsigned long int" is one type).
-_BUILTIN_WORDS = frozenset(
-    "unsigned signed char short int long float double bool void wchar_t char8_t char16_t "
-    "char32_t __int128".split())
+_BUILTIN_WORDS = BUILTIN_WORDS
 # cv-qualifiers and restrict, by their canonical spelling (libstdc++ writes "restrict")
 _CV = {"const": "const", "volatile": "volatile", "__restrict__": "__restrict__",
        "__restrict": "__restrict__", "restrict": "__restrict__"}
@@ -157,68 +155,19 @@ def _join(toks) -> str:
 # Integer types of the target, conversions, literals
 # ---------------------------------------------------------------------------------------------
 
-_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
-# Device code has the host's data model: LP64 on Linux, LLP64 (32-bit long, 16-bit unsigned
-# wchar_t) on Windows. char and wchar_t are signed on x86-64 Linux (NVRTC mangles '\xff' as char
-# -1) and unsigned on aarch64; where the sign is not known, a conversion out of one with the high
-# bit set is undecidable.
-_WINDOWS = sys.platform == "win32"
-_LONG_BITS = 32 if _WINDOWS else 64
-_PLATFORM_SIGNED = {"char": True if _X86 else None,
-                    "wchar_t": False if _WINDOWS else True if _X86 else None}
-
-# canonical spelling -> (bits, signed); values of char and wchar_t are kept in their signed form
-# whatever the platform (two spellings of one char compare equal either way)
-_INT: dict[str, tuple[int, bool]] = {
-    "bool": (1, False), "char": (8, True), "signed char": (8, True), "unsigned char": (8, False),
-    "short": (16, True), "unsigned short": (16, False), "int": (32, True),
-    "unsigned int": (32, False), "long": (_LONG_BITS, True), "unsigned long": (_LONG_BITS, False),
-    "long long": (64, True), "unsigned long long": (64, False), "__int128": (128, True),
-    "unsigned __int128": (128, False), "wchar_t": (16, False) if _WINDOWS else (32, True),
-    "char8_t": (8, False),
-    "char16_t": (16, False), "char32_t": (32, False),
-}
+# the target's integer model (widths, signs, promotions): cudamagic.cxx.types. Values of char
+# and wchar_t are kept in their signed form where the platform's sign is unknown (two spellings
+# of one char compare equal either way); a conversion out of one with the high bit set is then
+# undecidable.
+_INT = INTEGERS
+_SIGN_BY_PLATFORM = ("char", "wchar_t")
 # how libstdc++ writes a value of the type (cu++filt writes every one as "(type)value")
-_SUFFIX = {"int": "", "unsigned int": "u", "long": "l", "unsigned long": "ul", "long long": "ll",
-           "unsigned long long": "ull"}
-_PROMOTED = {"bool": "int", "char": "int", "signed char": "int", "unsigned char": "int",
-             "short": "int", "unsigned short": "int", "char8_t": "int", "char16_t": "int",
-             "char32_t": "unsigned int",
-             "wchar_t": "int" if _WINDOWS or _PLATFORM_SIGNED["wchar_t"] else None}
-
-
-_RANGE = {t: ((-(1 << (b - 1)), (1 << (b - 1)) - 1) if sg else (0, (1 << b) - 1))
-          for t, (b, sg) in _INT.items()}
+_SUFFIX = {t: s.suffix for t, s in INTEGERS.items() if s.suffix is not None}
 
 
 def _convert(value: int, to: str) -> int:
     """``value`` converted to integer type ``to``: C++'s modular wrap; to bool, ``value != 0``."""
-    if to == "bool":
-        return int(value != 0)
-    bits, signed = _INT[to]
-    value &= (1 << bits) - 1
-    if signed and value >> (bits - 1):
-        value -= 1 << bits
-    return value
-
-
-def _builtin_type(words: list[str]) -> str | None:
-    """One canonical spelling for a run of builtin type words (None: not a type)."""
-    unsigned = "unsigned" in words
-    signed = "signed" in words
-    for base in ("char", "wchar_t", "char8_t", "char16_t", "char32_t", "float", "bool", "void"):
-        if base in words:
-            if base == "char" and (unsigned or signed):
-                return ("unsigned " if unsigned else "signed ") + "char"
-            return None if len(words) > 1 and base != "char" else base
-    if "double" in words:
-        return "long double" if "long" in words else "double"
-    if "__int128" in words:
-        return "unsigned __int128" if unsigned else "__int128"
-    longs = words.count("long")
-    base = "short" if "short" in words else ("long long" if longs >= 2 else
-                                              "long" if longs == 1 else "int")
-    return ("unsigned " if unsigned else "") + base
+    return INTEGERS[to].wrap(value)
 
 
 _INT_LITERAL = re.compile(
@@ -237,8 +186,7 @@ _OTHER_BASE = {"": ("int", "unsigned int", "long", "unsigned long", "long long",
 
 
 def _fits(value: int, type_: str) -> bool:
-    lo, hi = _RANGE[type_]
-    return lo <= value <= hi
+    return _INT[type_].fits(value)
 
 
 def _user_integer(tok: str) -> "_Value | _Unknown":
@@ -294,21 +242,21 @@ def _user_char(tok: str) -> "_Value | _Unknown":
         value = _SIMPLE_ESCAPES[simple]
     elif octal or hexa:
         value = int(octal, 8) if octal else int(hexa, 16)
-        bits = _INT[type_][0]
+        bits = _INT[type_].bits
         if value >> bits:
             return _Unknown(tok)
     else:
         if type_ == "char":
             return _Unknown(tok)  # a universal character name in a char literal
         value = int(u4 or u8, 16)
-    if value >> _INT[type_][0]:
+    if value >> _INT[type_].bits:
         return _Unknown(tok)
     return _Value(type_, _convert(value, type_))
 
 
 def _real(v: "_Value") -> int | None:
     """The value as the target holds it: a char with the high bit set depends on char's sign."""
-    if v.value < 0 and v.type in _PLATFORM_SIGNED and _PLATFORM_SIGNED[v.type] is None:
+    if v.value < 0 and v.type in _SIGN_BY_PLATFORM and _INT[v.type].signed is None:
         return None
     return v.value
 
@@ -644,10 +592,9 @@ _LIB_SUFFIX = {v: k for k, v in _SUFFIX.items()}
 
 def _typed(type_: str, value: int, text: str) -> _Value | _Unknown:
     """A demangled value of builtin type; one out of the type's range is not NVRTC's."""
-    lo, hi = _RANGE[type_]
-    if lo <= value <= hi:
+    if _INT[type_].fits(value):
         return _Value(type_, value)
-    if type_ in _PLATFORM_SIGNED and 0 <= value < 1 << _INT[type_][0]:
+    if type_ in _SIGN_BY_PLATFORM and 0 <= value < 1 << _INT[type_].bits:
         return _Value(type_, _convert(value, type_))  # (char)255 where char is unsigned
     return _Unknown(_join(_tokens(text)))
 
@@ -661,7 +608,7 @@ def _unary(op: str, operand: _Value | _Unknown | None, text: str) -> _Value | _U
         return _Unknown(text)
     if op == "!":
         return _Value("bool", int(not value))
-    to = _PROMOTED.get(operand.type, operand.type)
+    to = _INT[operand.type].promoted
     if to is None:
         return _Unknown(text)
     value = {"-": -value, "+": value, "~": ~value}[op]
