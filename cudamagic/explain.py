@@ -23,7 +23,6 @@ import functools
 import hashlib
 import json
 import os
-import stat
 import tempfile
 import threading
 import time
@@ -31,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import FileRefused, read_regular
 from .view.report import Explanation
 
 __all__ = ["CellBuild", "History", "explain", "history_for", "note_build", "source_diff",
@@ -135,20 +135,9 @@ class History:
 
     def _read(self, path: str) -> tuple[CellBuild, ...]:
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                         | getattr(os, "O_NONBLOCK", 0))
-        except OSError:
+            data = json.loads(read_regular(path, max_size=MAX_FILE))
+        except (FileRefused, OSError, ValueError, UnicodeDecodeError, RecursionError):
             return ()
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE:
-                return ()
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                data = json.loads(f.read(MAX_FILE + 1))
-        except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-            return ()
-        finally:
-            os.close(fd)
         if not isinstance(data, dict) or data.get("v") != _VERSION \
                 or not isinstance(data.get("builds"), list):
             return ()

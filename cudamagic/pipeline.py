@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import stat
 import threading
 import time
 import warnings
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any, ContextManager
 
 from .toolchain import driver
+from .files import NotAFile, TooLarge, read_regular
 from .store.disk import _MAGIC as _ENTRY_MAGIC
 from .store import BadEntry, EntryRecord, KernelCache, decode_entry, encode_entry
 from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
@@ -676,28 +676,18 @@ def _read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
         raise ImageError(f"load_cubin takes a path or the CUBIN's bytes, got "
                          f"{type(path_or_bytes).__name__}")
     label = os.fspath(path_or_bytes)
-    try:  # never block on a FIFO nor read a device without end
-        fd = os.open(label, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except IsADirectoryError:
-        raise ImageError(f"{label} is a folder, not a CUBIN file") from None
+    try:  # a path the user gave: a link is followed, a FIFO or a device refused at once
+        return read_regular(label, max_size=_MAX_CUBIN, follow_links=True), label
+    except NotAFile as exc:
+        if exc.kind == "a folder":
+            raise ImageError(f"{label} is a folder, not a CUBIN file") from None
+        raise ImageError(f"{label} is not a regular file (a FIFO, a device or a socket): "
+                         "give the CUBIN file itself") from None
+    except TooLarge as exc:
+        raise ImageError(f"{label} is {exc.size} bytes: more than a CUBIN is "
+                         f"({_MAX_CUBIN >> 20} MiB at most)") from None
     except OSError as exc:
         raise ImageError(f"{label} cannot be read: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise ImageError(f"{label} is a folder, not a CUBIN file")
-        if not stat.S_ISREG(st.st_mode):
-            raise ImageError(f"{label} is not a regular file (a FIFO, a device or a socket): "
-                             "give the CUBIN file itself")
-        if st.st_size > _MAX_CUBIN:
-            raise ImageError(f"{label} is {st.st_size} bytes: more than a CUBIN is "
-                             f"({_MAX_CUBIN >> 20} MiB at most)")
-        with os.fdopen(fd, "rb") as f:
-            fd = -1
-            return f.read(st.st_size), label
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Sequence[str] = (),

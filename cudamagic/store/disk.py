@@ -49,6 +49,7 @@ import diskcache
 from diskcache.core import DBNAME, DEFAULT_SETTINGS, METADATA, MODE_BINARY, MODE_PICKLE, MODE_RAW
 
 from ..errors import CacheArgumentError, CacheWarning, CudaMagicError
+from ..files import FileRefused, TooLarge, file_kind, open_regular, read_fd
 
 __all__ = ["EntryRecord", "EntryInfo", "BadEntry", "encode_entry", "decode_entry", "KernelCache",
            "default_cache", "default_cache_dir", "DEFAULT_SIZE_LIMIT", "MIN_ENTRY_ROOM",
@@ -253,19 +254,10 @@ def _kernel_table(value: object) -> bool:
 
 _UID = os.getuid() if hasattr(os, "getuid") else None
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"))
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a file")
-
-
 def _distrust(st: os.stat_result, want=stat.S_ISREG) -> str | None:
     """Why what ``st`` describes must not be trusted with code (None when it can be)."""
     if not want(st.st_mode):
-        return f"is {_kind(st.st_mode)}"
+        return f"is {file_kind(st.st_mode)}"
     if _UID is not None and st.st_uid != _UID:
         return f"is owned by another user (uid {st.st_uid})"
     if st.st_mode & _OTHERS_WRITE:
@@ -281,11 +273,6 @@ class _Refused(Exception):
     """
 
 
-# O_NOFOLLOW: a symbolic link (to /dev/zero, to someone else's file) is refused, not followed.
-# O_NONBLOCK: opening a FIFO for reading would wait for a writer forever; this way it opens at
-# once and fstat refuses it. (No effect on reads of a regular file.)
-_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-               | getattr(os, "O_CLOEXEC", 0))
 _CREATE_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
                  | getattr(os, "O_CLOEXEC", 0))
 
@@ -312,7 +299,7 @@ class _PrivateDisk(diskcache.Disk):
             fd, size = self._open_value(filename)
             if read:
                 return os.fdopen(fd, "rb")
-            return _read_fd(fd, size)
+            return read_fd(fd, size)
         if mode == MODE_PICKLE:
             raise _Refused("the stored value was pickled; cudamagic never unpickles")
         if mode == MODE_RAW:
@@ -328,7 +315,7 @@ class _PrivateDisk(diskcache.Disk):
         :raises _Refused: the file or a folder above it is not trusted, or it is too large.
         :raises OSError: it cannot be read (gone, say).
         """
-        return _read_fd(*self._open_value(filename))
+        return read_fd(*self._open_value(filename))
 
     def _open_value(self, filename: str) -> tuple[int, int]:
         """A descriptor of a trusted value file (see the class docstring), and its size."""
@@ -344,23 +331,12 @@ class _PrivateDisk(diskcache.Disk):
                 raise _Refused(f"the folder {path} above its file {why}")
         path = os.path.join(path, parts[-1])
         try:
-            fd = os.open(path, _READ_FLAGS)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise _Refused(f"its file {path} is a symbolic link") from None
-            raise
-        try:
-            st = os.fstat(fd)
-            why = _distrust(st)
-            if why:
-                raise _Refused(f"its file {path} {why}")
-            if st.st_size > self.max_read:
-                raise _Refused(f"its file {path} is {st.st_size} bytes, larger than the cache's "
-                               f"size limit ({self.max_read} bytes)")
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd, st.st_size
+            return open_regular(path, max_size=self.max_read, trust=_distrust)
+        except TooLarge as exc:
+            raise _Refused(f"its file {path} is {exc.size} bytes, larger than the cache's size "
+                           f"limit ({exc.limit} bytes)") from None
+        except FileRefused as exc:
+            raise _Refused(f"its file {path} {exc.reason}") from None
 
     def _write(self, full_path, iterator, mode, encoding=None):
         full_dir = os.path.dirname(full_path)
@@ -417,20 +393,6 @@ def _inside(filename: object) -> list[str] | None:
         return None
     parts = filename.split(os.sep)
     return None if ".." in parts or "" in parts else parts
-
-
-def _read_fd(fd: int, size: int) -> bytes:
-    """``size`` bytes (what fstat said the regular file holds) from ``fd``, then close it."""
-    try:
-        data = os.read(fd, size)
-        while len(data) < size:  # a short read (a signal, over 2 GiB): read on
-            more = os.read(fd, size - len(data))
-            if not more:
-                break
-            data += more
-        return data
-    finally:
-        os.close(fd)
 
 
 # --- opening diskcache -------------------------------------------------------------------------

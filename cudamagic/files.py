@@ -1,0 +1,132 @@
+"""Reading a file the package did not write itself: never follow a link unasked, never wait on a
+FIFO, never read a device or an oversized file without end.
+
+One place for the checks that the cache's value files, the history's records and a foreign
+CUBIN all need: open without blocking (``O_NONBLOCK``: a FIFO opens at once instead of waiting
+for a writer), optionally without following a symbolic link (``O_NOFOLLOW``), then ``fstat`` the
+descriptor itself (not the name, which another process may swap) and read at most what it said.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+
+__all__ = ["FileRefused", "NotAFile", "TooLarge", "Untrusted", "open_regular", "read_regular",
+           "read_fd", "file_kind"]
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"))
+
+_BASE_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def file_kind(mode: int) -> str:
+    """What ``st_mode`` describes, in words: "a folder", "a FIFO", "a symbolic link"..."""
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
+class FileRefused(Exception):
+    """A file :func:`open_regular` will not read; ``reason`` completes "the file at path ...".
+
+    Not an ``OSError``: callers tell a refusal (say why) from a file that is gone or unreadable
+    (often a plain miss), and diskcache takes an ``OSError`` from its ``Disk`` for "gone".
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class NotAFile(FileRefused):
+    """A symbolic link (where links are not followed), a folder, a FIFO, a device or a socket."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        super().__init__(path, f"is {kind}")
+        self.kind = kind
+
+
+class TooLarge(FileRefused):
+    """A regular file larger than the caller's bound."""
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        super().__init__(path, f"is {size} bytes, more than {limit}")
+        self.size = size
+        self.limit = limit
+
+
+class Untrusted(FileRefused):
+    """A regular file the caller's ``trust`` check refused (its owner or mode, say)."""
+
+
+def open_regular(path: str | os.PathLike, *, max_size: int, follow_links: bool = False,
+                 trust: Callable[[os.stat_result], str | None] | None = None
+                 ) -> tuple[int, int]:
+    """A descriptor of the regular file at ``path`` and its size; the caller closes it.
+
+    Parameters
+    ----------
+    max_size : int
+        Larger files are refused.
+    follow_links : bool
+        Whether a symbolic link as the last part of the name is followed (a path the user gave)
+        or refused (a file in a folder of the package's, where a link could point anywhere).
+    trust : callable, optional
+        Given the descriptor's ``fstat``; returns why the file must not be read, or None.
+
+    :raises NotAFile: a link (unless followed), a folder, a FIFO, a device or a socket.
+    :raises TooLarge: over ``max_size`` bytes.
+    :raises Untrusted: ``trust`` said why not.
+    :raises OSError: it cannot be opened (gone, no permission).
+    """
+    name = os.fspath(path)
+    label = os.fsdecode(name)
+    try:
+        fd = os.open(name, _BASE_FLAGS | (0 if follow_links else _NOFOLLOW))
+    except IsADirectoryError:
+        raise NotAFile(label, "a folder") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise NotAFile(label, "a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAFile(label, file_kind(st.st_mode))
+        why = trust(st) if trust is not None else None
+        if why:
+            raise Untrusted(label, why)
+        if st.st_size > max_size:
+            raise TooLarge(label, st.st_size, max_size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+def read_fd(fd: int, size: int) -> bytes:
+    """At most ``size`` bytes (what fstat said the regular file holds) from ``fd``, then close
+    it; a file that grew since is not read past ``size``."""
+    try:
+        chunks, got = [], 0
+        while got < size:  # a short read (a signal, over 2 GiB): read on
+            more = os.read(fd, size - got)
+            if not more:
+                break
+            chunks.append(more)
+            got += len(more)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_regular(path: str | os.PathLike, *, max_size: int, follow_links: bool = False,
+                 trust: Callable[[os.stat_result], str | None] | None = None) -> bytes:
+    """The bytes of the regular file at ``path``, checked as :func:`open_regular` checks it."""
+    return read_fd(*open_regular(path, max_size=max_size, follow_links=follow_links,
+                                 trust=trust))
