@@ -14,14 +14,18 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ..errors import CompileError, OptionError
 
 __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version",
            "supported_archs", "rewrite_log", "name_map_lines", "template_kernels"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def _log(prog) -> str:
 def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequence[str],
                   program_name: str = "cell.cu", line_offset: int = 0,
                   trace: bool = True) -> CompileResult:
-    """Compile CUDA C++ to a CUBIN with NVRTC.
+    """Compile CUDA C++ to a CUBIN with NVRTC, on a thread of its own (:func:`_on_own_thread`).
 
     Parameters
     ----------
@@ -110,32 +114,78 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
         source in the cell).
     trace : bool
         Ask NVRTC for its time trace, which lists every header the compile read
-        (:mod:`cudamagic.deps`). An NVRTC that does not know the option, or a machine without
-        room to write it (:data:`TRACE_ROOM`), compiles without it.
+        (:mod:`cudamagic.toolchain.deps`). An NVRTC that does not know the option, or a machine
+        without room to write it (:data:`TRACE_ROOM`), compiles without it.
 
     :raises CompileError: NVRTC refused the source or a name expression.
     :raises OptionError: NVRTC refused an option.
     """
-    # the trace's folder and its fall-backs (an NVRTC without the option) make this long
     start = time.perf_counter()
-    folder = _trace_folder() if trace else None
-    try:
-        extra = [f"--fdevice-time-trace={os.path.join(folder, 'trace')}"] if folder else []
+    cubin, lowered, log, traced = _on_own_thread(
+        _traced_compile, source, tuple(name_expressions), tuple(options), program_name,
+        line_offset, trace)
+    return CompileResult(cubin, lowered, log, time.perf_counter() - start, traced)
+
+
+def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` on a new thread, which the caller waits for.
+
+    NVRTC keeps its time-trace state per thread and clears it only when a traced compile
+    succeeds: after a traced compile fails, the thread's next successful compile, traced or
+    not, writes the trace to the name its own options give, which for an untraced compile is
+    ``.json`` in the process's current folder; where that cannot be opened NVRTC aborts the
+    process. A new thread starts with no trace state, and what a failed compile leaves ends
+    with the thread; so no compile of the package's is touched by another's state, nor leaves
+    any to the caller's thread (whose later compiles may be another library's).
+
+    NVRTC cannot be interrupted: a Ctrl-C during the compile is raised once it has returned,
+    as it would be were NVRTC called on the caller's thread.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
         try:
-            cubin, lowered, log = _compile(source, name_expressions, [*options, *extra],
-                                           program_name, line_offset)
+            box["value"] = fn(*args)
+        except BaseException as exc:  # handed to the caller, which raises it
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="cudamagic-nvrtc", daemon=True)
+    worker.start()
+    interrupted: KeyboardInterrupt | None = None
+    while worker.is_alive():
+        try:
+            worker.join()
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
+    if "error" in box:
+        raise box.pop("error")
+    return box["value"]
+
+
+def _traced_compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
+                    program_name: str, line_offset: int, trace: bool
+                    ) -> tuple[bytes, dict[str, str], str, bytes | None]:
+    """:func:`_compile` with NVRTC's trace written to a fresh private folder (removed after),
+    where ``trace`` asks for one and there is room: (CUBIN, lowered, log, trace or None)."""
+    folder = _trace_folder() if trace else None
+    if folder is None:
+        return (*_compile(source, name_expressions, options, program_name, line_offset), None)
+    try:
+        extra = f"--fdevice-time-trace={os.path.join(folder, 'trace')}"
+        try:
+            out = _compile(source, name_expressions, [*options, extra], program_name,
+                           line_offset)
         except OptionError as exc:
-            if not extra or "fdevice-time-trace" not in str(exc):
+            if "fdevice-time-trace" not in str(exc):
                 raise
-            folder_trace = None  # an NVRTC older than the option: compile without it
-            cubin, lowered, log = _compile(source, name_expressions, options, program_name,
-                                           line_offset)
-        else:
-            folder_trace = _read_trace(folder) if folder else None
+            # an NVRTC older than the option: compile without it
+            return (*_compile(source, name_expressions, options, program_name, line_offset),
+                    None)
+        return (*out, _read_trace(folder))
     finally:
-        if folder:
-            shutil.rmtree(folder, ignore_errors=True)
-    return CompileResult(cubin, lowered, log, time.perf_counter() - start, folder_trace)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 #: Free space (and file size limit) a traced compile needs. NVRTC aborts the whole process
@@ -155,7 +205,7 @@ def _trace_folder() -> str | None:
             return None
     except (ImportError, ValueError, OSError):  # pragma: no cover - not Linux
         pass
-    for parent in ("/dev/shm", tempfile.gettempdir()):
+    for parent in _trace_parents():
         try:
             st = os.statvfs(parent)
             if st.f_bavail * st.f_frsize >= TRACE_ROOM and os.access(parent, os.W_OK):
@@ -163,6 +213,13 @@ def _trace_folder() -> str | None:
         except OSError:
             continue
     return None
+
+
+def _trace_parents() -> Iterator[str]:
+    """Where a trace folder may go: the temporary folder is asked for only when /dev/shm will
+    not do (``gettempdir()`` probes its candidates by writing a file in each)."""
+    yield "/dev/shm"
+    yield tempfile.gettempdir()
 
 
 def _read_trace(folder: str) -> bytes | None:

@@ -1,0 +1,190 @@
+"""NVRTC's time trace never leaks: no compile writes outside its private folder or aborts.
+
+NVRTC keeps its trace state per thread and clears it only when a traced compile succeeds; a
+failed traced compile left the state set, and the thread's next successful compile, traced or
+not, wrote ``.json`` into the process's current folder, or aborted the process (SIGABRT, a dead
+Jupyter kernel) where that folder could not be written. ``/proc`` is such a folder even for
+root. Each child here runs from it; under strace (where it can run) every file the child
+creates, opens for writing or renames is listed, and each must lie in the cache folder or in a
+trace folder of the package's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"),
+                                reason="needs /proc as a folder no process can write in")
+
+READ_ONLY = "/proc"
+_WRITES = re.compile(r'^\d+\s+(?P<call>openat|open|creat|mkdir|mkdirat|rename|renameat2?|link'
+                     r'|linkat|symlink|symlinkat)\((?:AT_FDCWD, )?"(?P<path>[^"]*)"'
+                     r'(?P<rest>.*)= (?P<ret>-?\d+)')
+
+
+def _strace_works() -> bool:
+    if shutil.which("strace") is None:
+        return False
+    probe = subprocess.run(["strace", "-f", "-qq", "-e", "trace=none", "true"],
+                           capture_output=True, timeout=60)
+    return probe.returncode == 0
+
+
+STRACE = _strace_works()
+
+
+def _written(log: Path) -> list[str]:
+    """The paths a strace log shows created, opened for writing, renamed or linked."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = _WRITES.match(line)
+        if not m or int(m.group("ret")) < 0:
+            continue
+        if m.group("call") in ("openat", "open") and not re.search(
+                r"O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC", m.group("rest")):
+            continue
+        out.append(m.group("path"))
+    return out
+
+
+def _run_child(code: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``code`` in a fresh interpreter whose current folder is /proc; its result and, under
+    strace, every path it wrote that is not its cache's or a trace folder of the package's."""
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+        "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(tmpdir),
+        "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path / "home")}
+    log = tmp_path / "strace.log"
+    cmd = [sys.executable, "-c", code]
+    if STRACE:
+        cmd = ["strace", "-f", "-qq", "-o", str(log), "-e",
+               "trace=open,openat,creat,mkdir,mkdirat,rename,renameat,renameat2,link,linkat,"
+               "symlink,symlinkat", *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=READ_ONLY,
+                          timeout=600)
+    allowed = (str(tmp_path / "cache"), "/dev/shm/cudamagic-trace-",
+               str(tmpdir / "cudamagic-trace-"), "/dev/null", "/dev/tty")
+    stray = [p for p in (_written(log) if STRACE else []) if not p.startswith(allowed)]
+    left = [p.name for p in tmpdir.iterdir()]  # a trace folder left behind, or a stray file
+    return proc, stray + [f"{tmpdir}/{n}" for n in left]
+
+
+def _assert_clean(proc: subprocess.CompletedProcess, stray: list[str]) -> None:
+    assert proc.returncode == 0, f"child died ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    assert "time profiler" not in proc.stderr, proc.stderr
+    assert not stray, f"written outside the cache and the trace folders: {stray}"
+    assert not list(REPO.glob("*.json")), "a trace was written into the repository"
+
+
+def test_a_failed_traced_build_then_an_include_free_build_from_proc(tmp_path):
+    """The issue's reproduction: a traced cell with a typo, then a cell with no include (which
+    compiles without the trace), each a build() from a folder nobody can write in."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "v.h").write_text("#define V 1\n")
+    code = f"""
+import cudamagic
+from cudamagic.errors import CompileError
+try:
+    cudamagic.build('#include <v.h>\\n__global__ void k(int* x) {{ x[0] = V }}\\n',
+                    options=['-I{tmp_path / "inc"}'])
+except CompileError:
+    print("typo refused")
+m = cudamagic.build('extern "C" __global__ void k(int* x) {{ x[0] = 2; }}\\n')
+print("built", m.cubin[:4] == b"\\x7fELF")
+"""
+    proc, stray = _run_child(code, tmp_path)
+    _assert_clean(proc, stray)
+    assert proc.stdout.split("\n")[:2] == ["typo refused", "built True"]
+
+
+# one compile of each kind: (traced?, source, name expressions, options, expected outcome)
+INC = "#include <v.h>\n"
+KINDS = {
+    "traced ok": (True, INC + "template <int N> __global__ void k(int* x) { x[0] = V + N; }\n",
+                  ["k<1>"], [], "ok"),
+    "traced typo": (True, INC + "__global__ void k(int* x) { x[0] = V }\n", [], [],
+                    "CompileError"),
+    "traced bad -n": (True, INC + "template <int N> __global__ void k(int* x) {}\n",
+                      ["k<float>"], [], "CompileError"),
+    "traced bad option": (True, INC + "__global__ void k() {}\n", [], ["-bogus"],
+                          "OptionError"),
+    "untraced ok": (False, '__global__ void k(int* x) { x[0] = 3; }\n', [], [], "ok"),
+    "untraced typo": (False, "__global__ void k(int* x) { x[0] = 3 }\n", [], [],
+                      "CompileError"),
+}
+# every ordered pair, so each kind follows each (a leak shows in the compile after the one
+# that left it); then every kind after a raw NVRTC failure on the caller's own thread (another
+# library's compile that left the state set)
+BATCH = [k for pair in itertools.product(KINDS, repeat=2) for k in pair]
+
+BATCH_CHILD = r"""
+import json, sys, threading
+from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.errors import CudaMagicError
+kinds, batch, inc, threads = json.loads(sys.argv[1])
+
+def one(label):
+    traced, src, names, opts, _ = kinds[label]
+    try:
+        r = compile_cubin(src, names, ["-arch=sm_90", "-I" + inc, *opts], trace=traced)
+    except CudaMagicError as exc:
+        return type(exc).__name__
+    assert r.cubin[:4] == b"\x7fELF"
+    assert (r.trace is not None) is traced, label
+    return "ok"
+
+def foreign_failure():
+    from cuda.bindings import nvrtc
+    _, prog = nvrtc.nvrtcCreateProgram(b"int x = ;", b"other.cu", 0, [], [])
+    nvrtc.nvrtcCompileProgram(prog, 2, [b"-arch=sm_90", b"--fdevice-time-trace=/proc/x/other"])
+    nvrtc.nvrtcDestroyProgram(prog)
+
+out = {}
+def run(part, name):
+    got = []
+    for label in part:
+        got.append([label, one(label)])
+    out[name] = got
+if threads == 1:
+    run(batch, "main")
+    for label in kinds:
+        foreign_failure()
+        out.setdefault("after foreign", []).append([label, one(label)])
+else:
+    ts = [threading.Thread(target=run, args=(batch[i::threads], i)) for i in range(threads)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_every_order_of_traced_untraced_and_failing_compiles_from_proc(tmp_path, threads):
+    """Every kind of compile after every other, on one thread and spread over four, from a
+    folder nobody can write in: each gives its own outcome, none aborts or writes a stray
+    file; and after another library's traced compile failed on the calling thread, every kind
+    still does."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "v.h").write_text("#define V 1\n")
+    arg = json.dumps([KINDS, BATCH, str(tmp_path / "inc"), threads])
+    code = BATCH_CHILD.replace("json.loads(sys.argv[1])", f"json.loads({arg!r})")
+    proc, stray = _run_child(code, tmp_path)
+    _assert_clean(proc, stray)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = [pair for part in out.values() for pair in part]
+    assert len(got) == len(BATCH) + (len(KINDS) if threads == 1 else 0)
+    wrong = [(label, outcome) for label, outcome in got if outcome != KINDS[label][4]]
+    assert not wrong, wrong
