@@ -1,7 +1,8 @@
 """cudamagic: a ``%%cuda`` cell magic for NVRTC-compiled, disk-cached CUDA kernels.
 
-``%load_ext cudamagic`` registers the magics and loads nothing else: CuPy, NVRTC and the CUDA
-driver load on the first build. The same pipeline is a Python API::
+``%load_ext cudamagic`` registers the magics, imports the pipeline and the widgets, and starts
+the CUDA driver in a background thread (:func:`load_ipython_extension`); NVRTC loads on the first
+compile, CuPy only to take an array that offers DLPack alone. The same pipeline is a Python API::
 
     import cudamagic
     mod = cudamagic.build(source, name_expressions=["saxpy<float>"])
@@ -24,9 +25,10 @@ from .errors import (CacheError, CompileError, ContextPoisonedError, CudaMagicEr
 if TYPE_CHECKING:  # pragma: no cover
     from .store import KernelCache
     from .launch import Kernel
-    from .pipeline import Module, build, load_cubin
+    from .module import Module
+    from .pipeline import build, load_cubin
 
-_LAZY = {"build": "pipeline", "load_cubin": "pipeline", "Module": "pipeline", "Kernel": "launch",
+_LAZY = {"build": "pipeline", "load_cubin": "pipeline", "Module": "module", "Kernel": "launch",
          "KernelCache": "store", "gpu_available": "info"}
 
 

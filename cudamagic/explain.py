@@ -1,23 +1,26 @@
-"""The last builds of each cell, kept beside the cache, so that a miss can say why.
+"""Why a build was compiled: the last builds of each cell, kept beside the cache, compared
+with a miss, and the words for a :class:`~cudamagic.miss.Miss`.
 
-A *cell* is a module name in a folder (``cuda_module`` in the notebook's folder): the magic's
-``--module`` and the working folder. For each, one small JSON file in ``<cache>/history/``
-remembers its last few builds (:data:`PER_CELL`, newest first): key and inputs, that is the
-source (up to :data:`MAX_SOURCE` characters), the name expressions, the options, the arch,
-NVRTC and the toolkit. Several builds, because the cells of a notebook often share the default
-module name: a miss is compared with the closest of them (:func:`explain`): the first build, the
-source changed (which lines, a short diff), options, names or arch changed, NVRTC or the
-toolkit changed, a header changed, the entry was evicted, damaged or of an older format.
+A *cell* is what the shell identifies: the cell id IPython gives a notebook cell (Jupyter keeps
+it in the notebook, so it survives restarts), or, where a ``--module`` name is given or there is
+no cell id (a terminal, :func:`cudamagic.build`), the module name, in the working folder. For
+each, one small JSON file in ``<cache>/history/`` remembers its last few builds
+(:data:`PER_CELL`, newest first): key and inputs, that is the source (up to :data:`MAX_SOURCE`
+characters), the name expressions, the options, the arch, NVRTC and the toolkit. A miss is
+compared with the closest of them (:func:`explain`); what the cache or the header check found is
+a typed :class:`~cudamagic.miss.Miss`, and its kind alone decides what is said.
 
 Bounded and cheap on purpose: at most :data:`MAX_CELLS` files (the least recently written go),
 each written atomically (a temporary file, then a rename), owner-only like the rest of the
-folder. A hit whose key is one the cell remembers writes nothing; after the first hit in a
-process it reads nothing either (a dictionary lookup). A damaged or foreign file reads as no
-history and is replaced by the next build. Pure apart from the file system: no CUDA, no IPython.
+folder; every text comparison is linear or capped (:data:`MAX_DIFF_SPAN`). A hit whose key is
+one the cell remembers writes nothing; after the first hit in a process it reads nothing either
+(a dictionary lookup). A damaged or foreign file reads as no history and is replaced by the next
+build. Pure apart from the file system: no CUDA, no IPython.
 """
 
 from __future__ import annotations
 
+import collections
 import difflib
 import functools
 import hashlib
@@ -26,15 +29,19 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .files import FileRefused, read_regular
+from .miss import ChangeKind, Miss, MissKind
+from .options import DEFAULT_MODULE
 from .view.report import Explanation
 
-__all__ = ["CellBuild", "History", "explain", "history_for", "note_build", "source_diff",
-           "MAX_CELLS", "PER_CELL", "MAX_SOURCE"]
+__all__ = ["CellBuild", "History", "Miss", "MissKind", "cell_id", "describe", "explain",
+           "history_for", "most_alike", "note_build", "source_diff", "MAX_CELLS", "PER_CELL",
+           "MAX_SOURCE", "MAX_DIFF_SPAN"]
 
 FOLDER = "history"
 #: Cells (module name and folder) remembered per cache folder.
@@ -48,7 +55,6 @@ MAX_FILE = PER_CELL * (2 * MAX_SOURCE + 16 * 1024)
 #: Lines of diff an explanation shows.
 MAX_DIFF_LINES = 12
 _VERSION = 2
-_NO_ENTRY = "no cache entry"
 
 
 @dataclass(frozen=True)
@@ -67,17 +73,16 @@ class CellBuild:
     line_offset: int = 0
 
     @classmethod
-    def of(cls, ctx: Any) -> "CellBuild":
-        """From a build context (:class:`cudamagic.session.BuildContext`)."""
-        from .toolkit import toolkit
-
-        src = ctx.source
-        return cls(key=ctx.key,
-                   source_sha=hashlib.sha256(src.encode("utf-8", "surrogatepass")).hexdigest(),
-                   source=src if len(src) <= MAX_SOURCE else None,
-                   names=tuple(ctx.opts.name_expressions), std=ctx.opts.std,
-                   options=tuple(ctx.opts.options), arch=ctx.arch, nvrtc=ctx.nvrtc,
-                   toolkit=toolkit().fingerprint, line_offset=ctx.line_offset)
+    def of(cls, *, key: str, source: str, names: tuple[str, ...], std: str,
+           options: tuple[str, ...], arch: str, nvrtc: str, toolkit: str,
+           line_offset: int = 0) -> "CellBuild":
+        """The record of a build from its inputs (the source kept only up to
+        :data:`MAX_SOURCE` characters)."""
+        return cls(key=key,
+                   source_sha=hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
+                   source=source if len(source) <= MAX_SOURCE else None, names=tuple(names),
+                   std=std, options=tuple(options), arch=arch, nvrtc=nvrtc, toolkit=toolkit,
+                   line_offset=line_offset)
 
     @classmethod
     def from_json(cls, data: object) -> "CellBuild | None":
@@ -85,20 +90,33 @@ class CellBuild:
         if not isinstance(data, dict):
             return None
         try:
-            return cls(key=str(data["key"]), source_sha=str(data["source_sha"]),
-                       source=data["source"] if isinstance(data["source"], str) else None,
-                       names=tuple(map(str, data["names"])), std=str(data["std"]),
-                       options=tuple(map(str, data["options"])), arch=str(data["arch"]),
-                       nvrtc=str(data["nvrtc"]), toolkit=str(data["toolkit"]),
-                       line_offset=int(data.get("line_offset", 0)))
-        except (KeyError, TypeError, ValueError):
+            offset = data.get("line_offset", 0)
+            texts = [data[k] for k in ("key", "source_sha", "std", "arch", "nvrtc", "toolkit")]
+            lists = [data["names"], data["options"]]
+            if not (isinstance(offset, int) and 0 <= offset < 1 << 31  # a bool is an int
+                    and all(isinstance(t, str) for t in texts)
+                    and all(isinstance(x, list) and all(isinstance(i, str) for i in x)
+                            for x in lists)):
+                return None
+            return cls(*texts[:2], source=data["source"] if isinstance(data["source"], str)
+                       else None, names=tuple(lists[0]), std=texts[2], options=tuple(lists[1]),
+                       arch=texts[3], nvrtc=texts[4], toolkit=texts[5], line_offset=int(offset))
+        except (KeyError, TypeError):
             return None
 
 
 @functools.lru_cache(maxsize=256)
-def cell_id(cwd: str, module: str) -> str:
-    """The file name of a cell's record: the module name and folder, hashed."""
-    return hashlib.sha256(f"{cwd}\0{module}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+def cell_id(cwd: str, module: str, cell: str | None = None) -> str:
+    """The file name of a cell's record, hashed from what identifies the cell: the shell's cell
+    id where there is one and no ``--module`` was given, else the module name; and the folder."""
+    what = f"cell\0{cell}" if cell is not None and module == DEFAULT_MODULE else module
+    return hashlib.sha256(f"{cwd}\0{what}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def cell_words(module: str, cell: str | None = None) -> str:
+    """How an explanation names the cell (``this cell``, ``cuda_module in this folder``)."""
+    return "this cell" if cell is not None and module == DEFAULT_MODULE \
+        else f"{module} in this folder"
 
 
 class History:
@@ -135,7 +153,7 @@ class History:
 
     def _read(self, path: str) -> tuple[CellBuild, ...]:
         try:
-            data = json.loads(read_regular(path, max_size=MAX_FILE))
+            data = json.loads(read_regular(path, max_size=MAX_FILE), parse_constant=_not_a_number)
         except (FileRefused, OSError, ValueError, UnicodeDecodeError, RecursionError):
             return ()
         if not isinstance(data, dict) or data.get("v") != _VERSION \
@@ -199,6 +217,11 @@ class History:
             self._known.pop(os.path.basename(path)[:-5], None)
 
 
+def _not_a_number(word: str) -> float:
+    """JSON's ``NaN``/``Infinity``, which no field of a record holds: the file is damaged."""
+    raise ValueError(f"{word} in a history file")
+
+
 _histories: dict[str, History] = {}
 _histories_lock = threading.Lock()
 
@@ -222,9 +245,35 @@ def history_for(store: Any) -> History:
 # Explaining a miss
 # ---------------------------------------------------------------------------------------------
 
+#: Lines of a changed middle (after the common first and last lines) compared line by line; a
+#: longer one is reported as one changed range, so a diff never costs more than this squared.
+MAX_DIFF_SPAN = 300
+
+
 def _lines(ranges: list[tuple[int, int]]) -> str:
     parts = [f"line {a}" if a == b else f"lines {a}-{b}" for a, b in ranges[:4]]
     return ", ".join(parts) + (", ..." if len(ranges) > 4 else "")
+
+
+def _opcodes(a: list[str], b: list[str]) -> Iterator[tuple[str, int, int, int, int]]:
+    """The changes from ``a`` to ``b`` as difflib's opcodes (equal runs left out), in time
+    linear in the lines plus :data:`MAX_DIFF_SPAN` squared."""
+    start = 0
+    end = min(len(a), len(b))
+    while start < end and a[start] == b[start]:
+        start += 1
+    tail = 0
+    while tail < end - start and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    a_end, b_end = len(a) - tail, len(b) - tail
+    if a_end - start > MAX_DIFF_SPAN or b_end - start > MAX_DIFF_SPAN:
+        if a_end > start or b_end > start:
+            yield ("replace", start, a_end, start, b_end)
+        return
+    matcher = difflib.SequenceMatcher(None, a[start:a_end], b[start:b_end], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            yield tag, i1 + start, i2 + start, j1 + start, j2 + start
 
 
 def source_diff(old: str, new: str, line_offset: int = 0) -> tuple[str, tuple[str, ...]]:
@@ -233,18 +282,19 @@ def source_diff(old: str, new: str, line_offset: int = 0) -> tuple[str, tuple[st
     a, b = old.splitlines(), new.splitlines()
     ranges: list[tuple[int, int]] = []
     diff: list[str] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
+    more = 0
+    for _, i1, i2, j1, j2 in _opcodes(a, b):
         if j2 > j1:
             ranges.append((j1 + 1 + line_offset, j2 + line_offset))
         else:  # lines removed: say where they were
             ranges.append((j1 + line_offset, j1 + line_offset) if j1 else (1 + line_offset,) * 2)
-        diff += [f"line {i + 1 + line_offset} - {a[i][:100]}" for i in range(i1, i2)]
-        diff += [f"line {j + 1 + line_offset} + {b[j][:100]}" for j in range(j1, j2)]
-    if len(diff) > MAX_DIFF_LINES:
-        diff = diff[:MAX_DIFF_LINES - 1] + [f"... ({len(diff) - MAX_DIFF_LINES + 1} more lines "
-                                            "of diff)"]
+        changed = [(i, "-", a[i]) for i in range(i1, min(i2, i1 + MAX_DIFF_LINES))] \
+            + [(j, "+", b[j]) for j in range(j1, min(j2, j1 + MAX_DIFF_LINES))]
+        more += (i2 - i1) + (j2 - j1) - len(changed)
+        diff += [f"line {n + 1 + line_offset} {sign} {text[:100]}" for n, sign, text in changed]
+    if len(diff) + more > MAX_DIFF_LINES:
+        hidden = len(diff) + more - MAX_DIFF_LINES + 1
+        diff = diff[:MAX_DIFF_LINES - 1] + [f"... ({hidden} more lines of diff)"]
     return _lines(ranges), tuple(diff)
 
 
@@ -275,110 +325,125 @@ def _toolkit_change(old: str, new: str) -> str:
     return f"the CUDA headers or packages every build sees changed{detail}"
 
 
-def _cache_kind(reason: str) -> str:
-    low = reason.lower()
-    if "format" in low or "does not name its key" in low:
-        return "format"
-    if any(w in low for w in ("header", "__has_include", "now exists", "package folder")):
-        return "header"
-    return "damaged"
+_WORDS = {MissKind.NO_ENTRY: "no cache entry", MissKind.FORCED: "--force",
+          MissKind.NO_CACHE: "--no-cache"}
 
 
-def explain(last: CellBuild | None, now: CellBuild, miss_reason: str | None,
-            where: str = "this cell") -> Explanation:
-    """Why a build was compiled, from the cell's last build and what the cache said."""
-    # one comparison after another, each adding its reason: a flat list reads best
-    if miss_reason == "--force":
-        return Explanation(("forced",), ("--force: compiled again and the cache entry "
-                                         "replaced",))
-    cache_said = None if miss_reason in (None, _NO_ENTRY) else miss_reason
-    if last is None:
-        if cache_said:
-            return Explanation((_cache_kind(cache_said),), (cache_said,))
-        return Explanation(("first",), (f"first build of {where}",))
-    if last.key == now.key:
-        if cache_said:
-            return Explanation((_cache_kind(cache_said),), (cache_said,))
-        return Explanation(("evicted",), (
-            f"{where} was built with these same inputs before, but the cache no longer holds "
-            "the entry (evicted to stay under the size limit, or cleared)",))
-    kinds: list[str] = []
+def describe(miss: Miss) -> str:
+    """A miss in words, as the report's first line of why gives it."""
+    return miss.detail or _WORDS.get(miss.kind, miss.kind.value)
+
+
+def _cache_said(miss: Miss | None) -> Miss | None:
+    """What the cache's own check found, if anything (not a plain absence, not a request)."""
+    if miss is None or miss.kind in (MissKind.NO_ENTRY, MissKind.FORCED, MissKind.NO_CACHE):
+        return None
+    return miss
+
+
+def _input_changes(last: CellBuild, now: CellBuild
+                   ) -> tuple[list[MissKind | ChangeKind], list[str], tuple[str, ...]]:
+    """What differs between two builds' inputs: kinds, one sentence each, a source diff."""
+    kinds: list[MissKind | ChangeKind] = []
     reasons: list[str] = []
     diff: tuple[str, ...] = ()
     if last.source_sha != now.source_sha:
-        kinds.append("source")
+        kinds.append(ChangeKind.SOURCE)
         if last.source is not None and now.source is not None:
             where_lines, diff = source_diff(last.source, now.source, now.line_offset)
             reasons.append(f"the source changed ({where_lines})" if where_lines
                            else "the source changed (white space at the end)")
         else:
             reasons.append("the source changed (too long to keep for a diff)")
-    change = _set_change("-n", last.names, now.names, ordered=False)
-    if change:
-        kinds.append("names")
-        reasons.append(change)
-    if last.std != now.std:
-        kinds.append("options")
-        reasons.append(f"--std changed: {last.std} -> {now.std}")
-    change = _set_change("options", last.options, now.options)
-    if change:
-        kinds.append("options")
-        reasons.append(change)
-    if last.arch != now.arch:
-        kinds.append("arch")
-        reasons.append(f"the target arch changed: {last.arch} -> {now.arch}")
-    if last.nvrtc != now.nvrtc:
-        kinds.append("nvrtc")
-        reasons.append(f"NVRTC changed: {last.nvrtc.removesuffix('.dist-info')} -> "
-                       f"{now.nvrtc.removesuffix('.dist-info')}")
-    if last.toolkit != now.toolkit:
-        kinds.append("toolkit")
-        reasons.append(_toolkit_change(last.toolkit, now.toolkit))
+    # name expressions are a set in the key: an order alone is no change
+    for kind, change in (
+            (ChangeKind.NAMES, _set_change("-n", last.names, now.names, ordered=False)),
+            (ChangeKind.OPTIONS, last.std != now.std and f"--std changed: {last.std} -> {now.std}"),
+            (ChangeKind.OPTIONS, _set_change("options", last.options, now.options)),
+            (ChangeKind.ARCH, last.arch != now.arch
+             and f"the target arch changed: {last.arch} -> {now.arch}"),
+            (ChangeKind.NVRTC, last.nvrtc != now.nvrtc
+             and f"NVRTC changed: {last.nvrtc.removesuffix('.dist-info')} -> "
+                 f"{now.nvrtc.removesuffix('.dist-info')}"),
+            (ChangeKind.TOOLKIT, last.toolkit != now.toolkit
+             and _toolkit_change(last.toolkit, now.toolkit))):
+        if change:
+            kinds.append(kind)
+            reasons.append(change)
+    return kinds, reasons, diff
+
+
+def explain(last: CellBuild | None, now: CellBuild, miss: Miss | None,
+            where: str = "this cell") -> Explanation:
+    """Why a build was compiled, from the cell's last build and the miss the pipeline found.
+
+    What is said is decided by the miss's kind and the two builds' inputs, never by the words
+    of a miss's detail (which are shown as they are).
+    """
+    if miss is not None and miss.kind is MissKind.FORCED:
+        return Explanation((MissKind.FORCED,), ("--force: compiled again and the cache entry "
+                                                "replaced",))
+    said = _cache_said(miss)
+    if last is None or last.key == now.key:
+        if said is not None:
+            return Explanation((said.kind,), (describe(said),))
+        if last is None:
+            return Explanation((ChangeKind.FIRST,), (f"first build of {where}",))
+        return Explanation((ChangeKind.EVICTED,), (
+            f"{where} was built with these same inputs before, but the cache no longer holds "
+            "the entry (evicted to stay under the size limit, or cleared)",))
+    kinds, reasons, diff = _input_changes(last, now)
     if not kinds:
-        kinds.append("other")
+        kinds.append(ChangeKind.OTHER)
         reasons.append("the cache key changed although the source, names, options, arch, NVRTC "
                        "and toolkit did not (a cudamagic with another cache format?)")
-    if cache_said:
-        kinds.append(_cache_kind(cache_said))
-        reasons.append(f"and the entry that could have served was not usable: {cache_said}")
+    if said is not None:
+        kinds.append(said.kind)
+        reasons.append(f"and the entry that could have served was not usable: {describe(said)}")
     return Explanation(tuple(dict.fromkeys(kinds)), tuple(reasons), diff)
 
 
-def closest(builds: tuple[CellBuild, ...], now: CellBuild) -> CellBuild | None:
+def _similarity(a: str, b: str) -> float:
+    """How alike two sources are, by the lines they share (a multiset, in linear time)."""
+    la, lb = a.splitlines(), b.splitlines()
+    if not la and not lb:
+        return 1.0
+    shared = sum((collections.Counter(la) & collections.Counter(lb)).values())
+    return 2.0 * shared / (len(la) + len(lb))
+
+
+def most_alike(builds: tuple[CellBuild, ...], now: CellBuild) -> CellBuild | None:
     """The remembered build a miss is best compared with: same names and options first, then
-    the most similar source (the cells of a notebook often share a module name)."""
+    the most similar source."""
     def score(b: CellBuild) -> tuple:
         similar = 0.0
         if b.source is not None and now.source is not None:
-            similar = difflib.SequenceMatcher(None, b.source.splitlines(),
-                                              now.source.splitlines(), autojunk=False).ratio()
-        return (b.names == now.names, similar, b.options == now.options)
+            similar = _similarity(b.source, now.source)
+        return (set(b.names) == set(now.names), similar, b.options == now.options)
     return max(builds, key=score, default=None)
 
 
-def note_build(ctx: Any, origin: str, miss_reason: str | None) -> Explanation | None:
+def note_build(store: Any, now: CellBuild, *, origin: str, miss: Miss | None, folder: str,
+               module: str, cell: str | None = None) -> Explanation | None:
     """Remember a build among its cell's last, and explain it if it was compiled.
 
-    The one call the pipeline makes (``session._module``). A hit on a key the cell remembers
-    writes nothing, and reads nothing once this process has read the cell's file.
+    ``store`` is the build's cache (None: not cached); ``folder``, ``module`` and ``cell``
+    identify the cell (:func:`cell_id`). A hit on a key the cell remembers writes nothing, and
+    reads nothing once this process has read the cell's file.
     """
-    if origin == "cubin":
-        return None
-    if ctx.store is None:
-        return Explanation(("no-cache",), ("--no-cache: the cache is neither read nor "
-                                           "written",))
-    hist = history_for(ctx.store)
-    cell = cell_id(ctx.search.cwd, ctx.opts.module)
-    if origin == "cache" and hist.knows(cell, ctx.key):
+    if store is None:
+        return Explanation((MissKind.NO_CACHE,), ("--no-cache: the cache is neither read nor "
+                                                  "written",))
+    hist = history_for(store)
+    key = cell_id(folder, module, cell)
+    if origin == "cache" and hist.knows(key, now.key):
         return None  # the warm path: a dictionary lookup
-    builds = hist.recall(cell)
-    if origin == "cache" and any(b.key == ctx.key for b in builds):
+    builds = hist.recall(key)
+    if origin == "cache" and any(b.key == now.key for b in builds):
         return None
-    now = CellBuild.of(ctx)
     out = None
     if origin == "compiled":
         same = next((b for b in builds if b.key == now.key), None)
-        out = explain(same or closest(builds, now), now, miss_reason,
-                      f"{ctx.opts.module} in this folder")
-    hist.remember(cell, now, builds)
+        out = explain(same or most_alike(builds, now), now, miss, cell_words(module, cell))
+    hist.remember(key, now, builds)
     return out

@@ -1,4 +1,4 @@
-"""The IPython shell over :mod:`cudamagic.session`: ``%%cuda``, ``%cuda_cache``, ``%cuda_load``
+"""The IPython shell over :mod:`cudamagic.pipeline`: ``%%cuda``, ``%cuda_cache``, ``%cuda_load``
 and ``%cuda_info``.
 
 Thin on purpose: parse the line, call the pipeline, push the names, show the report. Everything
@@ -111,6 +111,14 @@ def _shell_names(shell) -> tuple[str, ...]:
     return tuple(n for n in hidden if n.isidentifier())
 
 
+def _cell_id(shell) -> str | None:
+    """The identity IPython gives the cell being run (a notebook cell's id, which the notebook
+    keeps across restarts), or None (a terminal, or a cell run without one)."""
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    cell = getattr(getattr(result, "info", None), "cell_id", None)
+    return cell if isinstance(cell, str) and cell else None
+
+
 @magics_class
 class CudaMagics(Magics):
     """``%%cuda``: compile a cell with NVRTC (cached) and push its kernels into the notebook."""
@@ -125,7 +133,7 @@ class CudaMagics(Magics):
             print("%%cuda is a cell magic: its line holds the options and the cell below it "
                   "the CUDA C++.\n\n" + (self.cuda.__doc__ or ""))
             return
-        from .pipeline import build_module  # the pipeline loads on first use, not at %load_ext
+        from .pipeline import build_module  # imported by %load_ext already: a dict lookup
 
         t = time.perf_counter()
         imports = t - started
@@ -142,10 +150,11 @@ class CudaMagics(Magics):
             if time.perf_counter() - t > 5e-4:  # only where this cell started it
                 phases["driver"] = time.perf_counter() - t
         with _warnings_said_in_report() as said:
-            module = build_module(cell, opts, base_dir=os.getcwd(), line_offset=1,
+            module = build_module(cell, opts, line_offset=1,
                                   compile_notice=lambda: _compile_notice(self.shell,
                                                                          PROGRAM_NAME),
-                                  reserved=_shell_names(self.shell))
+                                  reserved=_shell_names(self.shell),
+                                  cell=_cell_id(self.shell))
         t = time.perf_counter()
         said += self._push(opts.module, module)
         phases["push"] = time.perf_counter() - t
@@ -175,7 +184,7 @@ class CudaMagics(Magics):
         ns = _parse(self.cuda_load, line)
         with _warnings_said_in_report() as said:
             module = load_cubin(os.path.expanduser(ns.path), ns.name_expression,
-                                module=ns.module)
+                                module=ns.module, reserved=_shell_names(self.shell))
         said += self._push(ns.module, module)
         self._show(module, module.report.with_warnings(tuple(said)), started, ns.quiet)
 
@@ -252,8 +261,7 @@ class CudaMagics(Magics):
             show_warnings(report)
         else:
             report = show_report(report)
-        module.report = report
-        module.warnings = report.warnings
+        module.set_report(report)
 
     def _warn_shadowing(self, names: dict[str, object]) -> list[str]:
         """What the names would hide in the notebook: a variable that is not one of ours, or a

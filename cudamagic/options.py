@@ -30,7 +30,7 @@ __all__ = [
     "magic_parser",
     "parse_magic_line",
     "split_line",
-    "options_from_nvrtc",
+    "options_from_args",
     "normalize_arch",
     "nvrtc_options",
 ]
@@ -101,6 +101,7 @@ def _check_option(opt: str) -> str:
     if flag in _FILES_UNSEEN:
         raise OptionError(f"-o {opt!r}: that option reads or writes files the cache key cannot "
                           "see, so a cached kernel could be stale; leave it out")
+    _check_one_token(opt)
     for long, short in _PATH_LIKE.items():
         if opt.startswith(long + "=") and long.startswith("--"):
             opt = short + opt[len(long) + 1:]
@@ -112,6 +113,34 @@ def _check_option(opt: str) -> str:
     if opt in ("-I", "-D", "-U"):
         raise OptionError(f"{opt} needs a value")
     return opt
+
+
+# a flag, then white space: two words given as one option ("-I inc", "-arch sm_80")
+# (-I, -D and -U take their value attached: "-Imy dir" is the folder "my dir")
+_TWO_WORDS = re.compile(r"(-[IDU](?=\s)|--?(?![IDU]\S)[A-Za-z][\w-]*)\s+(\S.*)?", re.S)
+
+
+def _check_one_token(opt: str) -> None:
+    """NVRTC takes each option as one word: ``"-I inc"`` would search the folder ``" inc"``.
+
+    A value may hold white space (``-DMSG=a b``, ``-I/my dir``); a flag followed by white space
+    is two words given as one.
+
+    :raises OptionError: a flag and its value in one option, saying how to give them.
+    """
+    m = _TWO_WORDS.match(opt)
+    if m is None:
+        return
+    flag, value = m.group(1), (m.group(2) or "").strip()
+    if not value:
+        raise OptionError(f"the NVRTC option {opt!r} ends in white space, which NVRTC would "
+                          f"take as part of it: give {flag!r}")
+    if flag in ("-I", "-D", "-U"):
+        how = f"{flag + value!r} (in build() also two list items, [{flag!r}, {value!r}])"
+    else:
+        how = repr(f"{flag}={value}")
+    raise OptionError(f"the NVRTC option {opt!r} is two words in one: NVRTC would take "
+                      f"{opt[len(flag):]!r} as part of it. Give one word: {how}")
 
 
 @dataclass(frozen=True)
@@ -297,9 +326,10 @@ def parse_magic_line(line: str) -> BuildOptions | None:
         no_cache=ns.no_cache, quiet=ns.quiet)
 
 
-def options_from_nvrtc(options: Sequence[str], name_expressions: Sequence[str] = (),
+def options_from_args(options: Sequence[str], name_expressions: Sequence[str] = (),
                        arch: str | None = None, **fields: Any) -> BuildOptions:
-    """A :class:`BuildOptions` from an NVRTC option list, as :func:`cudamagic.build` takes it.
+    """A :class:`BuildOptions` from :func:`cudamagic.build`'s arguments (an option list in
+    NVRTC's spellings; nothing here asks NVRTC).
 
     ``-arch``/``--gpu-architecture`` and ``-std`` become the record's own fields (an ``-arch``
     that disagrees with ``arch`` is an error); two-token forms (``"-I", "dir"``) are joined;

@@ -2,9 +2,11 @@
 
 :func:`build_module` decides everything a build needs up front, in one :class:`BuildContext`;
 then a hit (:func:`_restore`) or a miss (:func:`_compile`) each return a complete
-:class:`Module`, report included. This module knows no IPython: the magic is a thin shell over
-:func:`build_module`, and :func:`build` / :func:`load_cubin` are the Python API. The compiler,
-the demangler and the cache come in as arguments so tests can watch them.
+:class:`~cudamagic.module.Module`, report included. This module knows no IPython: the magic is
+a thin shell over :func:`build_module`, and :func:`build` / :func:`load_cubin` are the Python
+API. The compiler, the demangler and the cache come in as :class:`BuildSettings` so tests can
+watch them. What a module is, and how it travels, is :mod:`cudamagic.module`; how kernels are
+named for Python, :mod:`cudamagic.naming`; why a miss happened, :mod:`cudamagic.explain`.
 """
 
 from __future__ import annotations
@@ -12,37 +14,37 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import signal
 import threading
 import time
 import warnings
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
 
-from .toolchain import driver
-from .files import NotAFile, TooLarge, read_regular
-from .store.disk import _MAGIC as _ENTRY_MAGIC
-from .store import BadEntry, EntryRecord, KernelCache, decode_entry, encode_entry
-from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
-                       supported_archs, template_kernels)
-from .toolchain.deps import Manifest, SearchPath, from_scan, from_trace, reads_no_file, trace_headers
-from .toolchain.demangle import Demangler, Pending, default_demangler
+from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
+                  valid_python_name)
 from .errors import (CompileError, ImageError, InputWarning, NameResolutionError, OptionError,
                      SourceError)
-from .toolchain.image import CubinImage, read_cubin
-from .launch import Kernel
+from .files import NotAFile, TooLarge, read_regular
 from .keys import cache_key
-from .cxx import Signatures, python_name, valid_python_name
-from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, nvrtc_options,
-                      options_from_nvrtc)
-from .view.report import BuildReport, KernelRow
-from .cxx import NVRTC, Resolved, closest, plain_kernels, resolve
+from .launch import Kernel
+from .miss import Miss, MissKind
+from .module import Binary, Module
+from .naming import Namer, unnamed_hints
+from .options import DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, nvrtc_options, options_from_args
+from .store import EntryRecord, KernelCache
+from .toolchain import driver
+from .toolchain.demangle import Demangler, Pending, default_demangler
+from .toolchain.deps import Manifest, SearchPath, from_scan, from_trace, reads_no_file, trace_headers
+from .toolchain.image import read_cubin
+from .toolchain.nvrtc import CompileResult, compile_cubin, nvrtc_version, shift_lines, supported_archs
 from .toolkit import toolkit
+from .view.report import BuildReport, KernelRow
 
-__all__ = ["Module", "BuildContext", "build", "build_module", "entry_key", "load_cubin",
-           "default_arch"]
+__all__ = ["Module", "BuildSettings", "BuildContext", "build", "build_module", "entry_key",
+           "load_cubin", "default_arch"]
 
 Compiler = Callable[..., CompileResult]
 
@@ -55,187 +57,59 @@ def default_arch() -> str:
     return f"sm_{major * 10 + minor}"
 
 
-class Binary:
-    """A CUBIN and its ELF view, loaded into the CUDA driver on first use (once per process;
-    the driver then puts it into each device's context on first use there)."""
-
-    def __init__(self, cubin: bytes, image: CubinImage) -> None:
-        self.cubin = cubin
-        self.image = image
-        self._lib: driver.Library | None = None
-        self._lock = threading.Lock()
-
-    def _library(self) -> "driver.Library":
-        with self._lock:
-            if self._lib is None:
-                lib = driver.Library.load(self.cubin)
-                # one call, not a name per kernel (1 000 calls on a module's first launch):
-                # the GPU tests compare the names themselves
-                count = lib.kernel_count()
-                if count != len(self.image.kernels):  # the driver agrees with the ELF
-                    raise ImageError(f"the driver finds {count} kernels in the CUBIN, its ELF "
-                                     f"symbol table {len(self.image.kernels)}")
-                self._lib = lib
-            return self._lib
-
-
-class Module(Mapping[str, Kernel]):
-    """The kernels of one build, by name expression.
-
-    ``module["saxpy<float>"]`` takes the user's exact string; ``module.kernels`` maps every name
-    the module answers to (name expressions and plain kernel names) to its :class:`Kernel`.
+@dataclass(frozen=True)
+class BuildSettings:
+    """How one build runs, besides what it builds (that is :class:`~cudamagic.options.BuildOptions`).
 
     Attributes
     ----------
-    hit : bool
-        Served from the cache.
-    report : BuildReport
-    key : str
-    cubin : bytes
-    image : CubinImage
-    warnings : tuple of str
+    cache : KernelCache, diskcache.Cache, path or None
+        Where entries are read and written; None is the default on-disk cache.
+    base_dir : path or None
+        The folder relative ``-I`` folders and angle includes are taken from; None: the
+        working folder.
+    line_offset : int
+        NVRTC's line numbers plus this are the cell's (1 below a magic line).
+    compiler : callable
+        Compiles on a miss (:func:`~cudamagic.toolchain.nvrtc.compile_cubin`'s signature).
+    demangler : Demangler or None
+        Demangles the CUBIN's symbols; None: the default one.
+    compile_notice : callable returning a context manager, or None
+        Wraps the compile (the magic says "compiling..." there).
+    reserved : tuple of str
+        Python names no kernel may take besides the module's own (the shell's: ``get_ipython``,
+        ``In``, ``Out``...).
+    cell : str or None
+        The identity the shell gives the cell (IPython's cell id): the history compares a miss
+        with that cell's own earlier builds. None: the module name identifies it.
     """
 
-    def __init__(self, binary: Binary, key: str, kernels: dict[str, Kernel],
-                 report: BuildReport, placeholders: bool = False) -> None:
-        self._binary = binary
-        self.key = key
-        self.kernels = kernels
-        self.report = report
-        self.warnings = report.warnings
-        self._placeholders = placeholders  # how the kernels' demangled texts name T1, T2...
-        self._payload_bytes: bytes | None = None
-        for kern in kernels.values():
-            kern._owner = self  # a kernel that travels takes its module along
+    cache: "KernelCache | Any" = None
+    base_dir: "str | os.PathLike | None" = None
+    line_offset: int = 0
+    compiler: Compiler = compile_cubin
+    demangler: Demangler | None = None
+    compile_notice: "Callable[[], ContextManager[Any]] | None" = None
+    reserved: tuple[str, ...] = ()
+    cell: str | None = None
 
-    @property
-    def cubin(self) -> bytes:
-        """The CUBIN's bytes."""
-        return self._binary.cubin
-
-    @property
-    def image(self) -> CubinImage:
-        """The CUBIN's kernels and parameter records, as its ELF tables give them."""
-        return self._binary.image
-
-    @property
-    def hit(self) -> bool:
-        """True when the build was served from the cache."""
-        return self.report.hit
-
-    def load(self, device: int | None = None) -> "Module":
-        """Load every kernel on a device now (default: the current one) instead of at first call.
-
-        :raises NoDeviceError: no CUDA device is available.
-        """
-        device = driver.current_device() if device is None else device
-        driver.ensure_context(device)
-        for kern in self.kernels.values():
-            kern.function(device, context_ready=True)
-        return self
-
-    def __getitem__(self, expr: str) -> Kernel:
-        try:
-            return self.kernels[expr]
-        except (KeyError, TypeError):
-            pass
-        if not isinstance(expr, str):
-            raise NameResolutionError(f"a kernel is looked up by its name expression, a str "
-                                      f"(module['saxpy<float>']), not {type(expr).__name__} "
-                                      f"{expr!r:.60}")
-        held = sorted(self.kernels)
-        near = closest(expr, held)
-        raise NameResolutionError(
-            f"this module holds no kernel named {expr!r} (lookups take the exact name expression "
-            f"given with -n). It holds: {', '.join(held) or 'nothing'}"
-            + (f". Closest: {', '.join(near)}" if near else ""))
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.kernels)
-
-    def __len__(self) -> int:
-        return len(self.kernels)
-
-    def __repr__(self) -> str:
-        return (f"<cudamagic.Module {len(self.kernels)} kernels, {self.report.status}, "
-                f"key {self.key[:12]}>")
-
-    def _repr_pretty_(self, p, cycle: bool) -> None:
-        p.text(self.report.text())
-
-    def _repr_html_(self) -> str:
-        return self.report.html()
-
-    def __reduce__(self):
-        """A module travels (pickle, Dask) as its entry record: the CUBIN, the kernel table
-        and a header under one checksum, checked on arrival. No code object, no driver handle:
-        the other process loads the CUBIN on its own GPU on first call, and never compiles."""
-        return _arrive, (self._payload(), self.report)
-
-    def _payload(self) -> bytes:
-        if self._payload_bytes is None:
-            rows = [[k.name_expression, k.symbol, k.python_name, k.resolved_by, k.signature]
-                    for k in self.kernels.values()]
-            record = EntryRecord(cubin=self.cubin, lowered=None, key=self.key,
-                                 arch=self.report.arch, nvrtc_version=self.report.nvrtc_version,
-                                 kernels={"placeholders": self._placeholders, "rows": rows})
-            self._payload_bytes = encode_entry(record)
-        return self._payload_bytes
+    def __post_init__(self) -> None:
+        if self.base_dir is not None and not isinstance(self.base_dir, (str, os.PathLike)):
+            raise OptionError(f"base_dir must be a folder (a str or a path), got "
+                              f"{type(self.base_dir).__name__} {self.base_dir!r:.60}")
+        object.__setattr__(self, "reserved", tuple(self.reserved))
 
 
-# Modules that arrived in this process, by their payload's checksum: a task that brings the
-# same module again gets the one already here (its CUBIN already loaded on this GPU).
-_arrived: "weakref.WeakValueDictionary[bytes, Module]" = weakref.WeakValueDictionary()
-_arrived_lock = threading.Lock()
-
-
-def _arrive(payload: bytes, report: BuildReport) -> Module:
-    """A module rebuilt from its travelling record (:meth:`Module.__reduce__`).
-
-    :raises ImageError: the record was damaged or altered on the way (its checksum or shape
-        does not hold): it is refused.
-    """
-    digest = bytes(payload[len(_ENTRY_MAGIC):len(_ENTRY_MAGIC) + 32])
-    with _arrived_lock:
-        known = _arrived.get(digest)
-        if known is not None and known._payload_bytes == payload:
-            return known
-    try:
-        record = decode_entry(payload)
-    except BadEntry as exc:
-        raise ImageError(f"a cudamagic module arrived damaged or altered and is refused: {exc}"
-                         ) from None
-    if record.kernels is None:
-        raise ImageError("a cudamagic module arrived without its kernel table and is refused")
-    binary = Binary(record.cubin, read_cubin(record.cubin))
-    table = record.kernels["rows"]
-    sigs = Signatures({symbol: text for _, symbol, _, _, text in table},
-                      record.kernels["placeholders"])
-    try:
-        kernels = {label: Kernel(binary, name_expression=label, symbol=symbol,
-                                 python_name=name, signatures=sigs, resolved_by=how,
-                                 image=binary.image.kernel(symbol))
-                   for label, symbol, name, how, _ in table}
-    except KeyError as exc:
-        raise ImageError(f"a cudamagic module arrived whose kernel table names {exc} , which "
-                         "its CUBIN does not hold; it is refused") from None
-    module = Module(binary, record.key, kernels, report, record.kernels["placeholders"])
-    module._payload_bytes = payload
-    with _arrived_lock:
-        _arrived[digest] = module
-    return module
-
-
-
-
-@dataclass
+@dataclass(frozen=True)
 class BuildContext:
-    """Everything one build needs, decided before the cache is asked.
+    """Everything one build decided before the cache is asked; ``timings`` and ``notes`` are
+    filled as it goes.
 
     Attributes
     ----------
     source : str
     opts : BuildOptions
+    settings : BuildSettings
     arch : str
     options : tuple of str
         The NVRTC options, in the order NVRTC gets them (and the key hashes them).
@@ -244,40 +118,43 @@ class BuildContext:
     key : str
     nvrtc : str
         NVRTC's identity in the key (its wheel's dist-info name, or its version).
+    toolkit : str
+        The fingerprint of the headers every build sees (in the key).
     store : KernelCache or None
         None: neither read nor write (``--no-cache``).
     demangler : Demangler
-    line_offset : int
-        NVRTC's line numbers plus this are the cell's (1 below a magic line).
-    compiler : callable
-    compile_notice : callable returning a context manager, or None
-        Wraps the compile (the magic says "compiling..." there).
-    reserved : tuple of str
-        Python names kernels must not take (the module's own name).
     started : float
         ``time.perf_counter()`` when the build began.
     timings : dict of str to float
-        Seconds per phase, filled as the build goes.
+        Seconds per phase.
     notes : list of str
         Warnings about the input, said once in the report.
     """
 
     source: str
     opts: BuildOptions
+    settings: BuildSettings
     arch: str
     options: tuple[str, ...]
     search: SearchPath
     key: str
     nvrtc: str
+    toolkit: str
     store: KernelCache | None
     demangler: Demangler
-    line_offset: int = 0
-    compiler: Compiler = compile_cubin
-    compile_notice: Callable[[], ContextManager[Any]] | None = None
-    reserved: tuple[str, ...] = ()
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def line_offset(self) -> int:
+        """NVRTC's line numbers plus this are the cell's."""
+        return self.settings.line_offset
+
+    @property
+    def reserved(self) -> tuple[str, ...]:
+        """The Python names kernels must not take: the module's own first."""
+        return (self.opts.module, *self.settings.reserved)
 
     def lap(self, phase: str, since: float) -> float:
         """Record the time since ``since`` under ``phase``; returns now."""
@@ -286,20 +163,39 @@ class BuildContext:
         return now
 
 
-def _context(source: str, opts: BuildOptions, *, cache: KernelCache | None,
-             base_dir: str | os.PathLike | None, **rest: Any) -> BuildContext:
-    """Check the input and decide everything a build needs (no compile, no cache read).
+def _working_folder() -> str:
+    """The process's current folder, which NVRTC searches first for quoted includes.
+
+    :raises OptionError: it was deleted, or its name is not UTF-8 (NVRTC takes text).
+    """
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise OptionError("the working folder no longer exists (it was deleted while this "
+                          "process was in it), and NVRTC searches it for the cell's quoted "
+                          "includes: change to a folder that exists (os.chdir, or %cd in "
+                          "IPython)") from None
+    try:
+        cwd.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OptionError(f"the working folder's name {os.fsencode(cwd)!r} is not UTF-8 text, "
+                          "which NVRTC cannot take as a folder: change to a folder whose name "
+                          "is (os.chdir, or %cd in IPython)") from None
+    return cwd
+
+
+def _context(source: str, opts: BuildOptions, settings: BuildSettings,
+             keyless: bool = False) -> BuildContext:
+    """Check the input and decide everything a build needs (no compile, no cache read);
+    ``keyless`` opens no cache.
 
     :raises SourceError: a source NVRTC cannot take.
-    :raises OptionError: a bad option.
+    :raises OptionError: a bad option, or a working folder NVRTC cannot search.
     """
     started = time.perf_counter()
-    line_offset = rest.get("line_offset", 0)
-    _check_source(source, line_offset)
-    if base_dir is not None and not isinstance(base_dir, (str, os.PathLike)):
-        raise OptionError(f"base_dir must be a folder (a str or a path), got "
-                          f"{type(base_dir).__name__} {base_dir!r:.60}")
-    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    _check_source(source, settings.line_offset)
+    cwd = _working_folder()
+    base = Path(settings.base_dir) if settings.base_dir is not None else Path(cwd)
     notes = [f"-I {d}: no such folder (looked for {base / d})" for d in opts.include_dirs
              if not (base / d).is_dir()]
     if opts.duplicates:
@@ -311,17 +207,15 @@ def _context(source: str, opts: BuildOptions, *, cache: KernelCache | None,
     # NVRTC's wheel names the NVRTC a build uses without loading it (loading takes tens of ms,
     # kept off the hit path); without the wheel, ask NVRTC itself
     nv = tk.nvrtc_wheel or nvrtc_version()
-    cwd = os.getcwd()
     search = SearchPath(cwd, tuple(o[2:] for o in options if o.startswith("-I")),
                         tk.include_dirs)
     key = cache_key(source=source, name_expressions=opts.name_expressions, options=options,
                     arch=arch, nvrtc_version=nv, toolkit=tk.fingerprint, cwd=cwd)
-    store = None if opts.no_cache or rest.pop("keyless", False) else KernelCache.wrap(cache)
-    ctx = BuildContext(source=source, opts=opts, arch=arch, options=options, search=search,
-                       key=key, nvrtc=nv, store=store,
-                       demangler=rest.pop("demangler", None) or default_demangler(),
-                       reserved=(opts.module, *rest.pop("reserved", ())), started=started,
-                       notes=notes, **rest)
+    store = None if opts.no_cache or keyless else KernelCache.wrap(settings.cache)
+    ctx = BuildContext(source=source, opts=opts, settings=settings, arch=arch, options=options,
+                       search=search, key=key, nvrtc=nv, toolkit=tk.fingerprint, store=store,
+                       demangler=settings.demangler or default_demangler(), started=started,
+                       notes=notes)
     ctx.lap("key", started)
     return ctx
 
@@ -329,7 +223,7 @@ def _context(source: str, opts: BuildOptions, *, cache: KernelCache | None,
 def entry_key(source: str, opts: BuildOptions, base_dir: str | os.PathLike | None = None
               ) -> tuple[str, str, tuple[str, ...], str]:
     """The cache key of a build, with the arch, NVRTC options and NVRTC identity it implies."""
-    ctx = _context(source, opts, cache=None, base_dir=base_dir, keyless=True)
+    ctx = _context(source, opts, BuildSettings(base_dir=base_dir), keyless=True)
     return ctx.key, ctx.arch, ctx.options, ctx.nvrtc
 
 
@@ -337,26 +231,24 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
                  base_dir: str | os.PathLike | None = None, line_offset: int = 0,
                  compiler: Compiler = compile_cubin, demangler: Demangler | None = None,
                  compile_notice: Callable[[], ContextManager[Any]] | None = None,
-                 reserved: Sequence[str] = ()) -> Module:
+                 reserved: Sequence[str] = (), cell: str | None = None) -> Module:
     """The pipeline behind :func:`build` and the ``%%cuda`` magic: a hit when the cache can
-    serve, else a compile.
-
-    ``line_offset`` shifts NVRTC's line numbers to the cell's (1 below a magic line);
-    ``compile_notice`` wraps the compile, when there is one; ``reserved`` names no kernel may
-    be pushed under (besides the module's own: the names IPython relies on).
+    serve, else a compile. The keyword arguments are :class:`BuildSettings`' fields.
     """
-    ctx = _context(source, opts, cache=cache, base_dir=base_dir, line_offset=line_offset,
-                   compiler=compiler, demangler=demangler, compile_notice=compile_notice,
-                   reserved=tuple(reserved))
+    settings = BuildSettings(cache=cache, base_dir=base_dir, line_offset=line_offset,
+                             compiler=compiler, demangler=demangler,
+                             compile_notice=compile_notice, reserved=tuple(reserved), cell=cell)
+    ctx = _context(source, opts, settings)
     # cu++filt starts now and overlaps the cache read or the compile
     with contextlib.closing(ctx.demangler.start()) as pending:
         if ctx.store is None or opts.force:
-            return _compile(ctx, pending, "--no-cache" if ctx.store is None else "--force")
+            return _compile(ctx, pending, Miss(MissKind.NO_CACHE if ctx.store is None
+                                               else MissKind.FORCED))
         t = time.perf_counter()
-        record, why = ctx.store.get(ctx.key)
+        record, miss = ctx.store.get(ctx.key)
         ctx.lap("lookup", t)
         if record is None:
-            return _compile(ctx, pending, why or "no cache entry")
+            return _compile(ctx, pending, miss or Miss(MissKind.NO_ENTRY))
         found = _restore(ctx, record, pending)
         if isinstance(found, Module):
             return found
@@ -373,16 +265,20 @@ _INCOMPLETE = ("NVRTC wrote no list of the headers it read (an NVRTC older than 
 
 
 class _Unservable(Exception):
-    """A cache entry that cannot serve this build (the message says why)."""
+    """A cache entry that cannot serve this build (``miss`` says why)."""
+
+    def __init__(self, miss: Miss) -> None:
+        super().__init__(miss.detail)
+        self.miss = miss
 
 
-def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Module | str":
-    """A module from a cache entry, or the reason it cannot serve (the caller recompiles)."""
+def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Module | Miss":
+    """A module from a cache entry, or why it cannot serve (the caller recompiles)."""
     t = time.perf_counter()
     try:
         manifest = Manifest.from_json(record.manifest)
     except ValueError as exc:
-        return str(exc)
+        return Miss(MissKind.FORMAT, str(exc))
     stale = manifest.check()
     t = ctx.lap("headers", t)
     if stale:
@@ -394,41 +290,79 @@ def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Modul
         sigs = _signatures(ctx, binary, pending)
         resolution = resolve(ctx.opts.name_expressions, sigs, record.lowered)
         if resolution.stale:
-            raise _Unservable("the cached entry's stored name map does not match its CUBIN: "
-                              f"{resolution.stale[0]!r}: {resolution.stale_reasons[0]}")
+            raise _Unservable(Miss(MissKind.DAMAGED, "the cached entry's stored name map does "
+                                   f"not match its CUBIN: {resolution.stale[0]!r}: "
+                                   f"{resolution.stale_reasons[0]}"))
         if resolution.unresolved:
             u = resolution.unresolved[0]
-            raise _Unservable(f"{u.name_expression!r} could not be resolved from the cached "
-                              f"CUBIN: {u.reason}")
+            raise _Unservable(Miss(MissKind.UNRESOLVED, f"{u.name_expression!r} could not be "
+                                   f"resolved from the cached CUBIN: {u.reason}"))
         made = _kernels(ctx, binary, resolution.resolved, sigs, record.python_names or {},
                         strict=True)
     except ImageError as exc:
-        return f"the cached CUBIN is unreadable ({exc})"
+        return Miss(MissKind.DAMAGED, f"the cached CUBIN is unreadable ({exc})")
     except _Unservable as exc:
-        return str(exc)
+        return exc.miss
     ctx.lap("resolve", t)
-    return _module(ctx, binary, made, origin="cache", miss_reason=None, record=record)
+    return _module(ctx, binary, made, origin="cache", miss=None, record=record)
 
 
-def _compile(ctx: BuildContext, pending: Pending, miss_reason: str) -> Module:
+class _Interrupts:
+    """Ctrl-C held back while NVRTC compiles: NVRTC cannot be stopped inside a compile (Python
+    sees the signal only once it returns), so the compile ends and its result is kept; the
+    interrupt is raised after that (:meth:`raise_if_asked`). Only the main thread can hold
+    signals; elsewhere this changes nothing."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self._previous: Any = None
+
+    def __enter__(self) -> "_Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._previous = signal.signal(signal.SIGINT, self._hold)
+            except (ValueError, OSError):  # an interpreter that owns no signals
+                self._previous = None
+        return self
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.asked = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def raise_if_asked(self, seconds: float, kept: str) -> None:
+        """Raise the held interrupt, saying what became of the compile's result.
+
+        :raises KeyboardInterrupt: Ctrl-C came during the compile.
+        """
+        if self.asked:
+            raise KeyboardInterrupt(f"compiling {PROGRAM_NAME} was interrupted after "
+                                    f"{seconds:.1f} s; NVRTC cannot stop inside a compile, so it "
+                                    f"ran to its end: {kept}")
+
+
+def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
     """The miss: compile, assemble from NVRTC's exact map, store with the manifest."""
     t = time.perf_counter()
     _check_arch(ctx.arch)  # the first in a process loads NVRTC (100-200 ms)
     t = ctx.lap("nvrtc", t)
     no_files = reads_no_file(ctx.source, ctx.opts.options)
     started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
-    with (ctx.compile_notice or contextlib.nullcontext)():
-        result = ctx.compiler(ctx.source, ctx.opts.name_expressions, ctx.options,
-                              program_name=PROGRAM_NAME, line_offset=ctx.line_offset,
-                              trace=not no_files)
+    notice = ctx.settings.compile_notice or contextlib.nullcontext
+    with _Interrupts() as interrupts:
+        try:
+            with notice():
+                result = ctx.settings.compiler(ctx.source, ctx.opts.name_expressions,
+                                               ctx.options, program_name=PROGRAM_NAME,
+                                               line_offset=ctx.line_offset, trace=not no_files)
+        except CompileError:
+            interrupts.raise_if_asked(time.perf_counter() - t, "it failed, so nothing is kept")
+            raise
+    seconds = time.perf_counter() - t
     t = ctx.lap("compile", t)
-    if no_files:
-        manifest = Manifest()  # nothing was read: nothing to check on a hit
-    elif result.trace is not None:
-        manifest = from_trace(trace_headers(result.trace), ctx.search, ctx.source, started_ns)
-    else:
-        manifest = from_scan(ctx.source, ctx.search, started_ns)
-        ctx.notes.append(_INCOMPLETE)
+    manifest = _manifest(ctx, result, no_files, started_ns)
     t = ctx.lap("manifest", t)
     try:
         binary = Binary(result.cubin, read_cubin(result.cubin))
@@ -453,15 +387,34 @@ def _compile(ctx: BuildContext, pending: Pending, miss_reason: str) -> Module:
                          # names as derived, before any suffix that this cell's --module or
                          # its neighbours called for: a later build applies its own
                          python_names={e: python_name(e) for e in ctx.opts.name_expressions})
-    if ctx.store is not None and manifest.racy:
+    kept = _store(ctx, record, manifest)
+    interrupts.raise_if_asked(seconds, kept)
+    return _module(ctx, binary, made, origin="compiled", miss=miss, record=record)
+
+
+def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
+              started_ns: int) -> Manifest:
+    """The headers the compile read, and the places it searched, to check on a hit."""
+    if no_files:
+        return Manifest()  # nothing was read: nothing to check on a hit
+    if result.trace is not None:
+        return from_trace(trace_headers(result.trace), ctx.search, ctx.source, started_ns)
+    ctx.notes.append(_INCOMPLETE)
+    return from_scan(ctx.source, ctx.search, started_ns)
+
+
+def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> str:
+    """Put the entry in the cache where it can be trusted; what became of it, in words."""
+    if ctx.store is None:
+        return "its CUBIN is not cached (--no-cache)"
+    if manifest.racy:
         ctx.notes.append(f"not cached: {manifest.racy}, so its text cannot be tied to this "
                          "CUBIN; the next run compiles again")
-    elif ctx.store is not None:
-        t = time.perf_counter()
-        ctx.store.put(ctx.key, record)
-        ctx.lap("store", t)
-    return _module(ctx, binary, made, origin="compiled", miss_reason=miss_reason,
-                   record=record)
+        return f"its CUBIN is not cached ({manifest.racy})"
+    t = time.perf_counter()
+    ctx.store.put(ctx.key, record)
+    ctx.lap("store", t)
+    return "its CUBIN is kept in the cache, so the next run is a hit"
 
 
 def _signatures(ctx: BuildContext, binary: Binary, pending: Pending) -> Signatures:
@@ -474,90 +427,48 @@ def _signatures(ctx: BuildContext, binary: Binary, pending: Pending) -> Signatur
 
 
 def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
-             sigs: Signatures, known: Mapping[str, str], strict: bool) -> dict[str, Kernel]:
-    """One Kernel per name expression and per plain kernel, each with its Python name.
+             sigs: Signatures, known: Mapping[str, str], strict: bool,
+             extra: Sequence[Resolved] = ()) -> dict[str, Kernel]:
+    """One Kernel per name expression, per plain kernel and per ``extra`` one, each with its
+    Python name.
 
     ``known`` holds Python names stored with a cache entry; with ``strict`` one that is not an
-    identifier makes the entry unservable. Names that sanitize alike, or that would take the
-    module's own name, get a suffix, and a note says so.
+    identifier makes the entry unservable. Names that sanitize alike, or that would take a
+    reserved name, get a suffix, and a note says so.
     """
-    namer = _Namer(ctx.reserved, ctx.notes)
+    namer = Namer(ctx.reserved, ctx.notes)
     kernels: dict[str, Kernel] = {}
-    for r in (*resolved, *plain_kernels(sigs, {r.symbol for r in resolved})):
+    for r in (*resolved, *plain_kernels(sigs, {r.symbol for r in resolved}), *extra):
         stored = known.get(r.name_expression)
         if stored is not None and not valid_python_name(stored):
             if strict:
-                raise _Unservable(f"the cached entry's Python name {stored!r} for "
-                                  f"{r.name_expression!r} is not an identifier: a bad entry")
+                raise _Unservable(Miss(MissKind.DAMAGED, f"the cached entry's Python name "
+                                       f"{stored!r} for {r.name_expression!r} is not an "
+                                       "identifier: a bad entry"))
             stored = None
         name = namer.name(r.name_expression, r.symbol, stored)
         kernels[r.name_expression] = Kernel(
             binary, name_expression=r.name_expression, symbol=r.symbol, python_name=name,
             signatures=sigs, resolved_by=r.resolved_by, image=binary.image.kernel(r.symbol))
-    _note_unnamed(ctx, sigs, {k.symbol for k in kernels.values()})
+    ctx.notes.extend(unnamed_hints(ctx.source, ctx.opts.name_expressions, sigs,
+                                   {k.symbol for k in kernels.values()}))
     return kernels
 
 
-class _Namer:
-    """Python names for kernels: one per symbol, never a reserved one, never two alike."""
-
-    def __init__(self, reserved: Sequence[str], notes: list[str]) -> None:
-        self._by_symbol: dict[str, str] = {}
-        # the first reserved name is the module's; the rest are the shell's (get_ipython, In...)
-        self._owner: dict[str, tuple[str, str]] = {
-            r: ("" if i == 0 else "IPython", "") for i, r in enumerate(reserved)}
-        self._notes = notes
-
-    def name(self, label: str, symbol: str, stored: str | None) -> str:
-        if symbol in self._by_symbol:
-            return self._by_symbol[symbol]
-        base = stored or python_name(label)
-        name, n = base, 2
-        while name in self._owner and self._owner[name][1] != symbol:
-            name, n = f"{base}_{n}", n + 1
-        if name != base:
-            other = self._owner[base][0]
-            self._notes.append(
-                f"{label!r} is pushed as {name!r}: {base!r} is "
-                + ("a name IPython relies on" if other == "IPython" else
-                   f"taken by {other!r}" if other else "the module's own name (--module)"))
-        self._owner[name] = (label, symbol)
-        self._by_symbol[symbol] = name
-        return name
-
-
-def _note_unnamed(ctx: BuildContext, sigs: Signatures, named: set[str]) -> None:
-    """Say what a cell defines but the user cannot call: templates without a -n, overloads
-    without a cast, or no kernel at all."""
-    # non-template kernels left without a name are overloads: only a cast can pick one
-    unnamed = [sigs.text(s) for s in sigs
-               if s not in named and sigs.maybe_plain(s) and "<" not in sigs[s].name]
-    asked = {e.split("<", 1)[0].strip().rsplit("::", 1)[-1] for e in ctx.opts.name_expressions}
-    templates = [name for name in template_kernels(ctx.source) if name not in asked]
-    if templates:
-        first = templates[0]
-        ctx.notes.append(
-            f"the __global__ template{'s' if len(templates) > 1 else ''} "
-            f"{', '.join(templates)} {'are' if len(templates) > 1 else 'is'} "
-            f"not compiled: a template kernel is compiled only for the instances named with "
-            f'-n, e.g. -n "{first}<float>" (name_expressions=["{first}<float>"] in build())')
-    elif not sigs:
-        ctx.notes.append("the cell defines no __global__ kernel (only __device__ or host code): "
-                         "there is nothing to call from Python")
-    if unnamed:
-        ctx.notes.append(f"{len(unnamed)} overloaded kernel(s) have no name to call them by; "
-                         "name each with a cast, e.g. -n \"(void(*)(float*))f\": "
-                         + "; ".join(unnamed[:5]))
-
-
 def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, origin: str,
-            miss_reason: str | None, record: EntryRecord) -> Module:
+            miss: Miss | None, record: EntryRecord) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
     that the next miss can say what changed)."""
-    from .explain import note_build
+    from .explain import CellBuild, describe, note_build
 
     t = time.perf_counter()
-    explanation = note_build(ctx, origin, miss_reason)
+    explanation = None
+    if origin != "cubin":
+        explanation = note_build(ctx.store, CellBuild.of(
+            key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
+            options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
+            line_offset=ctx.line_offset), origin=origin, miss=miss, folder=ctx.search.cwd,
+            module=ctx.opts.module, cell=ctx.settings.cell)
     ctx.lap("history", t)
     ctx.timings["total"] = time.perf_counter() - ctx.started
 
@@ -575,7 +486,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, or
                            k.resolved_by, placeholders=ctx.demangler.placeholders,
                            param_sizes=sizes(k)) for k in kernels.values())
     report = BuildReport(
-        key=ctx.key, hit=origin == "cache", origin=origin, miss_reason=miss_reason,
+        key=ctx.key, hit=origin == "cache", origin=origin,
+        miss_reason=None if miss is None else describe(miss),
         timings=dict(ctx.timings), demangler=ctx.demangler.name,
         enumerated_by="ELF symbol table", arch=ctx.arch, nvrtc_version=record.nvrtc_version,
         cache_dir=ctx.store.location if ctx.store else "(not cached)",
@@ -640,7 +552,8 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     name_expressions : sequence of str
         Kernels to instantiate and export, exactly as written (``"saxpy<float>"``).
     options : sequence of str
-        NVRTC options (``-std=c++20``, ``-I dir``, ``-DN=4``, ``-lineinfo``...), kept in order.
+        NVRTC options, one token each (``-std=c++20``, ``-Idir`` or ``"-I", "dir"``,
+        ``-DN=4``, ``-lineinfo``...), kept in order.
     arch : str, optional
         ``sm_XX``; default the current device's (``sm_90`` without a GPU).
     cache : KernelCache, diskcache.Cache, path or None
@@ -657,8 +570,8 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     :raises OptionError: a bad option or argument.
     :raises NameResolutionError: a name expression that names no kernel.
     """
-    opts = options_from_nvrtc(options, name_expressions, arch, force=force,
-                              no_cache=not use_cache)
+    opts = options_from_args(options, name_expressions, arch, force=force,
+                             no_cache=not use_cache)
     return _warn(build_module(source, opts, cache=cache, base_dir=base_dir))
 
 
@@ -691,22 +604,28 @@ def _read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
 
 
 def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Sequence[str] = (),
-               *, module: str | None = None, demangler: Demangler | None = None) -> Module:
+               *, module: str | None = None, demangler: Demangler | None = None,
+               reserved: Sequence[str] = ()) -> Module:
     """A module from a CUBIN built elsewhere (``nvcc -cubin``), resolved by demangling alone.
+
+    Without ``name_expressions`` every kernel that demangling names unambiguously is there:
+    ``extern "C"`` and non-template kernels by their name, template instances by their
+    demangled name (``scale<float, 3>``); the report lists the others. ``reserved``: Python
+    names no kernel may take besides the module's (the shell's).
 
     :raises ImageError: not a CUBIN, or a path that cannot be read.
     :raises NameResolutionError: a name expression that names no kernel, or several, with the
         closest candidates.
     """
     started = time.perf_counter()
-    opts = options_from_nvrtc((), name_expressions, **({"module": module} if module else {}))
+    opts = options_from_args((), name_expressions, **({"module": module} if module else {}))
     cubin, label = _read_cubin_arg(path_or_bytes)
     binary = Binary(cubin, read_cubin(cubin))
     ctx = BuildContext(source="", opts=opts,
+                       settings=BuildSettings(demangler=demangler, reserved=tuple(reserved)),
                        arch=f"sm_{binary.image.sm}" if binary.image.sm else "?", options=(),
-                       search=SearchPath(os.getcwd(), ()), key=record_key(cubin), nvrtc="-",
-                       store=None, demangler=demangler or default_demangler(),
-                       reserved=(opts.module,), started=started)
+                       search=SearchPath("", ()), key=record_key(cubin), nvrtc="-", toolkit="",
+                       store=None, demangler=demangler or default_demangler(), started=started)
     with contextlib.closing(ctx.demangler.start()) as pending:
         sigs = _signatures(ctx, binary, pending)
     resolution = resolve(opts.name_expressions, sigs)
@@ -717,9 +636,35 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
         raise NameResolutionError(f"{label}: these name expressions could not be resolved "
                                   "(a CUBIN from elsewhere has no stored name map, so only "
                                   "demangling can find them):\n" + "\n".join(lines))
-    made = _kernels(ctx, binary, resolution.resolved, sigs, {}, strict=False)
+    instances: list[Resolved] = []
+    if not opts.name_expressions:
+        instances, ambiguous = _template_instances(sigs)
+        if ambiguous:
+            ctx.notes.append(
+                f"{len(ambiguous)} template instance(s) share a name with another kernel, so "
+                "no name expression picks one alone; name each with a cast (-n "
+                "\"(void(*)(float*))k<float>\"): " + "; ".join(ambiguous[:5])
+                + ("; ..." if len(ambiguous) > 5 else ""))
+    made = _kernels(ctx, binary, resolution.resolved, sigs, {}, strict=False, extra=instances)
     record = EntryRecord(cubin=cubin, lowered=None, arch=ctx.arch, nvrtc_version="-")
-    return _warn(_module(ctx, binary, made, origin="cubin", miss_reason=None, record=record))
+    return _warn(_module(ctx, binary, made, origin="cubin", miss=None, record=record))
+
+
+def _template_instances(sigs: Signatures) -> tuple[list[Resolved], list[str]]:
+    """The CUBIN's template instances that their demangled name picks out alone (as
+    resolution would pick them for that name expression), and the texts of the others."""
+    found: list[Resolved] = []
+    ambiguous: list[str] = []
+    symbols = [s for s in sigs if not sigs.maybe_plain(s)]
+    picked = resolve([sigs[s].name for s in symbols], sigs) if symbols else None
+    by_name = {r.name_expression: r for r in picked.resolved} if picked else {}
+    for symbol in symbols:
+        r = by_name.get(sigs[symbol].name)
+        if r is not None and r.symbol == symbol:
+            found.append(Resolved(r.name_expression, symbol, r.resolved_by))
+        else:
+            ambiguous.append(sigs.text(symbol))
+    return found, ambiguous
 
 
 def record_key(cubin: bytes) -> str:

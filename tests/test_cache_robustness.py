@@ -28,7 +28,7 @@ from cudamagic.store import disk as cache_mod
 from cudamagic.store.disk import (DEFAULT_SIZE_LIMIT, ENTRY_FORMAT, EntryRecord, KernelCache,
                              decode_entry, encode_entry)
 from cudamagic.errors import CacheArgumentError, CacheWarning, CudaMagicError
-from cudamagic.pipeline import build_module, entry_key, options_from_nvrtc
+from cudamagic.pipeline import build_module, entry_key, options_from_args
 
 from .conftest import FIXTURES, REPO, run_python, value_file
 
@@ -44,7 +44,7 @@ def _value_files(directory: Path) -> list[Path]:
 
 def _build(cache: KernelCache, src: str = SRC, compiler=None):
     kw = {} if compiler is None else {"compiler": compiler}
-    return build_module(src, options_from_nvrtc([], EXPRS), cache=cache, **kw)
+    return build_module(src, options_from_args([], EXPRS), cache=cache, **kw)
 
 
 def _mutate(path: Path, rng: random.Random) -> str:
@@ -178,7 +178,7 @@ def test_eight_processes_different_cells_lose_none(tmp_path):
     cache = KernelCache(tmp_path)
     assert len(cache) == 8
     for src in sources:
-        assert build_module(src, options_from_nvrtc([], ["k<float>"]), cache=cache).hit
+        assert build_module(src, options_from_args([], ["k<float>"]), cache=cache).hit
 
 
 # --- an entry names its key (issue 9 item 6) --------------------------------------------------
@@ -267,10 +267,10 @@ def test_an_entry_someone_else_could_have_written_is_rebuilt(tmp_path, compiler,
 SPECIAL = r"""
 import json, os, resource, sqlite3, sys
 from cudamagic.store.disk import KernelCache
-from cudamagic.pipeline import build_module, options_from_nvrtc
+from cudamagic.pipeline import build_module, options_from_args
 folder, how, SRC, EXPRS = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 cache = KernelCache(folder)
-opts = options_from_nvrtc([], EXPRS)
+opts = options_from_args([], EXPRS)
 key = build_module(SRC, opts, cache=cache).key
 con = sqlite3.connect(os.path.join(folder, "cache.db"))
 ((name,),) = con.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchall()
@@ -319,7 +319,7 @@ def test_a_database_row_never_reads_or_deletes_outside_the_folder(tmp_path):
             con.execute("UPDATE Cache SET filename = ? WHERE key = ?", (name, key))
         con.close()
         rec, why = cache.get(key)
-        assert rec is None and "outside the cache folder" in why
+        assert rec is None and "outside the cache folder" in why.detail
         assert precious.read_bytes() == b"not the cache's", f"{name}: deleted on the database's word"
 
 
@@ -327,8 +327,8 @@ def _assert_memory_fallback(folder: Path, reason: str) -> None:
     with pytest.warns(CacheWarning, match=re.escape(reason)):
         cache = KernelCache(folder)
     assert cache.in_memory and reason in cache.location
-    first = build_module(SRC, options_from_nvrtc([], EXPRS), cache=cache)
-    again = build_module(SRC, options_from_nvrtc([], EXPRS), cache=cache)
+    first = build_module(SRC, options_from_args([], EXPRS), cache=cache)
+    again = build_module(SRC, options_from_args([], EXPRS), cache=cache)
     assert (first.hit, again.hit) == (False, True)  # still a cache, for this process
     assert "memory" in again.report.cache_dir
 
@@ -376,13 +376,13 @@ def test_full_disk_warns_once_and_keeps_working(tmp_path):
     code = f"""
 import resource, signal, warnings, json
 from cudamagic.store.disk import KernelCache
-from cudamagic.pipeline import build_module, options_from_nvrtc
+from cudamagic.pipeline import build_module, options_from_args
 cache = KernelCache({str(tmp_path)!r})
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))   # the disk is full
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    hits = [build_module({SRC!r}, options_from_nvrtc([], {EXPRS!r}), cache=cache).hit
+    hits = [build_module({SRC!r}, options_from_args([], {EXPRS!r}), cache=cache).hit
             for _ in range(3)]
 print(json.dumps({{"hits": hits, "warnings": [str(w.message) for w in caught],
                    "memory": bool(cache.in_memory)}}))
@@ -513,13 +513,13 @@ ENTRIES = FIXTURES / "entries"
 
 
 def _plant(cache: KernelCache, value: bytes, exprs=FIXTURE_EXPRS) -> str:
-    key, *_ = entry_key(FIXTURE_SRC, options_from_nvrtc([], exprs, arch="sm_90"))
+    key, *_ = entry_key(FIXTURE_SRC, options_from_args([], exprs, arch="sm_90"))
     cache.raw.set(key, value)
     return key
 
 
 def test_entry_without_lowered_map_still_loads(cache, compiler):
-    opts = options_from_nvrtc([], FIXTURE_EXPRS, arch="sm_90")
+    opts = options_from_args([], FIXTURE_EXPRS, arch="sm_90")
     key = build_module(FIXTURE_SRC, opts, cache=cache, compiler=compiler).key
     # the GPU machine's CUBIN, without its name map, under this machine's key (a real key
     # depends on the NVRTC) and with this machine's header manifest (paths and times are local)
@@ -540,7 +540,7 @@ def test_entry_without_lowered_map_still_loads(cache, compiler):
 ], ids=["newer-format-entry", "older-format-entry", "bare-cubin"])
 def test_newer_and_older_formats_and_bare_cubin_are_rebuilt(cache, compiler, value, reason):
     key = _plant(cache, value)
-    mod = build_module(FIXTURE_SRC, options_from_nvrtc([], FIXTURE_EXPRS, arch="sm_90"),
+    mod = build_module(FIXTURE_SRC, options_from_args([], FIXTURE_EXPRS, arch="sm_90"),
                        cache=cache, compiler=compiler)
     assert not mod.hit and reason in mod.report.miss_reason and len(compiler.calls) == 1
     record, _ = cache.get(key)

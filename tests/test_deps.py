@@ -173,9 +173,9 @@ def test_a_touch_is_not_a_change_an_edit_is(tmp_path):
     os.utime(tmp_path / "h.h", ns=(1, 1))
     assert m.check() is None  # same content
     (tmp_path / "h.h").write_text("#define V 2\n")
-    assert "changed" in m.check()
+    assert "changed" in m.check().detail
     (tmp_path / "h.h").unlink()
-    assert "gone" in m.check()
+    assert "gone" in m.check().detail
 
 
 def test_a_versioned_file_is_checked_by_size_and_time(tmp_path):
@@ -187,7 +187,7 @@ def test_a_versioned_file_is_checked_by_size_and_time(tmp_path):
     st = (pkg / "p.h").stat()
     (pkg / "p.h").write_text("#define V 2\n")  # same size
     os.utime(pkg / "p.h", ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
-    assert "changed" in m.check()
+    assert "changed" in m.check().detail
 
 
 def test_a_file_appearing_earlier_in_the_search_misses(tmp_path):
@@ -199,7 +199,7 @@ def test_a_file_appearing_earlier_in_the_search_misses(tmp_path):
     (tmp_path / "unrelated.txt").write_text("")  # the folder changes; no shadow appears
     assert m.check() is None
     (tmp_path / "a" / "x.h").write_text("//a\n")
-    assert "now exists" in m.check()
+    assert "now exists" in m.check().detail
 
 
 @pytest.mark.parametrize("compact", [True, False])
@@ -228,7 +228,7 @@ def test_a_compile_that_can_open_no_file_needs_no_trace(source, options, no_file
 
 
 def test_an_include_free_cell_is_compiled_without_the_trace(cache, compiler):
-    from cudamagic.options import options_from_nvrtc
+    from cudamagic.options import options_from_args
     from cudamagic.pipeline import build_module
 
     calls = []
@@ -238,9 +238,9 @@ def test_an_include_free_cell_is_compiled_without_the_trace(cache, compiler):
         return compiler(*args, **kw)
 
     build_module('extern "C" __global__ void k(int* x) { x[0] = 1; }',
-                 options_from_nvrtc([], []), cache=cache, compiler=watched)
+                 options_from_args([], []), cache=cache, compiler=watched)
     build_module('#include <cuda/std/cstdint>\nextern "C" __global__ void k(int* x) {}',
-                 options_from_nvrtc([], []), cache=cache, compiler=watched)
+                 options_from_args([], []), cache=cache, compiler=watched)
     assert calls == [False, True]
 
 
@@ -252,7 +252,7 @@ def test_a_header_swapped_for_one_of_the_same_size_and_time_misses(tmp_path):
     st = (tmp_path / "h.h").stat()
     (tmp_path / "h.h").write_text("#define V 2\n")
     os.utime(tmp_path / "h.h", ns=(st.st_atime_ns, st.st_mtime_ns))  # as cp -p leaves it
-    assert "changed" in m.check()
+    assert "changed" in m.check().detail
     # a link switched between two files of one size and time
     for name, text in (("v1.h", "#define V 1\n"), ("v2.h", "#define V 2\n")):
         (tmp_path / name).write_text(text)
@@ -261,13 +261,13 @@ def test_a_header_swapped_for_one_of_the_same_size_and_time_misses(tmp_path):
     m = _manifest(tmp_path, [("cfg.h", None)])
     (tmp_path / "cfg.h").unlink()
     (tmp_path / "cfg.h").symlink_to("v2.h")
-    assert "changed" in m.check()
+    assert "changed" in m.check().detail
 
 
 def test_a_header_changed_while_compiling_is_not_stored(cache, compiler, tmp_path, monkeypatch):
     """The manifest is taken after NVRTC ran: a header saved meanwhile would be recorded with
     its new text beside a CUBIN of the old one. Such a build is not stored."""
-    from cudamagic.options import options_from_nvrtc
+    from cudamagic.options import options_from_args
     from cudamagic.pipeline import build_module
 
     monkeypatch.chdir(tmp_path)
@@ -279,9 +279,9 @@ def test_a_header_changed_while_compiling_is_not_stored(cache, compiler, tmp_pat
         (tmp_path / "v.h").write_text("#define V 2\n")
         return result
 
-    first = build_module(src, options_from_nvrtc([], []), cache=cache,
+    first = build_module(src, options_from_args([], []), cache=cache,
                          compiler=edits_during_the_compile)
     assert any("not cached" in w and "v.h" in w for w in first.warnings)
     assert len(cache) == 0
-    again = build_module(src, options_from_nvrtc([], []), cache=cache, compiler=compiler)
+    again = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
     assert not again.hit and again.cubin != first.cubin  # V 2 now

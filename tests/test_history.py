@@ -14,6 +14,9 @@ import cudamagic
 from cudamagic import explain as H
 from cudamagic.errors import CacheWarning
 from cudamagic.explain import CellBuild, History, cell_id, explain, source_diff
+from cudamagic.miss import ChangeKind, Miss, MissKind
+
+NO_ENTRY = Miss(MissKind.NO_ENTRY)
 
 SRC = """template <typename T>
 __global__ void saxpy(T a, const T* x, T* y, int n) {
@@ -34,13 +37,13 @@ def cb(key="k1", source=SRC, names=("saxpy<float>",), std="c++17", options=(), a
 # --- explanations ------------------------------------------------------------------------------
 
 def test_first_build():
-    e = explain(None, cb(), "no cache entry", "cuda_module in this folder")
+    e = explain(None, cb(), NO_ENTRY, "cuda_module in this folder")
     assert e.kinds == ("first",) and e.summary == "first build of cuda_module in this folder"
 
 
 def test_source_change_says_which_lines_with_a_short_diff():
     new = SRC.replace("a * x[i] + y[i]", "a * x[i] - y[i]")
-    e = explain(cb(), cb("k2", new), "no cache entry")
+    e = explain(cb(), cb("k2", new), NO_ENTRY)
     assert e.kinds == ("source",) and e.summary == "the source changed (line 5)"
     assert e.diff == ("line 5 -     if (i < n) y[i] = a * x[i] + y[i];",
                       "line 5 +     if (i < n) y[i] = a * x[i] - y[i];")
@@ -67,7 +70,7 @@ def test_source_diff_ranges_and_cap():
      "cupy_cuda13x-14.2.0 -> cupy_cuda13x-14.3.0"),
 ])
 def test_what_changed_is_named(change, kind, words):
-    e = explain(cb(), cb("k2", **change), "no cache entry")
+    e = explain(cb(), cb("k2", **change), NO_ENTRY)
     assert e.kinds == (kind,) and words in e.summary
 
 
@@ -77,26 +80,46 @@ def test_option_order_is_a_change():
 
 
 def test_same_inputs_without_an_entry_is_an_eviction():
-    e = explain(cb(), cb(), "no cache entry")
+    e = explain(cb(), cb(), NO_ENTRY)
     assert e.kinds == ("evicted",) and "no longer holds the entry" in e.summary
 
 
-@pytest.mark.parametrize("reason, kind", [
-    ("the header /x/y.h changed since the last compile", "header"),
-    ("the entry's checksum does not match its contents (corrupted, truncated or extended) "
-     "(deleted)", "damaged"),
-    ("the entry is of format 3, newer than this reader's 2 (deleted)", "format"),
-])
-def test_what_the_cache_said_is_kept(reason, kind):
-    assert explain(cb(), cb(), reason).kinds == (kind,)
-    assert explain(None, cb(), reason).summary == reason
-    both = explain(cb(), cb("k2", arch="sm_80"), reason)
-    assert both.kinds == ("arch", kind) and reason in both.summary
+# what a detector could say, including words that name other kinds: the kind alone decides
+DETAILS = ["the header /x/y.h changed since the last compile",
+           "the entry's checksum does not match its contents (deleted)",
+           "the entry is of format 3, newer than this reader's 2 (deleted)",
+           "a header format now exists in the package folder __has_include", "", "x" * 500]
+FOUND = [k for k in MissKind if k not in (MissKind.NO_ENTRY, MissKind.FORCED, MissKind.NO_CACHE)]
+
+
+@pytest.mark.parametrize("kind", FOUND)
+@pytest.mark.parametrize("detail", DETAILS)
+def test_what_the_cache_found_is_told_by_its_kind_not_its_words(kind, detail):
+    miss = Miss(kind, detail)
+    assert explain(cb(), cb(), miss).kinds == (kind,)
+    assert explain(None, cb(), miss).kinds == (kind,)
+    assert explain(None, cb(), miss).summary == (detail or kind.value)
+    both = explain(cb(), cb("k2", arch="sm_80"), miss)
+    assert both.kinds == (ChangeKind.ARCH, kind) and detail in both.summary
+
+
+@pytest.mark.parametrize("detail", DETAILS)
+def test_a_plain_absence_or_a_request_is_not_a_finding(detail):
+    assert explain(cb(), cb(), Miss(MissKind.NO_ENTRY, detail)).kinds == (ChangeKind.EVICTED,)
+    assert explain(None, cb(), Miss(MissKind.NO_ENTRY, detail)).kinds == (ChangeKind.FIRST,)
+    assert explain(cb(), cb("k2"), Miss(MissKind.FORCED, detail)).kinds == (MissKind.FORCED,)
 
 
 def test_force_and_an_unexplained_key():
-    assert explain(cb(), cb(), "--force").kinds == ("forced",)
+    assert explain(cb(), cb(), Miss(MissKind.FORCED)).kinds == ("forced",)
     assert explain(cb(), cb("k2"), None).kinds == ("other",)
+
+
+def test_name_expressions_in_another_order_are_no_change():
+    """-n is a set in the key; "explain a miss" must not call an order a change."""
+    e = explain(cb(names=("a<int>", "b<int>")), cb("k2", names=("b<int>", "a<int>"),
+                                                   arch="sm_80"), NO_ENTRY)
+    assert e.kinds == (ChangeKind.ARCH,) and "-n" not in e.summary
 
 
 def test_too_long_to_diff():

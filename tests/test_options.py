@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cudamagic.errors import OptionError
-from cudamagic.options import (BuildOptions, normalize_arch, nvrtc_options, options_from_nvrtc,
+from cudamagic.options import (BuildOptions, normalize_arch, nvrtc_options, options_from_args,
                                parse_magic_line)
 
 
@@ -27,7 +27,7 @@ def test_options_keep_the_users_order():
     assert parse_magic_line("-U FOO -D FOO").options == ("-UFOO", "-DFOO")
     assert parse_magic_line("-D FOO -U FOO").options == ("-DFOO", "-UFOO")
     assert parse_magic_line("-o -UFOO -D FOO").options == ("-UFOO", "-DFOO")
-    assert options_from_nvrtc(["-UFOO", "-D", "FOO"]).options == ("-UFOO", "-DFOO")
+    assert options_from_args(["-UFOO", "-D", "FOO"]).options == ("-UFOO", "-DFOO")
 
 
 def test_help_is_not_an_error():
@@ -73,8 +73,8 @@ def test_nvrtc_option_list(tmp_path):
                     "-UN", f"-I{tmp_path}", "-I/toolkit/include")
 
 
-def test_options_from_nvrtc_splits_known_flags():
-    o = options_from_nvrtc(["-std=c++20", "-I", "a", "-Ib", "-DX=1", "-arch=sm_80", "-lineinfo",
+def test_options_from_args_splits_known_flags():
+    o = options_from_args(["-std=c++20", "-I", "a", "-Ib", "-DX=1", "-arch=sm_80", "-lineinfo",
                             "--include-path=c", "--define-macro=Y"], ["k"])
     assert (o.std, o.arch) == ("c++20", "sm_80")
     assert o.options == ("-Ia", "-Ib", "-DX=1", "-lineinfo", "-Ic", "-DY")
@@ -89,7 +89,7 @@ def test_options_from_nvrtc_splits_known_flags():
 ])
 def test_build_arguments_say_what(args, message):
     with pytest.raises(OptionError, match=message):
-        options_from_nvrtc(**{"options": (), **args})
+        options_from_args(**{"options": (), **args})
 
 
 def test_arch_spellings():

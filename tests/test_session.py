@@ -12,7 +12,7 @@ import pytest
 import cudamagic
 from cudamagic.toolchain import driver
 from cudamagic.errors import CompileError, NameResolutionError, NoDeviceError
-from cudamagic.pipeline import build_module, options_from_nvrtc
+from cudamagic.pipeline import build_module, options_from_args
 
 from .conftest import run_python
 
@@ -90,40 +90,40 @@ def _strip_lowered_map(cache, module):
 
 
 def test_without_stored_map_decidable_expressions_still_hit(cache, compiler):
-    first = build_module(SOURCE, options_from_nvrtc([], DECIDABLE), cache=cache, compiler=compiler)
+    first = build_module(SOURCE, options_from_args([], DECIDABLE), cache=cache, compiler=compiler)
     _strip_lowered_map(cache, first)
-    again = build_module(SOURCE, options_from_nvrtc([], DECIDABLE), cache=cache, compiler=compiler)
+    again = build_module(SOURCE, options_from_args([], DECIDABLE), cache=cache, compiler=compiler)
     assert again.hit and len(compiler.calls) == 1
     assert {e: again[e].resolved_by for e in DECIDABLE} == {e: "demangled" for e in DECIDABLE}
     assert {e: again[e].symbol for e in DECIDABLE} == {e: first[e].symbol for e in DECIDABLE}
 
 
 def test_without_stored_map_undecidable_expressions_recompile_and_restore_the_map(cache, compiler):
-    first = build_module(SOURCE, options_from_nvrtc([], ALL), cache=cache, compiler=compiler)
+    first = build_module(SOURCE, options_from_args([], ALL), cache=cache, compiler=compiler)
     _strip_lowered_map(cache, first)
-    again = build_module(SOURCE, options_from_nvrtc([], ALL), cache=cache, compiler=compiler)
+    again = build_module(SOURCE, options_from_args([], ALL), cache=cache, compiler=compiler)
     assert not again.hit and len(compiler.calls) == 2
     assert "could not be resolved" in again.report.miss_reason
     assert {e: again[e].symbol for e in ALL} == {e: first[e].symbol for e in ALL}
     record, _ = cache.get(first.key)
     assert record.lowered == {e: first[e].symbol for e in ALL}  # re-stored with its map
-    third = build_module(SOURCE, options_from_nvrtc([], ALL), cache=cache, compiler=compiler)
+    third = build_module(SOURCE, options_from_args([], ALL), cache=cache, compiler=compiler)
     assert third.hit and len(compiler.calls) == 2
 
 
 def test_stored_symbol_missing_from_cubin_recompiles(cache, compiler):
-    first = build_module(SOURCE, options_from_nvrtc([], ["saxpy<float>"]), cache=cache,
+    first = build_module(SOURCE, options_from_args([], ["saxpy<float>"]), cache=cache,
                          compiler=compiler)
     record, _ = cache.get(first.key)
     cache.put(first.key, dataclasses.replace(record, lowered={"saxpy<float>": "_Z5wrongv"}))
-    again = build_module(SOURCE, options_from_nvrtc([], ["saxpy<float>"]), cache=cache,
+    again = build_module(SOURCE, options_from_args([], ["saxpy<float>"]), cache=cache,
                          compiler=compiler)
     assert not again.hit and "is not in the CUBIN" in again.report.miss_reason
     assert again["saxpy<float>"].symbol == first["saxpy<float>"].symbol
 
 
 def test_force_and_no_cache(cache, compiler):
-    opts = options_from_nvrtc([], ["saxpy<float>"])
+    opts = options_from_args([], ["saxpy<float>"])
     build_module(SOURCE, opts, cache=cache, compiler=compiler)
     forced = build_module(SOURCE, dataclasses.replace(opts, force=True), cache=cache,
                           compiler=compiler)
@@ -205,7 +205,7 @@ def test_relative_includes_and_header_edits(tmp_path, cache, compiler):
     header = tmp_path / "inc" / "k.cuh"
     header.write_text("#define K 2\n")
     src = '#include "k.cuh"\ntemplate <typename T> __global__ void k(T* x) { x[0] *= K; }\n'
-    opts = options_from_nvrtc(["-I", "inc"], ["k<float>"])
+    opts = options_from_args(["-I", "inc"], ["k<float>"])
     build_module(src, opts, cache=cache, base_dir=tmp_path, compiler=compiler)
     assert build_module(src, opts, cache=cache, base_dir=tmp_path, compiler=compiler).hit
     header.write_text("#define K 3\n")
@@ -214,12 +214,12 @@ def test_relative_includes_and_header_edits(tmp_path, cache, compiler):
 
 
 def test_stored_python_names_must_be_identifiers(cache, compiler):
-    first = build_module(SOURCE, options_from_nvrtc([], ["saxpy<float>"]), cache=cache,
+    first = build_module(SOURCE, options_from_args([], ["saxpy<float>"]), cache=cache,
                          compiler=compiler)
     record, _ = cache.get(first.key)
     cache.put(first.key, dataclasses.replace(
         record, python_names={"saxpy<float>": "not an identifier; rm -rf"}))
-    again = build_module(SOURCE, options_from_nvrtc([], ["saxpy<float>"]), cache=cache,
+    again = build_module(SOURCE, options_from_args([], ["saxpy<float>"]), cache=cache,
                          compiler=compiler)
     assert not again.hit and "not an identifier" in again.report.miss_reason
     assert again["saxpy<float>"].python_name == "saxpy_float"
@@ -241,11 +241,11 @@ def test_a_swapped_stored_map_is_never_served(cache, compiler):
     comparing each pair with its demangled symbol, and rebuilt."""
     src = "template <int N> __global__ void t(int* x) { x[0] = N; }\n"
     exprs = ["t<1>", "t<2>"]
-    first = build_module(src, options_from_nvrtc([], exprs), cache=cache, compiler=compiler)
+    first = build_module(src, options_from_args([], exprs), cache=cache, compiler=compiler)
     record, _ = cache.get(first.key)
     swapped = {"t<1>": record.lowered["t<2>"], "t<2>": record.lowered["t<1>"]}
     cache.put(first.key, dataclasses.replace(record, lowered=swapped))
-    again = build_module(src, options_from_nvrtc([], exprs), cache=cache, compiler=compiler)
+    again = build_module(src, options_from_args([], exprs), cache=cache, compiler=compiler)
     assert not again.hit and "does not match its CUBIN" in again.report.miss_reason
     assert {e: again[e].symbol for e in exprs} == {e: first[e].symbol for e in exprs}
 
@@ -253,27 +253,27 @@ def test_a_swapped_stored_map_is_never_served(cache, compiler):
 def test_a_stored_log_takes_the_line_numbers_of_the_cell_that_shows_it(cache, compiler):
     """A warning on source line 2 is cell line 3 below a magic line, whoever compiled it."""
     src = "__global__ void k(int* p) {\n  int unused = 3;\n  *p = 1;\n}\n"
-    first = build_module(src, options_from_nvrtc([], []), cache=cache, compiler=compiler)
+    first = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
     assert "line 2: warning" in first.report.log
-    in_a_cell = build_module(src, options_from_nvrtc([], []), cache=cache, compiler=compiler,
+    in_a_cell = build_module(src, options_from_args([], []), cache=cache, compiler=compiler,
                              line_offset=1)
     assert in_a_cell.hit and "line 3: warning" in in_a_cell.report.log
-    again = build_module(src, options_from_nvrtc([], []), cache=cache, compiler=compiler)
+    again = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
     assert "line 2: warning" in again.report.log
 
 
 def test_python_names_do_not_depend_on_the_cache_history(cache, compiler):
     src = "template <typename T> __global__ void t(T* x) {}\n"
-    first = build_module(src, options_from_nvrtc([], ["t<int>"], module="t_int"), cache=cache,
+    first = build_module(src, options_from_args([], ["t<int>"], module="t_int"), cache=cache,
                          compiler=compiler)
     assert first["t<int>"].python_name == "t_int_2"  # the module took t_int
-    again = build_module(src, options_from_nvrtc([], ["t<int>"]), cache=cache, compiler=compiler)
+    again = build_module(src, options_from_args([], ["t<int>"]), cache=cache, compiler=compiler)
     assert again.hit and again["t<int>"].python_name == "t_int"
 
 
 def test_a_kernel_never_takes_a_name_ipython_relies_on(cache, compiler):
     mod = build_module('extern "C" __global__ void get_ipython(int* p) {}\n',
-                       options_from_nvrtc([], []), cache=cache, compiler=compiler,
+                       options_from_args([], []), cache=cache, compiler=compiler,
                        reserved=("get_ipython", "In", "Out"))
     assert mod["get_ipython"].python_name == "get_ipython_2"
     assert any("a name IPython relies on" in w for w in mod.warnings)

@@ -48,6 +48,7 @@ from typing import Any
 import diskcache
 from diskcache.core import DBNAME, DEFAULT_SETTINGS, METADATA, MODE_BINARY, MODE_PICKLE, MODE_RAW
 
+from ..miss import Miss, MissKind
 from ..errors import CacheArgumentError, CacheWarning, CudaMagicError
 from ..files import FileRefused, TooLarge, file_kind, open_regular, read_fd
 
@@ -71,7 +72,12 @@ _MAX_SIZE = (1 << 63) - 1  # SQLite's largest integer: diskcache keeps the limit
 
 
 class BadEntry(Exception):
-    """A stored value that is not a usable entry record (the reason is the message)."""
+    """A stored value that is not a usable entry record (the reason is the message; ``kind``
+    says what it was: damaged, or of another format)."""
+
+    def __init__(self, message: str, kind: MissKind = MissKind.DAMAGED) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -203,14 +209,15 @@ def decode_entry(value: object, key: str | None = None) -> EntryRecord:
         raise BadEntry("the entry's header is not a JSON object")
     fmt = header.get("format")
     if isinstance(fmt, int) and fmt > ENTRY_FORMAT:
-        raise BadEntry(f"the entry is of format {fmt}, newer than this reader's {ENTRY_FORMAT}")
+        raise BadEntry(f"the entry is of format {fmt}, newer than this reader's {ENTRY_FORMAT}",
+                       MissKind.FORMAT)
     stored_key = header.get("key")
     if not isinstance(stored_key, str) or not stored_key:
         # a record that does not say whose it is could be any entry's
         older = f"is of format {fmt}, older than {ENTRY_FORMAT}, and " \
             if isinstance(fmt, int) and fmt < ENTRY_FORMAT else ""
         raise BadEntry(f"the entry {older}does not name its key, so it cannot show it belongs "
-                       "here")
+                       "here", MissKind.FORMAT if older else MissKind.DAMAGED)
     if key is not None and stored_key != key:
         raise BadEntry(f"the entry names key {stored_key[:16]}..., not this one: its file was "
                        "copied or moved from another entry")
@@ -822,26 +829,29 @@ class KernelCache:
             return cls(cache.directory, size_limit=int(cache.size_limit))
         return cls(_folder(cache))
 
-    def get(self, key: str) -> tuple[EntryRecord | None, str | None]:
-        """The entry for ``key``, or ``(None, why)`` (``why`` None: there is none).
+    def get(self, key: str) -> tuple[EntryRecord | None, Miss | None]:
+        """The entry for ``key``, or ``(None, miss)`` (``miss`` None: there is none).
 
         A bad entry (damaged, another key's, an older format, an untrusted or special file) is
-        deleted here, or left where it cannot be, and ``why`` says so; the caller rebuilds.
+        deleted here, or left where it cannot be, and ``miss`` says so; the caller rebuilds.
         """
         try:
             value = (self._dc.get_deferred(key) if isinstance(self._dc, _Store)
                      else self._dc.get(key, default=None, retry=True))
         except _Refused as exc:
-            return None, f"{exc} ({'deleted' if self.delete(key) else 'could not be deleted'})"
+            return None, Miss(MissKind.UNTRUSTED, f"{exc} ({self._gone(key)})")
         except _STORE_ERRORS as exc:
             self._fall_back("read", f"reading the cache folder {self.directory} failed ({exc})")
-            return None, "the cache folder could not be read"
+            return None, Miss(MissKind.UNREADABLE, "the cache folder could not be read")
         if value is None:
             return None, None
         try:
             return decode_entry(value, key), None
         except BadEntry as exc:
-            return None, f"{exc} ({'deleted' if self.delete(key) else 'could not be deleted'})"
+            return None, Miss(exc.kind, f"{exc} ({self._gone(key)})")
+
+    def _gone(self, key: str) -> str:
+        return "deleted" if self.delete(key) else "could not be deleted"
 
     def put(self, key: str, record: EntryRecord) -> None:
         """Store an entry under ``key`` (replacing any), naming ``key`` inside it.

@@ -33,6 +33,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..miss import Miss, MissKind
+
 __all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "reads_no_file", "trace_headers", "from_trace", "from_scan",
            "TRACE_EVENT"]
 
@@ -208,16 +210,17 @@ class Manifest:
         folders = self._data["folders"]
         return tuple(os.path.join(folders[i], n) for i, n in self._data["present"])
 
-    def check(self) -> str | None:
+    def check(self) -> Miss | None:
         """Why the entry no longer matches the files (None when it does).
 
         Every file is stat'ed; user headers whose size or time changed are hashed (a ``touch``
         is not a change).
         """
         try:
-            return self._check()
+            changed = self._check()
         except (TypeError, ValueError, IndexError, KeyError) as exc:
-            return f"the entry's header manifest is malformed ({exc})"
+            return Miss(MissKind.DAMAGED, f"the entry's header manifest is malformed ({exc})")
+        return None if changed is None else Miss(MissKind.HEADER, changed)
 
     def _check(self) -> str | None:
         return self._check_files() or self._check_folders() or self._check_present()

@@ -1,0 +1,78 @@
+"""Why a build was not served from the cache, as a typed record made where the miss is found.
+
+The store (an entry damaged, of another format, refused), the header manifest (a header
+changed) and the pipeline (forced, not cached, a stored map that does not hold) each make a
+:class:`Miss` with its :class:`MissKind`; :mod:`cudamagic.explain` and the views decide what
+to say from the kind, never from the words of ``detail``. Pure: no imports of the package.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["ChangeKind", "Miss", "MissKind"]
+
+
+class MissKind(str, enum.Enum):
+    """What kept a cache entry from serving (a ``str``: the codes read as plain text)."""
+
+    #: The cache holds no entry under the key.
+    NO_ENTRY = "no-entry"
+    #: ``--force`` / ``build(force=True)``: compiled again by request.
+    FORCED = "forced"
+    #: ``--no-cache`` / ``use_cache=False``: the cache is neither read nor written.
+    NO_CACHE = "no-cache"
+    #: A header the last compile read, or a place it searched, changed.
+    HEADER = "header"
+    #: The entry was written by another version of cudamagic (its format, or its manifest's).
+    FORMAT = "format"
+    #: The entry is damaged: checksum, shape, a CUBIN that cannot be read, a stored name map
+    #: or Python name that does not hold, a file moved from another key.
+    DAMAGED = "damaged"
+    #: The stored value is not one the cache reads (another owner, a link, a special file, a
+    #: pickle, a value kept inside the database).
+    UNTRUSTED = "untrusted"
+    #: The cache folder could not be read.
+    UNREADABLE = "unreadable"
+    #: The entry holds no stored name map and a name expression cannot be resolved without one.
+    UNRESOLVED = "unresolved"
+
+
+@dataclass(frozen=True)
+class Miss:
+    """One reason a cache entry did not serve.
+
+    Attributes
+    ----------
+    kind : MissKind
+        What it was; the only part anything decides on.
+    detail : str
+        The finder's own account of the instance (which header, which field), shown as it is.
+    path : str or None
+        The file it concerns, where there is one (a header, the entry's value file).
+    """
+
+    kind: MissKind
+    detail: str = ""
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", MissKind(self.kind))
+
+
+class ChangeKind(str, enum.Enum):
+    """What an explanation found by comparing a build with the cell's earlier one."""
+
+    #: The cell was never built before (with this cache).
+    FIRST = "first"
+    SOURCE = "source"
+    NAMES = "names"
+    OPTIONS = "options"
+    ARCH = "arch"
+    NVRTC = "nvrtc"
+    TOOLKIT = "toolkit"
+    #: The same inputs were built before; the cache no longer holds the entry.
+    EVICTED = "evicted"
+    #: The key changed although none of the inputs compared did.
+    OTHER = "other"

@@ -1,0 +1,214 @@
+"""A built module and how it travels: :class:`Binary` (a CUBIN and its driver library),
+:class:`Module` (the kernels of one build, by name expression) and the arrival of a module
+shipped to another process (pickle, Dask), rebuilt there once per payload."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+
+from .errors import ImageError, NameResolutionError
+from .launch import Kernel
+from .store import BadEntry, EntryRecord, decode_entry, encode_entry
+from .store.disk import _MAGIC as _ENTRY_MAGIC
+from .toolchain import driver
+from .toolchain.image import CubinImage, read_cubin
+from .cxx import Signatures, closest
+from .view.report import BuildReport
+
+__all__ = ["Binary", "Module", "arrive"]
+
+
+class Binary:
+    """A CUBIN and its ELF view, loaded into the CUDA driver on first use (once per process;
+    the driver then puts it into each device's context on first use there)."""
+
+    def __init__(self, cubin: bytes, image: CubinImage) -> None:
+        self.cubin = cubin
+        self.image = image
+        self._lib: driver.Library | None = None
+        self._lock = threading.Lock()
+
+    def _library(self) -> "driver.Library":
+        with self._lock:
+            if self._lib is None:
+                lib = driver.Library.load(self.cubin)
+                # one call, not a name per kernel: the GPU tests compare the names themselves
+                count = lib.kernel_count()
+                if count != len(self.image.kernels):  # the driver agrees with the ELF
+                    raise ImageError(f"the driver finds {count} kernels in the CUBIN, its ELF "
+                                     f"symbol table {len(self.image.kernels)}")
+                self._lib = lib
+            return self._lib
+
+
+class Module(Mapping[str, Kernel]):
+    """The kernels of one build, by name expression.
+
+    ``module["saxpy<float>"]`` takes the user's exact string; ``module.kernels`` maps every name
+    the module answers to (name expressions and plain kernel names) to its :class:`Kernel`.
+
+    Attributes
+    ----------
+    hit : bool
+        Served from the cache.
+    report : BuildReport
+        The build's report; a shell that shows it with its own additions keeps the shown one
+        (:meth:`set_report`).
+    key : str
+    cubin : bytes
+    image : CubinImage
+    warnings : tuple of str
+    """
+
+    def __init__(self, binary: Binary, key: str, kernels: dict[str, Kernel],
+                 report: BuildReport, placeholders: bool = False) -> None:
+        self._binary = binary
+        self.key = key
+        self.kernels = kernels
+        self._report = report
+        self._placeholders = placeholders  # how the kernels' demangled texts name T1, T2...
+        self._payload_bytes: bytes | None = None
+        for kern in kernels.values():
+            kern._owner = self  # a kernel that travels takes its module along
+
+    @property
+    def report(self) -> BuildReport:
+        """The build's report (the one a shell showed, where it showed one)."""
+        return self._report
+
+    def set_report(self, report: BuildReport) -> None:
+        """Keep ``report`` as this module's: the one a shell showed, with the warnings and
+        timings the shell added (``%%cuda`` adds its push and the cell's time).
+
+        :raises ValueError: a report of another build.
+        """
+        if report.key != self.key:
+            raise ValueError(f"a report of build {report.key[:12]} cannot be module "
+                             f"{self.key[:12]}'s")
+        self._report = report
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The report's warnings about the input."""
+        return self._report.warnings
+
+    @property
+    def cubin(self) -> bytes:
+        """The CUBIN's bytes."""
+        return self._binary.cubin
+
+    @property
+    def image(self) -> CubinImage:
+        """The CUBIN's kernels and parameter records, as its ELF tables give them."""
+        return self._binary.image
+
+    @property
+    def hit(self) -> bool:
+        """True when the build was served from the cache."""
+        return self._report.hit
+
+    def load(self, device: int | None = None) -> "Module":
+        """Load every kernel on a device now (default: the current one) instead of at first call.
+
+        :raises NoDeviceError: no CUDA device is available.
+        """
+        device = driver.current_device() if device is None else device
+        driver.ensure_context(device)
+        for kern in self.kernels.values():
+            kern.function(device, context_ready=True)
+        return self
+
+    def __getitem__(self, expr: str) -> Kernel:
+        try:
+            return self.kernels[expr]
+        except (KeyError, TypeError):
+            pass
+        if not isinstance(expr, str):
+            raise NameResolutionError(f"a kernel is looked up by its name expression, a str "
+                                      f"(module['saxpy<float>']), not {type(expr).__name__} "
+                                      f"{expr!r:.60}")
+        held = sorted(self.kernels)
+        near = closest(expr, held)
+        raise NameResolutionError(
+            f"this module holds no kernel named {expr!r} (lookups take the exact name expression "
+            f"given with -n). It holds: {', '.join(held) or 'nothing'}"
+            + (f". Closest: {', '.join(near)}" if near else ""))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.kernels)
+
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+    def __repr__(self) -> str:
+        return (f"<cudamagic.Module {len(self.kernels)} kernels, {self._report.status}, "
+                f"key {self.key[:12]}>")
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(self._report.text())
+
+    def _repr_html_(self) -> str:
+        return self._report.html()
+
+    def __reduce__(self):
+        """A module travels (pickle, Dask) as its entry record: the CUBIN, the kernel table
+        and a header under one checksum, checked on arrival. No code object, no driver handle:
+        the other process loads the CUBIN on its own GPU on first call, and never compiles."""
+        return arrive, (self._payload(), self._report)
+
+    def _payload(self) -> bytes:
+        if self._payload_bytes is None:
+            rows = [[k.name_expression, k.symbol, k.python_name, k.resolved_by, k.signature]
+                    for k in self.kernels.values()]
+            record = EntryRecord(cubin=self.cubin, lowered=None, key=self.key,
+                                 arch=self._report.arch,
+                                 nvrtc_version=self._report.nvrtc_version,
+                                 kernels={"placeholders": self._placeholders, "rows": rows})
+            self._payload_bytes = encode_entry(record)
+        return self._payload_bytes
+
+
+# Modules that arrived in this process, by their payload's checksum: a task that brings the
+# same module again gets the one already here (its CUBIN already loaded on this GPU).
+_arrived: "weakref.WeakValueDictionary[bytes, Module]" = weakref.WeakValueDictionary()
+_arrived_lock = threading.Lock()
+
+
+def arrive(payload: bytes, report: BuildReport) -> Module:
+    """A module rebuilt from its travelling record (:meth:`Module.__reduce__`); the same
+    payload arriving again gives the module already here.
+
+    :raises ImageError: the record was damaged or altered on the way (its checksum or shape
+        does not hold): it is refused.
+    """
+    digest = bytes(payload[len(_ENTRY_MAGIC):len(_ENTRY_MAGIC) + 32])
+    with _arrived_lock:
+        known = _arrived.get(digest)
+        if known is not None and known._payload_bytes == payload:
+            return known
+    try:
+        record = decode_entry(payload)
+    except BadEntry as exc:
+        raise ImageError(f"a cudamagic module arrived damaged or altered and is refused: {exc}"
+                         ) from None
+    if record.kernels is None:
+        raise ImageError("a cudamagic module arrived without its kernel table and is refused")
+    binary = Binary(record.cubin, read_cubin(record.cubin))
+    table = record.kernels["rows"]
+    sigs = Signatures({symbol: text for _, symbol, _, _, text in table},
+                      record.kernels["placeholders"])
+    try:
+        kernels = {label: Kernel(binary, name_expression=label, symbol=symbol,
+                                 python_name=name, signatures=sigs, resolved_by=how,
+                                 image=binary.image.kernel(symbol))
+                   for label, symbol, name, how, _ in table}
+    except KeyError as exc:
+        raise ImageError(f"a cudamagic module arrived whose kernel table names {exc} , which "
+                         "its CUBIN does not hold; it is refused") from None
+    module = Module(binary, record.key, kernels, report, record.kernels["placeholders"])
+    module._payload_bytes = payload
+    with _arrived_lock:
+        _arrived[digest] = module
+    return module

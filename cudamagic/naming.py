@@ -1,0 +1,89 @@
+"""Python names for kernels, and the hints a build gives about what it could not name.
+
+A kernel has three names, kept apart: the *name expression* the user wrote (``saxpy<float>``,
+the lookup key), the *symbol* in the CUBIN (``_Z5saxpyIfEvT_PKS0_PS0_i``, what the driver
+loads) and the *Python name* it is pushed under (``saxpy_float``). This module makes the third
+from the first, never the other way round.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Sequence
+
+from .cxx import Signatures, python_name
+from .toolchain.nvrtc import template_kernels
+
+__all__ = ["Namer", "unnamed_hints"]
+
+_SHELL = "IPython"
+
+
+class Namer:
+    """Python names for the kernels of one build: one per symbol, never a reserved name, never
+    two alike. Each name that is not the derived one is said in ``notes``.
+
+    Parameters
+    ----------
+    reserved : sequence of str
+        The module's own name first (``--module``), then names the shell relies on
+        (``get_ipython``, ``In``, ``Out``...).
+    notes : list of str
+        The build's warnings, appended to.
+    """
+
+    def __init__(self, reserved: Sequence[str], notes: list[str]) -> None:
+        self._by_symbol: dict[str, str] = {}
+        # name -> (the label that took it, its symbol); "" is the module, _SHELL the shell's
+        self._owner: dict[str, tuple[str, str]] = {
+            r: ("" if i == 0 else _SHELL, "") for i, r in enumerate(reserved)}
+        self._notes = notes
+
+    def name(self, label: str, symbol: str, stored: str | None = None) -> str:
+        """The Python name of the kernel ``symbol`` asked for as ``label`` (``stored``: the
+        name a cache entry derived for it, used as the base)."""
+        if symbol in self._by_symbol:
+            return self._by_symbol[symbol]
+        base = stored or python_name(label)
+        if base != label and label.isidentifier() and keyword.iskeyword(label):
+            self._notes.append(f"the kernel {label!r} is pushed as {base!r}: {label} is a "
+                               f"Python keyword (it is also module[{label!r}])")
+        name, n = base, 2
+        while name in self._owner and self._owner[name][1] != symbol:
+            name, n = f"{base}_{n}", n + 1
+        if name != base:
+            other = self._owner[base][0]
+            self._notes.append(
+                f"{label!r} is pushed as {name!r}: {base!r} is "
+                + ("a name IPython relies on" if other == _SHELL else
+                   f"taken by {other!r}" if other else "the module's own name (--module)"))
+        self._owner[name] = (label, symbol)
+        self._by_symbol[symbol] = name
+        return name
+
+
+def unnamed_hints(source: str, name_expressions: Sequence[str], sigs: Signatures,
+                  named: set[str]) -> list[str]:
+    """What a cell defines but the user cannot call, said as hints: templates without a -n,
+    overloads without a cast, or no kernel at all (``named``: the symbols that got a name)."""
+    hints = []
+    # non-template kernels left without a name are overloads: only a cast can pick one
+    unnamed = [sigs.text(s) for s in sigs
+               if s not in named and sigs.maybe_plain(s) and "<" not in sigs[s].name]
+    asked = {e.split("<", 1)[0].strip().rsplit("::", 1)[-1] for e in name_expressions}
+    templates = [name for name in template_kernels(source) if name not in asked]
+    if templates:
+        first = templates[0]
+        hints.append(
+            f"the __global__ template{'s' if len(templates) > 1 else ''} "
+            f"{', '.join(templates)} {'are' if len(templates) > 1 else 'is'} "
+            f"not compiled: a template kernel is compiled only for the instances named with "
+            f'-n, e.g. -n "{first}<float>" (name_expressions=["{first}<float>"] in build())')
+    elif not sigs:
+        hints.append("the cell defines no __global__ kernel (only __device__ or host code): "
+                     "there is nothing to call from Python")
+    if unnamed:
+        hints.append(f"{len(unnamed)} overloaded kernel(s) have no name to call them by; "
+                     "name each with a cast, e.g. -n \"(void(*)(float*))f\": "
+                     + "; ".join(unnamed[:5]))
+    return hints
