@@ -156,3 +156,118 @@ def test_registers_agree_with_the_text_section_where_it_has_them(tmp_path):
             regcount = k.elf.per_symbol[k.symbol_index][_EIATTR_REGCOUNT]
             assert k.resources.registers == regcount
             assert text[6] >> 24 == (regcount if arch != "sm_90" else 0), (arch, k.symbol)
+
+
+# Each kernel with whether it synchronises the grid: the reading must tell grid-wide barriers
+# from block-, warp- and cluster-level ones, through a __noinline__ call, and from a kernel
+# that traps without any barrier.
+LAUNCH_SOURCE = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__device__ __noinline__ void grid_sync_fn() { cg::this_grid().sync(); }
+extern "C" __global__ void grid_sync(int* x) { x[0] = 1; cg::this_grid().sync(); x[1] = 2; }
+extern "C" __global__ void grid_sync_twice(int* x) {
+  cg::grid_group g = cg::this_grid(); x[0] = 1; g.sync(); x[1] = 2; g.sync(); x[2] = 3; }
+extern "C" __global__ void grid_sync_called(int* x) { x[0] = 1; grid_sync_fn(); x[1] = 2; }
+extern "C" __global__ void grid_sync_branch(int* x, int n) { if (n) cg::this_grid().sync(); }
+extern "C" __global__ void grid_arrive_wait(int* x) {
+  cg::grid_group g = cg::this_grid(); auto t = g.barrier_arrive(); x[0] = 1;
+  g.barrier_wait(static_cast<decltype(t)&&>(t)); }
+extern "C" __global__ void block_sync(int* x) { x[0] = 1; cg::this_thread_block().sync(); }
+extern "C" __global__ void syncthreads(int* x) { x[0] = 1; __syncthreads(); x[1] = x[0]; }
+extern "C" __global__ void grid_valid(int* x) { x[0] = cg::this_grid().is_valid(); }
+extern "C" __global__ void grid_size(int* x) { x[0] = cg::this_grid().size(); }
+extern "C" __global__ void tile_shuffle(int* x) {
+  auto t = cg::tiled_partition<32>(cg::this_thread_block()); x[0] = t.shfl_down(x[0], 1); t.sync(); }
+extern "C" __global__ void traps(int* x) { if (x[0]) __trap(); x[1] = 1; }
+extern "C" __global__ void block_sync_traps(int* x) {
+  cg::this_thread_block().sync(); if (x[0]) __trap(); }
+extern "C" __global__ void atomic_spin(int* x) { while (atomicAdd(x, 1) < 100) {} __syncthreads(); }
+"""
+GRID_SYNC = {"grid_sync", "grid_sync_twice", "grid_sync_called", "grid_sync_branch",
+             "grid_arrive_wait"}
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90", "sm_100", "sm_120"])
+def test_grid_sync_is_read_from_the_cubin(tmp_path, arch):
+    import cudamagic
+
+    image = read_cubin(cudamagic.build(LAUNCH_SOURCE, arch=arch, options=["-std=c++17"],
+                                       use_cache=False).cubin)
+    got = {k.symbol for k in image.kernels if k.launch.grid_sync}
+    assert len(image.kernels) == 13
+    # block_sync_traps: the reading's known limit (a block barrier beside an explicit __trap)
+    assert got == GRID_SYNC | {"block_sync_traps"}, arch
+
+
+def test_debug_builds_say_grid_sync_is_unknown():
+    """-G keeps traps on cooperative-groups paths an optimised build removes: a kernel with
+    cooperative-groups barriers reads None (cannot tell), one without reads False."""
+    import cudamagic
+
+    image = read_cubin(cudamagic.build(LAUNCH_SOURCE, arch="sm_90", use_cache=False,
+                                       options=["-std=c++17", "-G"]).cubin)
+    launch = {k.symbol: k.launch.grid_sync for k in image.kernels}
+    assert launch["grid_sync"] is None and launch["block_sync"] is None
+    assert launch["syncthreads"] is False and launch["traps"] is False
+    lineinfo = read_cubin(cudamagic.build(LAUNCH_SOURCE, arch="sm_90", use_cache=False,
+                                          options=["-std=c++17", "-lineinfo"]).cubin)
+    assert {k.symbol for k in lineinfo.kernels if k.launch.grid_sync} == \
+        GRID_SYNC | {"block_sync_traps"}
+
+
+CLUSTER_SOURCE = r"""
+extern "C" __global__ void __cluster_dims__(2, 1, 1) pair(int* x) { x[0] = 1; }
+extern "C" __global__ void __cluster_dims__(2, 3, 4) box(int* x) { x[0] = 1; }
+extern "C" __global__ void __cluster_dims__(4) four(int* x) { x[0] = 1; }
+extern "C" __global__ void __cluster_dims__() any_cluster(int* x) { x[0] = 1; }
+extern "C" __global__ void __launch_bounds__(256) bounded(int* x) { x[0] = 1; }
+extern "C" __global__ void __launch_bounds__(128, 2) bounded_min(int* x) { x[0] = 1; }
+extern "C" __global__ void plain(int* x) { x[0] = 1; }
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100", "sm_120"])
+def test_cluster_dims_and_launch_bounds_are_read_from_the_cubin(arch):
+    import cudamagic
+
+    image = read_cubin(cudamagic.build(CLUSTER_SOURCE, arch=arch, use_cache=False).cubin)
+    got = {k.symbol: (k.launch.cluster_dims, k.launch.requires_cluster, k.launch.max_threads)
+           for k in image.kernels}
+    assert got == {"pair": ((2, 1, 1), True, None), "box": ((2, 3, 4), True, None),
+                   "four": ((4, 1, 1), True, None), "any_cluster": (None, True, None),
+                   "bounded": (None, False, (256, 1, 1)),
+                   "bounded_min": (None, False, (128, 1, 1)), "plain": (None, False, None)}
+    assert not any(k.launch.grid_sync for k in image.kernels)
+
+
+GLOBALS_SOURCE = r"""
+__constant__ float coeffs[16];
+__constant__ int limits[2] = {3, 4};
+__device__ int counter;
+__device__ double table[3][5];
+__device__ int initialised = 7;
+static __device__ int file_local;
+namespace ns { __device__ float scale; }
+template <typename T> __device__ T zero;
+template __device__ float zero<float>;
+extern "C" __global__ void use(float* x) {
+  x[0] = coeffs[1] + limits[1] + counter + table[1][2] + initialised + file_local + ns::scale
+       + zero<float>; }
+"""
+
+
+@pytest.mark.parametrize("options", [[], ["-rdc=true"], ["-G"]])
+def test_globals_are_listed_from_the_symbol_table(options):
+    import cudamagic
+
+    image = read_cubin(cudamagic.build(GLOBALS_SOURCE, arch="sm_90", use_cache=False,
+                                       options=options).cubin)
+    got = {g.name: (g.size, g.space, g.initialized) for g in image.globals}
+    assert got == {"coeffs": (64, "constant", True), "limits": (8, "constant", True),
+                   "counter": (4, "global", False), "table": (120, "global", False),
+                   "initialised": (4, "global", True), "file_local": (4, "global", False),
+                   "_ZN2ns5scaleE": (4, "global", False), "_Z4zeroIfE": (4, "global", False)}
+    assert image.global_("table").size == 3 * 5 * 8
+    with pytest.raises(KeyError):
+        image.global_("use")  # a kernel is no variable

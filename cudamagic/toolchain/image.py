@@ -5,7 +5,10 @@ the CUDA entry bit in ``st_other`` (GLOBAL binding for ``extern "C"`` and ordina
 for template instances), and each has a section ``.nv.info.<symbol>`` whose EIATTR_KPARAM_INFO
 records give every parameter's ordinal, offset and size: the same numbers the driver's
 ``cuFuncGetParamInfo`` reports. The resources the driver reports as function attributes are in
-the ELF too (:class:`KernelResources`). This module is pure Python: no CUDA.
+the ELF too (:class:`KernelResources`), and so is how a kernel must be launched
+(:class:`LaunchNeeds`: grid-wide synchronisation, thread-block clusters) and the module's
+``__constant__`` and ``__device__`` variables (:class:`GlobalImage`). This module is pure
+Python: no CUDA.
 """
 
 from __future__ import annotations
@@ -17,17 +20,28 @@ from dataclasses import dataclass, field
 
 from ..errors import ImageError
 
-__all__ = ["Param", "KernelImage", "KernelResources", "CubinImage", "read_cubin"]
+__all__ = ["Param", "KernelImage", "KernelResources", "LaunchNeeds", "GlobalImage", "CubinImage",
+           "read_cubin"]
 
 _EM_CUDA = 190
 _SHT_SYMTAB = 2
-_STT_FUNC = 2
+_STT_OBJECT, _STT_FUNC = 1, 2
+_STT_CUDA_OBJECT = 13  # a variable's symbol type in relocatable (-rdc) CUBINs
+_SHT_CUDA_CALLGRAPH = 0x70000001
 _STO_CUDA_ENTRY = 0x10
 _SHT_NOBITS = 8
 _EIATTR_KPARAM_INFO = 0x17
 # per-function records of the CUBIN-wide .nv.info section, each (symbol index, value); codes as
 # cuobjdump names them (checked against its output for a CUBIN with local arrays and recursion)
 _EIATTR_FRAME_SIZE, _EIATTR_MIN_STACK_SIZE, _EIATTR_REGCOUNT = 0x11, 0x12, 0x2F
+# per-kernel records of a kernel's own .nv.info.<symbol> section (names as cuobjdump prints them)
+_EIATTR_MAX_THREADS = 0x05            # __launch_bounds__'s first argument, as (x, y, z)
+_EIATTR_COOP_GROUP_INSTR_OFFSETS = 0x28  # the code offsets of cooperative-groups barriers
+_EIATTR_CTA_PER_CLUSTER = 0x3D        # __cluster_dims__(x, y, z)
+_EIATTR_EXPLICIT_CLUSTER = 0x3E       # the kernel must be launched with a cluster
+# the low 12 bits of a sm_70+ instruction word that say BPT (the trap of __trap()), the same on
+# sm_75, sm_80, sm_90, sm_100 and sm_120 (read off NVRTC's CUBINs: tests/test_image.py)
+_OPCODE_MASK, _OPCODE_BPT = 0xFFF, 0x95C
 # .nv.info record formats: the byte before the attribute
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 
@@ -76,6 +90,65 @@ class KernelResources:
 
 
 @dataclass(frozen=True)
+class LaunchNeeds:
+    """How a kernel must be launched, as its CUBIN records it.
+
+    Attributes
+    ----------
+    grid_sync : bool or None
+        The kernel (or a function it calls) synchronises the whole grid
+        (``cooperative_groups::this_grid().sync()`` or ``barrier_arrive``): it must be launched
+        cooperatively (``cuLaunchCooperativeKernel``), with a grid that fits on the device at
+        once. No record says so by name; it is read as two that hold together only for grid
+        synchronisation: ptxas lists the code offsets of cooperative-groups barriers
+        (EIATTR_COOP_GROUP_INSTR_OFFSETS, also present for ``this_thread_block().sync()``), and
+        ``grid_group::sync`` traps (``__trap()``) when the grid was not launched cooperatively,
+        which a block-level barrier never does. None where it cannot be told: a debug (``-G``)
+        CUBIN with cooperative-groups barriers, whose unoptimised code keeps traps on paths an
+        optimised build removes.
+    cluster_dims : tuple of int or None
+        ``__cluster_dims__(x, y, z)`` as compiled (EIATTR_CTA_PER_CLUSTER); None without.
+    requires_cluster : bool
+        The kernel must be launched with a cluster (EIATTR_EXPLICIT_CLUSTER):
+        ``__cluster_dims__`` with or without dimensions.
+    max_threads : tuple of int or None
+        ``__launch_bounds__``'s maximum threads per block (EIATTR_MAX_THREADS), as (x, y, z).
+    """
+
+    grid_sync: bool | None = False
+    cluster_dims: tuple[int, int, int] | None = None
+    requires_cluster: bool = False
+    max_threads: tuple[int, int, int] | None = None
+
+
+@dataclass(frozen=True)
+class GlobalImage:
+    """One ``__constant__`` or ``__device__`` variable of a CUBIN (an ELF OBJECT symbol).
+
+    Attributes
+    ----------
+    name : str
+        Its symbol: the plain name for a variable at namespace scope, the mangled one inside a
+        namespace or for a variable template's instance (``_Z4scaleIfE``).
+    size : int
+        Bytes.
+    space : str
+        ``"constant"`` (``.nv.constant3``) or ``"global"`` (``.nv.global``, zero-initialised,
+        or ``.nv.global.init``, with an initialiser).
+    offset : int
+        Its place in its section.
+    initialized : bool
+        It has an initialiser in the CUBIN (``.nv.global.init`` or a constant bank with bytes).
+    """
+
+    name: str
+    size: int
+    space: str
+    offset: int
+    initialized: bool
+
+
+@dataclass(frozen=True)
 class KernelImage:
     """One kernel of a CUBIN.
 
@@ -114,6 +187,16 @@ class KernelImage:
         """
         return self.elf.resources(self.symbol, self.symbol_index) if self.elf else None
 
+    @functools.cached_property
+    def launch(self) -> LaunchNeeds:
+        """How the kernel must be launched (grid synchronisation, clusters), read on first use.
+
+        :raises ImageError: the records are malformed.
+        """
+        if self.elf is None:
+            return LaunchNeeds()
+        return self.elf.launch_needs(self.symbol, self.symbol_index, self.info)
+
 
 @dataclass(frozen=True)
 class CubinImage:
@@ -121,6 +204,7 @@ class CubinImage:
 
     kernels: tuple[KernelImage, ...]
     sm: int | None
+    globals: tuple[GlobalImage, ...] = ()
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -137,6 +221,13 @@ class CubinImage:
         :raises KeyError: no kernel has that symbol.
         """
         return self._by_symbol[symbol]
+
+    def global_(self, name: str) -> GlobalImage:
+        """The ``__constant__``/``__device__`` variable with this symbol.
+
+        :raises KeyError: no variable has that symbol.
+        """
+        return {g.name: g for g in self.globals}[name]
 
 
 _RESERVED_SHARED = 1024  # shared memory the system reserves per block (sm_80 and later)
@@ -168,6 +259,80 @@ class _Elf:
                 sym, value = struct.unpack_from("<II", body)
                 out.setdefault(sym, {})[attr] = value
         return out
+
+    @functools.cached_property
+    def functions(self) -> dict[int, str]:
+        """symbol index -> name of every FUNC symbol (kernels and the functions they call)."""
+        out: dict[int, str] = {}
+        sec = self.section(".symtab")
+        if sec is None:
+            return out
+        symtab, strtab = _section_bytes(self.data, sec), _section_bytes(self.data,
+                                                                       self.sections[sec[4]])
+        entries = [(j, e[0]) for j, e in enumerate(
+            struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24]))
+            if e[1] & 0xF == _STT_FUNC and e[3] != 0]
+        return dict(zip((j for j, _ in entries), _strings(strtab, [o for _, o in entries])))
+
+    @functools.cached_property
+    def callees(self) -> dict[int, set[int]]:
+        """caller -> callees by symbol index, from ``.nv.callgraph`` (functions not inlined:
+        ``__noinline__``, ``-G``, relocatable code)."""
+        out: dict[int, set[int]] = {}
+        for sec in self.sections:
+            if sec[1] == _SHT_CUDA_CALLGRAPH:
+                for caller, callee in struct.iter_unpack("<II", _section_bytes(
+                        self.data, sec)[:sec[3] // 8 * 8]):
+                    if callee < 0xFFFFFF00:  # the section opens with markers (0, -1), (0, -2)...
+                        out.setdefault(caller, set()).add(callee)
+        return out
+
+    def reachable(self, symbol_index: int) -> list[str]:
+        """The names of a kernel and of every function it calls, directly or not."""
+        seen, todo = {symbol_index}, [symbol_index]
+        while todo:
+            for callee in self.callees.get(todo.pop(), ()):
+                if callee not in seen:
+                    seen.add(callee)
+                    todo.append(callee)
+        return [self.functions[i] for i in sorted(seen) if i in self.functions]
+
+    def _traps(self, name: str) -> bool:
+        text = self.section(".text." + name)
+        if text is None:
+            return False
+        code = _section_bytes(self.data, text)
+        return any(word & _OPCODE_MASK == _OPCODE_BPT
+                   for (word,) in struct.iter_unpack("<H14x", code[:len(code) // 16 * 16]))
+
+    def launch_needs(self, symbol: str, symbol_index: int, info: bytes | None) -> LaunchNeeds:
+        """One kernel's launch requirements (see :class:`LaunchNeeds` for the records)."""
+        try:
+            own = {attr: body for _, attr, body in _records(info or b"")}
+            names = self.reachable(symbol_index) if symbol_index >= 0 else [symbol]
+            barriers = traps = False
+            for name in names:
+                sec = info if name == symbol else self._info(name)
+                if sec is not None and any(a == _EIATTR_COOP_GROUP_INSTR_OFFSETS
+                                           for _, a, _ in _records(sec)):
+                    barriers = True
+                traps = traps or self._traps(name)
+        except (struct.error, IndexError) as exc:
+            raise ImageError(f"the CUBIN's records for {symbol} are malformed ({exc})") from None
+
+        def dims(attr: int) -> tuple[int, int, int] | None:
+            body = own.get(attr)
+            return struct.unpack_from("<III", body) if body and len(body) >= 12 else None
+
+        cluster = dims(_EIATTR_CTA_PER_CLUSTER)
+        debug = self.section(".debug_info") is not None  # -G (-lineinfo writes .debug_line)
+        return LaunchNeeds(grid_sync=(None if barriers and debug else barriers and traps), cluster_dims=cluster,
+                           requires_cluster=cluster is not None or _EIATTR_EXPLICIT_CLUSTER in own,
+                           max_threads=dims(_EIATTR_MAX_THREADS))
+
+    def _info(self, name: str) -> bytes | None:
+        sec = self.section(".nv.info." + name)
+        return None if sec is None else _section_bytes(self.data, sec)
 
     def resources(self, symbol: str, symbol_index: int) -> KernelResources:
         """One kernel's resources (see :class:`KernelResources` for where each comes from)."""
@@ -250,20 +415,38 @@ def _read(data: bytes) -> CubinImage:
     index_of = {name: i for i, name in enumerate(names)}
     elf = _Elf(data, sections, index_of)
     kernels: list[KernelImage] = []
+    variables: list[GlobalImage] = []
     for sec in sections:
         if sec[1] != _SHT_SYMTAB:
             continue
         symtab = _section_bytes(data, sec)
         strtab = _section_bytes(data, sections[sec[4]])
-        entries = [(j, e[0]) for j, e in enumerate(
-            struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24]))
-            if e[1] & 0xF == _STT_FUNC and e[3] != 0 and e[2] & _STO_CUDA_ENTRY]
+        symbols = list(struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24]))
+        entries = [(j, e[0]) for j, e in enumerate(symbols)
+                   if e[1] & 0xF == _STT_FUNC and e[3] != 0 and e[2] & _STO_CUDA_ENTRY]
         for (j, _), symbol in zip(entries, _strings(strtab, [e[1] for e in entries])):
             info_index = index_of.get(".nv.info." + symbol)
             kernels.append(KernelImage(symbol, None if info_index is None
                                        else _section_bytes(data, sections[info_index]), j, elf))
+        variables += _globals(symbols, strtab, names, sections)
     sm = (e_flags >> 8) & 0xFF if e_flags >> 8 & 0xFF else None
-    return CubinImage(tuple(kernels), sm)
+    return CubinImage(tuple(kernels), sm, tuple(variables))
+
+
+# the sections that hold a module's variables, and the memory each is in
+_VARIABLE_SECTIONS = {".nv.constant3": "constant", ".nv.global": "global",
+                      ".nv.global.init": "global"}
+
+
+def _globals(symbols: list[tuple], strtab: bytes, names: list[str], sections: list[tuple]
+             ) -> list[GlobalImage]:
+    """The OBJECT symbols of a symbol table that live in constant or global memory."""
+    picked = [e for e in symbols if e[1] & 0xF in (_STT_OBJECT, _STT_CUDA_OBJECT)
+              and 0 < e[3] < len(names) and names[e[3]] in _VARIABLE_SECTIONS]
+    # .nv.global holds no bytes (NOBITS, or a CUDA section type of the same meaning in -rdc)
+    return [GlobalImage(name=name, size=e[5], space=_VARIABLE_SECTIONS[names[e[3]]],
+                        offset=e[4], initialized=names[e[3]] != ".nv.global")
+            for e, name in zip(picked, _strings(strtab, [e[0] for e in picked]))]
 
 
 def _strings(table: bytes, offsets: list[int]) -> list[str]:
