@@ -236,6 +236,22 @@ class CudaMagics(Magics):
 
         return environment_info()
 
+    @no_var_expand
+    @line_magic
+    def cuda_bench(self, line: str = ""):
+        """Time kernel launches on the GPU (CUDA events), several side by side.
+
+        %cuda_bench [-n REPEAT | -t SECONDS] [-w WARMUP] [--flush-l2] [--bytes EXPR]
+        [--flops EXPR] [--baseline N|LABEL] [--check OUTPUT [--reference EXPR]]
+        kernel(grid, block, args) [; other(grid, block, args) ...]
+
+        Each call is read, not run: its parts are evaluated here and the launches are timed
+        interleaved round-robin (docs/timing.md). Returns the result: a table and a plot.
+        """
+        from .launch.bench import run_line
+
+        return run_line(line, self.shell.user_ns)
+
     def _push(self, module_name: str, module: Any) -> list[str]:
         """Put the module and its kernels into the notebook; the shadowing warnings, to be said
         in the report."""

@@ -1081,6 +1081,27 @@ class Kernel:
         device = driver.current_device() if device is None else device
         return driver.kernel_attributes(self._handle(device), device)
 
+    def bench(self, grid: Any, block: Any, args: Sequence[Any] = (), shared_mem: int = 0,
+              stream: Any = None, **options: Any) -> Any:
+        """Time this launch on the GPU with CUDA events (:func:`cudamagic.launch.bench.bench`:
+        ``repeat``, ``budget_s``, ``warmup``, ``flush_l2``, ``bytes``, ``flops``).
+
+        :raises NoDeviceError: no GPU.
+        """
+        from . import bench as timing
+
+        return timing.bench(self, grid, block, args, shared_mem=shared_mem, stream=stream,
+                            **options)
+
+    def occupancy(self, block_sizes: Sequence[int] | None = None,
+                  dynamic_shared: Sequence[int] = (0,), **options: Any) -> Any:
+        """Blocks per SM against block size (:func:`cudamagic.toolchain.occupancy.table`: the
+        driver's answer on a GPU, computed from the CUBIN without one; ``sm``, ``carveout``)."""
+        from ..toolchain import occupancy
+
+        return occupancy.table(self, block_sizes or occupancy.DEFAULT_BLOCK_SIZES,
+                               dynamic_shared, **options)
+
     def __call__(self, grid: Any, block: Any, args: Sequence[Any] = (), shared_mem: int = 0,
                  stream: Any = None) -> None:
         """Launch the kernel (asynchronously, on ``stream``: CuPy's current one by default).

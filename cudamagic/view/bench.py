@@ -177,7 +177,7 @@ def timing_text(result: Any) -> str:
     how = (f"{s.warmup} warm-up, {len(result.timings[0].samples_ms) if result.timings else 0} "
            f"timed launches each" + (", L2 flushed before each" if s.flush_l2 else "")
            + (", round-robin" if len(result.timings) > 1 else ""))
-    lines = [f"{result.device}: {how} (CUDA events; host time is the launch call alone)"]
+    lines = [f"{result.device}: {how}"]
     width = max([len(t.label) for t in result.timings] + [7])
     lines.append(f"{'variant':<{width}}  {'median':>9}  {'min':>9}  {'p10':>9}  {'p90':>9}  "
                  f"{'std':>8}  {'host':>8}  {'ratio':>6}")
@@ -191,8 +191,10 @@ def timing_text(result: Any) -> str:
             lines.append(f"{'':<{width}}  {rate}")
         if t.matches is False:
             lines.append(f"{'':<{width}}  output differs: {t.mismatch}")
+    lines.append("device times from CUDA events around each launch; host: the launch call alone")
     if len(result.timings) > 1:
-        lines.append(f"ratio: median time over {result.baseline!r}'s median (below 1 is faster)")
+        lines.append(f"ratio: median time over the median of {result.baseline} "
+                     "(below 1 is faster)")
     return "\n".join(lines)
 
 
