@@ -195,9 +195,7 @@ class KernelUsage:
         return most
 
 
-# .nv.info.<symbol> records that bear on occupancy (codes as cuobjdump names them)
-_EIATTR_MAX_THREADS = 0x05  # __launch_bounds__'s block size, as x, y, z
-_EIATTR_NUM_BARRIERS = 0x4C  # named barriers used
+_EIATTR_NUM_BARRIERS = 0x4C  # named barriers used (.nv.info.<symbol>; cuobjdump's code)
 
 
 def usage_of(kernel: Any) -> KernelUsage:
@@ -215,13 +213,10 @@ def usage_of(kernel: Any) -> KernelUsage:
                              "records to compute occupancy from")
     from .image import _records
 
-    max_threads, barriers = None, 0
-    for fmt, attr, body in _records(image.info or b""):
-        if attr == _EIATTR_MAX_THREADS and len(body) >= 12:
-            x, y, z = struct.unpack_from("<III", body)
-            max_threads = x * y * z
-        elif attr == _EIATTR_NUM_BARRIERS and len(body) >= 2:
-            barriers = body[0]
+    dims = image.launch.max_threads if hasattr(image, "launch") else None
+    max_threads = dims[0] * dims[1] * dims[2] if dims else None
+    barriers = next((body[0] for _, attr, body in _records(image.info or b"")
+                     if attr == _EIATTR_NUM_BARRIERS and len(body) >= 2), 0)
     return KernelUsage(registers=resources.registers,
                        static_shared_bytes=resources.static_shared_bytes,
                        max_threads=max_threads, barriers=barriers)
