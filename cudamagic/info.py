@@ -12,6 +12,7 @@ import importlib.metadata
 from .toolchain import driver
 from .errors import ImageError
 from .view.report import BuildReport, EnvironmentInfo
+from .units import counted, size_text
 
 __all__ = ["gpu_available", "environment_info", "report_with_attributes"]
 
@@ -76,8 +77,8 @@ def environment_info() -> EnvironmentInfo:
         fields.append(("arch in use", str(exc)))
     cache = default_cache()
     n = len(cache)
-    fields.append(("cache", f"{cache.location} ({n} entr{'y' if n == 1 else 'ies'}, "
-                            f"{cache.volume() / 2**20:.1f} of {cache.size_limit / 2**20:.0f} MiB)"))
+    fields.append(("cache", f"{cache.location} ({counted(n, 'entry', 'entries')}, "
+                            f"{size_text(cache.volume())} of {size_text(cache.size_limit)})"))
     for dist in ("cupy-cuda13x", "cupy-cuda12x", "cuda-bindings", "nvidia-cuda-nvrtc"):
         try:
             fields.append((dist, importlib.metadata.version(dist)))

@@ -8,6 +8,7 @@ else lives in the pipeline modules, which know no IPython.
 from __future__ import annotations
 
 import builtins
+import contextvars
 import os
 import shlex
 import sys
@@ -24,6 +25,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from .errors import OptionError
 from .options import DEFAULT_MODULE, PROGRAM_NAME, magic_parser, parse_magic_line
+from .units import counted
 
 __all__ = ["CudaMagics"]
 
@@ -64,28 +66,14 @@ def _compile_notice(shell, program: str):
     """Show "compiling..." once a compile has run ``NOTICE_AFTER_S``, then the time it took.
 
     NVRTC releases the GIL while it compiles, so a timer thread can speak up meanwhile. In a
-    Jupyter front end the notice is one output updated in place (by display id); in a terminal
-    it is a line on stderr.
+    Jupyter front end the notice is one output, made when the notice is due (a compile that
+    ends sooner leaves no output: ``-q`` means none) and then updated in place by its display
+    id; in a terminal it is a line on stderr.
     """
-    # a timer thread, the notice's two places (a kernel's display, a terminal) and both endings
     in_kernel = getattr(shell, "kernel", None) is not None
-    handle = None
-    shown = threading.Event()
-    start = time.perf_counter()
-    if in_kernel:
-        from IPython.display import display
-
-        handle = display({"text/plain": ""}, raw=True, display_id=True)
-
-    def notice() -> None:
-        shown.set()
-        text = f"compiling {program} with NVRTC..."
-        if handle is not None:
-            handle.update({"text/plain": text, "text/html": f"<i>&#9203; {text}</i>"}, raw=True)
-        else:
-            print(text, file=sys.stderr, flush=True)
-
-    timer = threading.Timer(NOTICE_AFTER_S, notice)
+    said = _Notice(program, in_kernel)
+    # the timer runs in this cell's context, so its output goes to this cell
+    timer = threading.Timer(NOTICE_AFTER_S, contextvars.copy_context().run, args=(said.start,))
     timer.daemon = True
     timer.start()
     failed = True
@@ -94,14 +82,50 @@ def _compile_notice(shell, program: str):
         failed = False
     finally:
         timer.cancel()
-        if shown.is_set():
-            took = f"{time.perf_counter() - start:.1f} s"
-            text = (f"compiling {program} failed after {took}" if failed
-                    else f"compiled {program} in {took}")
-            if handle is not None:
-                handle.update({"text/plain": text, "text/html": f"<i>{text}</i>"}, raw=True)
-            else:
-                print(text, file=sys.stderr, flush=True)
+        said.finish(failed)
+
+
+class _Notice:
+    """The compile notice's one output: made when due, then ended, never after its end."""
+
+    def __init__(self, program: str, in_kernel: bool) -> None:
+        self.program, self.in_kernel = program, in_kernel
+        self.started = time.perf_counter()
+        self.lock = threading.Lock()
+        self.handle = None
+        self.shown = self.over = False
+
+    def _say(self, text: str, html: str) -> None:
+        if not self.in_kernel:
+            print(text, file=sys.stderr, flush=True)
+            return
+        from IPython.display import display
+
+        bundle = {"text/plain": text, "text/html": html}
+        if self.handle is None:
+            self.handle = display(bundle, raw=True, display_id=True)
+        else:
+            self.handle.update(bundle, raw=True)
+
+    def start(self) -> None:
+        """The compile is still running: say so."""
+        with self.lock:
+            if self.over:
+                return
+            self.shown = True
+            text = f"compiling {self.program} with NVRTC..."
+            self._say(text, f"<i>&#9203; {text}</i>")
+
+    def finish(self, failed: bool) -> None:
+        """The compile ended: where the notice was shown, say how long it took."""
+        with self.lock:
+            self.over = True
+            if not self.shown:
+                return
+            took = f"{time.perf_counter() - self.started:.1f} s"
+            text = (f"compiling {self.program} failed after {took}" if failed
+                    else f"compiled {self.program} in {took}")
+            self._say(text, f"<i>{text}</i>")
 
 
 def _shell_names(shell) -> tuple[str, ...]:
@@ -220,7 +244,7 @@ class CudaMagics(Magics):
         if ns.command == "clear":
             age = None if ns.older_than is None else _age_seconds(ns.older_than)
             removed = cache.clear() if age is None else cache.evict_older_than(age)
-            note = f"removed {removed} entr{'y' if removed == 1 else 'ies'}"
+            note = f"removed {counted(removed, 'entry', 'entries')}"
         elif ns.command == "limit" and ns.size is not None:
             cache.set_size_limit(ns.size)
             note = "size limit set"

@@ -15,6 +15,7 @@ from .store.disk import _MAGIC as _ENTRY_MAGIC
 from .toolchain import driver
 from .toolchain.image import CubinImage, read_cubin
 from .cxx import Signatures, closest
+from .units import counted
 from .view.report import BuildReport
 
 __all__ = ["Binary", "Module", "arrive"]
@@ -143,8 +144,8 @@ class Module(Mapping[str, Kernel]):
         return len(self.kernels)
 
     def __repr__(self) -> str:
-        return (f"<cudamagic.Module {len(self.kernels)} kernels, {self._report.status}, "
-                f"key {self.key[:12]}>")
+        return (f"<cudamagic.Module {counted(len(self.kernels), 'kernel')}, "
+                f"{self._report.status}, key {self.key[:12]}>")
 
     def _repr_pretty_(self, p, cycle: bool) -> None:
         p.text(self._report.text())

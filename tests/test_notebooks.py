@@ -118,3 +118,20 @@ def test_slow_compile_shows_progress_in_the_notebook(cache_env, tmp_path):
     report = next(t for t in texts if t.startswith("cudamagic:"))
     assert "void k<float>(cuda::std::complex<float>*)" in report
     assert "::__4::" not in report  # (the mangled symbol keeps its 3__4)
+
+
+def _run_cells(cache_env, *sources: str) -> list:
+    """Run cells in a fresh Jupyter kernel; their outputs, one list per cell."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in ("%load_ext cudamagic", *sources)]
+    os.environ["CUDAMAGIC_CACHE_DIR"] = str(cache_env)
+    NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    return [c.outputs for c in nb.cells[1:]]
+
+
+def test_a_quiet_cell_leaves_no_output_on_a_miss_or_a_hit(cache_env):
+    cell = '%%cuda -q -n "k<float>"\ntemplate <typename T> __global__ void k(T* x) { x[0] = 1; }\n'
+    miss, hit, shown = _run_cells(cache_env, cell, cell, cell.replace(" -q", ""))
+    assert miss == [] and hit == []  # not even an empty display (issue 20, item 6)
+    # without -q: the report alone, no empty output before it
+    assert [o["data"]["text/plain"][:21] for o in shown] == ["cudamagic: cache hit "]

@@ -186,3 +186,61 @@ def test_cache_listing_text():
     assert lines[1].split() == ["key", "size", "created", "last", "used", "name", "expressions"]
     assert "k<float>" in lines[2] and "(unreadable: rebuilt on use)" in lines[3]
     assert empty.text().endswith("(none)")
+
+
+# --- numbers as people read them (issue 20, item 10) -----------------------------------------
+
+@pytest.mark.parametrize("n, shown", [
+    (0, "0 bytes"), (1, "1 byte"), (1023, "1023 bytes"), (1024, "1.0 KiB"), (40 << 10, "40.0 KiB"),
+    (1 << 20, "1.0 MiB"), (int(3.25 * 2**20), "3.2 MiB"), (120 << 20, "120 MiB"),
+    (1 << 30, "1.0 GiB"), (5 << 40, "5.0 TiB"), (2**63 - 1, "8.0 EiB"),
+])
+def test_sizes_read_in_the_unit_they_reach(n, shown):
+    from cudamagic.units import size_text
+
+    assert size_text(n) == shown
+
+
+def test_no_size_that_is_not_zero_prints_as_zero():
+    from cudamagic.units import size_text
+
+    for n in [*range(1, 5000, 7), *(1 << k for k in range(64)), *((1 << k) - 1 for k in range(1, 64))]:
+        number = size_text(n).split()[0]
+        assert float(number) > 0 and number not in ("0.0", "0"), (n, size_text(n))
+
+
+@pytest.mark.parametrize("n, kernels, more", [
+    (1, "1 kernel ·", "unused"), (2, "2 kernels ·", "unused"),
+    (SHOWN_ROWS + 1, f"{SHOWN_ROWS + 1} kernels ·", "1 more kernel;"),
+    (SHOWN_ROWS + 2, f"{SHOWN_ROWS + 2} kernels ·", "2 more kernels;"),
+])
+def test_counts_agree_with_their_nouns(n, kernels, more):
+    r = make(n)
+    assert kernels in r.headline
+    if more != "unused":
+        assert more in r.text(SHOWN_ROWS)
+
+
+def test_cache_stats_show_small_sizes_in_their_unit():
+    stats = CacheStats("/c", 1, 40 << 10, 1 << 30, 0, 0)
+    assert "size: 40.0 KiB of 1.0 GiB" in stats.text()
+
+
+_ALL_PHASES = ("imports", "parse", "driver", "key", "lookup", "headers", "nvrtc", "compile",
+               "manifest", "demangle", "resolve", "store", "history", "push", "resources",
+               "display")
+
+
+@pytest.mark.parametrize("phases", [1, 4, 9, len(_ALL_PHASES)])
+@pytest.mark.parametrize("cache_dir", ["/c", "/home/someone/" + "deep/" * 12 + "cache"])
+def test_the_time_and_facts_lines_fold_and_keep_every_phase(phases, cache_dir):
+    timings = {k: 0.00123 * (i + 1) for i, k in enumerate(_ALL_PHASES[:phases])}
+    r = make(2, timings={**timings, "total": 9.0}, cache_dir=cache_dir)
+    text = r.text()
+    tail = text[text.index("  NVRTC "):]
+    for line in tail.splitlines():
+        longest_item = max(len(i) for i in line.split(" · "))
+        assert len(line) <= R.TEXT_WIDTH or longest_item + 10 > R.TEXT_WIDTH, line
+    # folded between items, each phase whole and in order
+    flat = " ".join(s.strip() for s in text[text.index("  time: "):].splitlines())
+    assert flat == "time: " + " · ".join(f"{p.label} {p.text}" for p in r.phases)

@@ -51,6 +51,7 @@ from diskcache.core import DBNAME, DEFAULT_SETTINGS, METADATA, MODE_BINARY, MODE
 from ..miss import Miss, MissKind
 from ..errors import CacheArgumentError, CacheWarning, CudaMagicError
 from ..files import FileRefused, TooLarge, file_kind, open_regular, read_fd
+from ..units import size_text
 
 __all__ = ["EntryRecord", "EntryInfo", "BadEntry", "encode_entry", "decode_entry", "KernelCache",
            "default_cache", "default_cache_dir", "DEFAULT_SIZE_LIMIT", "MIN_ENTRY_ROOM",
@@ -592,17 +593,13 @@ def parse_size(text: str | int | float) -> int:
     return size
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB" if n < 10 << 20 else f"{n / 2**20:.0f} MiB"
-
-
 def _short_of(limit: int, database: int) -> str | None:
     """Why ``limit`` leaves no room beside a database of ``database`` bytes, with what works."""
     need = database + MIN_ENTRY_ROOM
     if limit >= need:
         return None
     works = max(-(-need // (1 << 20)), 2)  # whole MiB, rounded up
-    db = f"the cache's database alone takes {_mib(database)}, and " if database else ""
+    db = f"the cache's database alone takes {size_text(database)}, and " if database else ""
     return (f"a size limit of {limit} bytes leaves no room for entries: {db}every entry stored "
             f"would be evicted at once, so every build would compile again. Give at least "
             f"{works}MB (the default is 1GB); to not cache at all, use --no-cache "
@@ -781,7 +778,7 @@ class KernelCache:
                 _warn_once("limit", str(self.directory),
                            f"cudamagic: the size limit stored in the cache folder "
                            f"{self.directory}: {why}. Using the default "
-                           f"({_mib(DEFAULT_SIZE_LIMIT)}) instead")
+                           f"({size_text(DEFAULT_SIZE_LIMIT)}) instead")
                 limit = max(DEFAULT_SIZE_LIMIT, database + MIN_ENTRY_ROOM)
         else:
             why = _short_of(limit, database)
@@ -878,8 +875,9 @@ class KernelCache:
         if not kept:
             need = -(-(len(value) + self._database_bytes() + MIN_ENTRY_ROOM) // (1 << 20))
             _warn_once("fit", str(self.directory),
-                       f"cudamagic: a {_mib(len(value))} entry does not fit the cache's size limit "
-                       f"({_mib(self.size_limit)}) and was evicted as soon as it was stored, so "
+                       f"cudamagic: a {size_text(len(value))} entry does not fit the cache's size "
+                       f"limit ({size_text(self.size_limit)}) and was evicted as soon as it was "
+                       "stored, so "
                        f"this build will compile every time. Raise the limit to at least "
                        f"{need}MB (%cuda_cache limit {need}MB or $CUDAMAGIC_CACHE_SIZE_LIMIT)")
 

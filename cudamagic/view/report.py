@@ -19,6 +19,7 @@ import time as _time
 from dataclasses import dataclass, field
 
 from ..cxx import parse_demangled
+from ..units import counted, size_text
 
 __all__ = ["Explanation", "KernelRow", "BuildReport", "Badge", "Phase", "SHOWN_ROWS",
            "display_signature", "render_text", "render_html", "CacheStats", "CacheListing",
@@ -75,10 +76,6 @@ def _tidy(text: str) -> str:
     return _CLOSE_CLOSE.sub("", _COMMA.sub(", ", text))
 
 
-def _bytes(n: int) -> str:
-    return f"{n} byte" if n == 1 else f"{n} bytes"
-
-
 @functools.lru_cache(maxsize=4096)
 def display_signature(demangled: str, placeholders: bool = False,
                       param_sizes: tuple[int, ...] | None = None) -> str:
@@ -90,7 +87,7 @@ def display_signature(demangled: str, placeholders: bool = False,
     types: its parameters are the sizes the CUBIN records (``void fill(8 bytes, 4 bytes)``).
     """
     if "(" not in demangled:  # a plain symbol: extern "C"
-        sizes = "?" if param_sizes is None else ", ".join(map(_bytes, param_sizes))
+        sizes = "?" if param_sizes is None else ", ".join((counted(n, "byte") for n in param_sizes))
         return f"void {demangled}({sizes})"
     if not placeholders:  # libstdc++ prints concrete types already: no parse needed
         text = _tidy(demangled)
@@ -278,8 +275,7 @@ class BuildReport:
     @functools.cached_property
     def summary(self) -> str:
         """Time, kernel count and arch in one line (``7.6 ms · 3 kernels · sm_90``)."""
-        n = len(self.rows)
-        return f"{_ms(self.seconds)} · {n} kernel{'' if n == 1 else 's'} · {self.arch}"
+        return f"{_ms(self.seconds)} · {counted(len(self.rows), 'kernel')} · {self.arch}"
 
     @functools.cached_property
     def headline(self) -> str:
@@ -337,7 +333,7 @@ class BuildReport:
         if shown is None or len(self.rows) <= shown:
             return ""
         where = f"print({self.module_name}.report)" if self.module_name else "print(report)"
-        return f"{len(self.rows) - shown} more kernels; {where} lists them all"
+        return f"{counted(len(self.rows) - shown, 'more kernel')}; {where} lists them all"
 
     # --- copies ------------------------------------------------------------------------------
 
@@ -395,9 +391,27 @@ def text_head(report: BuildReport) -> list[str]:
     return [report.headline, *(f"    {d}" for d in diff)]
 
 
+#: Where a text line of the report folds (the phases' line would run past 400 characters).
+TEXT_WIDTH = 100
+
+
+def _fold(prefix: str, items) -> str:
+    """``items`` joined by `` · `` after ``prefix``, folded between items at
+    :data:`TEXT_WIDTH` (continuation lines indented under the first item)."""
+    first, *rest = items
+    lines, indent = [prefix + first], " " * len(prefix)
+    for item in rest:
+        if len(lines[-1]) + len(" · ") + len(item) + len(" ·") > TEXT_WIDTH:
+            lines[-1] += " ·"
+            lines.append(indent + item)
+        else:
+            lines[-1] += " · " + item
+    return "\n".join(lines)
+
+
 def text_phases(report: BuildReport) -> str:
-    """Where the time went, in one line."""
-    return "  time: " + " · ".join(f"{p.label} {p.text}" for p in report.phases)
+    """Where the time went, folded between phases."""
+    return _fold("  time: ", [f"{p.label} {p.text}" for p in report.phases])
 
 
 def text_body(report: BuildReport, max_rows: int | None = None) -> list[str]:
@@ -407,7 +421,7 @@ def text_body(report: BuildReport, max_rows: int | None = None) -> list[str]:
     if more:
         lines.append(f"  ... {more}")
     lines += [f"  warning: {w}" for w in report.warnings]
-    lines.append("  " + " · ".join(f"{k} {v}" for k, v in report.facts))
+    lines.append(_fold("  ", [f"{k} {v}" for k, v in report.facts]))
     if report.log:
         lines += ["  compile log:"] + [f"    {ln}" for ln in report.log.splitlines()]
     return lines
@@ -549,10 +563,6 @@ def _when(t: float | None) -> str:
     return _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(t)) if t else "-"
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2 ** 20:.2f} MiB"
-
-
 @dataclass(frozen=True, repr=False)
 class CacheStats(_Record):
     """``%cuda_cache stats``."""
@@ -577,7 +587,7 @@ class CacheStats(_Record):
     def pairs(self) -> list[tuple[str, str]]:
         return [*([("done", self.note)] if self.note else []),
                 ("location", self.location), ("entries", str(self.entries)),
-                ("size", f"{_mib(self.volume)} of {_mib(self.size_limit)}"),
+                ("size", f"{size_text(self.volume)} of {size_text(self.size_limit)}"),
                 ("lookups", f"{self.hits} hits, {self.misses} misses")]
 
 
