@@ -17,10 +17,12 @@ __version__ = "0.1.0"
 __all__ = ["build", "load_cubin", "gpu_available", "Module", "Kernel", "KernelCache",
            "load_ipython_extension",
            "CudaMagicError", "CompileError", "NameResolutionError", "OptionError", "LaunchError",
-           "NoDeviceError", "CacheError", "ImageError", "ContextPoisonedError"]
+           "NoDeviceError", "CacheError", "ImageError", "ContextPoisonedError",
+           "ArgumentTypeError", "ArgumentValueError", "CudaMagicWarning", "InputWarning"]
 
-from .errors import (CacheError, CompileError, ContextPoisonedError, CudaMagicError, ImageError,
-                     LaunchError, NameResolutionError, NoDeviceError, OptionError)
+from .errors import (ArgumentTypeError, ArgumentValueError, CacheError, CompileError,
+                     ContextPoisonedError, CudaMagicError, CudaMagicWarning, ImageError,
+                     InputWarning, LaunchError, NameResolutionError, NoDeviceError, OptionError)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import KernelCache

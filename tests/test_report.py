@@ -244,3 +244,21 @@ def test_the_time_and_facts_lines_fold_and_keep_every_phase(phases, cache_dir):
     # folded between items, each phase whole and in order
     flat = " ".join(s.strip() for s in text[text.index("  time: "):].splitlines())
     assert flat == "time: " + " · ".join(f"{p.label} {p.text}" for p in r.phases)
+
+
+def test_the_errors_and_warnings_a_user_catches_are_importable_from_the_package():
+    import cudamagic
+    from cudamagic import errors
+
+    for name in ("ArgumentTypeError", "ArgumentValueError", "InputWarning", "CudaMagicWarning",
+                 "CudaMagicError", "CompileError", "NoDeviceError"):
+        assert getattr(cudamagic, name) is getattr(errors, name) and name in cudamagic.__all__
+    for name in cudamagic.__all__:
+        assert hasattr(cudamagic, name), name
+
+
+def test_a_modules_repr_counts_its_kernels(tmp_path):
+    import cudamagic
+
+    one = cudamagic.build("__global__ void only(int* x) { *x = 1; }", cache=str(tmp_path))
+    assert repr(one).startswith("<cudamagic.Module 1 kernel, cache miss")
