@@ -50,7 +50,7 @@ def load_ipython_extension(ipython) -> None:
     """``%load_ext cudamagic``: register ``%%cuda`` and the cache magics, and get ready.
 
     What every ``%%cuda`` cell would otherwise pay the first time is done here, once: the
-    pipeline and the widget library are imported, the toolkit's header folders and the
+    pipeline and the report's views are imported, the toolkit's header folders and the
     demangler are found (about 0.1 s on an H200 host; CuPy is not imported). The CUDA driver
     starts in a background thread (about 0.4 s where CuPy has not started it yet); a cell that
     needs it before then waits for the rest.
@@ -66,10 +66,8 @@ def load_ipython_extension(ipython) -> None:
 
 def _prepare() -> None:
     try:
-        import ipywidgets  # noqa: F401  (the import is the point: the report is a widget)
-
         from . import explain, info  # noqa: F401
-        from .view import widget
+        from .view import widget  # noqa: F401  (the report's widget needs no ipywidgets import)
         from .toolchain.demangle import concrete_demangler, default_demangler
         from .pipeline import build_module  # noqa: F401
         from .toolkit import toolkit
@@ -77,7 +75,6 @@ def _prepare() -> None:
         toolkit()
         default_demangler()
         concrete_demangler()
-        widget.prepare()
     except Exception:  # the first %%cuda cell does the same work and reports any failure
         pass
 

@@ -11,7 +11,8 @@ import importlib.metadata
 
 from .toolchain import driver
 from .errors import ImageError
-from .view.report import BuildReport, EnvironmentInfo
+from .view.records import EnvironmentInfo
+from .view.report import BuildReport
 from .units import counted, size_text
 
 __all__ = ["gpu_available", "environment_info", "report_with_attributes"]

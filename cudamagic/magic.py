@@ -229,7 +229,7 @@ class CudaMagics(Magics):
         """Inspect and manage the CUBIN cache (the folder in $CUDAMAGIC_CACHE_DIR, else
         ~/.cache/cudamagic). Each command returns a record shown as text or a table."""
         from .store import default_cache
-        from .view.report import CacheListing, CacheStats
+        from .view.records import CacheListing, CacheStats
 
         ns = _parse(self.cuda_cache, line)
         if ns.size is not None and ns.command != "limit":

@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 from IPython.lib.pretty import pretty
 
+from cudamagic.view import render
 from cudamagic.view import report as R
-from cudamagic.view.report import (SHOWN_ROWS, BuildReport, CacheListing, CacheStats,
-                              EnvironmentInfo, Explanation, KernelRow, display_signature)
+from cudamagic.view.records import CacheListing, CacheStats, EnvironmentInfo
+from cudamagic.view.report import SHOWN_ROWS, BuildReport, Explanation, KernelRow, display_signature
 
 
 def make(n: int = 3, origin: str = "compiled", **kw) -> BuildReport:
@@ -240,7 +241,7 @@ def test_the_time_and_facts_lines_fold_and_keep_every_phase(phases, cache_dir):
     tail = text[text.index("  NVRTC "):]
     for line in tail.splitlines():
         longest_item = max(len(i) for i in line.split(" · "))
-        assert len(line) <= R.TEXT_WIDTH or longest_item + 10 > R.TEXT_WIDTH, line
+        assert len(line) <= render.TEXT_WIDTH or longest_item + 10 > render.TEXT_WIDTH, line
     # folded between items, each phase whole and in order
     flat = " ".join(s.strip() for s in text[text.index("  time: "):].splitlines())
     assert flat == "time: " + " · ".join(f"{p.label} {p.text}" for p in r.phases)

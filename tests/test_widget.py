@@ -1,18 +1,26 @@
-"""The widget, constructed from a report and read back: its own CSS class, the badge, the rows,
-the explanation of a miss, the rows past 50 rendered only on opening; and what show_report
-displays in a kernel and in a terminal."""
+"""The report widget: the models it opens are the ones ipywidgets would (state for state), one
+for a report of up to 50 kernels; past 50, "show the other N kernels", whose rows are made only
+when it is opened; what show_report displays in a kernel and in a terminal; and, in a real
+Jupyter kernel, the comm messages a report costs and that ipywidgets' Python package stays
+unimported."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import textwrap
+import time
 
-import ipywidgets as w
 import pytest
 
+from cudamagic.view import report as R
 from cudamagic.view import widget as W
 from cudamagic.view.report import SHOWN_ROWS, Explanation
 
 from .test_report import make
+
+KERNEL_ROW = re.compile(r"<tr><td[^>]*><code>k_")
 
 
 def _badge(value: str) -> tuple[str, str]:
@@ -21,48 +29,107 @@ def _badge(value: str) -> tuple[str, str]:
     return m.group(2), m.group(1)
 
 
+def _frontend_opens(model) -> None:
+    """What the front end sends when the user opens an Accordion (the widget protocol's update
+    message, as JupyterLab's widget manager sends it)."""
+    model._receive({"content": {"data": {"method": "update", "state": {"selected_index": 0},
+                                         "buffer_paths": []}}})
+
+
+# --- the models are ipywidgets' own ----------------------------------------------------------
+
+def _ipywidgets_state(widget) -> dict:
+    state = json.loads(json.dumps(widget.get_state()))  # as the comm carries it
+    return {k: v for k, v in state.items() if k not in ("layout", "style")}
+
+
+def test_the_models_state_is_what_ipywidgets_sends():
+    ipywidgets = pytest.importorskip("ipywidgets")
+    from ipywidgets import _version
+
+    html = ipywidgets.HTML("<b>x</b>")
+    html.add_class("one")
+    assert W.html_state("<b>x</b>", ("one",)) == _ipywidgets_state(html)
+    more = ipywidgets.Accordion(children=[ipywidgets.HTML()], selected_index=None)
+    more.set_title(0, "show")
+    more.add_class("m")
+    child = f"IPY_MODEL_{more.children[0].model_id}"
+    assert W.accordion_state(child, "show", ("m",)) == _ipywidgets_state(more)
+    box = ipywidgets.VBox([html, more])
+    refs = [f"IPY_MODEL_{c.model_id}" for c in box.children]
+    assert W.vbox_state(refs) == _ipywidgets_state(box)
+    assert (W.PROTOCOL_VERSION, W.CONTROLS_VERSION) == (
+        _version.__protocol_version__, _version.__jupyter_widgets_controls_version__)
+
+
+# --- what the widget shows -------------------------------------------------------------------
+
 def test_a_miss_widget_shows_the_badge_the_rows_and_why():
     report = make(3, "compiled", explanation=Explanation(
         ("source",), ("the source changed (line 5)",), ("line 5 - old", "line 5 + new")))
-    view = W.report_widget(report)
-    assert isinstance(view, w.HTML) and W.WIDGET_CLASS in view._dom_classes
-    assert _badge(view.value) == ("cache miss", "cudamagic-miss")
-    assert "why: the source changed (line 5)" in view.value
-    assert "line 5 - old\nline 5 + new" in view.value
-    rows = re.findall(r"<tr><td[^>]*><code>(k_\d)</code>", view.value)
-    assert rows == ["k_0", "k_1", "k_2"]
-    assert "void k&lt;float, 0&gt;(float*)" in view.value  # the display signature, escaped
-    assert "/home/u/.cache/cudamagic" in view.value  # the cache folder (item 8)
-    assert "where the 250.0 ms went" in view.value and "<details" in view.value
+    view = W.ReportWidget(report)
+    value = view.top.state["value"]
+    assert view.top is view.main and W.WIDGET_CLASS in view.main.state["_dom_classes"]
+    assert _badge(value) == ("cache miss", "cudamagic-miss")
+    assert "why: the source changed (line 5)" in value
+    assert "line 5 - old\nline 5 + new" in value
+    assert re.findall(r"<tr><td[^>]*><code>(k_\d)</code>", value) == ["k_0", "k_1", "k_2"]
+    assert "void k&lt;float, 0&gt;(float*)" in value  # the display signature, escaped
+    assert "/home/u/.cache/cudamagic" in value  # the cache folder
+    assert "where the 250.0 ms went" in value and "<details" in value
 
 
 def test_a_hit_widget_says_hit_and_no_why():
-    view = W.report_widget(make(2, "cache", cell_seconds=0.003))
-    assert _badge(view.value) == ("cache hit", "cudamagic-hit")
-    assert "cudamagic-why" not in view.value
-    assert "3.0 ms · 2 kernels · sm_90" in view.value
+    value = W.ReportWidget(make(2, "cache", cell_seconds=0.003)).main.state["value"]
+    assert _badge(value) == ("cache hit", "cudamagic-hit")
+    assert "cudamagic-why" not in value
+    assert "3.0 ms · 2 kernels · sm_90" in value
 
 
-def test_report_widgets_share_one_layout_and_style():
-    a, b = W.report_widget(make(1)), W.report_widget(make(1))
-    assert a.layout is b.layout and a.style is b.style  # two comms fewer per report
+@pytest.mark.parametrize("n", [1, SHOWN_ROWS - 1, SHOWN_ROWS, SHOWN_ROWS + 1, SHOWN_ROWS + 2, 120])
+def test_show_the_other_kernels_only_past_fifty(n):
+    view = W.ReportWidget(make(n))
+    shown = KERNEL_ROW.findall(view.main.state["value"])
+    assert len(shown) == min(n, SHOWN_ROWS)
+    if n <= SHOWN_ROWS:  # one model: nothing hidden, nothing to open
+        assert view.top is view.main and view.rest is None and view.more is None
+        assert "more kernel" not in view.main.state["value"]
+        return
+    hidden = n - SHOWN_ROWS
+    box = view.top.state
+    assert box["_model_name"] == "VBoxModel" and box["children"][0] == view.main.ref
+    title = f"show the other {hidden} kernel{'s' if hidden > 1 else ''}"
+    assert f"{hidden} more kernel" in view.main.state["value"]
+    more = view.more
+    assert more.state["titles"] == [title] and more.state["selected_index"] is None
+    assert view.rest.state["value"] == ""  # nothing made up front
+    _frontend_opens(more)
+    rows = KERNEL_ROW.findall(view.rest.state["value"])
+    assert len(rows) == hidden
+    assert f"k_{n - 1}<" in view.rest.state["value"]
+    assert f"k_{SHOWN_ROWS - 1}<" not in view.rest.state["value"]
 
 
-def test_rows_past_fifty_are_rendered_when_opened():
-    report = make(SHOWN_ROWS + 30)
-    view = W.report_widget(report)
-    assert isinstance(view, w.VBox)
-    main, more = view.children
-    assert W.WIDGET_CLASS in main._dom_classes and isinstance(more, w.Accordion)
-    kernels = re.compile(r"<tr><td[^>]*><code>k_")
-    assert len(kernels.findall(main.value)) == SHOWN_ROWS
-    assert more.get_title(0) == "show the other 30 kernels"
-    rest = more.children[0]
-    assert rest.value == ""  # nothing rendered up front
-    more.selected_index = 0
-    assert len(kernels.findall(rest.value)) == 30
-    assert "k_79" in rest.value and "k_49<" not in rest.value
+def test_the_hidden_rows_cost_nothing_until_opened(monkeypatch):
+    calls = []
+    real = R.display_signature
+    monkeypatch.setattr(R, "display_signature", lambda *a: calls.append(a) or real(*a))
+    view = W.ReportWidget(make(1000))
+    assert len(calls) == SHOWN_ROWS  # the rows shown, and no more
+    _frontend_opens(view.more)
+    _frontend_opens(view.more)  # opened twice: made once
+    assert len(calls) == 1000
 
+
+def test_a_reloaded_front_end_gets_the_whole_state():
+    model = W.ReportWidget(make(1)).main
+    sent = []
+    model.comm.send = lambda data=None, **kw: sent.append(data)
+    model._receive({"content": {"data": {"method": "request_state"}}})
+    assert sent == [{"method": "update", "state": model.state, "buffer_paths": []}]
+
+
+# --- what show_report displays -----------------------------------------------------------------
 
 @pytest.fixture
 def shown(monkeypatch):
@@ -76,7 +143,8 @@ def test_show_report_in_a_kernel_gives_the_widget_with_its_fallbacks(monkeypatch
     before = make(2, "cache", cell_seconds=0.002)
     after = W.show_report(before)
     (bundle,) = shown
-    assert set(bundle) >= {"application/vnd.jupyter.widget-view+json", "text/plain", "text/html"}
+    assert set(bundle) == {W.VIEW_MIME, "text/plain", "text/html"}
+    assert bundle[W.VIEW_MIME]["version_major"] == 2
     assert bundle["text/plain"].startswith("cudamagic: cache hit")
     assert 'class="cudamagic-badge cudamagic-hit"' in bundle["text/html"]
     # the rendering is timed, shown among the phases and in the cell's time
@@ -98,3 +166,72 @@ def test_show_warnings_alone_for_quiet_cells(shown):
     W.show_warnings(make(1, warnings=("a <b>",)))
     assert shown[0]["text/plain"] == "cudamagic: warning: a <b>"
     assert "a &lt;b&gt;" in shown[0]["text/html"]
+
+
+# --- in a real Jupyter kernel ------------------------------------------------------------------
+
+def _run(kc, code: str) -> list[dict]:
+    """Execute ``code``; the iopub messages it caused, up to idle."""
+    msg_id = kc.execute(code)
+    out = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=300)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return out
+        out.append(msg)
+
+
+def _cell(n: int) -> str:
+    names = " ".join(f'-n "k<{i}>"' for i in range(n))
+    return f"%%cuda {names}\ntemplate <int N> __global__ void k(int* x) {{ x[0] = N; }}\n"
+
+
+def test_in_a_kernel_a_report_is_one_message_and_ipywidgets_is_not_imported(tmp_path):
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path),
+                              env={**os.environ,
+                                   "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        _run(kc, "%load_ext cudamagic")
+        small = _run(kc, _cell(3))
+        opens = [m for m in small if m["msg_type"] == "comm_open"]
+        assert len(opens) == 1 and opens[0]["content"]["target_name"] == "jupyter.widget"
+        (display,) = [m for m in small if m["msg_type"] == "display_data"]
+        view = display["content"]["data"][W.VIEW_MIME]
+        assert view["model_id"] == opens[0]["content"]["comm_id"]
+        state = opens[0]["content"]["data"]["state"]
+        assert state["_model_name"] == "HTMLModel" and W.WIDGET_CLASS in state["_dom_classes"]
+        assert "cache miss" in state["value"]
+
+        big = _run(kc, _cell(SHOWN_ROWS + 7))
+        opens = {m["content"]["comm_id"]: m["content"]["data"]["state"]
+                 for m in big if m["msg_type"] == "comm_open"}
+        assert sorted(s["_model_name"] for s in opens.values()) == [
+            "AccordionModel", "HTMLModel", "HTMLModel", "VBoxModel"]
+        (more_id,) = [i for i, s in opens.items() if s["_model_name"] == "AccordionModel"]
+        assert opens[more_id]["titles"] == ["show the other 7 kernels"]
+        rest_id = opens[more_id]["children"][0].removeprefix("IPY_MODEL_")
+        # the user opens it: the front end says so, the kernel sends the 7 rows
+        msg = kc.session.msg("comm_msg", {"comm_id": more_id, "data": {
+            "method": "update", "state": {"selected_index": 0}, "buffer_paths": []}})
+        kc.shell_channel.send(msg)
+        deadline = time.monotonic() + 60
+        while True:
+            m = kc.get_iopub_msg(timeout=60)
+            if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == rest_id:
+                break
+            assert time.monotonic() < deadline
+        assert len(KERNEL_ROW.findall(m["content"]["data"]["state"]["value"])) == 7
+
+        check = _run(kc, textwrap.dedent("""\
+            import sys, json
+            print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'ipywidgets')))
+        """))
+        (printed,) = [m["content"]["text"] for m in check if m["msg_type"] == "stream"]
+        assert json.loads(printed) == []
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

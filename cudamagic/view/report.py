@@ -1,10 +1,10 @@
-"""The report of one build: a plain record that holds every word and number a view shows, and
-the two plain views that render it (text and HTML; :mod:`cudamagic.widget` wraps the HTML).
+"""The report of one build: a plain record that holds every word and number a view shows.
 
 The record decides the words: the badge's label and colour class, the headline, why a miss
-happened (:class:`Explanation`), each row's display cells, the phases of the time. A view only
-lays them out. Each word is worked out once per record, on first use (a ``%%cuda -q`` cell or a
-:func:`cudamagic.build` caller that never looks pays nothing).
+happened (:class:`Explanation`), each row's display cells, the phases of the time. The views
+(:mod:`.render` for text and HTML, :mod:`.widget` for the notebook) only lay them out. Each word
+is worked out once per record, on first use (a ``%%cuda -q`` cell or a :func:`cudamagic.build`
+caller that never looks pays nothing).
 
 Pure: no CUDA, no IPython, no widgets.
 """
@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import html
 import re
-import time as _time
 from dataclasses import dataclass, field
 
 from ..cxx import parse_demangled
-from ..units import counted, size_text
+from ..units import counted, duration_text
 
 __all__ = ["Explanation", "KernelRow", "BuildReport", "Badge", "Phase", "SHOWN_ROWS",
-           "display_signature", "render_text", "render_html", "CacheStats", "CacheListing",
-           "EnvironmentInfo"]
+           "display_signature"]
 
 #: Rows a displayed report lists up front; the rest are one click away (``str(report)`` and
 #: ``report.text()`` list them all).
@@ -165,13 +162,6 @@ class Phase:
     text: str
 
 
-def _ms(seconds: float) -> str:
-    ms = seconds * 1e3
-    if ms >= 1000:
-        return f"{seconds:.2f} s"
-    return f"{ms:.1f} ms" if ms >= 1 else f"{ms:.2f} ms"
-
-
 _STATUS = {"cache": Badge("cache hit", "cudamagic-hit"),
            "compiled": Badge("cache miss", "cudamagic-miss"),
            "cubin": Badge("loaded CUBIN", "cudamagic-cubin")}
@@ -275,7 +265,7 @@ class BuildReport:
     @functools.cached_property
     def summary(self) -> str:
         """Time, kernel count and arch in one line (``7.6 ms · 3 kernels · sm_90``)."""
-        return f"{_ms(self.seconds)} · {counted(len(self.rows), 'kernel')} · {self.arch}"
+        return f"{duration_text(self.seconds)} · {counted(len(self.rows), 'kernel')} · {self.arch}"
 
     @functools.cached_property
     def headline(self) -> str:
@@ -299,13 +289,13 @@ class BuildReport:
     def phases(self) -> tuple[Phase, ...]:
         """Where the time went, in the order of the pipeline, then the total. Time in no phase
         (Python between them) is ``other``; the total is what the headline says."""
-        out = [Phase(label, self.timings[k], _ms(self.timings[k]))
+        out = [Phase(label, self.timings[k], duration_text(self.timings[k]))
                for k, label in _PHASES if k in self.timings]
         rest = self.seconds - sum(p.seconds for p in out)
         if rest >= 5e-5:
-            out.append(Phase("other", rest, _ms(rest)))
+            out.append(Phase("other", rest, duration_text(rest)))
         what = "the cell" if self.cell_seconds is not None else "the build"
-        out.append(Phase(what, self.seconds, _ms(self.seconds)))
+        out.append(Phase(what, self.seconds, duration_text(self.seconds)))
         return tuple(out)
 
     @functools.cached_property
@@ -353,10 +343,14 @@ class BuildReport:
 
     def text(self, max_rows: int | None = None) -> str:
         """The report as plain text (terminal IPython, logs); every row unless ``max_rows``."""
+        from .render import render_text
+
         return render_text(self, max_rows)
 
     def html(self, max_rows: int | None = SHOWN_ROWS) -> str:
         """The report as an HTML fragment (exports where widgets do not render)."""
+        from .render import render_html
+
         return render_html(self, max_rows)
 
     def __str__(self) -> str:
@@ -371,246 +365,3 @@ class BuildReport:
 
     def _repr_html_(self) -> str:
         return self.html()
-
-
-# ---------------------------------------------------------------------------------------------
-# Views: they lay out the record's words and compute none
-# ---------------------------------------------------------------------------------------------
-
-def _table_text(columns: tuple[str, ...], rows) -> list[str]:
-    widths = [len(c) for c in columns]
-    for r in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, r)]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
-            for r in (columns, *rows)]
-
-
-def text_head(report: BuildReport) -> list[str]:
-    """The headline and, for a changed source, its diff."""
-    diff = report.explanation.diff if report.explanation is not None and report.why else ()
-    return [report.headline, *(f"    {d}" for d in diff)]
-
-
-#: Where a text line of the report folds (the phases' line would run past 400 characters).
-TEXT_WIDTH = 100
-
-
-def _fold(prefix: str, items) -> str:
-    """``items`` joined by `` · `` after ``prefix``, folded between items at
-    :data:`TEXT_WIDTH` (continuation lines indented under the first item)."""
-    first, *rest = items
-    lines, indent = [prefix + first], " " * len(prefix)
-    for item in rest:
-        if len(lines[-1]) + len(" · ") + len(item) + len(" ·") > TEXT_WIDTH:
-            lines[-1] += " ·"
-            lines.append(indent + item)
-        else:
-            lines[-1] += " · " + item
-    return "\n".join(lines)
-
-
-def text_phases(report: BuildReport) -> str:
-    """Where the time went, folded between phases."""
-    return _fold("  time: ", [f"{p.label} {p.text}" for p in report.phases])
-
-
-def text_body(report: BuildReport, max_rows: int | None = None) -> list[str]:
-    """The name map, the warnings, what the build used, the compile log."""
-    lines = _table_text(report.columns, report.table(0, max_rows))
-    more = report.more_rows(max_rows)
-    if more:
-        lines.append(f"  ... {more}")
-    lines += [f"  warning: {w}" for w in report.warnings]
-    lines.append(_fold("  ", [f"{k} {v}" for k, v in report.facts]))
-    if report.log:
-        lines += ["  compile log:"] + [f"    {ln}" for ln in report.log.splitlines()]
-    return lines
-
-
-def render_text(report: BuildReport, max_rows: int | None = None) -> str:
-    """The whole report as text."""
-    return "\n".join([*text_head(report), *text_body(report, max_rows), text_phases(report)])
-
-
-_BADGE_STYLE = {"cudamagic-hit": "#1a7f37", "cudamagic-miss": "#9a6700",
-                "cudamagic-cubin": "#0969da"}
-_CELL = "text-align:left;padding:1px 10px 1px 0;vertical-align:top"
-
-
-def html_rows(report: BuildReport, start: int = 0, stop: int | None = None) -> str:
-    """Table rows ``start:stop`` of the name map as ``<tr>`` elements."""
-    esc = html.escape
-    return "".join("<tr>" + "".join(f"<td style='{_CELL}'><code>{esc(c)}</code></td>" for c in r)
-                   + "</tr>" for r in report.table(start, stop))
-
-
-def html_table(report: BuildReport, rows_html: str, cls: str = "cudamagic-names") -> str:
-    head = "".join(f"<th style='{_CELL};white-space:nowrap'>{html.escape(c)}</th>"
-                   for c in report.columns)
-    return (f'<table class="{cls}" style="border-collapse:collapse"><thead><tr>{head}</tr>'
-            f"</thead><tbody>{rows_html}</tbody></table>")
-
-
-def html_body(report: BuildReport, max_rows: int | None = SHOWN_ROWS) -> str:
-    """The name map (cut at ``max_rows``), the warnings, the compile log, what the build used."""
-    esc = html.escape
-    parts = [html_table(report, html_rows(report, 0, max_rows))]
-    more = report.more_rows(max_rows)
-    if more:
-        parts.append(f'<div class="cudamagic-more"><i>&hellip; {esc(more)}</i></div>')
-    if report.warnings:
-        parts.append('<ul class="cudamagic-warnings" style="margin:4px 0;padding-left:18px">'
-                     + "".join(f'<li class="cudamagic-warning">&#9888; {esc(w)}</li>'
-                               for w in report.warnings) + "</ul>")
-    if report.log:
-        parts.append(f'<details class="cudamagic-log"><summary>compile log</summary>'
-                     f"<pre>{esc(report.log)}</pre></details>")
-    parts.append('<div class="cudamagic-facts" style="opacity:.75;font-size:90%">'
-                 + " &middot; ".join(f"{esc(k)} <code>{esc(v)}</code>" for k, v in report.facts)
-                 + "</div>")
-    return "".join(parts)
-
-
-def html_head(report: BuildReport) -> str:
-    """The badge, the time, why a miss happened (with its diff), and the phases behind a click."""
-    esc = html.escape
-    b = report.badge
-    head = (f'<div class="cudamagic-head"><span class="cudamagic-badge {b.css_class}" '
-            f'style="background:{_BADGE_STYLE[b.css_class]};color:white;padding:1px 6px;'
-            f'border-radius:4px">{esc(b.label)}</span> '
-            f'<span class="cudamagic-summary">{esc(report.summary)}</span></div>')
-    why = ""
-    if report.why:
-        diff = report.explanation.diff if report.explanation else ()
-        pre = (f'<pre class="cudamagic-diff" style="margin:2px 0">{esc(chr(10).join(diff))}</pre>'
-               if diff else "")
-        why = f'<div class="cudamagic-why">why: {esc(report.why)}{pre}</div>'
-    rows = "".join(f"<tr><td style='{_CELL}'>{esc(p.label)}</td>"
-                   f"<td style='{_CELL};text-align:right'>{esc(p.text)}</td></tr>"
-                   for p in report.phases)
-    phases = (f'<details class="cudamagic-phases"><summary>where the {esc(_ms(report.seconds))} '
-              f'went</summary><table style="border-collapse:collapse">{rows}</table></details>')
-    return head + why + phases
-
-
-def render_html(report: BuildReport, max_rows: int | None = SHOWN_ROWS) -> str:
-    """The whole report as one HTML fragment."""
-    return wrap_html(html_head(report) + html_body(report, max_rows))
-
-
-def wrap_html(inner: str) -> str:
-    return f'<div class="cudamagic-report">{inner}</div>'
-
-
-# ---------------------------------------------------------------------------------------------
-# The line magics' records
-# ---------------------------------------------------------------------------------------------
-
-def _table_html(columns: tuple[str, ...], rows: list[tuple[str, ...]], cls: str) -> str:
-    esc = html.escape
-    head = "".join(f"<th style='{_CELL}'>{esc(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td style='{_CELL}'>{esc(c)}</td>" for c in r) + "</tr>"
-                   for r in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-class _Record:
-    """Text and HTML views of a small record: its ``pairs()`` and an optional table.
-
-    Subclasses are dataclasses made with ``repr=False``: IPython's pretty printer takes a class's
-    own ``__repr__`` before a base class's ``_repr_pretty_``, so a generated one would be shown
-    in a terminal instead of the text.
-    """
-
-    title = ""
-    columns: tuple[str, ...] = ()
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return []
-
-    def table(self) -> list[tuple[str, ...]]:
-        return []
-
-    def text(self) -> str:
-        """The record as text, as a terminal shows it (``str()`` gives the same)."""
-        lines = [self.title] + [f"  {k}: {v}" for k, v in self.pairs()]
-        if self.columns:
-            rows = self.table()
-            lines += _table_text(self.columns, rows) if rows else ["  (none)"]
-        return "\n".join(lines)
-
-    def html(self) -> str:
-        esc = html.escape
-        dl = "".join(f"<tr><th style='{_CELL}'>{esc(k)}</th><td style='{_CELL}'>{esc(v)}</td></tr>"
-                     for k, v in self.pairs())
-        tab = _table_html(self.columns, self.table(), "cudamagic-list") if self.columns else ""
-        return f"<div><b>{esc(self.title)}</b><table>{dl}</table>{tab}</div>"
-
-    def __str__(self) -> str:
-        return self.text()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__}: {self.title}>"
-
-    def _repr_pretty_(self, p, cycle: bool) -> None:
-        p.text(self.text())
-
-    def _repr_html_(self) -> str:
-        return self.html()
-
-
-def _when(t: float | None) -> str:
-    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(t)) if t else "-"
-
-
-@dataclass(frozen=True, repr=False)
-class CacheStats(_Record):
-    """``%cuda_cache stats``."""
-
-    location: str
-    entries: int
-    volume: int
-    size_limit: int
-    hits: int
-    misses: int
-    note: str = ""
-    title = "cudamagic cache"
-
-    @classmethod
-    def of(cls, cache, note: str = "") -> "CacheStats":
-        """Read the numbers off a :class:`~cudamagic.cache.KernelCache` (``note``: what a
-        command just did, shown first)."""
-        hits, misses = cache.stats()
-        return cls(location=cache.location, entries=len(cache), volume=cache.volume(),
-                   size_limit=cache.size_limit, hits=hits, misses=misses, note=note)
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return [*([("done", self.note)] if self.note else []),
-                ("location", self.location), ("entries", str(self.entries)),
-                ("size", f"{size_text(self.volume)} of {size_text(self.size_limit)}"),
-                ("lookups", f"{self.hits} hits, {self.misses} misses")]
-
-
-@dataclass(frozen=True, repr=False)
-class CacheListing(_Record):
-    """``%cuda_cache list``: entries, newest first."""
-
-    entries: tuple
-    title = "cudamagic cache entries (newest first)"
-    columns = ("key", "size", "created", "last used", "name expressions")
-
-    def table(self) -> list[tuple[str, ...]]:
-        return [(e.key[:12], f"{e.size / 1024:.1f} KiB", _when(e.created), _when(e.last_used),
-                 ", ".join(e.name_expressions) if e.readable else "(unreadable: rebuilt on use)")
-                for e in self.entries]
-
-
-@dataclass(frozen=True, repr=False)
-class EnvironmentInfo(_Record):
-    """``%cuda_info``: what a build would use here."""
-
-    fields: tuple[tuple[str, str], ...]
-    title = "cudamagic environment"
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return list(self.fields)

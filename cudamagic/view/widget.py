@@ -1,11 +1,15 @@
-"""The ipywidgets view of a :class:`~cudamagic.report.BuildReport`, and how a report is shown.
+"""The report in a notebook: a Jupyter widget, and how a report is shown.
 
-The widget lays out the record's HTML view (:mod:`cudamagic.report`) and decides no words. It is
-one ``ipywidgets.HTML`` (carrying the CSS class ``cudamagic-widget``), the phases and the compile
-log behind ``<details>``; a report of more than :data:`~cudamagic.report.SHOWN_ROWS` kernels adds
-an Accordion whose rows are rendered only when it is opened. One HTML widget rather than a box
-of them: each widget is a comm (and a Layout and a Style besides), and the fewer there are, the
-less the notebook waits (measured in docs/performance.md).
+The report is one ipywidgets ``HTML`` model in the front end (carrying the CSS class
+``cudamagic-widget``) whose value is the record's HTML view (:mod:`.render`): one comm message.
+A report of more than :data:`~cudamagic.view.report.SHOWN_ROWS` kernels adds an Accordion,
+*show the other N kernels*, in a VBox with it; the hidden rows are made only when it is opened.
+
+The models are opened on the widget protocol's own comm (``jupyter.widget``) with the state
+ipywidgets itself would send (a test compares the two), so showing a report does not import
+ipywidgets' Python package: its widget classes, their traits and their Layout and Style models,
+none of which a report uses. The front end (JupyterLab's widget manager, from
+``jupyterlab_widgets``) renders them as it renders any ``ipywidgets.HTML``.
 
 Where widgets cannot render (terminal IPython, an HTML export), the same record shows as text
 or HTML: the widget's display bundle carries both beside it.
@@ -14,65 +18,121 @@ or HTML: the widget's display bundle carries both beside it.
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
-from .report import (SHOWN_ROWS, BuildReport, html_body, html_head, html_rows, html_table,
-                     text_body, text_head, text_phases, wrap_html)
+from ..units import counted
+from .render import (html_body, html_head, html_rows, html_table, text_body, text_head,
+                     text_phases, wrap_html)
+from .report import SHOWN_ROWS, BuildReport
 
-__all__ = ["report_widget", "show_report", "show_warnings", "WIDGET_CLASS"]
+__all__ = ["ReportWidget", "show_report", "show_warnings", "WIDGET_CLASS", "MORE_CLASS"]
 
 #: The CSS class of the widget's own element (the HTML fallback never carries it).
 WIDGET_CLASS = "cudamagic-widget"
+#: The CSS class of the Accordion that holds the rows past the first ``SHOWN_ROWS``.
+MORE_CLASS = "cudamagic-more-rows"
+
+#: The widget protocol and the front-end module versions of ipywidgets 8 (the dependency's
+#: major version): ``ipywidgets._version`` holds the same numbers.
+PROTOCOL_VERSION = "2.1.0"
+CONTROLS = "@jupyter-widgets/controls"
+CONTROLS_VERSION = "2.0.0"
+VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
 
-def report_widget(report: BuildReport, body: str | None = None):
-    """The report as an ipywidgets widget: an ``HTML`` (or, past :data:`SHOWN_ROWS` kernels, a
-    ``VBox`` of it and an Accordion holding the other rows, filled when first opened).
+def _state(model: str, **state: Any) -> dict[str, Any]:
+    """A controls model's full state as ipywidgets sends it, less the Layout (and, for an HTML,
+    the Style) model it would make: the front end draws a view without them."""
+    return {"_dom_classes": [], "_model_module": CONTROLS,
+            "_model_module_version": CONTROLS_VERSION, "_model_name": f"{model}Model",
+            "_view_count": None, "_view_module": CONTROLS,
+            "_view_module_version": CONTROLS_VERSION, "_view_name": f"{model}View",
+            "tabbable": None, "tooltip": None, **state}
+
+
+def html_state(value: str, classes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An ``ipywidgets.HTML``'s state."""
+    return _state("HTML", _dom_classes=list(classes), description="",
+                  description_allow_html=False, placeholder="\u200b", value=value)
+
+
+def accordion_state(child: str, title: str, classes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A closed one-child ``ipywidgets.Accordion``'s state (``child``: a model reference)."""
+    return _state("Accordion", _dom_classes=list(classes), box_style="", children=[child],
+                  selected_index=None, titles=[title])
+
+
+def vbox_state(children: list[str], classes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An ``ipywidgets.VBox``'s state (``children``: model references)."""
+    return _state("VBox", _dom_classes=list(classes), box_style="", children=children)
+
+
+class _Model:
+    """One widget model in the front end, kept in step over its comm: what ipywidgets' ``Widget``
+    does, for the few plain models a report uses."""
+
+    def __init__(self, state: dict[str, Any],
+                 on_change: Callable[[dict[str, Any]], None] | None = None) -> None:
+        from comm import create_comm
+
+        self.state = state
+        self.on_change = on_change
+        self.comm = create_comm(target_name="jupyter.widget",
+                                data={"state": state, "buffer_paths": []},
+                                metadata={"version": PROTOCOL_VERSION})
+        self.comm.on_msg(self._receive)
+
+    @property
+    def ref(self) -> str:
+        """How another model's state names this one."""
+        return f"IPY_MODEL_{self.comm.comm_id}"
+
+    def update(self, **state: Any) -> None:
+        """Change the model here and in the front end."""
+        self.state.update(state)
+        self.comm.send({"method": "update", "state": state, "buffer_paths": []})
+
+    def _receive(self, msg: dict) -> None:
+        data = msg["content"]["data"]
+        if data.get("method") == "request_state":  # a front end reloaded, or a second view
+            self.comm.send({"method": "update", "state": self.state, "buffer_paths": []})
+        elif data.get("method") == "update":
+            changed = data.get("state", {})
+            self.state.update(changed)
+            if self.on_change is not None:
+                self.on_change(changed)
+
+
+class ReportWidget:
+    """A report as a widget: the models are opened in the front end when it is made.
 
     ``body`` is the report's HTML body when the caller rendered it already.
     """
-    import ipywidgets as w
 
-    if body is None:
-        body = html_body(report, SHOWN_ROWS)
-    main = w.HTML(wrap_html(html_head(report) + body), **_shared_looks(w))
-    main.add_class(WIDGET_CLASS)
-    if len(report.rows) <= SHOWN_ROWS:
-        return main
-    rest = w.HTML("")
-    more = w.Accordion(children=[rest], selected_index=None)
-    more.set_title(0, f"show the other {len(report.rows) - SHOWN_ROWS} kernels")
-    more.add_class("cudamagic-more-rows")
+    def __init__(self, report: BuildReport, body: str | None = None) -> None:
+        if body is None:
+            body = html_body(report, SHOWN_ROWS)
+        self.report = report
+        self.main = _Model(html_state(wrap_html(html_head(report) + body), (WIDGET_CLASS,)))
+        self.top = self.main
+        self.rest = self.more = None  # past SHOWN_ROWS: the hidden rows, and what opens them
+        hidden = len(report.rows) - SHOWN_ROWS
+        if hidden > 0:
+            self.rest = _Model(html_state(""))
+            title = f"show the other {counted(hidden, 'kernel')}"
+            self.more = _Model(accordion_state(self.rest.ref, title, (MORE_CLASS,)), self._opened)
+            self.top = _Model(vbox_state([self.main.ref, self.more.ref],
+                                         ("cudamagic-report-box",)))
 
-    def fill(change) -> None:
-        if change["new"] is not None and not rest.value:
-            rest.value = html_table(report, html_rows(report, SHOWN_ROWS))
+    def _opened(self, changed: dict[str, Any]) -> None:
+        """The Accordion was opened: make the hidden rows now, once."""
+        if changed.get("selected_index") is not None and not self.rest.state["value"]:
+            self.rest.update(value=html_table(self.report, html_rows(self.report, SHOWN_ROWS)))
 
-    more.observe(fill, names="selected_index")
-    box = w.VBox([main, more])
-    box.add_class("cudamagic-report-box")
-    return box
-
-
-_looks: dict = {}
-
-
-def _shared_looks(w) -> dict:
-    """One Layout and one Style for every report's HTML widget: a widget's own would be two more
-    comms for each report (measured in a Jupyter kernel: an HTML widget built in 1.3 ms with its
-    own, 0.6 ms with shared ones). Made again after ``Widget.close_all()``."""
-    if not _looks or any(getattr(x, "comm", None) is None for x in _looks.values()):
-        first = w.HTML()
-        _looks.update(layout=first.layout, style=first.style)
-    return _looks
-
-
-def prepare() -> None:
-    """Make the shared Layout and Style now (``%load_ext``), in a Jupyter kernel: the first
-    report then opens one comm instead of three (about 3 ms on an H200 host)."""
-    if _in_kernel():
-        import ipywidgets
-
-        _shared_looks(ipywidgets)
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        return {VIEW_MIME: {"version_major": 2, "version_minor": 0,
+                            "model_id": self.top.comm.comm_id},
+                "text/plain": repr(self.report)}
 
 
 def _in_kernel() -> bool:
@@ -89,7 +149,7 @@ def show_report(report: BuildReport) -> BuildReport:
     front ends and exports that cannot render widgets), text in a terminal.
 
     The time rendering takes (the table, as text and HTML) is the ``display`` phase and part of
-    the time shown; building the widget and sending it come after and are not. Returns the
+    the time shown; opening the widget and sending it come after and are not. Returns the
     record as shown.
     """
     from IPython.display import display
@@ -106,7 +166,7 @@ def show_report(report: BuildReport) -> BuildReport:
     if not kernel:
         display({"text/plain": plain}, raw=True)
         return report
-    bundle = report_widget(report, body)._repr_mimebundle_()
+    bundle = ReportWidget(report, body)._repr_mimebundle_()
     bundle["text/plain"] = plain
     bundle["text/html"] = wrap_html(html_head(report) + body)
     display(bundle, raw=True)

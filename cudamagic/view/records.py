@@ -1,0 +1,116 @@
+"""The line magics' records: ``%cuda_cache stats`` and ``list``, ``%cuda_info``. Each is a small
+frozen record with a text view (a terminal, ``str()``) and an HTML table (a notebook)."""
+
+from __future__ import annotations
+
+import html
+import time as _time
+from dataclasses import dataclass
+
+from ..units import size_text
+from .render import CELL_STYLE, plain_table_html, table_text
+
+__all__ = ["CacheStats", "CacheListing", "EnvironmentInfo"]
+
+
+class _Record:
+    """Text and HTML views of a small record: its ``pairs()`` and an optional table.
+
+    Subclasses are dataclasses made with ``repr=False``: IPython's pretty printer takes a class's
+    own ``__repr__`` before a base class's ``_repr_pretty_``, so a generated one would be shown
+    in a terminal instead of the text.
+    """
+
+    title = ""
+    columns: tuple[str, ...] = ()
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return []
+
+    def table(self) -> list[tuple[str, ...]]:
+        return []
+
+    def text(self) -> str:
+        """The record as text, as a terminal shows it (``str()`` gives the same)."""
+        lines = [self.title] + [f"  {k}: {v}" for k, v in self.pairs()]
+        if self.columns:
+            rows = self.table()
+            lines += table_text(self.columns, rows) if rows else ["  (none)"]
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        """The record as HTML, as a notebook shows it."""
+        esc = html.escape
+        dl = "".join(f"<tr><th style='{CELL_STYLE}'>{esc(k)}</th>"
+                     f"<td style='{CELL_STYLE}'>{esc(v)}</td></tr>" for k, v in self.pairs())
+        tab = plain_table_html(self.columns, self.table(), "cudamagic-list") if self.columns else ""
+        return f"<div><b>{esc(self.title)}</b><table>{dl}</table>{tab}</div>"
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {self.title}>"
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(self.text())
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+
+def _when(t: float | None) -> str:
+    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(t)) if t else "-"
+
+
+@dataclass(frozen=True, repr=False)
+class CacheStats(_Record):
+    """``%cuda_cache stats``."""
+
+    location: str
+    entries: int
+    volume: int
+    size_limit: int
+    hits: int
+    misses: int
+    note: str = ""
+    title = "cudamagic cache"
+
+    @classmethod
+    def of(cls, cache, note: str = "") -> "CacheStats":
+        """Read the numbers off a :class:`~cudamagic.cache.KernelCache` (``note``: what a
+        command just did, shown first)."""
+        hits, misses = cache.stats()
+        return cls(location=cache.location, entries=len(cache), volume=cache.volume(),
+                   size_limit=cache.size_limit, hits=hits, misses=misses, note=note)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [*([("done", self.note)] if self.note else []),
+                ("location", self.location), ("entries", str(self.entries)),
+                ("size", f"{size_text(self.volume)} of {size_text(self.size_limit)}"),
+                ("lookups", f"{self.hits} hits, {self.misses} misses")]
+
+
+@dataclass(frozen=True, repr=False)
+class CacheListing(_Record):
+    """``%cuda_cache list``: entries, newest first."""
+
+    entries: tuple
+    title = "cudamagic cache entries (newest first)"
+    columns = ("key", "size", "created", "last used", "name expressions")
+
+    def table(self) -> list[tuple[str, ...]]:
+        return [(e.key[:12], f"{e.size / 1024:.1f} KiB", _when(e.created), _when(e.last_used),
+                 ", ".join(e.name_expressions) if e.readable else "(unreadable: rebuilt on use)")
+                for e in self.entries]
+
+
+@dataclass(frozen=True, repr=False)
+class EnvironmentInfo(_Record):
+    """``%cuda_info``: what a build would use here."""
+
+    fields: tuple[tuple[str, str], ...]
+    title = "cudamagic environment"
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return list(self.fields)
