@@ -54,8 +54,14 @@ class CompileResult:
 
 
 def _nvrtc():
-    from cuda.bindings import nvrtc  # imported on first compile: it loads libnvrtc
-
+    try:
+        from cuda.bindings import nvrtc  # imported on first compile: it loads libnvrtc
+    except ImportError as exc:  # the package was installed without a CUDA stack
+        raise CompileError(
+            "NVRTC is not installed here (no cuda.bindings): cudamagic needs the CUDA stack of "
+            "your driver's major version beside it. Install it with the package: pip install "
+            "'cudamagic[cu13]' or 'cudamagic[cu12]' (from a checkout: pip install -e '.[cu13]'; "
+            "from a wheel: pip install 'cudamagic-VERSION-py3-none-any.whl[cu13]')") from exc
     return nvrtc
 
 

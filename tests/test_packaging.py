@@ -1,0 +1,106 @@
+"""The package as a user installs it: the wheel built from this tree holds every module and
+``py.typed``, its version is ``cudamagic.__version__``, the CUDA stack comes with ``[cu12]`` or
+``[cu13]`` (never both, never unasked), and without a stack the first build says which to
+install."""
+
+from __future__ import annotations
+
+import email
+import os
+import shutil
+import subprocess
+import sys
+
+import zipfile
+
+import pytest
+
+import cudamagic
+
+from .conftest import REPO
+
+
+def _tree_files() -> list[str]:
+    """The files git would ship from this tree (tracked, and new ones not ignored)."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout.split()
+    return [f for f in out if (REPO / f).is_file()]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """The wheel pip builds from a copy of this tree (a build writes into the tree it builds)."""
+    src = tmp_path_factory.mktemp("src")
+    for f in _tree_files():
+        (src / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / f, src / f)
+    out = src / "dist"
+    run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
+                          str(src)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (path,) = out.glob("cudamagic-*.whl")
+    return path
+
+
+def _metadata(wheel) -> email.message.Message:
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        return email.message_from_bytes(z.read(name))
+
+
+def test_the_wheel_holds_every_module_and_py_typed(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        shipped = {n for n in z.namelist() if n.startswith("cudamagic/")}
+    modules = {f for f in _tree_files() if f.startswith("cudamagic/") and f.endswith(".py")}
+    assert modules and modules <= shipped, sorted(modules - shipped)
+    assert "cudamagic/py.typed" in shipped
+    for sub in ("store", "toolchain", "cxx", "launch", "view"):
+        assert f"cudamagic/{sub}/__init__.py" in shipped
+
+
+def test_the_version_is_written_once(wheel):
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert _metadata(wheel)["Version"] == cudamagic.__version__
+
+
+def test_the_cuda_stack_is_an_extra_per_major_version(wheel):
+    meta = _metadata(wheel)
+    requires = meta.get_all("Requires-Dist")
+    always = [r for r in requires if "extra ==" not in r]
+    for stack in ("cupy", "cuda-bindings", "cuda-python", "nvidia-"):
+        assert not any(r.startswith(stack) for r in always), always  # never unasked
+    extras = set(meta.get_all("Provides-Extra"))
+    assert {"cu12", "cu13", "dask", "test"} <= extras
+
+    def of(extra: str) -> list[str]:
+        return [r.split(";")[0].strip() for r in requires if f'extra == "{extra}"' in r]
+
+    for extra, major, cupy in (("cu12", 12, "cupy-cuda12x"), ("cu13", 13, "cupy-cuda13x")):
+        reqs = of(extra)
+        assert any(r.startswith(cupy) for r in reqs), reqs
+        bindings = next(r for r in reqs if r.startswith("cuda-bindings"))
+        assert f"<{major + 1}" in bindings and f">={major}" in bindings, bindings
+        assert any(r.startswith("nvidia-cuda-nvrtc") for r in reqs), reqs
+        assert any(r.startswith("nvidia-cuda-runtime") for r in reqs), reqs
+    assert "cudamagic[cu13]" in of("test")  # the README's set-up command gets a stack
+    classifiers = meta.get_all("Classifier")
+    assert "Environment :: GPU :: NVIDIA CUDA :: 12" in classifiers
+    assert "Environment :: GPU :: NVIDIA CUDA :: 13" in classifiers
+
+
+def test_without_a_cuda_stack_the_first_build_says_what_to_install(tmp_path):
+    code = ("import sys\n"
+            "sys.modules['cuda.bindings'] = sys.modules['cuda.bindings.nvrtc'] = None\n"
+            "import cudamagic\n"
+            "try:\n"
+            "    cudamagic.build('__global__ void k(int* x) { *x = 1; }', cache=sys.argv[1])\n"
+            "except cudamagic.CompileError as exc:\n"
+            "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "NVRTC is not installed" in out.stdout
+    assert "cudamagic[cu13]" in out.stdout and "cudamagic[cu12]" in out.stdout
