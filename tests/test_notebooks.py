@@ -72,6 +72,13 @@ def test_quickstart_runs_and_a_rerun_is_a_hit(cache_env):
     syntax_text, typo_text = _error(syntax), _error(typo)
     assert 'line 5: error: expected a ";"' in syntax_text and "Traceback" not in syntax_text
     assert "did you mean 'saxpy'?" in typo_text
+    # each cell that fails fails on purpose, and says so in its own source and the text above
+    failed = [i for i, c in enumerate(first.cells) if c.cell_type == "code"
+              and any(o["output_type"] == "error" for o in c.outputs)]
+    assert len(failed) == 3
+    for i in failed:
+        assert "raises-exception" in first.cells[i].metadata.get("tags", [])
+        assert "on purpose" in first.cells[i].source and "on purpose" in first.cells[i - 1].source
     bad_call = next(c for c in first.cells if "one argument short" in c.source)
     assert "ArgumentTypeError: saxpy<float> takes 4 arguments" in _error(bad_call)
     # a picture, a look at the cache and at the machine, as text a person reads
