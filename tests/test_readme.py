@@ -1,0 +1,132 @@
+"""The README a user reads: under 8 KB, every link (README and docs/) resolves to a file and a
+heading there, and every shell command in it is known here: run where that is safe
+(``ipykernel install`` into a scratch prefix), checked for its shape where it is not (a command
+that makes a venv or installs is checked against pyproject: the extras it names exist, the wheel
+it names is this version's). CI runs the README's test command itself (.ci/run)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+import cudamagic
+
+from .conftest import REPO
+
+README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _shell_blocks(text: str) -> list[str]:
+    return re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, flags=re.S)
+
+
+def _commands(text: str) -> list[str]:
+    """Every command of the README's shell blocks: comments dropped, ``&&`` chains split."""
+    out = []
+    for block in _shell_blocks(text):
+        for line in block.splitlines():
+            line = re.sub(r"(^|\s)#.*$", "", line).strip()  # a comment (not inside a word)
+            out += [c.strip() for c in line.split("&&") if c.strip()]
+    return out
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def test_the_readme_stays_under_8_kb():
+    assert len(README.read_bytes()) < 8 * 1024
+
+
+def test_the_set_up_commands_open_the_readme_and_ci_runs_the_test_command():
+    text = README.read_text()
+    first = _shell_blocks(text)[0].splitlines()
+    main_job, tests = first[1], first[3]
+    assert text.index("```bash") < text.index("\n## ")  # before anything else
+    assert main_job.endswith("scripts/run_notebook.py notebooks/quickstart.ipynb")
+    assert tests.endswith(".venv/bin/python -m pytest")
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert tests in ci  # CI runs the README's own test command
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_links_resolve_to_a_file_and_a_heading(path):
+    links = LINK.findall(re.sub(r"```.*?```", "", path.read_text(), flags=re.S))
+    for link in links:
+        if re.match(r"[a-z]+://", link):
+            continue  # the web: not checked offline
+        target, _, anchor = link.partition("#")
+        file = (path.parent / target).resolve() if target else path
+        assert file.is_file(), f"{path.name}: {link} names no file"
+        if anchor:
+            assert anchor in _anchors(file), f"{path.name}: {link}: no such heading"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {(README.parent / link.partition("#")[0]).resolve()
+              for link in LINK.findall(README.read_text())}
+    assert {p.resolve() for p in DOCS} - linked == set()
+
+
+def _extras() -> set[str]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    return set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+               ["optional-dependencies"])
+
+
+def _check_install(args: list[str]) -> None:
+    targets = [a for a in args if not a.startswith("-")]
+    assert targets, args
+    for target in targets:
+        where, _, extras = target.partition("[")
+        for extra in filter(None, extras.rstrip("]").split(",")):
+            assert extra in _extras(), f"pip install {target}: no extra {extra!r}"
+        if where.endswith(".whl"):
+            assert where == f"dist/cudamagic-{cudamagic.__version__}-py3-none-any.whl", where
+        else:
+            assert where == ".", target
+
+
+def _run_ipykernel_install(args: list[str], tmp_path) -> None:
+    """The command as written, with ``--user`` pointed at a scratch prefix."""
+    args = [f"--prefix={tmp_path}" if a == "--user" else a for a in args]
+    run = subprocess.run([sys.executable, "-m", "ipykernel", *args], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    name = args[args.index("--name") + 1]
+    assert (tmp_path / "share" / "jupyter" / "kernels" / name / "kernel.json").is_file()
+
+
+def test_every_readme_command_is_run_or_checked(tmp_path):
+    seen = set()
+    for command in _commands(README.read_text()):
+        argv = shlex.split(command)
+        prog, rest = argv[0].rsplit("/", 1)[-1], argv[1:]
+        if prog in ("python", "python3") and rest[:2] == ["-m", "venv"]:
+            assert rest[2:] == [".venv"], command
+        elif prog == "pip" and rest[0] == "install":
+            _check_install(rest[1:])
+        elif prog in ("python", "python3") and rest[:2] == ["-m", "ipykernel"]:
+            _run_ipykernel_install(rest[2:], tmp_path)
+        elif prog == "python" and rest == ["-m", "build"]:
+            assert (REPO / "pyproject.toml").read_text().count("[build-system]") == 1
+        elif prog == "python" and rest == ["-m", "pytest"]:
+            pass  # CI runs it
+        elif prog == "python" and rest and rest[0].endswith(".py"):
+            assert all((REPO / a).is_file() for a in rest), command  # tests run it for real
+        else:
+            pytest.fail(f"a README command no test knows: {command!r}")
+        seen.add(prog)
+    assert {"pip", "python"} <= seen
