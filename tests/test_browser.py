@@ -12,7 +12,7 @@ Needs ``chromium`` (Debian), ``jupyterlab`` and ``playwright`` (PyPI). Skipped w
 where they are missing, except where ``CUDAMAGIC_REQUIRE_BROWSER=1`` (CI sets it), where their
 absence is a failure. Screenshots land in ``artifacts/browser/``: ``widget-miss.png``,
 ``widget-changed.png``, ``widget-hit.png``, ``argument-error.png``, ``compile-error.png``,
-``picture.png``, ``quickstart.png``.
+``picture.png``, ``quickstart.png``, ``widget-more-rows.png``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from cudamagic.view.report import SHOWN_ROWS
 
 from .conftest import REPO
 
@@ -68,6 +70,7 @@ def lab(tmp_path, request):
     root = tmp_path / "lab"
     root.mkdir()
     shutil.copy(REPO / "notebooks" / "quickstart.ipynb", root)
+    _many_kernels_notebook(root / "many.ipynb")
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
@@ -109,15 +112,30 @@ def lab(tmp_path, request):
     log.close()
 
 
-def _open(p, base: str, token: str, tmp_path: Path):
-    """A Chromium page on the quickstart, its kernel started and idle."""
+MANY = SHOWN_ROWS + 5
+
+
+def _many_kernels_notebook(path: Path) -> None:
+    """A notebook whose one %%cuda cell holds more kernels than a report shows up front."""
+    import nbformat
+
+    names = " ".join(f'-n "k<{i}>"' for i in range(MANY))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext cudamagic"),
+                nbformat.v4.new_code_cell(f"%%cuda {names}\ntemplate <int N> __global__ void "
+                                          "k(int* x) { x[0] = N; }\n")]
+    nbformat.write(nb, path)
+
+
+def _open(p, base: str, token: str, tmp_path: Path, notebook: str = "quickstart.ipynb"):
+    """A Chromium page on a notebook (the quickstart), its kernel started and idle."""
     browser = p.chromium.launch_persistent_context(
         str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
         args=["--no-sandbox", "--disable-gpu", "--no-first-run",
               "--disable-background-networking", "--disable-component-update",
               "--disable-sync"], viewport={"width": 1500, "height": 1000})
     page = browser.new_page()
-    page.goto(f"{base}/lab/tree/quickstart.ipynb?token={token}")
+    page.goto(f"{base}/lab/tree/{notebook}?token={token}")
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
     try:  # a fresh JupyterLab may ask which kernel to start; take the default
         page.wait_for_selector(".jp-Dialog .jp-mod-accept", timeout=10_000).click()
@@ -219,3 +237,35 @@ def test_without_the_widget_manager_no_widget_view_is_found(lab):
             browser.close()
     assert "cache miss" in fallback and "saxpy_float" in fallback
     assert widgets == 0
+
+
+def test_the_other_kernels_are_shown_when_their_fold_is_opened(lab):
+    """Past 50 kernels the report's widget holds 50 rows and a fold, *show the other N
+    kernels*; opening it in the browser makes the kernel send the rest, drawn in the fold."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, tmp_path = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser, page = _open(p, base, token, tmp_path, "many.ipynb")
+        try:
+            _run_all(page)
+            page.wait_for_selector(WIDGET, timeout=300_000)
+            report = page.locator(WIDGET).first
+            shown = report.locator(".cudamagic-names tbody tr").count()
+            more = page.locator(".jp-OutputArea-output .cudamagic-more-rows")
+            title = more.get_by_text(f"show the other {MANY - SHOWN_ROWS} kernels")
+            before = more.locator(".cudamagic-names tbody tr").count()
+            title.click()
+            rows = more.locator(".cudamagic-names tbody tr")
+            rows.first.wait_for(timeout=60_000)
+            opened = rows.all_text_contents()
+            _shot(more, "widget-more-rows.png")
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "many-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    assert shown == SHOWN_ROWS and before == 0
+    assert len(opened) == MANY - SHOWN_ROWS
+    assert opened[0].startswith(f"k_{SHOWN_ROWS}") and opened[-1].startswith(f"k_{MANY - 1}")
