@@ -8,7 +8,10 @@ where the widget manager is missing, JupyterLab shows that fallback instead, and
 :func:`test_without_the_widget_manager_no_widget_view_is_found` checks that the selectors then
 find nothing (so the first test cannot pass on the fallback).
 
-Needs ``chromium`` (Debian), ``jupyterlab`` and ``playwright`` (PyPI). Skipped with a reason
+Needs ``chromium`` (Debian), ``jupyterlab`` and ``playwright`` (PyPI). With
+``CUDAMAGIC_BROWSER_KERNEL=NAME`` (and ``JUPYTER_PATH`` where that kernelspec lives) the
+notebooks run on that kernel, e.g. a fresh venv that installed the wheel, instead of this
+checkout. Skipped with a reason
 where they are missing, except where ``CUDAMAGIC_REQUIRE_BROWSER=1`` (CI sets it), where their
 absence is a failure. Screenshots land in ``artifacts/browser/``: ``widget-miss.png``,
 ``widget-changed.png``, ``widget-hit.png``, ``argument-error.png``, ``compile-error.png``,
@@ -71,6 +74,9 @@ def lab(tmp_path, request):
     root.mkdir()
     shutil.copy(REPO / "notebooks" / "quickstart.ipynb", root)
     _many_kernels_notebook(root / "many.ipynb")
+    kernel = os.environ.get("CUDAMAGIC_BROWSER_KERNEL")  # an installed wheel's kernel, by name
+    if kernel:
+        _use_kernel(root, kernel)
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
@@ -85,7 +91,8 @@ def lab(tmp_path, request):
            "JUPYTER_CONFIG_DIR": str(config),
            "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": "" if kernel else os.pathsep.join([str(REPO),
+                                                            os.environ.get("PYTHONPATH", "")])}
     log = open(tmp_path / "jupyter.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
@@ -113,6 +120,17 @@ def lab(tmp_path, request):
 
 
 MANY = SHOWN_ROWS + 5
+
+
+def _use_kernel(root: Path, kernel: str) -> None:
+    """Point the notebooks at the kernelspec ``kernel`` (found on ``JUPYTER_PATH``): the test then
+    runs the package that kernel's environment installed, not this checkout."""
+    import nbformat
+
+    for path in root.glob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        nb.metadata["kernelspec"] = {"name": kernel, "display_name": kernel, "language": "python"}
+        nbformat.write(nb, path)
 
 
 def _many_kernels_notebook(path: Path) -> None:
@@ -143,6 +161,16 @@ def _open(p, base: str, token: str, tmp_path: Path, notebook: str = "quickstart.
         pass
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], "
                            ".jp-Toolbar-kernelStatus", timeout=120_000)
+    expected = os.environ.get("CUDAMAGIC_BROWSER_KERNEL")
+    if expected:  # the notebook runs on that kernel, not on a default the dialog offered
+        deadline = time.monotonic() + 60
+        while True:
+            with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
+                names = {s["kernel"]["name"] for s in json.load(r)}
+            if names or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert names == {expected}, names
     return browser, page
 
 
