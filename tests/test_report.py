@@ -263,3 +263,15 @@ def test_a_modules_repr_counts_its_kernels(tmp_path):
 
     one = cudamagic.build("__global__ void only(int* x) { *x = 1; }", cache=str(tmp_path))
     assert repr(one).startswith("<cudamagic.Module 1 kernel, cache miss")
+
+
+def test_a_small_cache_database_is_not_said_to_take_zero(tmp_path):
+    from cudamagic.errors import CacheArgumentError
+    from cudamagic.store import KernelCache
+
+    cache = KernelCache(tmp_path, size_limit="64MB")
+    with pytest.raises(CacheArgumentError) as caught:
+        cache.set_size_limit(1000)
+    said = str(caught.value)
+    assert "database alone takes" in said and " KiB" in said, said
+    assert "0.0 MiB" not in said
