@@ -7,6 +7,7 @@ uncached build's. Every case served the old kernel on the code before the manife
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -285,3 +286,77 @@ def test_a_header_changed_while_compiling_is_not_stored(cache, compiler, tmp_pat
     assert len(cache) == 0
     again = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
     assert not again.hit and again.cubin != first.cubin  # V 2 now
+
+
+@pytest.mark.parametrize("gap_ms, opened_ms, racy", [
+    (0.5, 0.0, True), (2, 1, True), (5, 2, True), (8, 1, True),   # saved just before
+    (-3, 1, True), (-20, 30, True),                                # saved during the compile
+    (12, 0, False), (50, 5, False), (1000, 25, False),             # saved before, as users do
+])
+def test_a_header_saved_within_the_clock_resolution_of_the_compile_is_not_certain(
+        tmp_path, gap_ms, opened_ms, racy):
+    """The rule the pipeline does not store by: a header whose modification or change time is
+    within :data:`deps.RACY_NS` before NVRTC opened it (file times lag the clock) or after."""
+    (tmp_path / "h.h").write_text("#define V 1\n")
+    st = (tmp_path / "h.h").stat()
+    saved = max(st.st_mtime_ns, st.st_ctime_ns)
+    started = saved + int(gap_ms * 1e6)  # the compile started gap_ms after the save
+    search = deps.SearchPath(str(tmp_path), ())
+    m = deps.from_trace([("h.h", None, opened_ms * 1000)], search, "", started)
+    assert (m.racy is not None) is racy, (gap_ms, opened_ms, m.racy)
+
+
+def _every_leaf(data, path=()):
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _every_leaf(v, (*path, k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _every_leaf(v, (*path, i))
+    yield path
+
+
+def _replaced(data, path, value):
+    if not path:
+        return value
+    out = copy.deepcopy(data)
+    holder = out
+    for step in path[:-1]:
+        holder = holder[step]
+    holder[path[-1]] = value
+    return out
+
+
+CRAFTED = [0, 3, -1, 2**70, 1.5, float("inf"), None, True, "", "\0", "x" * 5000, [], [0], {}, {"a": 1}]
+
+
+def test_a_crafted_manifest_is_a_clean_miss_never_an_exception(tmp_path):
+    """Every field of a stored manifest replaced by each kind of JSON value (an integer where a
+    folder belongs: the check would stat or open a file descriptor): the reader refuses it as
+    of another version, or its check says why it does not serve, or it serves; nothing else."""
+    for d in ("inc", "pkg"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "inc" / "h.h").write_text('#if __has_include(OPT)\n#endif\n')
+    (tmp_path / "pkg" / "p.h").write_text("\n")
+    search = deps.SearchPath(str(tmp_path), (str(tmp_path / "pkg"), str(tmp_path / "inc")),
+                             (str(tmp_path / "pkg"),))
+    source = '#if __has_include("opt.h")\n#endif\n'
+    real = deps.from_trace([(str(tmp_path / "inc" / "h.h"), None),
+                            (str(tmp_path / "pkg" / "p.h"), None)], search, source).to_json()
+    assert real["files"] and real["absent"] and real["watched"]
+    assert deps.Manifest.from_json(copy.deepcopy(real)).check() is None
+    tried = 0
+    for path in _every_leaf(real):
+        for value in CRAFTED:
+            crafted = _replaced(real, path, value)
+            tried += 1
+            try:
+                manifest = deps.Manifest.from_json(crafted)
+            except ValueError:
+                continue
+            said = manifest.check()  # a Miss or None; anything raised fails the test
+            folder_slot = (path[:1] == ("folders",) and len(path) == 2) or (
+                path[:1] in (("absent",), ("watched",)) and path[2:] == (0,))
+            if folder_slot and not isinstance(value, str):
+                assert said is not None and said.kind.value == "damaged", (path, value, said)
+    assert tried > 300

@@ -17,7 +17,14 @@ manifest lists the files read, and a hit must find them unchanged:
   folder on the way to each such place is recorded with its modification time, which changes
   when an entry is added below it; only then are its places looked at one by one;
 - every name that ``__has_include`` tested (found in the text of the files read): where it was
-  found it must still be, where it was not it must still not be.
+  found it must still be, where it was not it must still not be (a folder is not found:
+  NVRTC's search and ``__has_include`` both pass over one);
+- every file a literal ``#include`` of the cell or a user header finds that is one of the files
+  read under another name (a link NVRTC skipped by its include guard or ``#pragma once``).
+
+A build whose manifest cannot be certain (a header gone or renamed at the moment it is taken,
+a name NVRTC could not write as UTF-8, a file changed or created during the compile) is not
+stored (:func:`from_trace`).
 
 Where NVRTC cannot write the trace (an NVRTC older than 12.8) the manifest comes from a scan of
 quoted includes and says so (``complete`` is False): the report warns that header edits may be
@@ -32,6 +39,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from stat import S_ISREG
 
 from ..miss import Miss, MissKind
 
@@ -115,10 +123,11 @@ class AbsentGroup:
     places: tuple[str, ...]
 
     def appeared(self) -> str | None:
-        """A place that exists now (None if all are still empty).
+        """A place that holds a file now (None if none does; a folder is no file to NVRTC).
 
-        The places' first components below the folder did not exist (the folder is the
-        deepest that did), so one look at each component clears every place below it.
+        The places' first components below the folder held no file (the folder is the
+        deepest that existed, or the place itself was a folder), so one look at each
+        component clears every place below it.
         """
         below: dict[str, list[str]] = {}
         start = len(self.folder.rstrip("/")) + 1
@@ -127,7 +136,7 @@ class AbsentGroup:
         for component, places in below.items():
             if os.path.exists(os.path.join(self.folder, component)):
                 for p in places:
-                    if os.path.exists(p):
+                    if os.path.isfile(p):
                         return p
         return None
 
@@ -152,7 +161,10 @@ class Manifest:
     def __init__(self, files: Sequence[HeaderState] = (), absent: Sequence[AbsentGroup] = (),
                  present: Sequence[str] = (), complete: bool = True,
                  watched: Sequence[tuple[str, int]] = (), racy: str | None = None) -> None:
-        self.racy = racy  # a header changed during the compile: the entry must not be stored
+        # why what the compile read is not certain (a header changed during it...): then the
+        # entry must not be stored
+        self.racy = racy
+        self._malformed = False
         folders: dict[str, int] = {}
 
         def split(path: str) -> list:
@@ -172,14 +184,21 @@ class Manifest:
     def from_json(cls, data: object) -> "Manifest":
         """A stored manifest, as it is (a malformed one fails its check, never serves).
 
-        :raises ValueError: not a manifest this reader understands.
+        :raises ValueError: not a manifest of this version.
         """
         if not isinstance(data, dict) or data.get("version") != _MANIFEST_VERSION or not all(
                 isinstance(data.get(k), list) for k in ("folders", "files", "absent", "present")):
             raise ValueError("the entry's header manifest is missing or of another version")
+        # every path the check hands the file system must be text: an integer would be taken
+        # as a file descriptor; the rest is checked as it is read (a join of a non-text fails)
         manifest = cls.__new__(cls)
         manifest._data = data
         manifest.racy = None
+        manifest._malformed = not (
+            all(type(f) is str for f in data["folders"])
+            and isinstance(data.get("watched", []), list)
+            and all(type(g) is list and g and type(g[0]) is str
+                    for k in ("absent", "watched") for g in data.get(k, ())))
         return manifest
 
     def to_json(self) -> dict:
@@ -216,6 +235,9 @@ class Manifest:
         Every file is stat'ed; user headers whose size or time changed are hashed (a ``touch``
         is not a change).
         """
+        if self._malformed:
+            return Miss(MissKind.DAMAGED, "the entry's header manifest is malformed (a folder "
+                        "that is not text)")
         try:
             changed = self._check()
         except (TypeError, ValueError, IndexError, KeyError) as exc:
@@ -274,7 +296,7 @@ class Manifest:
         join, data = os.path.join, self._data
         folders = data["folders"]
         for i, name in data["present"]:
-            if not os.path.exists(join(folders[i], name)):
+            if not os.path.isfile(join(folders[i], name)):
                 return (f"{join(folders[i], name)}, which __has_include found in the last "
                         "compile, is gone")
         return None
@@ -345,40 +367,169 @@ def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
                started_ns: int | None = None) -> Manifest:
     """The manifest of a compile from its trace (:func:`trace_headers`).
 
-    ``started_ns`` (``time.time_ns()`` just before the compile): a header modified after NVRTC
-    opened it (the trace's time after the start), or less than :data:`RACY_NS` before, makes
-    the manifest ``racy``, as ccache does: its hash, taken now, may not be of the text that was
-    compiled, and the session does not store the build. A header written by an earlier cell
-    (``%%writefile``) is older than that: the trace opens the first header some 25 ms into a
-    compile.
+    A manifest that cannot be sure of what the compile read is ``racy`` (the reason), and the
+    pipeline does not store the build: a header that cannot be read once the compile ended
+    (an editor's atomic save at that moment), a header name NVRTC could not write as UTF-8,
+    and, given ``started_ns`` (``time.time_ns()`` just before the compile), a header modified
+    after NVRTC opened it or less than :data:`RACY_NS` before (its hash, taken now, may not be
+    of the text that was compiled: ccache's rule), a file that appeared during the compile
+    where the search or a ``__has_include`` looked, or a folder that changed during it where a
+    ``__has_include`` found nothing. A header written by an earlier cell (``%%writefile``) is
+    older than that: the trace opens the first header some 25 ms into a compile.
+
+    Headers NVRTC skipped as one it had already read (a symbolic or hard link reached again,
+    under an include guard or ``#pragma once``) never appear in the trace: the literal
+    ``#include`` names of the cell and its user headers are followed, and a file found that
+    way which is one of the files read is recorded too (a real header put in the link's place
+    is then a change).
     """
     opened = [(o[0], o[1], o[2] if len(o) > 2 else 0.0) for o in opened]
-    states: dict[str, HeaderState] = {}
+    doubts: list[str] = []
+    read = _Read(search)
     opened_at: dict[str, float] = {}
     for path, _, ts in opened:
         full = search.absolute(path)
         opened_at[full] = min(ts, opened_at.get(full, ts))
-        if full not in states:
-            state = _state(full, search)
-            if state is not None:
-                states[full] = state
+        if "\ufffd" in path:
+            doubts.append(f"NVRTC's trace names the header {path!r}, whose name it could not "
+                          "write as UTF-8 text (U+FFFD), so which file it read is unknown")
+        elif read.state(full) is None:
+            doubts.append(f"the header {full} could not be read once the compile ended (an "
+                          "editor saving it at that moment?)")
+    pairs = list(dict.fromkeys((p, i) for p, i, _ in opened))
+    pairs += _skipped_links(source, pairs, read)
     places: set[str] = set()
-    for path, includer in dict.fromkeys((p, i) for p, i, _ in opened):
+    for path, includer in pairs:
         places.update(_shadowing(path, _folder_of(includer), search))
-    tested, unknown = _has_include_places(source, list(dict.fromkeys(p for p, _, _ in opened)),
-                                          search)
+    tested, unknown = _has_include_places(source, [p for p, _ in pairs], read)
     places |= tested
-    exists = {p: os.path.exists(p) for p in places}
-    present = tuple(sorted(p for p in tested if exists[p]))
-    racy = None
+    found = {p: os.path.isfile(p) for p in places}  # NVRTC skips a folder; so does __has_include
+    present = tuple(sorted(p for p in tested if found[p]))
+    absent = _group_absent([p for p, f in found.items() if not f], search)
     if started_ns is not None:
-        late = [f.path for f in states.values() if max(f.mtime_ns, f.ctime_ns)
-                >= started_ns + int(opened_at[f.path] * 1000) - RACY_NS]
-        racy = f"the header {late[0]} changed while it was compiled (or just before)" \
-            if late else None
-    return Manifest(tuple(states.values()),
-                    _group_absent([p for p, e in exists.items() if not e], search),
-                    present, complete=True, watched=_folder_times(unknown), racy=racy)
+        doubts += _late(read, opened_at, started_ns)
+        doubts += _appeared(places, found, tested, absent, started_ns)
+    return Manifest(tuple(read.states.values()), absent, present, complete=True,
+                    watched=_folder_times(unknown), racy=doubts[0] if doubts else None)
+
+
+class _Read:
+    """The files a manifest looks at, each stat'ed and read once."""
+
+    def __init__(self, search: SearchPath) -> None:
+        self.search = search
+        self.states: dict[str, HeaderState] = {}
+        self.ids: set[tuple[int, int]] = set()  # (device, inode) of each file in ``states``
+        self._texts: dict[str, bytes | None] = {}
+
+    def text(self, full: str) -> bytes | None:
+        if full not in self._texts:
+            self._texts[full] = _read(full)
+        return self._texts[full]
+
+    def state(self, full: str) -> HeaderState | None:
+        """The file's state, recorded (None where it is not a file that can be read)."""
+        if full in self.states:
+            return self.states[full]
+        try:
+            st = os.stat(full)
+        except (OSError, ValueError):
+            return None
+        text = self.text(full)
+        if text is None or not S_ISREG(st.st_mode):
+            return None
+        digest = None if self.search.is_versioned(full) else hashlib.sha256(text).hexdigest()
+        self.states[full] = HeaderState(full, st.st_size, st.st_mtime_ns, digest,
+                                        st.st_ctime_ns, st.st_ino)
+        self.ids.add((st.st_dev, st.st_ino))
+        return self.states[full]
+
+
+# an #include (or %:include, #include_next) of a literal name, comments allowed before it, and
+# the #define of a macro that is a header name (#define HDR "x.h" ... #include HDR)
+_COMMENT = rb"/\*[^*\n]*\*+(?:[^/*\n][^*\n]*\*+)*/"
+_LITERAL_INCLUDE = re.compile(
+    rb'^[ \t]*(?:#|%:)[ \t]*(?:include(?:_next)?|define[ \t]+\w+)[ \t]*(?:' + _COMMENT
+    + rb'[ \t]*)*([<"])([^>"\n]+)[>"]', re.M)
+
+
+def _skipped_links(source: str, pairs: Sequence[tuple[str, str | None]], read: _Read
+                   ) -> list[tuple[str, str | None]]:
+    """``(path, includer)`` of each file a literal include of the cell or a user header finds
+    that was not read but is one of the files read (the same device and inode)."""
+    search = read.search
+    for path, _ in pairs:
+        read.state(search.absolute(path))
+    out: list[tuple[str, str | None]] = []
+    texts = [(None, source.encode("utf-8", "surrogatepass"))]
+    texts += [(p, read.text(search.absolute(p))) for p, _ in pairs
+              if not search.is_versioned(search.absolute(p))]
+    for includer, text in texts:
+        if not text or b"include" not in text:
+            continue
+        for quote, name in set(_LITERAL_INCLUDE.findall(_SPLICE_B.sub(b"", text))):
+            folders = ((_folder_of(includer),) if quote == b'"' else ()) + search.include_dirs
+            spelled = _first_file(os.fsdecode(name), folders, search)
+            if spelled is None:
+                continue
+            full = search.absolute(spelled)
+            if full not in read.states and _identity(full) in read.ids:
+                read.state(full)
+                out.append((spelled, includer))
+    return out
+
+
+def _first_file(name: str, folders: Sequence[str], search: SearchPath) -> str | None:
+    """``name`` as spelled in the first folder that holds it as a file (NVRTC's search)."""
+    for folder in folders:
+        spelled = os.path.join(folder, name) if folder else name
+        if os.path.isfile(search.absolute(spelled)):
+            return spelled
+    return None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _late(read: _Read, opened_at: dict[str, float], started_ns: int) -> list[str]:
+    """Headers modified after NVRTC opened them, or within :data:`RACY_NS` before."""
+    return [f"the header {f.path} changed while it was compiled (or just before)"
+            for f in read.states.values()
+            if max(f.mtime_ns, f.ctime_ns)
+            >= started_ns + int(opened_at.get(f.path, 0.0) * 1000) - RACY_NS]
+
+
+def _appeared(places: Iterable[str], found: dict[str, bool], tested: set[str],
+              absent: Sequence[AbsentGroup], started_ns: int) -> list[str]:
+    """Files that appeared during the compile where the search or a ``__has_include`` looked
+    (NVRTC may have looked before they did), and folders that changed during it where a
+    ``__has_include`` found nothing (a file there then may have been removed since)."""
+    since = started_ns - RACY_NS
+    out = [f"{p} appeared while the cell compiled (NVRTC may have searched there before it "
+           "did)" for p in places if found[p] and _changed_ns(p) >= since]
+    watched = {os.path.dirname(p) for p in tested if not found[p]}
+    out += [f"the folder {g.folder}, where a __has_include found nothing, changed while the "
+            "cell compiled" for g in absent if g.mtime_ns >= since
+            and any(os.path.dirname(p) in watched for p in g.places)]
+    return out
+
+
+def _changed_ns(path: str) -> int:
+    """The latest change of a file, of the link to it, and of the folder entry holding it."""
+    times = []
+    for look in (os.stat, os.lstat):
+        for target in (path, os.path.dirname(path)):
+            try:
+                st = look(target)
+            except (OSError, ValueError):
+                continue
+            times += [st.st_ctime_ns, st.st_mtime_ns] if target == path else [st.st_ctime_ns]
+    return max(times, default=0)
 
 
 def _folder_times(folders: Iterable[str]) -> list[tuple[str, int]]:
@@ -391,15 +542,16 @@ def _folder_times(folders: Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
-def _has_include_places(source: str, opened: Sequence[str], search: SearchPath
+def _has_include_places(source: str, opened: Sequence[str], read: _Read
                         ) -> tuple[set[str], set[str]]:
     """Every place a ``__has_include`` in the cell or a header it read looked at, and the
     folders where one tested a name the text does not spell (``__has_include(MACRO)`` in an
     ``#if``): there, any new file counts as a change."""
+    search = read.search
     places: set[str] = set()
     unknown: set[str] = set()
     texts = [(None, source.encode("utf-8", "surrogatepass"))]
-    texts += [(p, _read(search.absolute(p))) for p in dict.fromkeys(opened)]
+    texts += [(p, read.text(search.absolute(p))) for p in dict.fromkeys(opened)]
     for path, text in texts:
         if not text or (b"has_include" not in text and b"HAS_INCLUDE" not in text):
             continue
@@ -407,7 +559,7 @@ def _has_include_places(source: str, opened: Sequence[str], search: SearchPath
         first = [_folder_of(path)]
         for quote, name in set(_HAS_INCLUDE.findall(text)):
             for folder in (*(first if quote == b'"' else ()), *search.include_dirs):
-                rel = name.decode("utf-8", "replace")
+                rel = os.fsdecode(name)  # the name's own bytes, UTF-8 or not
                 places.add(search.absolute(os.path.join(folder, rel) if folder else rel))
         if _HAS_INCLUDE_MACRO.search(text):
             unknown.update(search.absolute(f) if f else search.cwd
@@ -455,15 +607,6 @@ def _read(path: str) -> bytes | None:
             return f.read()
     except OSError:
         return None
-
-
-def _state(path: str, search: SearchPath) -> HeaderState | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    digest = None if search.is_versioned(path) else _digest(path)
-    return HeaderState(path, st.st_size, st.st_mtime_ns, digest, st.st_ctime_ns, st.st_ino)
 
 
 def _shadowing(path: str, includer_folder: str, search: SearchPath) -> Iterable[str]:

@@ -1,0 +1,227 @@
+"""A generated corpus of file-system changes between builds, and during one, each build checked
+against an uncached compile of the files as they are then.
+
+Every case: build, build again (nothing changed: a hit, where the manifest can be certain),
+change the files (or change them while NVRTC runs, through the compiler hook), build: the CUBIN
+served must be a fresh uncached compile's; build again: the same, and a hit where it can be.
+Cases are made from how a cell reaches its header (quoted, through ``-I``, from another header,
+through a macro) crossed with what changes (an edit, an atomic save, a rename over it, a link
+replaced by a real header, a folder that becomes a file, a ``__has_include`` target that
+becomes a folder, a name that is not UTF-8, a shadowing header or an atomic save in the middle
+of the compile).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from cudamagic.options import options_from_args
+from cudamagic.pipeline import build_module
+from cudamagic.toolchain.nvrtc import compile_cubin
+
+KERN = '\nextern "C" __global__ void k(int* x) { x[0] = V; }\n'
+Op = tuple  # ("write", path, text) | ("symlink", path, target) | ("hardlink", path, target)
+#             | ("mkdir", path) | ("rm", path) | ("rename", src, dst) | ("atomic", path, text)
+
+
+@dataclass(frozen=True)
+class Case:
+    """Files, a cell and its options; what changes between builds or during one."""
+
+    files: tuple[Op, ...]
+    source: str
+    options: tuple[str, ...] = ()
+    between: tuple[Op, ...] = ()
+    during: tuple[Op, ...] = ()   # after NVRTC returns, before the manifest is taken
+    after: tuple[Op, ...] = ()    # once that build returned (an atomic save completing)
+    certain: bool = True          # False: the manifest cannot be sure, so nothing is stored
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _apply(root: Path, ops: tuple[Op, ...]) -> None:
+    for op, path, *rest in ops:
+        p = root / os.fsdecode(path)
+        if op in ("write", "symlink", "hardlink", "mkdir"):
+            p.parent.mkdir(parents=True, exist_ok=True)
+        if op == "write":
+            p.write_text(rest[0])
+        elif op == "symlink":
+            p.symlink_to(rest[0])
+        elif op == "hardlink":
+            os.link(root / rest[0], p)
+        elif op == "mkdir":
+            p.mkdir()
+        elif op == "rm":
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        elif op == "rename":
+            os.replace(p, root / rest[0])
+        elif op == "atomic":  # an editor's save: a new file renamed over the old
+            tmp = p.with_name(p.name + ".swp")
+            tmp.write_text(rest[0])
+            os.replace(tmp, p)
+        else:  # pragma: no cover
+            raise ValueError(op)
+
+
+# how a cell reaches the header NAME: (files besides it, source, options, folder NAME is in)
+def _reaches(name: str) -> dict[str, tuple[tuple[Op, ...], str, tuple[str, ...], str]]:
+    return {
+        "quoted": ((), f'#include "{name}"\n', (), ""),
+        "angle -I": ((("mkdir", "inc"),), f"#include <{name}>\n", ("-Iinc",), "inc/"),
+        "from a header": ((("write", "outer.h", f'#include "{name}"\n'),),
+                          '#include "outer.h"\n', (), ""),
+        "macro": ((), f'#define HDR "{name}"\n#include HDR\n', (), ""),
+    }
+
+
+def _twice(reach: str, a: str, b: str) -> str:
+    """A source that includes ``a`` then ``b`` the way ``reach`` does."""
+    return {"quoted": f'#include "{a}"\n#include "{b}"\n',
+            "angle -I": f"#include <{a}>\n#include <{b}>\n",
+            "from a header": '#include "outer.h"\n',
+            "macro": f'#define HA "{a}"\n#define HB "{b}"\n#include HA\n#include HB\n'}[reach]
+
+
+def _corpus() -> dict[str, Case]:
+    cases: dict[str, Case] = {}
+    for reach, (extra, src, opts, at) in _reaches("v.h").items():
+        h = at + "v.h"
+        base = (*extra, ("write", h, "#define V 1\n"))
+        cases[f"{reach}: edit"] = Case(base, src, opts, (("write", h, "#define V 2\n"),))
+        cases[f"{reach}: atomic save"] = Case(base, src, opts, (("atomic", h, "#define V 2\n"),))
+        cases[f"{reach}: renamed over"] = Case(
+            (*base, ("write", at + "new.h", "#define V 3\n")), src, opts,
+            (("rename", at + "new.h", h),))
+        cases[f"{reach}: removed, then back"] = Case(
+            base, src, opts, (("rm", h), ("write", h, "#define V 4\n")))
+        cases[f"{reach}: symbolic link retargeted"] = Case(
+            (*extra, ("write", at + "v1.h", "#define V 1\n"),
+             ("write", at + "v2.h", "#define V 2\n"), ("symlink", h, "v1.h")), src, opts,
+            (("rm", h), ("symlink", h, "v2.h")))
+        cases[f"{reach}: atomic save during the compile"] = Case(
+            base, src, opts, during=(("rename", h, at + "away.h"),),
+            after=(("write", h, "#define V 5\n"),), certain=True)
+        # the same header reached a second time through a link, skipped by its guard
+        for link, guard in (("symlink", "#pragma once\n"),
+                            ("hardlink", "#ifndef VH\n#define VH\n")):
+            end = "#endif\n" if guard.startswith("#ifndef") else ""
+            target = "v.h" if link == "symlink" else at + "v.h"
+            outer = (("write", "outer.h", f'#include "v.h"\n#include "w.h"\n'),) \
+                if reach == "from a header" else ()
+            files = (*[e for e in extra if e[1] != "outer.h"], *outer,
+                     ("write", h, guard + "#define V 1\n" + end), (link, at + "w.h", target))
+            cases[f"{reach}: {link} reached twice, then a real header"] = Case(
+                files, _twice(reach, "v.h", "w.h"), opts,
+                (("rm", at + "w.h"), ("write", at + "w.h", "#undef V\n#define V 6\n")))
+    # a folder where the search looks first (NVRTC passes over it), then a file there
+    for first, opts in (("", ("-Iinc",)), ("inc1/", ("-Iinc1", "-Iinc2"))):
+        src = '#include "s.h"\n' if not first else "#include <s.h>\n"
+        last = "inc/" if not first else "inc2/"
+        files = (("mkdir", last), ("write", last + "s.h", "#define V 1\n"),
+                 ("mkdir", first + "s.h"))
+        cases[f"folder at {first or 'the cell'}'s place becomes a shadowing file"] = Case(
+            files, src, opts, (("rm", first + "s.h"), ("write", first + "s.h", "#define V 7\n")))
+        cases[f"shadowing header renamed into {first or 'the cell'}'s place"] = Case(
+            (*files[:2], ("mkdir", first or "x"), ("write", "x/t.h", "#define V 8\n")), src, opts,
+            (("rename", "x/t.h", first + "s.h"),))
+        cases[f"shadowing header created during the compile in {first or 'the cell'}'s place"] \
+            = Case(files[:2], src, opts, during=(("write", first + "s.h", "#define V 9\n"),))
+    probe = '#if __has_include("p.h")\n#define V 1\n#else\n#define V 2\n#endif\n'
+    cases["__has_include of a file that becomes a folder"] = Case(
+        (("write", "p.h", "\n"),), probe, (), (("rm", "p.h"), ("mkdir", "p.h")))
+    cases["__has_include of a folder that becomes a file"] = Case(
+        (("mkdir", "p.h"),), probe, (), (("rm", "p.h"), ("write", "p.h", "\n")))
+    cases["__has_include target created during the compile"] = Case(
+        (), probe, (), during=(("write", "p.h", "\n"),))
+    cases["__has_include target removed during the compile"] = Case(
+        (("write", "p.h", "\n"),), probe, (), during=(("rm", "p.h"),))
+    odd = os.fsdecode(b"\xff\xfe.h")
+    cases["a header name that is not UTF-8, edited"] = Case(
+        (("write", "a.h", ""), ("write", odd, "#define V 1\n")), '#include "a.h"\n', (),
+        (("write", odd, "#define V 2\n"),), certain=False)
+    return cases
+
+
+CORPUS = _corpus()
+
+
+def _odd_header(root: Path) -> None:
+    """a.h includes the non-UTF-8 name by its bytes (a cell's text is UTF-8: it cannot)."""
+    (root / "a.h").write_bytes(b'#include "\xff\xfe.h"\n')
+
+
+@pytest.mark.parametrize("label", list(CORPUS))
+def test_each_change_serves_what_an_uncached_compile_makes(label, tmp_path, cache,
+                                                          monkeypatch):
+    case = CORPUS[label]
+    root = tmp_path / "cell"
+    root.mkdir()
+    _apply(root, case.files)
+    if "not UTF-8" in label:
+        _odd_header(root)
+    _past(root)
+    monkeypatch.chdir(root)
+    source = case.source + KERN
+    opts = options_from_args(list(case.options), [])
+    during: list[tuple[Op, ...]] = []
+
+    def compiler(*args, **kw):
+        result = compile_cubin(*args, **kw)
+        if during:
+            _apply(root, during.pop())
+        return result
+
+    def build():
+        return build_module(source, opts, cache=cache, base_dir=root, compiler=compiler)
+
+    def fresh() -> bytes:
+        return build_module(source, dataclasses.replace(opts, no_cache=True),
+                            base_dir=root).cubin
+
+    first = build()
+    assert first.cubin == fresh()
+    again = build()
+    assert again.hit is case.certain, (label, first.warnings, again.report.miss_reason)
+    _apply(root, case.between)
+    if case.during:  # the files change while a miss compiles
+        cache.delete(first.key)
+        during.append(case.during)
+        assert not build().hit
+        _apply(root, case.after)
+    _past(root)
+    served = build()
+    assert served.cubin == fresh(), (label, served.hit, served.report.miss_reason)
+    last = build()
+    assert last.cubin == fresh(), label
+    assert last.hit is case.certain, (label, served.warnings, last.report.miss_reason)
+
+
+def _past(root: Path) -> None:
+    """Wait out the file system clock's resolution after writing: a header saved within it of
+    a compile is (rightly) not stored, and these cases test other rules."""
+    import time
+
+    from cudamagic.toolchain.deps import RACY_NS
+
+    time.sleep(2 * RACY_NS / 1e9)
+
+
+def test_a_deleted_working_folder_is_not_stored(tmp_path):
+    """The cell's folder deleted during the compile: the headers read through it cannot be
+    checked, so the build is not stored (the manifest says why), never stored without them."""
+    from cudamagic.toolchain import deps
+
+    root = tmp_path / "gone"
+    root.mkdir()
+    (root / "v.h").write_text("#define V 1\n")
+    search = deps.SearchPath(str(root), ())
+    shutil.rmtree(root)
+    m = deps.from_trace([("v.h", None, 1000.0)], search, '#include "v.h"\n')
+    assert m.racy and "could not be read" in m.racy
