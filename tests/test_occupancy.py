@@ -61,8 +61,8 @@ HAND = [
     ((90, 12, 4 * KIB, None, 1, 128, 0, 25), (12, ("shared memory",))),
     # carveout 0 %: grown to the 8 KiB setting that holds one 5 KiB block
     ((90, 12, 4 * KIB, None, 1, 128, 0, 0), (1, ("shared memory",))),
-    # __launch_bounds__(128): a block of 256 does not launch
-    ((90, 10, 0, 128, 0, 256, 0, None), (0, ("warps",))),
+    # __launch_bounds__(128): the driver counts 8 blocks of 256, but such a launch fails
+    ((90, 10, 0, 128, 0, 256, 0, None), (8, ("warps",))),
     # 227 KiB is all a block may have on sm_90: 228 KiB of dynamic shared memory is too much
     ((90, 10, 0, None, 1, 32, 228 * KIB, None), (0, ("shared memory",))),
     # 99 KiB of dynamic shared memory on sm_86 fits (opted in), one block
@@ -78,7 +78,16 @@ def test_hand_computed_cases(question, answer):
                         barriers=barriers)
     got = compute(usage, block, dyn, sm=sm, carveout=carveout)
     assert (got.active_blocks, got.limited_by) == answer
-    assert (got.reason != "") == (got.active_blocks == 0)
+    assert got.launches == (got.active_blocks > 0 and (most is None or block <= most))
+    assert (got.reason != "") == (not got.launches)
+
+
+def test_a_dynamic_size_over_the_kernels_limit_does_not_fit():
+    usage = KernelUsage(registers=12, static_shared_bytes=48 * KIB)
+    # the default limit is 48 KiB less the static shared memory: here 0
+    assert compute(usage, 128, 8 * KIB, sm=90, max_dynamic_shared=0).active_blocks == 0
+    raised = compute(usage, 128, 8 * KIB, sm=90)  # cudamagic raises it for the launch
+    assert raised.active_blocks == 4 and raised.launches
 
 
 def test_best_block_size_is_the_largest_of_equals():
@@ -87,7 +96,7 @@ def test_best_block_size_is_the_largest_of_equals():
     t = occ.table(usage, sm=90)
     assert t.best == {0: 256}
     assert t.at(256).occupancy == 8 / 64
-    assert t.at(512).active_blocks == 0
+    assert t.at(512).active_blocks == 0 and not t.at(512).launches
 
 
 def test_max_block_size_follows_registers_and_bounds():
@@ -263,8 +272,11 @@ def check_recording(record: dict) -> int:
         for key, answers in k["rows"].items():
             dyn, carveout = key.split(":")
             carve = None if carveout == "default" else int(carveout)
+            # the script raised the kernel's dynamic limit for the default carveout's rows only
+            limit = None if carve is None else attrs["max_dynamic_shared_size_bytes"]
             for block, want in zip(sizes, answers):
-                got = compute(usage, block, int(dyn), sm=sm, carveout=carve).active_blocks
+                got = compute(usage, block, int(dyn), sm=sm, carveout=carve,
+                              max_dynamic_shared=limit).active_blocks
                 if got != (want if isinstance(want, int) else 0):
                     wrong.append((k["symbol"], key, block, want, got))
                 compared += 1
@@ -301,8 +313,9 @@ class _ArithmeticDriver:
 
     def functions(self, cubin: bytes, symbols):
         image = read_cubin(cubin)
-        return {s: SimpleNamespace(usage=occ.usage_of(image.kernel(s)), carveout=None,
-                                   limit=48 * KIB) for s in symbols}
+        usages = {s: occ.usage_of(image.kernel(s)) for s in symbols}
+        return {s: SimpleNamespace(usage=u, carveout=None, limit=48 * KIB - u.static_shared_bytes)
+                for s, u in usages.items()}
 
     def attributes(self, fn) -> dict:
         u = fn.usage
@@ -315,10 +328,13 @@ class _ArithmeticDriver:
             fn.carveout = None if value == -1 else value
         elif fn.usage.static_shared_bytes + value > occ.arch_limits(90).shared_per_block_optin:
             return "CUDA_ERROR_INVALID_VALUE"
+        else:
+            fn.limit = value
         return None
 
     def active(self, fn, block, dyn):
-        return compute(fn.usage, block, dyn, sm=90, carveout=fn.carveout).active_blocks
+        return compute(fn.usage, block, dyn, sm=90, carveout=fn.carveout,
+                       max_dynamic_shared=fn.limit).active_blocks
 
     def potential(self, fn, dyn):
         rows = [compute(fn.usage, b, dyn, sm=90) for b in occ.DEFAULT_BLOCK_SIZES]

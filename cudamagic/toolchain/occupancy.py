@@ -248,8 +248,11 @@ class Occupancy:
         ``"driver"`` or ``"computed"``.
     computed_blocks : int
         The arithmetic's answer (equal to ``active_blocks`` unless the driver disagrees).
+    launches : bool
+        Whether a launch of this shape runs: some block fits, and the block is within the
+        kernel's own limit (the driver counts blocks past that limit too).
     reason : str
-        Why nothing fits, where nothing does ("" otherwise).
+        Why the launch does not run, where it does not ("" otherwise).
     """
 
     sm: int
@@ -264,6 +267,7 @@ class Occupancy:
     carveout: int | None = None
     source: str = "computed"
     computed_blocks: int = 0
+    launches: bool = True
     reason: str = ""
 
     @property
@@ -373,12 +377,16 @@ def _register_limit(usage: KernelUsage, arch: ArchLimits, warps: int) -> tuple[i
     return warps_per_partition * arch.sub_partitions // warps, per_block, ""
 
 
-def _shared_limit(usage: KernelUsage, arch: ArchLimits, dynamic: int,
-                  carveout: int | None) -> tuple[int | None, int, str]:
+def _shared_limit(usage: KernelUsage, arch: ArchLimits, dynamic: int, carveout: int | None,
+                  max_dynamic: int | None) -> tuple[int | None, int, str]:
     """Blocks shared memory allows, the shared memory a block is given, and why none fit."""
     static = usage.static_shared_bytes + arch.reserved_shared_per_block
     per_block = _round_up(static + dynamic, arch.shared_unit)
-    # a launch above 48 KiB raises the kernel's limit to what it asks (cudamagic's launch does)
+    if max_dynamic is not None and dynamic > max_dynamic:
+        return 0, per_block, (f"{dynamic} bytes of dynamic shared memory: over the kernel's "
+                              f"limit of {max_dynamic} (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_"
+                              "SIZE_BYTES; raise it first)")
+    # the kernel's dynamic limit raised to what the launch asks, up to the opt-in maximum
     limit = (arch.shared_per_block_optin if static + dynamic > arch.shared_per_block
              + arch.reserved_shared_per_block else arch.shared_per_block) \
         + arch.reserved_shared_per_block
@@ -397,7 +405,7 @@ def _shared_limit(usage: KernelUsage, arch: ArchLimits, dynamic: int,
 
 
 def compute(kernel: Any, block_size: int, dynamic_shared_bytes: int = 0, *, sm: int,
-            carveout: int | None = None) -> Occupancy:
+            carveout: int | None = None, max_dynamic_shared: int | None = None) -> Occupancy:
     """The occupancy arithmetic for one kernel, block size and dynamic shared size.
 
     Parameters
@@ -412,6 +420,13 @@ def compute(kernel: Any, block_size: int, dynamic_shared_bytes: int = 0, *, sm: 
         The architecture (``90``); its limits table must exist (:func:`known_archs`).
     carveout : int or None
         The kernel's preferred shared memory carveout, percent of the largest; None: default.
+    max_dynamic_shared : int or None
+        The kernel's dynamic shared memory limit (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_
+        BYTES``); None: raised to what the launch asks (up to the architecture's opt-in limit).
+
+    The block count is the driver's rule, which does not look at the kernel's own block limit
+    (``__launch_bounds__``, or registers): a block over it gets a count and ``launches``
+    False, with the reason.
 
     :raises OccupancyError: an unknown architecture, a size that is not one.
     """
@@ -420,14 +435,14 @@ def compute(kernel: Any, block_size: int, dynamic_shared_bytes: int = 0, *, sm: 
     warps = -(-block_size // _WARP)
     most = usage.max_block_size(arch)
     reasons = []
-    by_warps = arch.max_warps_per_sm // warps
-    if block_size > arch.max_threads_per_block or (usage.max_threads is not None
-                                                   and block_size > usage.max_threads):
-        by_warps = 0
-        reasons.append(f"a block of {block_size} threads is over the kernel's limit of {most}")
+    by_warps = arch.max_warps_per_sm // warps if block_size <= arch.max_threads_per_block else 0
+    if block_size > most:
+        reasons.append(f"a block of {block_size} threads is over the kernel's limit of {most} "
+                       "(its __launch_bounds__ or registers): the launch fails")
     by_regs, regs_per_block, why = _register_limit(usage, arch, warps)
-    reasons += [why] if why else []
-    by_shared, shared_per_block, why = _shared_limit(usage, arch, dynamic_shared_bytes, carveout)
+    reasons += [why] if why and not reasons else []
+    by_shared, shared_per_block, why = _shared_limit(usage, arch, dynamic_shared_bytes, carveout,
+                                                     max_dynamic_shared)
     reasons += [why] if why else []
     limits: dict[str, int | None] = {"warps": by_warps, "registers": by_regs,
                                      "shared memory": by_shared,
@@ -436,19 +451,21 @@ def compute(kernel: Any, block_size: int, dynamic_shared_bytes: int = 0, *, sm: 
         limits["barriers"] = arch.barrier_factor * arch.max_blocks_per_sm // usage.barriers
     blocks = min(v for v in limits.values() if v is not None)
     limited_by = tuple(k for k in LIMIT_NAMES if limits[k] == blocks)
+    launches = blocks > 0 and block_size <= most
     return Occupancy(sm=arch.sm, block_size=block_size, dynamic_shared_bytes=dynamic_shared_bytes,
                      active_blocks=blocks, max_warps=arch.max_warps_per_sm, limits=limits,
                      limited_by=limited_by, registers_per_block=regs_per_block,
                      shared_per_block=shared_per_block, carveout=carveout,
-                     computed_blocks=blocks, reason="; ".join(reasons) if blocks == 0 else "")
+                     computed_blocks=blocks, launches=launches,
+                     reason="" if launches else "; ".join(reasons))
 
 
 def best_block_size(rows: Iterable[Occupancy]) -> int:
-    """The block size holding the most threads per SM (the largest of equals, as the driver
-    picks); 0 where nothing fits."""
+    """The block size that launches holding the most threads per SM (the largest of equals, as
+    the driver picks); 0 where nothing launches."""
     best, most = 0, 0
     for r in sorted(rows, key=lambda r: -r.block_size):
-        if r.active_blocks * r.block_size > most:
+        if r.launches and r.active_blocks * r.block_size > most:
             best, most = r.block_size, r.active_blocks * r.block_size
     return best
 
@@ -477,8 +494,8 @@ def table(kernel: Any, block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
     for dyn in dynamic_shared:
         found = [compute(usage, b, dyn, sm=target, carveout=carveout) for b in block_sizes]
         if ask is not None:
-            found = [replace(r, active_blocks=ask.active_blocks(r.block_size, dyn),
-                             source="driver") for r in found]
+            most = usage.max_block_size(arch_limits(target))
+            found = [_answered(r, ask.active_blocks(r.block_size, dyn), most) for r in found]
             min_grid[dyn], best[dyn] = ask.potential_block_size(dyn)
         else:
             best[dyn] = best_block_size(found)
@@ -486,6 +503,13 @@ def table(kernel: Any, block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
         rows += found
     return OccupancyTable(kernel=name, sm=target, usage=usage, rows=tuple(rows), best=best,
                           min_grid=min_grid, source="driver" if ask else "computed")
+
+
+def _answered(row: Occupancy, blocks: int, most: int) -> Occupancy:
+    """A computed row with the driver's block count in it."""
+    launches = blocks > 0 and row.block_size <= most
+    return replace(row, active_blocks=blocks, source="driver", launches=launches,
+                   reason=row.reason or ("" if launches else "the driver finds no room"))
 
 
 def _cubin_sm(kernel: Any) -> int | None:
@@ -522,8 +546,10 @@ class _DriverOccupancy:
         return values
 
     def _allow(self, dynamic: int) -> None:
-        """Raise the kernel's dynamic shared limit as a launch of this size would."""
-        if dynamic > 48 * _KIB and dynamic > self._raised:
+        """Raise the kernel's dynamic shared limit to this size where it is over the default
+        (48 KiB less the static shared memory), as the arithmetic assumes."""
+        default = 48 * _KIB - usage_of(self.kernel).static_shared_bytes
+        if dynamic > max(default, self._raised):
             self.kernel._raise_shared_limit(self.device, dynamic)
             self._raised = dynamic
 

@@ -43,7 +43,7 @@ def _source_text(table: Any) -> str:
 
 
 def _occupancy_row(r: Any) -> str:
-    if r.active_blocks == 0:
+    if not r.launches:
         return f"{r.block_size:>6}  {'-':>9}  {'-':>5}  {'-':>9}  does not launch: {r.reason}"
     note = "" if r.computed_blocks == r.active_blocks else \
         f"  (the arithmetic says {r.computed_blocks})"
@@ -127,7 +127,8 @@ def occupancy_html(table: Any) -> str:
     series, marks = [], []
     for dyn in table.dynamic_sizes:
         rows = [r for r in table.rows if r.dynamic_shared_bytes == dyn]
-        series.append((f"dynamic {_bytes(dyn)}", [(r.block_size, r.occupancy) for r in rows]))
+        series.append((f"dynamic {_bytes(dyn)}", [(r.block_size, r.occupancy if r.launches
+                                                   else 0.0) for r in rows]))
         best = table.best.get(dyn)
         if best:
             marks.append((best, table.at(best, dyn).occupancy))
@@ -137,7 +138,7 @@ def occupancy_html(table: Any) -> str:
     cells = "".join(
         f"<tr><td>{_bytes(r.dynamic_shared_bytes)}</td><td>{r.block_size}</td>"
         f"<td>{r.active_blocks}</td><td>{r.active_warps}</td><td>{r.occupancy:.0%}</td>"
-        f"<td>{html.escape(', '.join(r.limited_by) if r.active_blocks else r.reason)}</td></tr>"
+        f"<td>{html.escape(', '.join(r.limited_by) if r.launches else r.reason)}</td></tr>"
         for r in table.rows)
     best = "; ".join(f"dynamic {_bytes(d)}: best block size {b}" for d, b in table.best.items())
     return (f'<div class="cudamagic-occupancy">{head}<br>'
