@@ -93,7 +93,7 @@ class CellBuild:
             offset = data.get("line_offset", 0)
             texts = [data[k] for k in ("key", "source_sha", "std", "arch", "nvrtc", "toolkit")]
             lists = [data["names"], data["options"]]
-            if not (isinstance(offset, int) and 0 <= offset < 1 << 31  # a bool is an int
+            if not (type(offset) is int and 0 <= offset < 1 << 31  # not a bool, not a float
                     and all(isinstance(t, str) for t in texts)
                     and all(isinstance(x, list) and all(isinstance(i, str) for i in x)
                             for x in lists)):
@@ -153,7 +153,7 @@ class History:
 
     def _read(self, path: str) -> tuple[CellBuild, ...]:
         try:
-            data = json.loads(read_regular(path, max_size=MAX_FILE), parse_constant=_not_a_number)
+            data = json.loads(read_regular(path, max_size=MAX_FILE))
         except (FileRefused, OSError, ValueError, UnicodeDecodeError, RecursionError):
             return ()
         if not isinstance(data, dict) or data.get("v") != _VERSION \
@@ -215,11 +215,6 @@ class History:
             except OSError:
                 pass
             self._known.pop(os.path.basename(path)[:-5], None)
-
-
-def _not_a_number(word: str) -> float:
-    """JSON's ``NaN``/``Infinity``, which no field of a record holds: the file is damaged."""
-    raise ValueError(f"{word} in a history file")
 
 
 _histories: dict[str, History] = {}

@@ -62,6 +62,20 @@ class Namer:
         return name
 
 
+def _kernel_name(expr: str) -> str:
+    """The unqualified kernel name of a name expression, past a leading cast and before its
+    template arguments (``(void(*)(float*))ns::over<float>`` -> ``over``)."""
+    rest = expr.strip()
+    if rest.startswith("("):
+        depth = 0
+        for i, ch in enumerate(rest):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0:
+                rest = rest[i + 1:]
+                break
+    return rest.split("<", 1)[0].strip().rsplit("::", 1)[-1].strip()
+
+
 def unnamed_hints(source: str, name_expressions: Sequence[str], sigs: Signatures,
                   named: set[str]) -> list[str]:
     """What a cell defines but the user cannot call, said as hints: templates without a -n,
@@ -70,7 +84,7 @@ def unnamed_hints(source: str, name_expressions: Sequence[str], sigs: Signatures
     # non-template kernels left without a name are overloads: only a cast can pick one
     unnamed = [sigs.text(s) for s in sigs
                if s not in named and sigs.maybe_plain(s) and "<" not in sigs[s].name]
-    asked = {e.split("<", 1)[0].strip().rsplit("::", 1)[-1] for e in name_expressions}
+    asked = {_kernel_name(e) for e in name_expressions}
     templates = [name for name in template_kernels(source) if name not in asked]
     if templates:
         first = templates[0]

@@ -327,7 +327,7 @@ def parse_magic_line(line: str) -> BuildOptions | None:
 
 
 def options_from_args(options: Sequence[str], name_expressions: Sequence[str] = (),
-                       arch: str | None = None, **fields: Any) -> BuildOptions:
+                      arch: str | None = None, **fields: Any) -> BuildOptions:
     """A :class:`BuildOptions` from :func:`cudamagic.build`'s arguments (an option list in
     NVRTC's spellings; nothing here asks NVRTC).
 
@@ -337,18 +337,39 @@ def options_from_args(options: Sequence[str], name_expressions: Sequence[str] = 
 
     :raises OptionError: a bad option, or a string where a list belongs.
     """
-    # one pass over NVRTC's own spellings (=value, two tokens, long forms), in order
-    options = () if options is None else options
-    name_expressions = () if name_expressions is None else name_expressions
-    for which, value in (("options", options), ("name_expressions", name_expressions)):
-        if not isinstance(value, str) and not hasattr(value, "__iter__"):
-            raise OptionError(f"{which} must be a list of strings, got "
-                              f"{type(value).__name__} {value!r:.60}")
-    if isinstance(options, str) or isinstance(name_expressions, str):
-        which = "options" if isinstance(options, str) else "name_expressions"
+    options = _string_list("options", options)
+    name_expressions = _string_list("name_expressions", name_expressions)
+    kept, arch, std = _fold(options, arch)
+    kwargs: dict[str, Any] = dict(name_expressions=tuple(name_expressions), arch=arch,
+                                  options=tuple(kept))
+    if std:
+        kwargs["std"] = std
+    return BuildOptions(**kwargs, **fields)
+
+
+def _string_list(which: str, value: object) -> Sequence[str]:
+    """An argument that must be a list of strings (None: an empty one).
+
+    :raises OptionError: one string, or something that is not a list.
+    """
+    if value is None:
+        return ()
+    if isinstance(value, str):
         raise OptionError(f"{which} must be a list of strings, not one string "
-                          f"(got {options if which == 'options' else name_expressions!r:.60}); "
-                          "write [\"...\"]")
+                          f"(got {value!r:.60}); write [\"...\"]")
+    if not hasattr(value, "__iter__"):
+        raise OptionError(f"{which} must be a list of strings, got "
+                          f"{type(value).__name__} {value!r:.60}")
+    return value  # type: ignore[return-value]
+
+
+def _fold(options: Sequence[str], arch: str | None
+          ) -> tuple[list[str], str | None, str | None]:
+    """NVRTC's spellings (``=value``, two tokens, long forms) read in order: the options kept,
+    the arch and the ``-std`` they set.
+
+    :raises OptionError: a flag without its value, or an ``-arch`` that disagrees with ``arch``.
+    """
     std: str | None = None
     kept: list[str] = []
     it = iter(options)
@@ -374,11 +395,7 @@ def options_from_args(options: Sequence[str], name_expressions: Sequence[str] = 
             kept.append(_PATH_LIKE[opt] + value_of(opt))
         else:
             kept.append(opt)
-    kwargs: dict[str, Any] = dict(name_expressions=tuple(name_expressions), arch=arch,
-                                  options=tuple(kept))
-    if std:
-        kwargs["std"] = std
-    return BuildOptions(**kwargs, **fields)
+    return kept, arch, std
 
 
 def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],

@@ -276,3 +276,62 @@ def test_no_cache_and_an_untrusted_folder(where, tmp_path):
         mod = _build(SRC, bad)
     assert mod.report.explanation.kinds == ("first",)
     assert not (bad / "history").exists()  # an untrusted folder gets nothing of ours
+
+
+# --- damaged numbers and adversarial sizes -----------------------------------------------------
+
+def _record(**change):
+    data = {**cb().__dict__, **change}
+    return json.dumps({"v": 2, "builds": [data]}).encode()
+
+
+@pytest.mark.parametrize("content", [
+    _record(line_offset=float("inf")), _record(line_offset=float("-inf")),
+    _record(line_offset=float("nan")), _record().replace(b'"line_offset": 1', b'"line_offset": 1e999'),
+    _record(line_offset=True), _record(line_offset=-1), _record(line_offset=2 ** 80),
+    _record(line_offset="1"), _record(line_offset=1.5), _record(line_offset=None),
+    _record(key=float("inf")), _record(names=[float("nan")]), _record(names="abc"),
+    _record(options=[1, 2]), _record(std=None), _record(arch=["sm_90"]),
+    _record().replace(b'"line_offset": 1', b'"line_offset": ' + b"9" * 5000),
+])
+def test_a_damaged_number_reads_as_no_history(tmp_path, content):
+    """json reads NaN, Infinity and 1e999 as floats; none belongs in a record."""
+    h = History(tmp_path)
+    cell = cell_id("/nb", "m")
+    (tmp_path / f"{cell}.json").write_bytes(content)
+    assert h.recall(cell) == ()
+    h.remember(cell, cb(), ())
+    assert History(tmp_path).recall(cell)[0] == cb()
+
+
+@pytest.mark.parametrize("old, new", [
+    ("x;\n" * 8000, "x;\n" * 4000 + "y;\n" + "x;\n" * 3999),  # 16 KB of one line, one changed
+    ("a\n" + "x;\n" * 8000, "b\n" + "x;\ny;\n" * 4000),  # a differing first line, repeats
+    ("x;\ny;\n" * 4000, "y;\nx;\n" * 4000),  # shifted repeats
+    ("".join(f"l{i % 7};\n" for i in range(8000)), "".join(f"l{i % 5};\n" for i in range(8000))),
+])
+def test_explaining_a_large_repetitive_change_is_bounded(old, new):
+    """SequenceMatcher on 16 KB of repeated lines took half a minute; the diff and the choice of
+    the closest build are linear apart from a capped middle."""
+    start = time.perf_counter()
+    where, diff = source_diff(old, new)
+    best = H.most_alike((cb("a", old), cb("b", new + "z\n")), cb("c", new))
+    took = time.perf_counter() - start
+    assert where and len(diff) <= H.MAX_DIFF_LINES and best is not None
+    assert took < 2.0, f"{took:.1f} s"
+
+
+def test_a_changed_middle_within_the_cap_is_diffed_line_by_line():
+    old = "".join(f"keep {i}\n" for i in range(100))
+    new = old.replace("keep 40\n", "changed 40\n").replace("keep 60\n", "")
+    where, diff = source_diff(old, new)
+    assert where == "line 41, line 60"
+    assert diff == ("line 41 - keep 40", "line 41 + changed 40", "line 61 - keep 60")
+
+
+def test_name_expressions_reordered_through_build_are_no_change(where):
+    """-n in another order is the same key; with the source changed, only the source is said."""
+    _build(SRC, where, names=("saxpy<float>", "saxpy<int>"))
+    edited = _build(SRC.replace("+ y[i]", "- y[i]"), where, names=("saxpy<int>", "saxpy<float>"))
+    assert edited.report.explanation.kinds == ("source",)
+    assert "-n" not in edited.report.explanation.summary

@@ -378,3 +378,70 @@ def test_a_slow_compile_that_fails_says_failed_after(tmp_path):
     assert "compiling cell.cu with NVRTC..." in err
     assert "compiling cell.cu failed after" in err and "compiled cell.cu in" not in err
     assert 'error: expected a ";"' in out + err
+
+
+# --- history per cell, and names IPython relies on (pipeline helper) ----------------------------
+
+def _run(ip, line: str, body: str, cell_id: str | None):
+    """Run a %%cuda cell as a front end does (IPython gives it the cell's id); its report."""
+    result = ip.run_cell(f"%%cuda {line}\n{body}", cell_id=cell_id)
+    assert result.success, result.error_in_exec
+    return ip.user_ns["cuda_module" if "--module" not in line else line.split()[-1]].report
+
+
+CELLS = ['extern "C" __global__ void a(float* x) {}\n',
+         'extern "C" __global__ void b(float* x) {}\n',
+         'template <typename T> __global__ void c(T* x) {}\n']
+
+
+def test_history_is_per_cell_not_per_module_name(tmp_path, monkeypatch):
+    """Three cells of a fresh notebook, each with the default module name: each is the first
+    build of its cell; a re-run cell is compared with its own earlier build."""
+    ip = _shell(tmp_path, monkeypatch)
+    lines = ["-q", "-q", '-q -n "c<float>"']
+    for i, (line, body) in enumerate(zip(lines, CELLS)):
+        e = _run(ip, line, body, f"cell-{i}").explanation
+        assert (e.kinds, e.summary) == (("first",), "first build of this cell"), i
+    edited = _run(ip, "-q", CELLS[1].replace("float* x", "float* x, int n"), "cell-1")
+    assert edited.explanation.kinds == ("source",)
+    assert edited.explanation.summary == "the source changed (line 2)"  # not "-n changed"
+    # a cell without an id (a terminal) and one with --module are identified by the name
+    _run(ip, "-q --module named", CELLS[0], "cell-9")
+    moved = _run(ip, "-q --module named", CELLS[0].replace("float*", "int*"), "cell-10")
+    assert moved.explanation.kinds == ("source",)
+
+
+def test_cuda_and_cuda_load_never_push_over_names_ipython_relies_on(tmp_path, monkeypatch):
+    ip = _shell(tmp_path, monkeypatch)
+    reserved = ["get_ipython", "In", "Out", "exit", "quit"]
+    before = {n: ip.user_ns[n] for n in reserved}
+    body = "".join(f'extern "C" __global__ void {n}(int* p) {{}}\n' for n in reserved)
+    ip.run_cell_magic("cuda", "-q", body)
+    assert {n: ip.user_ns[n] for n in reserved} == before
+    pushed = {k.name_expression: k.python_name for k in ip.user_ns["cuda_module"].kernels.values()}
+    assert pushed == {n: f"{n}_2" for n in reserved}
+    path = tmp_path / "k.cubin"
+    path.write_bytes(ip.user_ns["cuda_module"].cubin)
+    ip.run_line_magic("cuda_load", f"{path} --module loaded -q")
+    assert {n: ip.user_ns[n] for n in reserved} == before
+    loaded = ip.user_ns["loaded"]
+    assert {k.python_name for k in loaded.kernels.values()} == {f"{n}_2" for n in reserved}
+    assert any("a name IPython relies on" in w for w in loaded.report.warnings)
+
+
+def test_the_shown_report_is_kept_through_the_modules_own_setter(tmp_path, monkeypatch):
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_cell_magic("cuda", "-q", CELLS[0])
+    module = ip.user_ns["cuda_module"]
+    assert "push" in module.report.timings and module.warnings == module.report.warnings
+    with pytest.raises(AttributeError):
+        module.report = None
+    other = cudamagic_build(CELLS[1], tmp_path)
+    with pytest.raises(ValueError, match="cannot be module"):
+        module.set_report(other.report)
+
+
+def cudamagic_build(source: str, tmp_path):
+    import cudamagic
+
+    return cudamagic.build(source, cache=tmp_path / "cache")

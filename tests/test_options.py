@@ -120,3 +120,39 @@ def test_the_line_splits_as_a_shell_splits_it():
     same()
     many = " ".join(f'-n "k<{i}, float>"' for i in range(1000))
     assert split_line(many) == shlex.split(many)
+
+
+# --- one token each, the same in build() and the magic ------------------------------------------
+
+TWO_WORDS = ["-I inc", "-I  inc", "-D X", "-D X=1", "-U X", "--include-path inc",
+             "--define-macro X", "-maxrregcount 32", "--maxrregcount 32", "-default-device x",
+             "-lineinfo ", "-I\tinc", "--use_fast_math yes"]
+ONE_WORD = ["-Iinc", "-I/my dir/inc", "-Imy dir", "-DMSG=a b", "-DX", "-UX", "-lineinfo",
+            "--maxrregcount=32", "-maxrregcount=32", "--include-path=inc", "-default-device"]
+
+
+def _refusal(call):
+    with pytest.raises(OptionError) as info:
+        call()
+    return str(info.value)
+
+
+@pytest.mark.parametrize("opt", TWO_WORDS)
+def test_a_flag_and_its_value_in_one_option_is_refused_alike_everywhere(opt):
+    """["-I inc"] would have NVRTC search the folder " inc": refused, with the one-word form,
+    whether it comes from build(), -o in the magic, or the magic's own -I/-D/-U."""
+    said = _refusal(lambda: options_from_args([opt]))
+    assert repr(opt) in said and ("one word" in said or "white space" in said)
+    assert _refusal(lambda: parse_magic_line(f'-o "{opt}"')) == said
+    flag, _, value = opt.partition(" ")
+    if flag in ("-I", "-D", "-U"):  # the magic's own flag with a value that starts with a space
+        assert _refusal(lambda: parse_magic_line(f'{flag} " {value.strip()}"')) == \
+            _refusal(lambda: options_from_args([f"{flag} {value.strip()}"]))
+
+
+@pytest.mark.parametrize("opt", ONE_WORD)
+def test_one_word_options_pass_as_they_are(opt):
+    kept = options_from_args([opt]).options
+    assert len(kept) == 1 and kept[0].replace("--include-path=", "-I") == \
+        opt.replace("--include-path=", "-I")
+    assert parse_magic_line(f'-o "{opt}"').options == kept

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -306,3 +307,173 @@ def test_odd_arguments_to_build_and_lookups_say_what(cache):
     mod = cudamagic.build('extern "C" __global__ void z(int* x) {}', cache=cache)
     with pytest.raises(NameResolutionError, match="looked up by its name expression, a str"):
         mod[123]
+
+
+# --- the key: the working folder and the toolkit ------------------------------------------------
+
+INCLUDES = '#include "here.h"\n__global__ void k(float* x) { x[0] = HERE; }\n'
+
+
+def test_the_working_folder_is_in_the_key_even_with_base_dir(tmp_path, monkeypatch, cache,
+                                                              compiler):
+    """NVRTC looks in the working folder first for a quoted include, whatever base_dir says:
+    a build run from folder B must not be served folder A's CUBIN."""
+    base, a, b = (tmp_path / n for n in ("base", "a", "b"))
+    for folder, value in ((base, 0), (a, 1), (b, 2)):
+        folder.mkdir()
+        (folder / "here.h").write_text(f"#define HERE {value}\n")
+    time.sleep(2 * RACY_NS / 1e9)  # saved before the build: one saved just before is not stored
+    opts = options_from_args([], [])
+    monkeypatch.chdir(a)
+    from_a = build_module(INCLUDES, opts, cache=cache, base_dir=base, compiler=compiler)
+    monkeypatch.chdir(b)
+    from_b = build_module(INCLUDES, opts, cache=cache, base_dir=base, compiler=compiler)
+    assert not from_b.hit and from_b.key != from_a.key and len(compiler.calls) == 2
+    assert from_b.cubin != from_a.cubin  # HERE is 2, not A's 1
+    monkeypatch.chdir(a)
+    assert build_module(INCLUDES, opts, cache=cache, base_dir=base, compiler=compiler).hit
+
+
+def test_the_toolkit_is_in_the_key(cache, compiler, monkeypatch):
+    """Other CUDA headers (another CCCL, another CuPy) are another build."""
+    import dataclasses as dc
+
+    from cudamagic import pipeline
+    from cudamagic.toolkit import toolkit
+
+    src = '__global__ void k(float* x) {}\n'
+    first = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
+    other = dc.replace(toolkit(), distributions=(*toolkit().distributions,
+                                                  "cccl-9.9.9.dist-info"))
+    monkeypatch.setattr(pipeline, "toolkit", lambda: other)
+    again = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
+    assert not again.hit and again.key != first.key
+    assert again.report.explanation.kinds == ("toolkit",)
+
+
+# --- the working folder NVRTC cannot search ---------------------------------------------------
+
+def _deleted(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    os.chdir(gone)
+    gone.rmdir()
+
+
+def _not_utf8(tmp_path):
+    odd = os.path.join(os.fsencode(tmp_path), b"caf\xe9")
+    os.mkdir(odd)
+    os.chdir(odd)
+
+
+@pytest.mark.parametrize("make, words", [(_deleted, "no longer exists"),
+                                         (_not_utf8, "is not UTF-8 text")])
+@pytest.mark.parametrize("call", ["build", "entry_key"])
+def test_a_working_folder_nvrtc_cannot_search_is_said(tmp_path, monkeypatch, cache, make, words,
+                                                      call):
+    from cudamagic.pipeline import entry_key
+
+    monkeypatch.chdir(tmp_path)  # restored after the test, whatever make() did
+    make(tmp_path)
+    src = '__global__ void k(float* x) {}\n'
+    with pytest.raises(cudamagic.OptionError, match=words) as info:
+        if call == "build":
+            cudamagic.build(src, cache=cache, base_dir=tmp_path)
+        else:
+            entry_key(src, options_from_args([], []))
+    assert "change to a folder" in str(info.value)
+    assert not list(cache.keys())  # nothing stored
+
+
+# --- Ctrl-C during a compile --------------------------------------------------------------------
+
+def test_ctrl_c_during_a_compile_keeps_the_result_and_says_interrupted(cache, compiler):
+    """NVRTC cannot be stopped inside a compile: the signal arrives as it returns. The build is
+    kept (the next run is a hit) and the interrupt then says what happened."""
+    import signal
+
+    def interrupted(*args, **kw):
+        result = compiler(*args, **kw)
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C, seen as NVRTC returns
+        return result
+
+    src = 'extern "C" __global__ void k(float* x) {}\n'
+    with pytest.raises(KeyboardInterrupt, match="interrupted after .* next run is a hit"):
+        build_module(src, options_from_args([], []), cache=cache, compiler=interrupted)
+    again = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
+    assert again.hit and len(compiler.calls) == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+
+
+def test_ctrl_c_during_a_failing_compile_says_interrupted(cache):
+    import signal
+
+    from cudamagic.toolchain.nvrtc import compile_cubin
+
+    def interrupted(*args, **kw):
+        try:
+            return compile_cubin(*args, **kw)
+        finally:
+            signal.raise_signal(signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt, match="interrupted .* it failed, so nothing is kept"):
+        build_module("__global__ void k(float* x) { x[0] = }\n", options_from_args([], []),
+                     cache=cache, compiler=interrupted)
+    assert not list(cache.keys())
+
+
+# --- Python names ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["lambda", "None", "True", "def", "pass", "yield", "async"])
+def test_a_kernel_named_as_a_python_keyword_is_pushed_with_an_underscore(cache, name):
+    mod = cudamagic.build(f'extern "C" __global__ void {name}(int* p) {{}}\n', cache=cache)
+    assert mod[name].python_name == f"{name}_"
+    assert any(f"pushed as '{name}_'" in w and "Python keyword" in w for w in mod.warnings)
+
+
+# --- foreign CUBINs without -n -----------------------------------------------------------------
+
+FOREIGN = r"""
+namespace ns { template <typename T, int K> __global__ void scale(T* x, int n) {} }
+template <typename T> __global__ void over(T* x) {}
+template <typename T> __global__ void over(T* x, int n) {}
+template <typename T> __global__ void saxpy(T a, const T* x, T* y, int n) {}
+extern "C" __global__ void plain(float* x) {}
+"""
+INSTANCES = {"ns::scale<float, 3>": "ns_scale_float_3", "ns::scale<double, -1>": "ns_scale_double_m1",
+             "saxpy<float>": "saxpy_float", "saxpy<unsigned int>": "saxpy_unsigned_int"}
+OVERLOADS = ["(void(*)(float*))over<float>", "(void(*)(float*, int))over<float>"]
+
+
+def test_a_foreign_cubin_without_names_pushes_every_unambiguous_template_instance(cache):
+    built = cudamagic.build(FOREIGN, list(INSTANCES) + OVERLOADS, cache=cache)
+    mod = cudamagic.load_cubin(built.cubin)
+    by_symbol = {k.symbol: k for k in mod.kernels.values()}
+    for expr, name in INSTANCES.items():
+        kern = by_symbol[built[expr].symbol]
+        assert kern.python_name == name and kern.resolved_by == "demangled"
+        assert mod[kern.name_expression] is kern
+    assert by_symbol[built["plain"].symbol].python_name == "plain"
+    # the two over<float> share a name: neither is pushed, both are listed
+    assert not {built[e].symbol for e in OVERLOADS} & set(by_symbol)
+    (note,) = [w for w in mod.warnings if "template instance" in w]
+    assert note.startswith("2 template instance(s)") and note.count("over<float>") == 2
+    named = cudamagic.load_cubin(built.cubin, ["saxpy<float>"])  # with -n: only what is asked
+    assert set(named.kernels) == {"saxpy<float>", "plain"}
+
+
+# --- shipped modules ---------------------------------------------------------------------------
+
+def test_the_same_shipped_module_arriving_twice_is_rebuilt_once(cache, monkeypatch):
+    import pickle
+
+    from cudamagic import module as M
+
+    mod = cudamagic.build(FOREIGN, list(INSTANCES), cache=cache)
+    blob = pickle.dumps(mod)
+    reads = []
+    real = M.read_cubin
+    monkeypatch.setattr(M, "read_cubin", lambda cubin: reads.append(1) or real(cubin))
+    first, second = pickle.loads(blob), pickle.loads(blob)
+    assert first is second and len(reads) == 1
+    assert first["saxpy<float>"]._owner is first

@@ -5,7 +5,7 @@ One job: turn ``ns::scale<float, (short)70000>`` (a user's name expression) and
 (short)4464>(float*, int)`` (libstdc++) into a :class:`Signature`, and :func:`compare` two of them:
 ``"equal"``, ``"contradiction"`` or ``"undecidable"``. Pure: no CUDA, no IPython.
 
-The model (DESIGN.md, "Resolution"), checked against NVRTC's ``nvrtcGetLoweredName`` by
+The model (docs/architecture.md, "Resolution"), checked against NVRTC's ``nvrtcGetLoweredName`` by
 tests/test_resolution_property.py:
 
 * A non-type template argument is a *typed value*. In a name expression it is evaluated with C++

@@ -1,6 +1,6 @@
 """Resolution: which symbol of a CUBIN each name expression names, and how that was found.
 
-One job: name expression -> symbol, never a guess. The rules (DESIGN.md, "Resolution"), with
+One job: name expression -> symbol, never a guess. The rules (docs/architecture.md, "Resolution"), with
 :func:`cudamagic.names.compare` deciding equal / contradiction / undecidable:
 
 1. a stored map entry is checked against the image: its symbol must be one of the image's

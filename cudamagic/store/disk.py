@@ -58,7 +58,7 @@ __all__ = ["EntryRecord", "EntryInfo", "BadEntry", "encode_entry", "decode_entry
            "ENTRY_FORMAT", "parse_size"]
 
 #: The layout of an entry record. 2: the record names its key; format-1 records (which do not)
-#: are misses, rebuilt on first use. Independent of :data:`cudamagic.keys.FORMAT_VERSION`, which
+#: are misses, rebuilt on first use. Independent of :data:`cudamagic.keys.KEY_VERSION`, which
 #: changes what keys mean.
 ENTRY_FORMAT = 2
 
