@@ -289,11 +289,17 @@ def test_the_other_kernels_are_shown_when_their_fold_is_opened(lab):
             rows.first.wait_for(timeout=60_000)
             opened = rows.all_text_contents()
             _shot(more, "widget-more-rows.png")
+            # saved and reloaded, the page asks the kernel for the models' state again
+            page.keyboard.press("Control+s")
+            page.wait_for_selector(".jp-mod-dirty", state="detached", timeout=60_000)
+            page.reload()
+            page.wait_for_selector(WIDGET, timeout=120_000)
+            reloaded = page.locator(WIDGET).first.locator(".cudamagic-names tbody tr").count()
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "many-failure.png"), full_page=True)
             raise
         finally:
             browser.close()
-    assert shown == SHOWN_ROWS and before == 0
+    assert shown == SHOWN_ROWS and before == 0 and reloaded == SHOWN_ROWS
     assert len(opened) == MANY - SHOWN_ROWS
     assert opened[0].startswith(f"k_{SHOWN_ROWS}") and opened[-1].startswith(f"k_{MANY - 1}")
