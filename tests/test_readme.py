@@ -6,6 +6,7 @@ it names is this version's). CI runs the README's test command itself (.ci/run).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -132,3 +133,56 @@ def test_every_readme_command_is_run_or_checked(tmp_path):
             pytest.fail(f"a README command no test knows: {command!r}")
         seen.add(prog)
     assert {"pip", "python"} <= seen
+
+
+def _first_cell_blocks() -> list[str]:
+    """The README's *A first cell*: its python and cuda blocks, in order."""
+    text = README.read_text()
+    section = text[text.index("## A first cell"):]
+    section = section[:section.index("\n## ", 3)]
+    return re.findall(r"```(?:python|cuda)\n(.*?)```", section, flags=re.S)
+
+
+_FIRST_CELL = r'''
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+blocks = json.loads(sys.argv[1])
+for block in blocks[:{upto}]:
+    result = ip.run_cell(block)
+    if not result.success:
+        raise SystemExit(f"README block failed: {{block!r}}: {{result.error_in_exec!r}}")
+ns = ip.user_ns
+print(json.dumps({{"names": sorted(k for k in ("saxpy_float", "saxpy_double", "fill")
+                                 if callable(ns.get(k))),
+                  "double": ns["cuda_module"]["saxpy<double>"].symbol,
+                  "y": [float(v) for v in ns["y"][:4].get()] if "y" in ns else None}}))
+'''
+
+
+def _run_first_cell(tmp_path, upto: int) -> dict:
+    import json
+
+    code = _FIRST_CELL.format(upto=upto)
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(_first_cell_blocks())],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO),
+                               "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_the_readmes_first_cell_compiles_and_pushes_what_it_says(tmp_path):
+    blocks = _first_cell_blocks()
+    assert blocks[0].strip() == "%load_ext cudamagic" and blocks[1].startswith("%%cuda")
+    out = _run_first_cell(tmp_path, upto=2)  # the launch needs a GPU: test_..._launches
+    assert out["names"] == ["fill", "saxpy_double", "saxpy_float"]
+    assert out["double"] == "_Z5saxpyIdEvT_PKS0_PS0_i"
+    text = README.read_text()
+    assert "`saxpy_float`, `saxpy_double` and `fill` are callables" in text
+
+
+@pytest.mark.gpu
+def test_the_readmes_first_cell_launches(tmp_path):
+    out = _run_first_cell(tmp_path, upto=3)
+    assert out["y"] == [1.0, 3.0, 5.0, 7.0]  # 2 * arange + 1
