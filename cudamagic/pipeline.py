@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ContextManager
 
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
-                  valid_python_name)
+                  stored_signatures, symbol_record, valid_python_name)
 from .errors import (CompileError, ImageError, InputWarning, NameResolutionError, OptionError,
                      SourceError)
 from .files import NotAFile, TooLarge, read_regular
@@ -287,7 +287,7 @@ def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Modul
         ctx.notes.append(_INCOMPLETE)
     try:
         binary = Binary(record.cubin, read_cubin(record.cubin))
-        sigs = _signatures(ctx, binary, pending)
+        sigs = _signatures(ctx, binary, pending, record.symbols)
         resolution = resolve(ctx.opts.name_expressions, sigs, record.lowered)
         if resolution.stale:
             raise _Unservable(Miss(MissKind.DAMAGED, "the cached entry's stored name map does "
@@ -386,7 +386,8 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
                          compile_seconds=result.seconds, manifest=manifest.to_json(),
                          # names as derived, before any suffix that this cell's --module or
                          # its neighbours called for: a later build applies its own
-                         python_names={e: python_name(e) for e in ctx.opts.name_expressions})
+                         python_names={e: python_name(e) for e in ctx.opts.name_expressions},
+                         symbols=symbol_record(sigs, ctx.demangler.name))
     kept = _store(ctx, record, manifest)
     interrupts.raise_if_asked(seconds, kept)
     return _module(ctx, binary, made, origin="compiled", miss=miss, record=record)
@@ -417,11 +418,15 @@ def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> str:
     return "its CUBIN is kept in the cache, so the next run is a hit"
 
 
-def _signatures(ctx: BuildContext, binary: Binary, pending: Pending) -> Signatures:
-    """Every kernel's demangled signature (parsed lazily), from the CUBIN's ELF table."""
+def _signatures(ctx: BuildContext, binary: Binary, pending: Pending,
+                stored: Mapping[str, Any] | None = None) -> Signatures:
+    """Every kernel's demangled signature (parsed lazily), from the CUBIN's ELF table; on a
+    hit, from the texts the entry stored (nothing is demangled again)."""
     t = time.perf_counter()
     symbols = list(binary.image.symbols)
-    sigs = Signatures(dict(zip(symbols, pending(symbols))), ctx.demangler.placeholders)
+    sigs = stored_signatures(stored, symbols, ctx.demangler.name)
+    if sigs is None:
+        sigs = Signatures(dict(zip(symbols, pending(symbols))), ctx.demangler.placeholders)
     ctx.lap("demangle", t)
     return sigs
 

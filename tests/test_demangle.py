@@ -48,3 +48,201 @@ def test_cufilt_is_found_through_cuda_home(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_HOME")
     monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
     assert find_cufilt() == path
+
+
+# --- bounded demangling (issue 17, group 4): adversarial sizes in time and memory -------------
+
+import json  # noqa: E402
+import random  # noqa: E402
+import shutil  # noqa: E402
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+
+from cudamagic.cxx.mangled import Unreadable, demangled_bound  # noqa: E402
+from cudamagic.toolchain.demangle import TEXT_LIMIT, is_too_long, plan  # noqa: E402
+
+from .conftest import run_python  # noqa: E402
+
+
+def _seq(i: int) -> str:
+    """The base-36 digits of a substitution's <seq-id>."""
+    digits, out = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", ""
+    while True:
+        out, i = digits[i % 36] + out, i // 36
+        if i == 0:
+            return out
+
+
+def nested(depth: int) -> str:
+    """NVRTC's mangling of ``k<T<depth>>(T*)`` for ``T<n+1> = P<T<n>, T<n>>``: 2**depth copies
+    of ``int`` once demangled, in 8 * depth characters (checked against NVRTC below)."""
+    if depth == 1:
+        return "_Z1kI1PIiiEEvPT_"
+    return ("_Z1kI1P" + "IS0_" * (depth - 1) + "Iii" + "E"
+            + "".join(f"S{_seq(i)}_E" for i in range(1, depth)) + "EvPT_")
+
+
+def test_the_nested_symbols_are_nvrtcs():
+    from cudamagic.toolchain.nvrtc import _compile
+
+    source = ("template <class A, class B> struct P {};\nusing T0 = int;\n"
+              + "".join(f"using T{i + 1} = P<T{i}, T{i}>;\n" for i in range(18))
+              + "template <class T> __global__ void k(T*) {}\n")
+    depths = [1, 2, 5, 12, 18]  # NVRTC itself slows down beyond 20
+    _, lowered, _ = _compile(source, [f"k<T{d}>" for d in depths],
+                             ["-arch=sm_90", "-fdevice-syntax-only"], "t.cu", 0)
+    assert [lowered[f"k<T{d}>"] for d in depths] == [nested(d) for d in depths]
+
+
+def _demanglers():
+    out = [pytest.param("libstdc++", id="libstdc++")]
+    # binutils' c++filt reads one name a line and answers as it goes, as cu++filt does
+    c = shutil.which("cu++filt") or shutil.which("c++filt")
+    out.append(pytest.param(c, id="cu++filt-path", marks=pytest.mark.skipif(
+        c is None, reason="no cu++filt or c++filt here")))
+    return out
+
+
+# depth: the demangled name has about 2**depth * 5 characters; 64 is beyond any memory
+DEPTHS = [1, 4, 8, 12, 13, 14, 16, 20, 24, 26, 28, 32, 48, 64, 200]
+
+CHILD = r"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # the old code would take all
+from cudamagic.toolchain.demangle import CuFilt, LibStdCxx
+which, symbols = json.loads(sys.argv[1]) if len(sys.argv) > 1 else ARGS
+d = LibStdCxx() if which == "libstdc++" else CuFilt(which)
+rows = []
+for s in symbols:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    out = d.demangle([s, "_Z4fillIfEvPT_S0_i"])
+    rows.append([time.perf_counter() - t,
+                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before,
+                 len(out[0]), out[0][:200], out[1]])
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.parametrize("which", _demanglers())
+def test_nested_substitutions_are_bounded_in_time_and_memory(which):
+    symbols = [nested(d) for d in DEPTHS]
+    rows = json.loads(run_python(f"ARGS = {json.dumps([which, symbols])!r}\nARGS = "
+                                 f"__import__('json').loads(ARGS)\n" + CHILD,
+                                 timeout=120).splitlines()[-1])
+    lib = LibStdCxx()
+    for depth, symbol, (seconds, grown_kib, length, head, other) in zip(DEPTHS, symbols, rows):
+        assert seconds < 1.0, (depth, seconds)
+        assert grown_kib < 64 << 10, (depth, grown_kib)  # 64 MiB
+        assert length <= TEXT_LIMIT + 200, depth
+        assert other.startswith("void fill<float>(")  # the batch's other name is intact
+        if 5 * 2 ** depth < TEXT_LIMIT // 4:
+            assert head == lib._one(symbol)[:200], depth  # small enough: demangled in full
+        elif 5 * 2 ** depth > TEXT_LIMIT:
+            assert is_too_long(head), depth
+
+
+def test_bound_is_never_below_the_text_of_a_mutated_symbol():
+    """Table of 3000 mutations (insertions, deletions, repeats) of real symbols: the reader
+    raises nothing but Unreadable, and where it gives a bound, libstdc++'s text fits in it."""
+    lib = LibStdCxx()
+    seeds = [r.symbol for r in fixture_rows() if r.symbol.startswith("_Z")] + \
+        [nested(d) for d in range(1, 9)]
+    rng = random.Random(17)
+    alphabet = "_ZNSEITLXJPKRVFDAM0123456789abcdefghijlmnstvxy"
+    checked = 0
+    for _ in range(3000):
+        s = list(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(s) + 1)
+            op = rng.random()
+            if op < 0.4:
+                s.insert(at, rng.choice(alphabet))
+            elif op < 0.7 and len(s) > 3:
+                del s[min(at, len(s) - 1)]
+            else:
+                a, b = sorted((rng.randrange(len(s)), rng.randrange(len(s))))
+                s[a:a] = s[a:b][:16]
+        symbol = "".join(s)
+        try:
+            bound = demangled_bound(symbol)
+        except Unreadable:
+            continue
+        if bound < 1 << 20:
+            text = lib._one(symbol)
+            checked += 1
+            assert text == symbol or len(text) <= bound, (symbol, bound, len(text))
+    assert checked > 500
+
+
+def test_a_legal_cell_whose_name_is_too_long_is_served_without_demangling(tmp_path):
+    """The 2 MB name of issue 17: the miss keeps it as too long to show, the hit demangles
+    nothing (the entry's texts), and both take well under a second beyond the compile."""
+    import cudamagic
+    from cudamagic.pipeline import build_module
+    from cudamagic.options import options_from_nvrtc
+    from cudamagic.store.disk import KernelCache
+
+    depth = 18
+    source = ("template <class A, class B> struct P {};\nusing T0 = int;\n"
+              + "".join(f"using T{i + 1} = P<T{i}, T{i}>;\n" for i in range(depth))
+              + "template <class T> __global__ void k(T* p) {}\n"
+              + "__global__ void plain(int* p) {}\n")
+
+    class Counting(LibStdCxx):
+        calls: list[list[str]] = []
+
+        def demangle(self, symbols):
+            Counting.calls.append(list(symbols))
+            return super().demangle(symbols)
+
+    opts = options_from_nvrtc((), [f"k<T{depth}>"])
+    cache = KernelCache(tmp_path / "cache")
+    try:
+        first = build_module(source, opts, cache=cache, demangler=Counting())
+        assert not first.hit and len(Counting.calls) == 1
+        t = time.perf_counter()
+        second = build_module(source, opts, cache=cache, demangler=Counting())
+        took = time.perf_counter() - t
+    finally:
+        cache.close()
+    assert second.hit and len(Counting.calls) == 1, "the hit demangled again"
+    assert took < 1.0
+    (row,) = [r for r in second.report.rows if r.name_expression == f"k<T{depth}>"]
+    assert is_too_long(row.signature) and "too long to show" in row.signature
+    assert row.resolved_by == "stored-unverified"  # its name cannot be read to verify it
+    assert second[f"k<T{depth}>"].symbol == first[f"k<T{depth}>"].symbol
+    assert [r.signature for r in second.report.rows if r.name_expression == "plain"] == \
+        ["void plain(int*)"]
+    assert cudamagic  # imported for the package's side effects only
+
+
+@pytest.mark.parametrize("symbol, expected", [
+    ("_Z4fillIfEvPT_S0_i", "demangle"), ("cfill", "keep"), ("_Z1k\nv", "keep"),
+    ("_Z1kv\f", "keep"), ("_Z1kv\r", "keep"), ("_Z1k\x85v", "keep"), ("_Z1k\u2028v", "keep"),
+    ("_Z" + "1a" * 40000, "too long"), (nested(64), "too long"), (nested(10), "demangle"),
+    ("_Z5plainPfi.constprop.0", "demangle")])
+def test_plan_sends_only_bounded_mangled_names(symbol, expected):
+    assert plan(symbol) == expected
+
+
+# --- symbols that are not one line (issue 17, group 5) ----------------------------------------
+
+ODD = ["_Z4fill\nIfEvPT_S0_i", "_Z4fillIfEvPT_S0_i\n", "\n", "_Z1kv\f_Z1kv", "_Z1k\rv", "_Z1k\vv",
+       "_Z1k\x1cv", "_Z1k\x1dv", "_Z1k\x1ev", "_Z1k\x85v", "_Z1k\u2028v", "_Z1k\u2029v",
+       "k\r\nv", "_Z1k v", "_Z1k\tv", "", "_Z1k\x00v", "_Zé1kv"]
+
+
+@pytest.mark.parametrize("which", ["stand-in", "libstdc++"])
+def test_a_symbol_with_a_line_break_never_misaligns_the_others(tmp_path, rows, which):
+    d = CuFilt(_stand_in_cufilt(tmp_path)) if which == "stand-in" else LibStdCxx()
+    good = [r.symbol for r in rows]
+    expected = [r.cufilt if which == "stand-in" else r.libstdcxx for r in rows]
+    batch, want = [], []
+    for n, (g, e) in enumerate(zip(good, expected)):
+        batch.append(g)
+        want.append(e)
+        batch.append(ODD[n % len(ODD)])
+        want.append(ODD[n % len(ODD)])  # not a mangled name: it comes back as it is
+    assert d.demangle(batch) == want

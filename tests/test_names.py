@@ -266,3 +266,33 @@ def test_fast_path_agrees_with_the_full_parser(rows):
                 assert verdict == "equal", (e, d)
 
     check()
+
+
+# --- integers beyond Python's int->str limit (issue 17, group 5) ------------------------------
+
+HUGE = ["1" * 5000, "9" * 4301, "-" + "1" * 5000, "1" + "0" * 5000 + "ull", "(long long)" + "9" * 5000,
+        "(short)-" + "7" * 4400, "static_cast<int>(" + "3" * 5000 + ")", "0x" + "f" * 5000,
+        "0" + "7" * 5000, "0b" + "1" * 5000, "1'" + "0" * 5000]
+
+
+@pytest.mark.parametrize("literal", HUGE, ids=lambda s: f"{s[:14]}..{len(s)}")
+def test_a_literal_of_thousands_of_digits_is_unknown_not_an_exception(literal):
+    from cudamagic.cxx.names import canonical, parse_demangled, parse_expression, python_name
+
+    for expr in (f"k<{literal}>", f"k<S<{literal}>, float>", f"(void(*)(int))k<{literal}>"):
+        sig = parse_expression(expr)
+        assert not sig.exact  # never equal to anything: NVRTC decides
+        assert python_name(expr).isidentifier()
+        canonical(expr)
+    for text in (f"void k<{literal}>()", f"void k<(int){literal}>(T{'1' * 5000})"):
+        assert not parse_demangled(text, True).exact
+
+
+@pytest.mark.parametrize("literal", HUGE[:6], ids=lambda s: f"{s[:14]}..{len(s)}")
+def test_a_name_expression_with_thousands_of_digits_is_a_compile_error(literal):
+    import cudamagic
+    from cudamagic.errors import CompileError
+
+    with pytest.raises(CompileError, match="integer constant is too large|too large"):
+        cudamagic.build("template <long long N> __global__ void k() {}\n", [f"k<{literal}>"],
+                        use_cache=False)

@@ -1,10 +1,12 @@
 """C++ as the compiler sees it: template arguments and demangled names, compared and resolved."""
 
 from . import types
-from .names import (Signature, Signatures, parse_demangled, python_name, valid_python_name)
+from .names import (Signature, Signatures, parse_demangled, python_name, stored_signatures,
+                    symbol_record, valid_python_name)
 from .resolve import NVRTC, Resolved, closest, plain_kernels, resolve
 from .types import INTEGERS, SCALARS, TARGET, TYPEDEFS, DataModel, Scalar, integer, scalar
 
 __all__ = ["INTEGERS", "NVRTC", "Resolved", "SCALARS", "Scalar", "Signature", "Signatures",
            "DataModel", "TARGET", "TYPEDEFS", "closest", "integer", "parse_demangled",
-           "plain_kernels", "python_name", "resolve", "scalar", "types", "valid_python_name"]
+           "plain_kernels", "python_name", "resolve", "scalar", "stored_signatures", "symbol_record", "types",
+           "valid_python_name"]

@@ -37,8 +37,9 @@ from __future__ import annotations
 import functools
 import keyword
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
+from .mangled import is_too_long
 from .types import BUILTIN_WORDS, INTEGERS, builtin_type as _builtin_type
 
 __all__ = [
@@ -170,8 +171,10 @@ def _convert(value: int, to: str) -> int:
     return INTEGERS[to].wrap(value)
 
 
+# A decimal literal of more digits than any integer type holds (39 for __int128) is never read
+# into a Python int: past 4300 digits int() itself raises, and any such literal is too large.
 _INT_LITERAL = re.compile(
-    r"(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9]\d*)([uU]?)(l|L|ll|LL)?([uU]?)")
+    r"(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9]\d{0,40})([uU]?)(l|L|ll|LL)?([uU]?)")
 # the types an integer literal may take, in order (C++ [lex.icon], LP64)
 _DECIMAL = {"": ("int", "long", "long long"),
             "u": ("unsigned int", "unsigned long", "unsigned long long"),
@@ -586,7 +589,7 @@ class _Parser:
         return _Value(to.key, value, builtin=False)
 
 
-_DEMANGLED_LITERAL = re.compile(r"(\d+)(|u|l|ul|ll|ull)")
+_DEMANGLED_LITERAL = re.compile(r"(\d{1,41})(|u|l|ul|ll|ull)")  # see _INT_LITERAL
 _LIB_SUFFIX = {v: k for k, v in _SUFFIX.items()}
 
 
@@ -754,7 +757,8 @@ def _params(p: _Parser, items: list[tuple[int, int]], targs: tuple[_Arg, ...] | 
     out: list[_Arg] = []
     for a, b in items:
         t = toks[a]
-        if b - a == 2 and toks[a + 1] == "..." and t[:1] == "T" and t[1:].isdigit():
+        if b - a == 2 and toks[a + 1] == "..." and t[:1] == "T" and t[1:].isdigit() \
+                and len(t) < 12:
             out.extend(targs[int(t[1:]) - 1:])  # nothing for an empty pack
         else:
             out.extend(_param_list(p, [(a, b)]))
@@ -795,8 +799,8 @@ _FAST_DEMANGLED = re.compile(
 _FAST_EXPRESSION = re.compile(
     r"\s*((?:[A-Za-z_]\w*+\s*::\s*)*[A-Za-z_]\w*+)\s*(?:<([^<>()\[\]{}']*)>)?\s*")
 _FAST_DEMANGLED_ARG = re.compile(
-    r" ?(?:\(([a-z_0-9 ]+)\))?(-?)(\d+)(|u|l|ul|ll|ull)|([A-Za-z_]\w*(?: [A-Za-z_]\w*)*)")
-_FAST_USER_ARG = re.compile(r"\s*(?:(-?)\s*(\d+[uUlL]*)|([A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*))\s*")
+    r" ?(?:\(([a-z_0-9 ]+)\))?(-?)(\d{1,41})(|u|l|ul|ll|ull)|([A-Za-z_]\w*(?: [A-Za-z_]\w*)*)")
+_FAST_USER_ARG = re.compile(r"\s*(?:(-?)\s*(\d{1,41}[uUlL]*)|([A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*))\s*")
 
 
 def _fast_words(words: str) -> _Arg | None:
@@ -1137,7 +1141,9 @@ class Signatures(Mapping[str, Signature]):
     """symbol -> :class:`Signature` of every kernel of an image, each parsed on first use.
 
     A restore whose name expressions all come from the stored map parses only their kernels'
-    names (to verify them); plain-kernel lookup parses only the non-template ones.
+    names (to verify them); plain-kernel lookup parses only the non-template ones. A text that
+    stands for a name too long to keep (:func:`cudamagic.cxx.mangled.is_too_long`) is never
+    parsed: its signature is opaque (inexact, no parameters) and it is never a plain kernel.
     """
 
     def __init__(self, demangled: Mapping[str, str], placeholders: bool) -> None:
@@ -1145,10 +1151,18 @@ class Signatures(Mapping[str, Signature]):
         self._placeholders = placeholders
         self._parsed: dict[str, Signature] = {}
 
+    @property
+    def placeholders(self) -> bool:
+        """Whether the texts name template parameters ``T1``... (cu++filt's)."""
+        return self._placeholders
+
     def __getitem__(self, symbol: str) -> Signature:
         sig = self._parsed.get(symbol)
         if sig is None:
-            sig = self._parsed[symbol] = parse_demangled(self._text[symbol], self._placeholders)
+            text = self._text[symbol]
+            sig = Signature(symbol, text, False, None) if is_too_long(text) else \
+                parse_demangled(text, self._placeholders)
+            self._parsed[symbol] = sig
         return sig
 
     def __iter__(self) -> Iterator[str]:
@@ -1164,7 +1178,36 @@ class Signatures(Mapping[str, Signature]):
         """The demangled text, unparsed."""
         return self._text[symbol]
 
+    def texts(self) -> dict[str, str]:
+        """symbol -> demangled text, for every kernel (what an entry stores)."""
+        return dict(self._text)
+
+    def with_texts(self, texts: Mapping[str, str]) -> "Signatures":
+        """These signatures with some symbols' texts replaced (an ``extern "C"`` kernel's
+        parameter types, as the compiler declared them)."""
+        return Signatures({**self._text, **texts}, self._placeholders)
+
     def maybe_plain(self, symbol: str) -> bool:
         """Whether the kernel can be a non-template one (its name, before any parameter list,
         has no template arguments): only those need parsing to find plain names."""
-        return "<" not in self._text[symbol].split("(", 1)[0]
+        text = self._text[symbol]
+        return "<" not in text.split("(", 1)[0] and not is_too_long(text)
+
+
+def stored_signatures(stored: Mapping[str, object] | None, symbols: Sequence[str],
+                      demangler: str) -> Signatures | None:
+    """The signatures an entry stored (:func:`symbol_record`), where they are this demangler's
+    texts for exactly these symbols; None where they are not (demangle again)."""
+    if not stored or stored.get("demangler") != demangler:
+        return None
+    texts = stored.get("texts")
+    placeholders = stored.get("placeholders")
+    if not isinstance(texts, Mapping) or not isinstance(placeholders, bool) \
+            or len(texts) != len(symbols) or not all(s in texts for s in symbols):
+        return None
+    return Signatures({s: texts[s] for s in symbols}, placeholders)
+
+
+def symbol_record(sigs: Signatures, demangler: str) -> dict[str, object]:
+    """What an entry stores of its kernels' texts, so that a hit demangles nothing."""
+    return {"demangler": demangler, "placeholders": sigs.placeholders, "texts": sigs.texts()}

@@ -113,6 +113,11 @@ class EntryRecord:
         another process (:meth:`cudamagic.Module.__reduce__`): ``{"placeholders": bool,
         "rows": [[name expression, symbol, Python name, resolved by, demangled], ...]}``.
         Cache entries do not carry it: a hit resolves against the CUBIN itself.
+    symbols : dict or None
+        Every kernel symbol's text as the miss read it, so that a hit demangles nothing:
+        ``{"demangler": "libstdc++", "placeholders": false, "texts": {symbol: text}}`` (an
+        ``extern "C"`` kernel's text gives the parameter types its source declares, and a
+        demangled name too long to keep is stored as that). None in older entries: demangled.
     """
 
     cubin: bytes
@@ -127,6 +132,7 @@ class EntryRecord:
     key: str = ""
     manifest: dict[str, Any] | None = None
     kernels: dict[str, Any] | None = None
+    symbols: dict[str, Any] | None = None
 
     @property
     def cubin_sha256(self) -> str:
@@ -159,6 +165,8 @@ def encode_entry(rec: EntryRecord, format_version: int = ENTRY_FORMAT) -> bytes:
         header["manifest"] = rec.manifest
     if rec.kernels is not None:
         header["kernels"] = rec.kernels
+    if rec.symbols is not None:
+        header["symbols"] = rec.symbols
     try:
         blob = json.dumps(header, sort_keys=True, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
@@ -236,6 +244,9 @@ def decode_entry(value: object, key: str | None = None) -> EntryRecord:
     kernels = header.get("kernels")
     if kernels is not None and not _kernel_table(kernels):
         raise BadEntry("the entry's 'kernels' field is not a kernel table")
+    symbols = header.get("symbols")
+    if symbols is not None and not _symbol_table(symbols):
+        raise BadEntry("the entry's 'symbols' field is not a table of symbol texts")
     cubin = data[start + hlen:]
     if len(cubin) != header["cubin_size"]:
         raise BadEntry(f"the CUBIN is {len(cubin)} bytes, its header says "
@@ -247,7 +258,7 @@ def decode_entry(value: object, key: str | None = None) -> EntryRecord:
                        nvrtc_version=header["nvrtc_version"], created=float(header["created"]),
                        compile_seconds=float(header["compile_seconds"]),
                        python_names=header.get("python_names"), key=stored_key,
-                       manifest=manifest, kernels=kernels)
+                       manifest=manifest, kernels=kernels, symbols=symbols)
 
 
 def _kernel_table(value: object) -> bool:
@@ -256,6 +267,14 @@ def _kernel_table(value: object) -> bool:
             and isinstance(value.get("rows"), list)
             and all(isinstance(r, list) and len(r) == 5 and all(isinstance(x, str) for x in r)
                     for r in value["rows"]))
+
+
+def _symbol_table(value: object) -> bool:
+    """Whether a decoded ``symbols`` field has the shape :class:`EntryRecord` documents."""
+    texts = value.get("texts") if isinstance(value, dict) else None
+    return (isinstance(value, dict) and isinstance(value.get("demangler"), str)
+            and isinstance(value.get("placeholders"), bool) and isinstance(texts, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in texts.items()))
 
 
 # --- trust: who may have written what the cache reads ------------------------------------------

@@ -2,7 +2,16 @@
 
 cu++filt takes every symbol of a module on standard input in one process (about 2 ms for 1000
 names), and prints template parameters as ``T1``; libstdc++'s ``__cxa_demangle`` (through ctypes)
-is on every Linux machine and prints concrete types. :mod:`cudamagic.names` makes both agree.
+is on every Linux machine and prints concrete types. :mod:`cudamagic.cxx` makes both agree.
+
+Both are bounded. A mangled name refers back to its own parts, so a 200-character symbol can
+demangle to gigabytes, and neither demangler can be stopped once it has started (libstdc++'s
+grows one buffer until memory runs out). So each symbol's demangled length is bounded before
+it is handed over (:func:`cudamagic.cxx.mangled.demangled_bound`, one linear pass): one that
+could exceed :data:`WORK_LIMIT` is not demangled, and a text longer than :data:`TEXT_LIMIT` is
+not kept; both come back as :func:`too_long` text. A symbol that is not a mangled name (a line
+break, a form feed, any character a mangling does not use) comes back unchanged, and is never
+written to cu++filt, which reads one name a line.
 """
 
 from __future__ import annotations
@@ -11,14 +20,75 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cxx.mangled import TOO_LONG, Unreadable, coarse_bound, demangled_bound, is_too_long
+from ..errors import CudaMagicError
+
 __all__ = ["Demangler", "Pending", "CuFilt", "LibStdCxx", "find_cufilt", "default_demangler",
-           "concrete_demangler"]
+           "concrete_demangler", "TEXT_LIMIT", "WORK_LIMIT", "TOO_LONG", "too_long",
+           "is_too_long", "plan"]
+
+#: The longest demangled text kept (a CCCL kernel's is a few KiB).
+TEXT_LIMIT = 64 << 10
+#: The largest bound of a symbol's demangled length that is still demangled: the demangler's
+#: time and memory grow with its output, so this bounds both (a few ms, a few MiB).
+WORK_LIMIT = 4 << 20
+# the characters of an Itanium mangling (and of the clone suffixes after it)
+_MANGLED = re.compile(r"_Z[A-Za-z0-9_.$]*")
+
+
+def too_long(symbol: str) -> str:
+    """The text that stands for ``symbol``'s demangled name where that is too long to keep."""
+    return f"{TOO_LONG} (the demangled name of a {len(symbol)}-character symbol is over " \
+           f"{TEXT_LIMIT >> 10} KiB)"
+
+
+def plan(symbol: str) -> str:
+    """What a demangler does with ``symbol``: ``"demangle"``, ``"keep"`` (not a mangled name:
+    it comes back as it is) or ``"too long"`` (its demangled name could exceed the limits)."""
+    if _MANGLED.fullmatch(symbol) is None:
+        return "keep"
+    if len(symbol) > TEXT_LIMIT:
+        return "too long"
+    bound = coarse_bound(symbol)  # one regular expression: enough for nearly every kernel
+    if bound > WORK_LIMIT:
+        try:
+            bound = demangled_bound(symbol)
+        except Unreadable:
+            pass  # a construct the reader does not follow: the coarse bound stands
+    return "demangle" if bound <= WORK_LIMIT else "too long"
+
+
+def _bounded(symbols: Sequence[str], run) -> list[str]:
+    """``run`` (a list of symbols -> their texts) applied to the symbols that :func:`plan`
+    lets through; the others as plan says; texts over :data:`TEXT_LIMIT` cut to too_long."""
+    plans = [plan(s) for s in symbols]
+    todo = [s for s, p in zip(symbols, plans) if p == "demangle"]
+    done = iter(run(todo) if todo else ())
+    out = []
+    for s, p in zip(symbols, plans):
+        if p == "keep":
+            out.append(s)
+        elif p == "too long":
+            out.append(too_long(s))
+        else:
+            text = next(done)
+            out.append(text if len(text) <= TEXT_LIMIT else too_long(s))
+    return out
+
+
+#: How long cu++filt may take for one batch (it takes about 2 ms for 1000 bounded names).
+_CUFILT_SECONDS = 30
+
+
+class DemangleError(CudaMagicError, RuntimeError):
+    """A demangler process that failed or printed something other than one line per name."""
 
 
 class Demangler:
@@ -36,7 +106,8 @@ class Demangler:
     placeholders = False
 
     def demangle(self, symbols: Sequence[str]) -> list[str]:
-        """Demangle many symbols at once; a name that is not mangled comes back unchanged."""
+        """Demangle many symbols at once; a name that is not mangled comes back unchanged, one
+        whose demangled name is too long as :func:`too_long` text."""
         raise NotImplementedError
 
     def start(self) -> "Pending":
@@ -79,18 +150,29 @@ class CuFilt(Demangler):
     def start(self) -> Pending:
         # cu++filt answers only at the end of its input, so one process serves one batch; its
         # start (about 1 ms) overlaps the compile or the cache read
+        # bytes, split at "\n" alone: text mode would also split at "\r", "\f" and the
+        # other line ends Python knows, and misalign every name after one
         proc = subprocess.Popen([self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+                                stderr=subprocess.DEVNULL)
+
+        def batch(symbols: Sequence[str]) -> list[str]:
+            # every symbol here passed plan(): mangling characters only, so one line each
+            data = ("\n".join(symbols) + "\n").encode()
+            try:
+                out, _ = proc.communicate(data, timeout=_CUFILT_SECONDS)
+            except subprocess.TimeoutExpired:
+                raise DemangleError(f"{self.path} did not answer within {_CUFILT_SECONDS} s "
+                                    f"for {len(symbols)} symbols") from None
+            lines = out.split(b"\n")
+            if lines and not lines[-1]:
+                lines.pop()
+            if proc.returncode != 0 or len(lines) != len(symbols):
+                raise DemangleError(f"{self.path} exited {proc.returncode} and printed "
+                                    f"{len(lines)} lines for {len(symbols)} symbols")
+            return [o.decode("utf-8", "replace").strip() or s for o, s in zip(lines, symbols)]
 
         def run(symbols: Sequence[str]) -> list[str]:
-            if any("\n" in s for s in symbols):
-                raise ValueError("a symbol holds a line break")
-            out, _ = proc.communicate("\n".join(symbols) + "\n" if symbols else "", timeout=60)
-            lines = out.splitlines()
-            if proc.returncode != 0 or len(lines) != len(symbols):
-                raise RuntimeError(f"{self.path} exited {proc.returncode} and printed "
-                                   f"{len(lines)} lines for {len(symbols)} symbols")
-            return [o.strip() or s for o, s in zip(lines, symbols)]
+            return _bounded(symbols, batch)
 
         def release() -> None:
             if proc.poll() is None:
@@ -119,11 +201,9 @@ class LibStdCxx(Demangler):
         self._free.argtypes = [ctypes.c_void_p]
 
     def demangle(self, symbols: Sequence[str]) -> list[str]:
-        return [self._one(s) for s in symbols]
+        return _bounded(symbols, lambda todo: [self._one(s) for s in todo])
 
     def _one(self, symbol: str) -> str:
-        if not symbol.startswith("_Z"):
-            return symbol
         status = ctypes.c_int(0)
         ptr = self._cxa(symbol.encode(), None, None, ctypes.byref(status))
         if status.value != 0 or not ptr:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..cxx import parse_demangled
+from ..cxx.mangled import is_too_long
 from ..units import counted, duration_text
 
 __all__ = ["Explanation", "KernelRow", "BuildReport", "Badge", "Phase", "SHOWN_ROWS",
@@ -83,6 +84,8 @@ def display_signature(demangled: str, placeholders: bool = False,
     namespaces go, the ``void`` return is shown. An ``extern "C"`` kernel's symbol carries no
     types: its parameters are the sizes the CUBIN records (``void fill(8 bytes, 4 bytes)``).
     """
+    if is_too_long(demangled):  # the demangler's own words: nothing to tidy
+        return demangled
     if "(" not in demangled:  # a plain symbol: extern "C"
         sizes = "?" if param_sizes is None else ", ".join((counted(n, "byte") for n in param_sizes))
         return f"void {demangled}({sizes})"
