@@ -181,7 +181,7 @@ def test_a_legal_cell_whose_name_is_too_long_is_served_without_demangling(tmp_pa
     nothing (the entry's texts), and both take well under a second beyond the compile."""
     import cudamagic
     from cudamagic.pipeline import build_module
-    from cudamagic.options import options_from_nvrtc
+    from cudamagic.options import options_from_args
     from cudamagic.store.disk import KernelCache
 
     depth = 18
@@ -197,7 +197,7 @@ def test_a_legal_cell_whose_name_is_too_long_is_served_without_demangling(tmp_pa
             Counting.calls.append(list(symbols))
             return super().demangle(symbols)
 
-    opts = options_from_nvrtc((), [f"k<T{depth}>"])
+    opts = options_from_args((), [f"k<T{depth}>"])
     cache = KernelCache(tmp_path / "cache")
     try:
         first = build_module(source, opts, cache=cache, demangler=Counting())
