@@ -10,7 +10,8 @@ does. The model is ccache's direct mode: the key of the inputs leads to the entr
 manifest lists the files read, and a hit must find them unchanged:
 
 - every header read: user headers by content (sha256), headers inside versioned packages (the
-  toolkit's folders) by size and modification time, which an in-place edit changes;
+  toolkit's folders) by size, modification and change times and inode, which an in-place
+  edit, a copy over it or a replacement changes;
 - every place a header would have been found *before* the one that was read (NVRTC searches a
   quoted include's own folder, then each ``-I`` in order; the cell's own folder is the process's
   current folder): each must still hold no such file. Checked cheaply: the deepest existing
@@ -73,8 +74,8 @@ class SearchPath:
         The ``-I`` folders, in order, exactly as passed to NVRTC (the trace spells paths with
         them).
     versioned : tuple of str
-        Folders of installed packages (the toolkit's): their headers are checked by size and
-        modification time instead of content.
+        Folders of installed packages (the toolkit's): their headers are checked by size,
+        modification and change times and inode instead of content.
     """
 
     cwd: str
