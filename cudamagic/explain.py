@@ -222,7 +222,7 @@ _histories_lock = threading.Lock()
 
 
 def history_for(store: Any) -> History:
-    """The history beside a :class:`~cudamagic.cache.KernelCache` (in memory where the cache
+    """The history beside a :class:`~cudamagic.store.KernelCache` (in memory where the cache
     is: an untrusted or unusable folder keeps nothing of ours either)."""
     where = f"memory:{id(store)}" if store.in_memory else str(store.directory)
     hist = _histories.get(where)

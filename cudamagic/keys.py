@@ -1,7 +1,7 @@
 """The cache key: a sha256 over every input of a compile that is known before it runs.
 
 What the compile then reads (headers, and the places it looked for them) is not in the key: it
-is the entry's dependency manifest (:mod:`cudamagic.deps`), checked on every hit, as in
+is the entry's dependency manifest (:mod:`cudamagic.toolchain.deps`), checked on every hit, as in
 ccache's direct mode. Pure: no CUDA.
 """
 

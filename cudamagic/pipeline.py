@@ -310,19 +310,18 @@ def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Modul
 class _Interrupts:
     """Ctrl-C held back while NVRTC compiles: NVRTC cannot be stopped inside a compile (Python
     sees the signal only once it returns), so the compile ends and its result is kept; the
-    interrupt is raised after that (:meth:`raise_if_asked`). Only the main thread can hold
-    signals; elsewhere this changes nothing."""
+    interrupt is raised after that (:meth:`raise_if_asked`). Only where Ctrl-C would raise
+    KeyboardInterrupt (Python's own handler, on the main thread: IPython's during a cell); an
+    ignored signal or a handler of the program's own is left alone."""
 
     def __init__(self) -> None:
         self.asked = False
         self._previous: Any = None
 
     def __enter__(self) -> "_Interrupts":
-        if threading.current_thread() is threading.main_thread():
-            try:
-                self._previous = signal.signal(signal.SIGINT, self._hold)
-            except (ValueError, OSError):  # an interpreter that owns no signals
-                self._previous = None
+        if threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._hold)
         return self
 
     def _hold(self, signum: int, frame: Any) -> None:

@@ -405,6 +405,25 @@ def test_ctrl_c_during_a_compile_keeps_the_result_and_says_interrupted(cache, co
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
 
 
+def test_a_sigint_handler_of_the_programs_own_is_left_alone(cache, compiler, monkeypatch):
+    import signal
+
+    seen = []
+    monkeypatch.setattr(signal, "signal", signal.signal)  # restored after the test
+    previous = signal.signal(signal.SIGINT, lambda *a: seen.append(a[0]))
+    try:
+        def interrupted(*args, **kw):
+            result = compiler(*args, **kw)
+            signal.raise_signal(signal.SIGINT)
+            return result
+
+        mod = build_module('extern "C" __global__ void k(float* x) {}\n',
+                           options_from_args([], []), cache=cache, compiler=interrupted)
+        assert not mod.hit and seen == [signal.SIGINT]  # the program's handler had it
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_during_a_failing_compile_says_interrupted(cache):
     import signal
 
