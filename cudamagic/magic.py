@@ -300,7 +300,9 @@ class CudaMagics(Magics):
         if quiet:
             show_warnings(report)
         else:
-            report = show_report(report)
+            from .view.bench import timing_fold
+
+            report = show_report(report, extra=lambda: timing_fold(module))
         module.set_report(report)
 
     def _warn_shadowing(self, names: dict[str, object]) -> list[str]:

@@ -348,3 +348,40 @@ def test_the_magic_is_registered_and_reaches_the_timing(gpu, monkeypatch):
     ip.user_ns["k"] = StandInKernel(gpu, "k", 1.5)
     result = ip.run_line_magic("cuda_bench", "-n 3 -w 0 k((1,), (32,), ())")
     assert result["k((1,), (32,), ())"].samples_ms == (1.5,) * 3
+
+
+# --- the report's fold -------------------------------------------------------------------------
+
+def test_the_reports_fold_draws_every_kernel_without_the_gpu(monkeypatch):
+    from cudamagic.toolchain import driver
+    from cudamagic.view import widget as W
+    from cudamagic.view.bench import timing_fold
+
+    from .test_report import make
+
+    mod = cudamagic.load_cubin(FIXTURES / "fixture.cubin", ["fill<float>", "cast<float, double>"])
+    monkeypatch.setattr(driver, "available", lambda: pytest.fail("the fold asked the driver"))
+    page = timing_fold(mod)
+    assert page.startswith('<details class="cudamagic-fold"><summary>timing and occupancy')
+    assert page.count("<svg") == 1 and page.count("<polyline") == len(
+        {k.symbol for k in mod.kernels.values()})
+    assert "fill_float: best block size 1024 (100% occupancy, limited by warps)" in page
+    assert "fill_float.bench(grid, block, args)" in page
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False, **kw: shown.append(obj))
+    monkeypatch.setattr(W, "_in_kernel", lambda: True)
+    monkeypatch.setattr(W, "_Model", _NoComm)
+    W.show_report(make(2), extra=lambda: timing_fold(mod))
+    assert "timing and occupancy" in shown[0]["text/html"]
+
+
+class _NoComm:
+    """A widget model without a front end (the report test's models need no comm here)."""
+
+    def __init__(self, state, on_change=None):
+        self.state = state
+        self.comm = type("C", (), {"comm_id": "x"})()
+
+    @property
+    def ref(self):
+        return "IPY_MODEL_x"

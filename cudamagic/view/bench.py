@@ -12,7 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["occupancy_text", "occupancy_html", "timing_text", "timing_html", "svg_lines",
-           "svg_strips"]
+           "svg_strips", "timing_fold"]
+
+#: kernels the report's fold draws occupancy for (a module of more says how to see the rest)
+FOLD_KERNELS = 8
 
 #: block sizes the text view lists (the table has every multiple of 32)
 _TEXT_BLOCKS = (32, 64, 128, 192, 256, 384, 512, 640, 768, 896, 1024)
@@ -264,3 +267,45 @@ def timing_html(result: Any) -> str:
     return (f'<div class="cudamagic-timing"><small>{title}</small><br>'
             + svg_strips([(t.label, t.samples_ms, t.matches is False) for t in ranked])
             + f"<table><tr>{head}</tr>{''.join(body)}</table></div>")
+
+
+def timing_fold(module: Any) -> str:
+    """The report's "timing and occupancy" fold (a ``<details>`` one click away): the kernels'
+    occupancy against block size in one plot, computed from the CUBIN (nothing is loaded on the
+    GPU, nothing launched), each one's best block size, and how to time them."""
+    from ..errors import CudaMagicError
+    from ..toolchain.occupancy import _cubin_sm, table
+
+    seen: dict[str, Any] = {}
+    for k in module.kernels.values():
+        seen.setdefault(k.symbol, k)
+    kernels = list(seen.values())
+    series, notes = [], []
+    for k in kernels[:FOLD_KERNELS]:
+        try:
+            t = table(k, sm=_cubin_sm(k))
+        except CudaMagicError as exc:
+            notes.append(f"{k.python_name}: {exc}")
+            continue
+        except Exception as exc:  # noqa: BLE001 - the fold never takes the report down with it
+            notes.append(f"{k.python_name}: occupancy could not be worked out "
+                         f"({type(exc).__name__}: {exc})")
+            continue
+        series.append((k.python_name, [(r.block_size, r.occupancy if r.launches else 0.0)
+                                       for r in t.rows]))
+        best = t.best.get(0, 0)
+        notes.append(f"{k.python_name}: best block size {best} "
+                     f"({t.at(best).occupancy:.0%} occupancy, limited by "
+                     f"{', '.join(t.at(best).limited_by)})" if best
+                     else f"{k.python_name}: no block size launches")
+    if len(kernels) > FOLD_KERNELS:
+        notes.append(f"{len(kernels) - FOLD_KERNELS} more kernels: kernel.occupancy() for each")
+    name = kernels[0].python_name if kernels else "kernel"
+    plot = svg_lines(series, x_label="threads per block", y_label="occupancy",
+                     y_max=1.0) if series else ""
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    how = (f"{name}.occupancy() for the table (the driver's numbers on a GPU); "
+           f"{name}.bench(grid, block, args) times a launch, "
+           f"%cuda_bench {name}(grid, block, args); other(grid, block, args) several")
+    return ('<details class="cudamagic-fold"><summary>timing and occupancy</summary>'
+            f"{plot}<ul>{items}</ul><p><small>{html.escape(how)}</small></p></details>")

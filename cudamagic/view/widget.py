@@ -144,20 +144,21 @@ def _in_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-def show_report(report: BuildReport) -> BuildReport:
+def show_report(report: BuildReport, extra: Callable[[], str] | None = None) -> BuildReport:
     """Display the report: a widget in a Jupyter front end (with its text and HTML beside it for
     front ends and exports that cannot render widgets), text in a terminal.
 
     The time rendering takes (the table, as text and HTML) is the ``display`` phase and part of
     the time shown; opening the widget and sending it come after and are not. Returns the
-    record as shown.
+    record as shown. ``extra`` makes more HTML for the end of the report in a notebook (the
+    timing and occupancy fold), timed with the rest.
     """
     from IPython.display import display
 
     t = time.perf_counter()
     kernel = _in_kernel()
     text = text_body(report, SHOWN_ROWS)
-    body = html_body(report, SHOWN_ROWS) if kernel else ""
+    body = html_body(report, SHOWN_ROWS) + (extra() if extra else "") if kernel else ""
     spent = time.perf_counter() - t
     report = report.with_timings(
         cell_seconds=None if report.cell_seconds is None else report.cell_seconds + spent,
