@@ -205,7 +205,8 @@ def test_sizes_read_in_the_unit_they_reach(n, shown):
 def test_no_size_that_is_not_zero_prints_as_zero():
     from cudamagic.units import size_text
 
-    for n in [*range(1, 5000, 7), *(1 << k for k in range(64)), *((1 << k) - 1 for k in range(1, 64))]:
+    sizes = [*range(1, 5000, 7), *(1 << k for k in range(64)), *((1 << k) - 1 for k in range(1, 64))]
+    for n in sizes:
         number = size_text(n).split()[0]
         assert float(number) > 0 and number not in ("0.0", "0"), (n, size_text(n))
 

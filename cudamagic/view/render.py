@@ -83,7 +83,8 @@ CELL_STYLE = "text-align:left;padding:1px 10px 1px 0;vertical-align:top"
 def html_rows(report: BuildReport, start: int = 0, stop: int | None = None) -> str:
     """Table rows ``start:stop`` of the name map as ``<tr>`` elements."""
     esc = html.escape
-    return "".join("<tr>" + "".join(f"<td style='{CELL_STYLE}'><code>{esc(c)}</code></td>" for c in r)
+    return "".join("<tr>" + "".join(f"<td style='{CELL_STYLE}'><code>{esc(c)}</code></td>"
+                                    for c in r)
                    + "</tr>" for r in report.table(start, stop))
 
 
@@ -132,7 +133,8 @@ def html_head(report: BuildReport) -> str:
     rows = "".join(f"<tr><td style='{CELL_STYLE}'>{esc(p.label)}</td>"
                    f"<td style='{CELL_STYLE};text-align:right'>{esc(p.text)}</td></tr>"
                    for p in report.phases)
-    phases = (f'<details class="cudamagic-phases"><summary>where the {esc(duration_text(report.seconds))} '
+    took = esc(duration_text(report.seconds))
+    phases = (f'<details class="cudamagic-phases"><summary>where the {took} '
               f'went</summary><table style="border-collapse:collapse">{rows}</table></details>')
     return head + why + phases
 

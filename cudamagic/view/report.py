@@ -268,7 +268,8 @@ class BuildReport:
     @functools.cached_property
     def summary(self) -> str:
         """Time, kernel count and arch in one line (``7.6 ms · 3 kernels · sm_90``)."""
-        return f"{duration_text(self.seconds)} · {counted(len(self.rows), 'kernel')} · {self.arch}"
+        kernels = counted(len(self.rows), "kernel")
+        return f"{duration_text(self.seconds)} · {kernels} · {self.arch}"
 
     @functools.cached_property
     def headline(self) -> str:
