@@ -14,7 +14,7 @@ from .store import BadEntry, EntryRecord, decode_entry, encode_entry
 from .store.disk import _MAGIC as _ENTRY_MAGIC
 from .toolchain import driver
 from .toolchain.image import CubinImage, read_cubin
-from .cxx import Signatures, closest
+from .cxx import Signatures, similar_names
 from .units import counted
 from .view.report import BuildReport
 
@@ -131,7 +131,7 @@ class Module(Mapping[str, Kernel]):
                                       f"(module['saxpy<float>']), not {type(expr).__name__} "
                                       f"{expr!r:.60}")
         held = sorted(self.kernels)
-        near = closest(expr, held)
+        near = similar_names(expr, held)
         raise NameResolutionError(
             f"this module holds no kernel named {expr!r} (lookups take the exact name expression "
             f"given with -n). It holds: {', '.join(held) or 'nothing'}"

@@ -135,7 +135,34 @@ def test_stored_map_from_nvrtc_is_verified_and_a_swapped_one_is_stale(small_cubi
 
 def test_alias_in_a_stored_map_is_accepted_unverified(small_cubin):
     kernels = _image_kernels(small_cubin)
-    stored = {"k<size_t>": small_cubin.lowered["k<unsigned long>"],
+    stored = {"k<my_size_t>": small_cubin.lowered["k<unsigned long>"],
               "k<my_float>": small_cubin.lowered["k<float>"]}
     res = resolve(list(stored), kernels, stored=stored)
     assert res.complete and {x.resolved_by for x in res.resolved} == {"stored-unverified"}
+
+
+@pytest.mark.parametrize("expr, verdict", [
+    ("add<size_t>", "contradiction"), ("add<ptrdiff_t>", "contradiction"),
+    ("add<unsigned int>", "equal")])
+def test_size_t_is_what_this_target_makes_it(expr, verdict):
+    """size_t is unsigned long on 64-bit Linux (NVRTC declares it so): never 'may be an alias of
+    unsigned int', and an instance for unsigned int is not the kernel add<size_t> names."""
+    from cudamagic.cxx.names import compare, parse_demangled, parse_expression
+
+    got, why = compare(parse_expression(expr), parse_demangled("void add<unsigned int>(unsigned int*)"))
+    assert got == verdict
+    assert "alias" not in why
+    if verdict == "contradiction":
+        assert "on this target" in why
+
+
+def test_a_misspelled_plain_kernel_is_named(compiler):
+    import cudamagic
+    from cudamagic.errors import CompileError
+
+    source = "__global__ void kernel(float* x) {}\ntemplate <class T> __global__ void t(T* x) {}\n"
+    for wrong in ("kernal", "Kernel", "kernell"):
+        with pytest.raises(CompileError) as info:
+            cudamagic.build(source, [wrong], use_cache=False)
+        assert "a non-template kernel needs no -n" in str(info.value)
+        assert "did you mean kernel?" in str(info.value)

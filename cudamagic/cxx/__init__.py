@@ -3,10 +3,10 @@
 from . import types
 from .names import (Signature, Signatures, parse_demangled, python_name, stored_signatures,
                     symbol_record, valid_python_name)
-from .resolve import NVRTC, Resolved, closest, plain_kernels, resolve
+from .resolve import NVRTC, Resolved, plain_kernels, resolve, similar_names
 from .types import INTEGERS, SCALARS, TARGET, TYPEDEFS, DataModel, Scalar, integer, scalar
 
 __all__ = ["INTEGERS", "NVRTC", "Resolved", "SCALARS", "Scalar", "Signature", "Signatures",
-           "DataModel", "TARGET", "TYPEDEFS", "closest", "integer", "parse_demangled",
-           "plain_kernels", "python_name", "resolve", "scalar", "stored_signatures", "symbol_record", "types",
+           "DataModel", "TARGET", "TYPEDEFS", "integer", "parse_demangled",
+           "plain_kernels", "python_name", "resolve", "scalar", "similar_names", "stored_signatures", "symbol_record", "types",
            "valid_python_name"]

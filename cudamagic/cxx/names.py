@@ -40,7 +40,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from .mangled import is_too_long
-from .types import BUILTIN_WORDS, INTEGERS, builtin_type as _builtin_type
+from .types import BUILTIN_WORDS, INTEGERS, TYPEDEFS, builtin_type as _builtin_type
 
 __all__ = [
     "CONTRADICTION",
@@ -292,14 +292,22 @@ class _Value:
 
 class _Type:
     """A type or an entity, by its canonical spelling. ``closed``: builtin words, cv and pointer
-    operators only (never an alias). ``template``/``args``: set when it is exactly a template-id."""
+    operators only (never an alias). ``template``/``args``: set when it is exactly a template-id.
 
-    __slots__ = ("key", "closed", "template", "args", "exact")
+    ``spelled``: the user's spelling where a typedef NVRTC declares stands for a builtin type
+    (``size_t`` is ``unsigned long`` here: :data:`cudamagic.cxx.types.TYPEDEFS`), for names and
+    messages; the key is the type it stands for."""
+
+    __slots__ = ("key", "closed", "template", "args", "exact", "spelled")
 
     def __init__(self, key: str, closed: bool, exact: bool = True, template: str | None = None,
-                 args: tuple | None = None) -> None:
+                 args: tuple | None = None, spelled: str | None = None) -> None:
         self.key, self.closed, self.exact = key, closed, exact
-        self.template, self.args = template, args
+        self.template, self.args, self.spelled = template, args, spelled
+
+    def shown(self) -> str:
+        """The type for a message: ``size_t (unsigned long on this target)``."""
+        return f"{self.spelled} ({self.key} on this target)" if self.spelled else self.key
 
 
 class _Unknown:
@@ -448,9 +456,13 @@ class _Parser:
                 if not isinstance(arg, _Type):
                     return None
                 head, closed, base = arg.key, arg.closed, ()
+        spelled = None
+        if base and len(base) == 1 and base[0][1] is None and base[0][0] in TYPEDEFS:
+            spelled, head, closed = head, TYPEDEFS[head], True  # size_t: a builtin type here
         key = _join([head, *cv, *tail]) if cv or tail else head
         if closed:
-            return _Type(key, True)
+            return _Type(key, True, spelled=spelled and (
+                _join([spelled, *cv, *tail]) if cv or tail else spelled))
         exact = all(a.exact for _, args in base if args for a in args)
         if base and not cv and not tail and base[-1][1] is not None:
             return _Type(key, False, exact, _name_key(base[:-1] + ((base[-1][0], None),)),
@@ -810,6 +822,8 @@ def _fast_words(words: str) -> _Arg | None:
     if all(w in _BUILTIN_WORDS for w in split):
         key = _builtin_type(split)
         return None if key is None else _Type(key, True)
+    if len(split) == 1 and words in TYPEDEFS:
+        return _Type(TYPEDEFS[words], True, spelled=words)
     if len(split) == 1 and _is_name(words):
         return _Type(words, False)
     return None
@@ -1034,7 +1048,7 @@ def _compare_arg(a: _Arg, b: _Arg) -> tuple[str, str]:
         return _compare_values(a, b)
     if isinstance(b, _Type):
         if a.closed:
-            return CONTRADICTION, f"{a.key} is not {b.key}"
+            return CONTRADICTION, f"{a.shown()} is not {b.key}"
         if a.template is not None and a.template == b.template:
             verdict, why = _compare_args(a.args, b.args)
             if verdict != EQUAL:
@@ -1074,7 +1088,7 @@ def _compare_params(want: tuple[_Arg, ...], have: tuple[str, ...]) -> tuple[str,
         if a.exact and a.key == b:
             continue
         if isinstance(a, _Type) and a.closed:
-            return CONTRADICTION, f"parameter {n}: {a.key} is not {b}"
+            return CONTRADICTION, f"parameter {n}: {a.shown()} is not {b}"
         undecided = undecided or f"parameter {n}: {a.key} may be an alias of {b}"
     return (UNDECIDABLE, undecided) if undecided else (EQUAL, "")
 
@@ -1095,6 +1109,8 @@ def _py_arg(a: _Arg) -> str:
         return f"{a.type}_{number}"
     if isinstance(a, _Type) and a.args is not None:
         return a.template + "_" + "_".join(_py_arg(x) for x in a.args)
+    if isinstance(a, _Type) and a.spelled:
+        return a.spelled  # add<size_t> is add_size_t, as the user wrote it
     return a.key
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from .names import (CONTRADICTION, EQUAL, UNDECIDABLE, Signature, Signatures, compare,
                     parse_expression, quick_equal)
 
-__all__ = ["Resolved", "Unresolved", "Resolution", "resolve", "plain_kernels", "closest",
+__all__ = ["Resolved", "Unresolved", "Resolution", "resolve", "plain_kernels", "similar_names",
            "NVRTC", "STORED", "STORED_UNVERIFIED", "DEMANGLED", "EXTERN_C"]
 
 NVRTC = "nvrtc"                            # NVRTC's own map, on a miss
@@ -179,7 +179,7 @@ def _by_demangling(expr: str, kernels: Mapping[str, Signature], index: _Index
                   "stored with the CUBIN, or a recompile from the source, decides",
             tuple(text for text, _ in maybe[:3]))
     return Unresolved(expr, "no kernel's demangled name matches it",
-                      closest(want.name, [sig.name for sig in kernels.values()],
+                      similar_names(want.name, [sig.name for sig in kernels.values()],
                               [sig.text for sig in kernels.values()]))
 
 
@@ -204,7 +204,7 @@ def plain_kernels(kernels: Signatures, taken: set[str]) -> list[Resolved]:
     return out
 
 
-def closest(wanted: str, names: Sequence[str], labels: Sequence[str] | None = None,
+def similar_names(wanted: str, names: Sequence[str], labels: Sequence[str] | None = None,
             n: int = 3) -> tuple[str, ...]:
     """Up to ``n`` labels whose names are most like ``wanted`` (labels default to the names)."""
     labels = list(labels) if labels is not None else list(names)

@@ -286,6 +286,30 @@ _TYPE_WORDS = ("float", "double", "int", "unsigned", "long", "short", "char", "b
                "uint64_t", "__half", "__nv_bfloat16", "float2", "float4", "double2")
 
 
+_GLOBAL = re.compile(r"(?:__global__\s+(?:\w+\s+)*void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
+
+
+def plain_kernels(source: str) -> list[str]:
+    """The non-template ``__global__`` functions a source defines, by name, in order (a regular
+    expression's reading, as :func:`template_kernels`)."""
+    templates = set(template_kernels(source))
+    return [n for n in dict.fromkeys(m.group("name") for m in _GLOBAL.finditer(source))
+            if n not in templates]
+
+
+def _no_such_kernel(name: str, source: str) -> str:
+    """Why ``-n NAME`` without template arguments names nothing, with the kernel meant."""
+    plain, templates = plain_kernels(source), template_kernels(source)
+    near = difflib.get_close_matches(name, plain + templates, n=1, cutoff=0.6) or \
+        [k for k in plain + templates if k.lower() == name.lower()][:1]
+    if near and near[0] in plain:
+        return (f"error: the cell defines no kernel {name!r}; a non-template kernel needs no "
+                f"-n (it is pushed under its own name); did you mean {near[0]}?")
+    return (f"error: the cell defines no kernel {name!r}"
+            + (f"; did you mean {near[0]!r}?" if near else "")
+            + f" (its kernels: {', '.join(plain + templates)})")
+
+
 def template_kernels(source: str) -> list[str]:
     """The ``__global__`` function templates a source defines, by name, in order (a regular
     expression's reading: good for a hint, not a parse)."""
@@ -340,6 +364,10 @@ def _name_map_errors(blocks: list[tuple[int, list[str]]], expr: str, source: str
         head = expr.split("<", 1)[0].strip().rsplit("::", 1)[-1]
         if undefined and source is not None:
             name = undefined.group("name")
+            if name == head and "<" not in expr and plain_kernels(source):
+                rest = _no_such_kernel(name, source)
+                out += [f'name expression -n "{expr}": {rest}', *_pointed(block, expr), ""]
+                return out
             if name == head:
                 defined = template_kernels(source)
                 near = difflib.get_close_matches(name, defined, n=1, cutoff=0.6)
