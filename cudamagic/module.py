@@ -72,7 +72,7 @@ class Module(Mapping[str, Kernel]):
         self._placeholders = placeholders  # how the kernels' demangled texts name T1, T2...
         self._payload_bytes: bytes | None = None
         for kern in kernels.values():
-            kern._owner = self  # a kernel that travels takes its module along
+            kern.module = self  # a kernel that travels takes its module along
 
     @property
     def report(self) -> BuildReport:

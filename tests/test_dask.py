@@ -44,7 +44,7 @@ def _on_worker(module, kernel):
         compiler._compile = real
     return {"pid": os.getpid(),
             "map": {k.name_expression: (k.symbol, k.python_name) for k in module.kernels.values()},
-            "same_module": kernel._owner is module,
+            "same_module": kernel.module is module,
             "compiles": len(compiles),
             "nvrtc_loaded": "cuda.bindings.nvrtc" in sys.modules,
             "cache_opened": cache._default is not None,

@@ -15,6 +15,7 @@ import ctypes
 import dataclasses
 import functools
 import math
+import re
 import time
 import types
 from collections.abc import Iterator
@@ -28,14 +29,18 @@ import pytest
 
 import cudamagic
 from cudamagic.toolchain import driver
-from cudamagic.launch import kernel as kernel_module
+from cudamagic.launch import encode as encode_module
+from cudamagic.launch import params as params_module
 from cudamagic.errors import (
     ArgumentError,
     ArgumentTypeError,
     ArgumentValueError,
+    LaunchError,
     NoDeviceError,
 )
-from cudamagic.launch.kernel import Kernel, LaunchHooks, _stream_handle, pack_args
+from cudamagic.launch.encode import pack_args, stream_handle
+from cudamagic.launch.kernel import Kernel
+from cudamagic.launch.launcher import LaunchHooks
 
 from .conftest import FIXTURES
 
@@ -68,7 +73,8 @@ class CupyStreamStandIn:
 
 @dataclass(frozen=True)
 class Launch:
-    """One ``cuLaunchKernel`` as the stand-in driver saw it: the bytes of every parameter."""
+    """One launch as the stand-in driver saw it: the bytes of every parameter, and for
+    ``cuLaunchKernelEx`` the cluster and cooperative attributes."""
 
     function: int
     grid: tuple[int, int, int]
@@ -76,33 +82,56 @@ class Launch:
     shared_mem: int
     stream: int
     params: tuple[bytes, ...]
+    api: str = "cuLaunchKernel"
+    cluster: tuple[int, int, int] | None = None
+    cooperative: bool = False
 
 
 class StandInDevice:
-    """The device side of a launch, for a machine without a GPU: device 0, current stream 77,
-    and a ``cuLaunchKernel`` that records what the driver would read."""
+    """The device side of a launch, for a machine without a GPU: device 0 (``SMS`` SMs, each
+    holding ``per_sm`` blocks of any kernel), current stream 77, and a ``cuLaunchKernel`` and
+    ``cuLaunchKernelEx`` that record what the driver would read."""
 
     STREAM = 77
     FUNCTION = 0xF00
+    SMS = 132
 
-    def __init__(self) -> None:
+    def __init__(self, per_sm: int = 8, clusters: bool = True) -> None:
         self.launches: list[Launch] = []
         self.shared_limits: list[tuple[int, int]] = []
+        self.occupancy_asked: list[tuple[int, int, int, int]] = []
+        self.per_sm, self.clusters = per_sm, clusters
 
     def hooks(self, kernel: Kernel) -> LaunchHooks:
         specs = kernel.params
         stream = types.SimpleNamespace(ptr=self.STREAM)
 
-        def launch(fn, gx, gy, gz, bx, by, bz, shared_mem, st, params, extra):
+        def read(params: int) -> tuple[bytes, ...]:
             ptrs = (ctypes.c_void_p * max(len(specs), 1)).from_address(params)
-            self.launches.append(Launch(fn, (gx, gy, gz), (bx, by, bz), shared_mem, st, tuple(
-                ctypes.string_at(ptrs[s.index], s.size) for s in specs)))
+            return tuple(ctypes.string_at(ptrs[s.index], s.size) for s in specs)
 
+        def launch(fn, gx, gy, gz, bx, by, bz, shared_mem, st, params, extra):
+            self.launches.append(Launch(fn, (gx, gy, gz), (bx, by, bz), shared_mem, st,
+                                        read(params)))
+
+        def launch_ex(fn, device, grid, block, shared_mem, st, params, cluster, cooperative,
+                      what):
+            assert device == 0 and what == f"launching {kernel.name_expression}"
+            self.launches.append(Launch(fn, grid, block, shared_mem, st, read(params),
+                                        "cuLaunchKernelEx", cluster, cooperative))
+
+        def occupancy(device, fn, threads, shared_mem):
+            self.occupancy_asked.append((device, fn, threads, shared_mem))
+            return self.per_sm
+
+        limits = driver.DeviceLimits(0, "Stand-in GPU", self.SMS, True, self.clusters)
         return LaunchHooks(array_type=CupyArrayStandIn, stream_type=CupyStreamStandIn,
                            current_device=lambda: 0, current_stream=lambda: stream,
                            handles={0: self.FUNCTION}, load=lambda device: self.FUNCTION,
                            launch=launch, relaunch=lambda *a: None,
-                           raise_shared_limit=lambda d, n: self.shared_limits.append((d, n)))
+                           raise_shared_limit=lambda d, n: self.shared_limits.append((d, n)),
+                           other_thread=Kernel._any_thread, launch_ex=launch_ex,
+                           occupancy=occupancy, device_limits=lambda device: limits)
 
     @contextlib.contextmanager
     def attached(self) -> Iterator[StandInDevice]:
@@ -113,7 +142,7 @@ class StandInDevice:
 
 def fresh(k: Kernel) -> Kernel:
     """The same kernel as a new object: its first call makes its launcher."""
-    return Kernel(module=k.module, name_expression=k.name_expression, symbol=k.symbol,
+    return Kernel(binary=k.binary, name_expression=k.name_expression, symbol=k.symbol,
                   python_name=k.python_name, signatures=k._signatures,
                   resolved_by=k.resolved_by, image=k._image)
 
@@ -231,12 +260,12 @@ def test_stream_handles():
         def __cuda_stream__(self):
             return (0, 77)
 
-    handles = [_stream_handle("k", s) for s in (CupyLike(), TorchLike(), Protocol(), 5)]
+    handles = [stream_handle("k", s) for s in (CupyLike(), TorchLike(), Protocol(), 5)]
     assert handles == [1234, 99, 77, 5]
     with pytest.raises(ArgumentTypeError, match="stream must be"):
-        _stream_handle("k", "default")
+        stream_handle("k", "default")
     with pytest.raises(ArgumentValueError, match="not a CUstream"):
-        _stream_handle("k", -1)
+        stream_handle("k", -1)
 
 
 @pytest.mark.parametrize("rotate", [0, 2, 3], ids=["1-D first", "2-D first", "3-D first"])
@@ -532,13 +561,13 @@ def test_values_show_as_their_own_repr(mod):
         _pack(mod, "fill<float>", DeviceArray("f4"), np.float64(0.1), 4)
     assert ": np.float64(0.1) is not exactly a float (it would arrive as np.float32(0.1)): " \
         "convert it yourself (np.float32(x))" in str(info.value)
-    spec = kernel_module._spec(0, 0, 8, "complex<float>")
+    spec = params_module._spec(0, 0, 8, "complex<float>")
     with pytest.raises(ArgumentValueError) as info:
-        kernel_module.encode("k", spec, np.complex128(0.1 + 0.2j))
+        encode_module.encode("k", spec, np.complex128(0.1 + 0.2j))
     assert "np.complex128(0.1+0.2j) is not exactly a complex<float> (it would arrive as " \
         "np.complex64(0.1+0.2j))" in str(info.value)
     with pytest.raises(ArgumentValueError, match=r"np.float32\(0.1\) is not exactly a bfloat16"):
-        kernel_module.encode("k", kernel_module._spec(0, 0, 2, "__nv_bfloat16"), np.float32(0.1))
+        encode_module.encode("k", params_module._spec(0, 0, 2, "__nv_bfloat16"), np.float32(0.1))
 
 
 def test_long_values_are_shortened_with_an_ellipsis(mod):
@@ -579,7 +608,7 @@ def _library_typed_kernel() -> Kernel:
     text = f"void k<{THRUST} >({THRUST}, {LIBCUDACXX} const*, int)"
     image = types.SimpleNamespace(symbol=symbol, resources=None,
                                   params=(Param(0, 0, 8), Param(1, 8, 8), Param(2, 16, 4)))
-    return Kernel(module=None, name_expression="k<thrust::complex<float>>", symbol=symbol,
+    return Kernel(binary=None, name_expression="k<thrust::complex<float>>", symbol=symbol,
                   python_name="k", signatures=Signatures({symbol: text}, False),
                   resolved_by="demangled", image=image)
 
@@ -749,3 +778,203 @@ def untyped_oracle(size: int, value: Any) -> bytes | type[Exception]:
     if isinstance(value, float):
         return oracle(f"f{size}", value) if size in (4, 8) else ArgumentTypeError
     return ArgumentTypeError
+
+
+# --- what the user's objects answer, at any size (issue 17 group 5) -----------------------------
+
+HUGE = 10**5000  # past Python's int -> str digit limit: repr() itself raises
+
+
+class RaisingProperty:
+    """A stream whose ``ptr`` or ``cuda_stream`` property raises (a closed stream wrapper)."""
+
+    def __init__(self, attr: str) -> None:
+        self.attr = attr
+
+    def __getattr__(self, name):
+        if name == self.attr:
+            raise RuntimeError("stream was destroyed")
+        raise AttributeError(name)
+
+
+class ProtocolStream:
+    """A stream speaking the CUDA stream protocol; ``answer`` is what ``__cuda_stream__()``
+    returns, or raises where it is an exception."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+
+    def __cuda_stream__(self):
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def _call(**kw):
+    return lambda k: k(kw.pop("grid", (1,)), kw.pop("block", (1,)),
+                       kw.pop("args", (1, 1.0, 1.0)), **kw)
+
+
+BAD_LAUNCHES = [  # (call on pack<int, float, double>, error, message)
+    (_call(stream=RaisingProperty("ptr")), ArgumentTypeError,
+     r"stream: got RaisingProperty, and reading its \.ptr raised RuntimeError: stream was "
+     r"destroyed"),
+    (_call(stream=RaisingProperty("cuda_stream")), ArgumentTypeError,
+     r"stream: got RaisingProperty, and reading its \.cuda_stream raised RuntimeError"),
+    (_call(stream=ProtocolStream(ValueError("no context"))), ArgumentTypeError,
+     r"stream: got ProtocolStream, and calling its __cuda_stream__\(\) raised ValueError: "
+     r"no context"),
+    (_call(stream=ProtocolStream(7)), ArgumentTypeError,
+     r"__cuda_stream__\(\) returned 7, not a \(version, handle\) pair of ints"),
+    (_call(stream=ProtocolStream((0,))), ArgumentTypeError,
+     r"__cuda_stream__\(\) returned \(0,\), not a \(version, handle\) pair"),
+    (_call(stream=ProtocolStream((0, "s"))), ArgumentTypeError,
+     r"__cuda_stream__\(\) returned \(0, 's'\), not a \(version, handle\) pair"),
+    (_call(stream=ProtocolStream((0, -1))), ArgumentValueError,
+     r"stream handle from __cuda_stream__\(\) -1 is not a CUstream"),
+    (_call(stream=ProtocolStream((0, HUGE))), ArgumentValueError,
+     r"stream handle from __cuda_stream__\(\) <int of 16610 bits> is not a CUstream"),
+    (_call(stream=types.SimpleNamespace(ptr=1.5)), ArgumentTypeError,
+     r"stream: got SimpleNamespace, whose \.ptr is float 1\.5, not a CUstream handle"),
+    (_call(stream=types.SimpleNamespace(ptr=HUGE)), ArgumentValueError,
+     r"stream \.ptr <int of 16610 bits> is not a CUstream"),
+    (_call(stream=HUGE), ArgumentValueError, r"stream handle <int of 16610 bits> is not"),
+    (_call(stream=-HUGE), ArgumentValueError, r"stream handle <int of 16610 bits> is not"),
+    (_call(grid=(HUGE,)), ArgumentValueError,
+     r"a grid dimension of <int of 16610 bits> is more than a launch can take"),
+    (_call(grid=(1, -HUGE)), ArgumentValueError,
+     r"every grid dimension must be at least 1, got \(1, <int of 16610 bits>\)"),
+    (_call(block=HUGE), ArgumentValueError, r"a block dimension of <int of 16610 bits>"),
+    (_call(block=[HUGE, 1, 1]), ArgumentValueError, r"a block dimension of <int of 16610 bits>"),
+    (_call(shared_mem=HUGE), ArgumentValueError,
+     r"shared_mem must be from 0 to 4294967295 bytes, got <int of 16610 bits>"),
+    (_call(shared_mem=-HUGE), ArgumentValueError, r"got <int of 16610 bits>"),
+    (_call(args=(HUGE, 1.0, 1.0)), ArgumentValueError,
+     r"parameter 0 \(int\): <int of 16610 bits> does not fit in int"),
+    (_call(args=(-HUGE, 1.0, 1.0)), ArgumentValueError,
+     r"parameter 0 \(int\): <int of 16610 bits> does not fit in int"),
+    (_call(args=(np.int64(1), 1.0, HUGE)), ArgumentValueError,
+     r"parameter 2 \(double\): <int of 16610 bits> does not fit in double"),
+]
+
+
+@pytest.mark.parametrize("call, error, message", BAD_LAUNCHES,
+                         ids=[f"case{i}" for i in range(len(BAD_LAUNCHES))])
+def test_misbehaving_streams_and_huge_values_are_argument_errors(mod, call, error, message):
+    # this machine has no GPU: each check must come before the device is asked
+    with pytest.raises(error, match=r"^pack<int, float, double>: .*" + message) as info:
+        call(mod["pack<int, float, double>"])
+    if "raised" in message:  # the user's exception stays attached
+        assert info.value.__cause__ is not None
+
+
+@pytest.mark.parametrize("expr", ["fill<float>", "fill<bool>", "fill<unsigned char>", "c_kernel",
+                                  "pack<int, float, double>", "shift<int, 0x10>"])
+def test_a_huge_int_for_any_integer_slot_says_so(mod, expr):
+    """Every integer, bool and 4-byte extern "C" slot of each kernel, given an int past the
+    digit limit: the error names the slot and the value by its size (no launch)."""
+    k = mod[expr]
+    slots = [s for s in k.params if s.kind in ("int", "bool") or s.kind == "untyped"
+             and s.size == 4]
+    assert slots
+    for spec in slots:
+        values = [None if s.kind == "pointer" or s.kind == "untyped" and s.size == 8 else 1
+                  for s in k.params]
+        for huge in (HUGE, -HUGE):
+            values[spec.index] = huge
+            with pytest.raises(ArgumentValueError, match=re.escape(spec.describe()) +
+                               r": <int of 16610 bits> does not fit"):
+                pack_args(k.name_expression, k.params, values)
+            with StandInDevice().attached() as dev, pytest.raises(ArgumentValueError):
+                fresh(k)((1,), (1,), tuple(values))
+            assert not dev.launches
+
+
+def _foreign_kernel(ctypes_: list[str], sizes: list[int]) -> Kernel:
+    """A kernel as a foreign CUBIN may describe it: its parameter records and signature."""
+    from cudamagic.cxx import Signatures
+    from cudamagic.toolchain.image import Param
+
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    image = types.SimpleNamespace(symbol="_Z1kv", resources=None, params=tuple(
+        Param(i, o, n) for i, (o, n) in enumerate(zip(offsets, sizes))))
+    text = f"void k({', '.join(ctypes_)})"
+    return Kernel(binary=None, name_expression="k", symbol="_Z1kv", python_name="k",
+                  signatures=Signatures({"_Z1kv": text}, False), resolved_by="demangled",
+                  image=image)
+
+
+@pytest.mark.parametrize("ctype", ["float*", "void*", "double const*", "int*__restrict__",
+                                   "complex<float>*"])
+@pytest.mark.parametrize("size", [1, 2, 4, 16])
+def test_a_pointer_record_of_another_size_is_refused(ctype, size):
+    """A foreign CUBIN whose record gives a pointer 4 bytes: the address would be cut to its
+    low half; refused, by the launch and by the checked path, naming the parameter."""
+    k = _foreign_kernel(["int", ctype], [4, size])
+    assert k.params[1].kind == "pointer"
+    message = (r"^k: parameter 1 \(.*\): the CUBIN's record gives this pointer "
+               rf"{size} bytes, not 8: a device address would be cut")
+    with StandInDevice().attached() as dev, pytest.raises(LaunchError, match=message):
+        k((1,), (1,), (1, CupyArrayStandIn(k.params[1].dtype or "f4", 0x7F0012345678)))
+    assert not dev.launches
+    with pytest.raises(LaunchError, match=message):
+        pack_args("k", k.params, (1, None))
+
+
+# --- cupy.cuda.MemoryPointer for a pointer (issue 19 item 5) -----------------------------------
+
+def _memory_pointer(address: int, device: int = 0, offset: int = 0):
+    import cupy
+
+    memory = cupy.cuda.UnownedMemory(address, 4096, None, device_id=device)
+    return cupy.cuda.MemoryPointer(memory, offset)
+
+
+@pytest.mark.parametrize("expr, args, slot", [
+    ("fill<float>", lambda p: (p, 1.0, 4), 0),
+    ("cast<float, double>", lambda p: (DeviceArray("f4"), p, 4), 1),  # double*: untyped memory
+    ("vec<float4>", lambda p: (bytes(16), p), 1),
+    ("c_kernel", lambda p: (p, 4), 0),  # extern "C": an 8-byte slot
+])
+def test_a_memory_pointer_is_its_address_for_any_pointer(mod, expr, args, slot):
+    """As CuPy's RawKernel takes it: untyped device memory for any pointer, its address (with
+    the pointer's offset) in the slot, through the checked path and the generated launcher."""
+    p = _memory_pointer(0x7F0000400000, offset=0x30)
+    want = (0x7F0000400030).to_bytes(8, "little")
+    k = mod[expr]
+    assert pack_args(expr, k.params, args(p))[slot] == want
+    with StandInDevice().attached() as dev:
+        kern = fresh(k)
+        kern((1,), (32,), args(p))
+        kern((1,), (32,), args(p))  # the launcher's later calls too
+    assert [launch.params[slot] for launch in dev.launches] == [want, want]
+
+
+def test_a_memory_pointer_on_another_device_is_refused(mod, monkeypatch):
+    monkeypatch.setattr(driver, "available", lambda: True)
+    monkeypatch.setattr(driver, "current_device", lambda: 0)
+    with pytest.raises(ArgumentValueError, match=r"fill<float>: parameter 0 \(float\*\): got a "
+                       r"MemoryPointer to memory on device 1, and the launch is on device 0: "
+                       r"launch inside `with cupy.cuda.Device\(1\):`"):
+        _pack(mod, "fill<float>", _memory_pointer(0x7F0000400000, device=1), 1.0, 4)
+    assert _pack(mod, "fill<float>", _memory_pointer(0x7F0000400000, device=0), 1.0, 4)[0] == \
+        (0x7F0000400000).to_bytes(8, "little")
+
+
+def test_a_memory_pointer_is_no_value_for_a_narrow_slot(mod):
+    with pytest.raises(ArgumentTypeError, match=r"c_kernel: parameter 1 \(4 bytes, no C\+\+ "
+                       r"type\): got a device array for a 4-byte parameter: pointers are 8"):
+        _pack(mod, "c_kernel", DeviceArray("f4"), _memory_pointer(0x7F0000400000))
+
+
+# --- the kernel object: what its names say (issue 18 item 3) -----------------------------------
+
+def test_a_kernel_stays_a_kernel_and_names_its_module_and_binary(mod):
+    k = fresh(mod["fill<float>"])
+    with StandInDevice().attached():
+        k((1,), (32,), (CupyArrayStandIn("f4"), 1.0, 1))
+    assert type(k) is Kernel  # no class made per kernel on its first launch
+    assert k.__call__.__func__.__name__ == "launch_kernel"  # the generated launcher, bound
+    original = mod["fill<float>"]
+    assert original.module is mod and original.binary is mod._binary
+    assert fresh(original).module is None  # a kernel made on its own belongs to no module

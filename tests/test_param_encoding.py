@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 import cudamagic
 from cudamagic.errors import ArgumentValueError
-from cudamagic.launch.kernel import Kernel, encode, pack_args
+from cudamagic.launch.encode import encode, pack_args
+from cudamagic.launch.kernel import Kernel
 
 from .test_kernel import (COMPLEX, ECHO_EXPRS, ECHO_SOURCE, FLOATS, INT128,
                           INTEGERS, UNTYPED, CupyArrayStandIn, CupyStreamStandIn,

@@ -1,6 +1,7 @@
 """C++ as the compiler sees it: template arguments and demangled names, compared and resolved."""
 
 from . import types
+from .display import tidy_name
 from .names import (Signature, Signatures, parse_demangled, python_name, stored_signatures,
                     symbol_record, valid_python_name)
 from .resolve import NVRTC, Resolved, plain_kernels, resolve, similar_names
@@ -8,5 +9,6 @@ from .types import INTEGERS, SCALARS, TARGET, TYPEDEFS, DataModel, Scalar, integ
 
 __all__ = ["INTEGERS", "NVRTC", "Resolved", "SCALARS", "Scalar", "Signature", "Signatures",
            "DataModel", "TARGET", "TYPEDEFS", "integer", "parse_demangled",
-           "plain_kernels", "python_name", "resolve", "scalar", "similar_names", "stored_signatures", "symbol_record", "types",
+           "plain_kernels", "python_name", "resolve", "scalar", "similar_names", "stored_signatures", "symbol_record",
+           "tidy_name", "types",
            "valid_python_name"]

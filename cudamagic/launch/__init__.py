@@ -1,4 +1,5 @@
-"""Calling a kernel: parameter records, argument encoding, the generated launcher."""
+"""Calling a kernel: the parameter table (params), the checked encoding (encode), the generated
+launcher (launcher), cooperative and cluster launches (extended), the kernel object (kernel)."""
 
 from .kernel import Kernel
 

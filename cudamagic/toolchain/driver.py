@@ -23,7 +23,8 @@ from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 
 __all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
            "launch", "fast_launch", "compute_capability", "driver_version", "device_name",
-           "kernel_attributes", "kernel_function", "set_max_dynamic_shared", "device_getter"]
+           "kernel_attributes", "kernel_function", "set_max_dynamic_shared", "device_getter",
+           "DeviceLimits", "device_limits", "max_active_blocks", "launch_ex"]
 
 # Errors after which the context is unusable until the process ends (CUDA's "sticky" errors).
 _STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_MISALIGNED_ADDRESS",
@@ -32,6 +33,10 @@ _STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR
            "CUDA_ERROR_LAUNCH_TIMEOUT", "CUDA_ERROR_ECC_UNCORRECTABLE"}
 _INVALID_CONTEXT = 201
 _CC_MAJOR, _CC_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR
+# CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, _COOPERATIVE_LAUNCH, _CLUSTER_LAUNCH
+_SM_COUNT, _COOPERATIVE_LAUNCH, _CLUSTER_LAUNCH = 16, 95, 120
+# CUlaunchAttributeID: CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+_ATTR_COOPERATIVE, _ATTR_CLUSTER_DIMENSION = 2, 4
 _FUNC_ATTRIBUTES = {  # CUfunction_attribute
     "max_threads_per_block": 0, "static_shared_bytes": 1, "const_bytes": 2, "local_bytes": 3,
     "registers": 4, "max_dynamic_shared_bytes": 8,
@@ -56,7 +61,24 @@ _PROTOTYPES = {
     "cuGetErrorName": [_i, ctypes.POINTER(ctypes.c_char_p)],
     "cuGetErrorString": [_i, ctypes.POINTER(ctypes.c_char_p)],
     "cuLaunchKernel": [_p, _u, _u, _u, _u, _u, _u, _u, _p, _p, _p],
+    "cuLaunchKernelEx": [_p, _p, _p, _p],
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor": [ctypes.POINTER(_i), _p, _i, ctypes.c_size_t],
 }
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute`` (cuda.h): an id, padding to 8 bytes, a 64-byte value union (here
+    its first words: the cooperative flag, or the cluster's x, y, z)."""
+
+    _fields_ = [("id", _u), ("pad", ctypes.c_char * 4), ("value", _u * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` (cuda.h)."""
+
+    _fields_ = [("gridDimX", _u), ("gridDimY", _u), ("gridDimZ", _u), ("blockDimX", _u),
+                ("blockDimY", _u), ("blockDimZ", _u), ("sharedMemBytes", _u), ("hStream", _p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", _u)]
 
 
 class _Driver:
@@ -326,3 +348,85 @@ def launch(kernel: int, grid: tuple[int, int, int], block: tuple[int, int, int],
         ensure_context(device)
         status = lib.cuLaunchKernel(*args)
     check(status, what)
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What a device allows the launches :mod:`cudamagic.launch.extended` makes.
+
+    Attributes
+    ----------
+    ordinal : int
+    name : str
+    sm_count : int
+        Streaming multiprocessors (``CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT``).
+    cooperative, clusters : bool
+        Whether it makes cooperative launches, and thread-block cluster launches.
+    """
+
+    ordinal: int
+    name: str
+    sm_count: int
+    cooperative: bool
+    clusters: bool
+
+    def describe(self) -> str:
+        """``device 0 (NVIDIA H200, 132 SMs)`` for messages."""
+        return f"device {self.ordinal} ({self.name}, {self.sm_count} SMs)"
+
+
+@functools.lru_cache(maxsize=None)
+def device_limits(device: int) -> DeviceLimits:
+    """A device's SM count and launch capabilities (asked once per device)."""
+    lib, dev = _require(), _device(device)
+
+    def attribute(attr: int) -> int:
+        return _out(ctypes.c_int, lib.cuDeviceGetAttribute, attr, dev, what="cuDeviceGetAttribute")
+
+    return DeviceLimits(device, device_name(device), attribute(_SM_COUNT),
+                        bool(attribute(_COOPERATIVE_LAUNCH)), bool(attribute(_CLUSTER_LAUNCH)))
+
+
+def max_active_blocks(device: int, kernel: int, threads: int, shared_mem: int) -> int:
+    """How many blocks of ``threads`` threads with ``shared_mem`` bytes of dynamic shared memory
+    one SM of the device holds at once (``cuOccupancyMaxActiveBlocksPerMultiprocessor``; a
+    ``CUkernel`` is asked in the device's primary context)."""
+    ensure_context(device)
+    return _out(ctypes.c_int, _require().cuOccupancyMaxActiveBlocksPerMultiprocessor, kernel,
+                threads, shared_mem, what="cuOccupancyMaxActiveBlocksPerMultiprocessor")
+
+
+def launch_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
+                  stream: int, cluster: tuple[int, int, int] | None,
+                  cooperative: bool) -> _LaunchConfig:
+    """The ``CUlaunchConfig`` of a ``cuLaunchKernelEx`` call, its attributes kept alive on it."""
+    attrs = []
+    if cooperative:
+        attrs.append(_LaunchAttribute(id=_ATTR_COOPERATIVE, value=(_u * 16)(1)))
+    if cluster is not None:
+        attrs.append(_LaunchAttribute(id=_ATTR_CLUSTER_DIMENSION, value=(_u * 16)(*cluster)))
+    array = (_LaunchAttribute * max(len(attrs), 1))(*attrs)
+    config = _LaunchConfig(*grid, *block, shared_mem, stream or None,
+                           ctypes.cast(array, ctypes.POINTER(_LaunchAttribute)) if attrs else None,
+                           len(attrs))
+    config._keep = array  # the driver reads the attributes through config.attrs
+    return config
+
+
+def launch_ex(kernel: int, device: int, grid: tuple[int, int, int],
+              block: tuple[int, int, int], shared_mem: int, stream: int, params_address: int,
+              cluster: tuple[int, int, int] | None, cooperative: bool, what: str) -> None:
+    """``cuLaunchKernelEx`` of a ``CUkernel``, with the cluster-dimension and cooperative
+    attributes where given; checked, with a context made current and one retry for a thread
+    that had none (as :func:`launch`).
+
+    :raises ContextPoisonedError, LaunchError: the driver refused the launch.
+    """
+    lib = _require()
+    config = launch_config(grid, block, shared_mem, stream, cluster, cooperative)
+    status = lib.cuLaunchKernelEx(ctypes.byref(config), kernel, params_address, None)
+    if status == _INVALID_CONTEXT:
+        ensure_context(device)
+        status = lib.cuLaunchKernelEx(ctypes.byref(config), kernel, params_address, None)
+    how = " cooperatively" if cooperative else ""
+    check(status, f"{what}{how}{f' in clusters of {cluster}' if cluster else ''}")

@@ -16,7 +16,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from ..cxx import parse_demangled
+from ..cxx import parse_demangled, tidy_name as _tidy
 from ..cxx.mangled import is_too_long
 from ..units import counted, duration_text
 
@@ -59,19 +59,7 @@ class Explanation:
         return "; ".join(self.reasons)
 
 
-_INTERNAL_NS = re.compile(r"\b(?:__\d+|__cxx11|(?:THRUST|CUB|CCCL)_\w*?_NS)::")
-_CONST_AFTER_TEMPLATE = re.compile(r">(const|volatile)\b")
-_COMMA = re.compile(r",(?=\S)")
-_CLOSE_CLOSE = re.compile(r"(?<=>) (?=>)")
 _PLACEHOLDER = re.compile(r"\bT\d+\b")
-
-
-def _tidy(text: str) -> str:
-    """A C++ name for people: library-internal inline namespaces gone (``cuda::std::__4::``,
-    ``thrust::THRUST_300102_SM_900_NS::``), a space after each comma and before a ``const``
-    that follows a template (the canonical form writes ``complex<double>const*``)."""
-    text = _CONST_AFTER_TEMPLATE.sub(r"> \1", _INTERNAL_NS.sub("", text))
-    return _CLOSE_CLOSE.sub("", _COMMA.sub(", ", text))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,152 @@
+"""Launches ``cuLaunchKernel`` cannot make: cooperative (grid-wide sync) and thread-block clusters.
+
+A kernel that synchronises its whole grid (``cooperative_groups::this_grid().sync()``) must be
+launched cooperatively, and then every block of the grid must be resident at once. Its CUBIN says
+so (the parameter records' section carries the attribute), so such a kernel is launched
+cooperatively without being asked, and a grid larger than the device holds at once is refused
+before the launch with the numbers (the driver's occupancy for this block size and shared memory,
+times the SMs) instead of the driver's ``CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE``. Clusters
+(``cluster=(2, 1, 1)``, sm_90 and newer) and kernels compiled with ``__cluster_dims__`` have their
+grid checked against the cluster shape the same way. Both go through ``cuLaunchKernelEx`` with
+the launch attributes; an ordinary kernel launched without ``cluster``/``cooperative`` never
+comes here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ArgumentTypeError, ArgumentValueError, LaunchError
+from .encode import _show, check_dims
+
+__all__ = ["LaunchNeeds", "check_extended", "co_residency_error", "launch_extended"]
+
+Dims = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class LaunchNeeds:
+    """What a kernel's CUBIN says its launch needs (read without a GPU).
+
+    Attributes
+    ----------
+    cooperative : bool
+        It synchronises its whole grid: launched cooperatively unless a call says otherwise.
+    cluster_dims : tuple of 3 ints or None
+        The cluster shape it was compiled with (``__cluster_dims__``); the grid must be a
+        multiple of it.
+    """
+
+    cooperative: bool = False
+    cluster_dims: Dims | None = None
+
+    @property
+    def special(self) -> bool:
+        """Every launch takes the extended path (not only calls that ask for it)."""
+        return self.cooperative or self.cluster_dims is not None
+
+    @classmethod
+    def of(cls, resources: Any) -> "LaunchNeeds":
+        """From a kernel's :class:`~cudamagic.toolchain.image.KernelResources` (None: a kernel
+        made without its CUBIN, which needs nothing the call does not ask for)."""
+        if resources is None:
+            return cls()
+        dims = getattr(resources, "cluster_dims", None)
+        if dims is not None:
+            dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+            if dims == (0, 0, 0):  # no compile-time shape recorded
+                dims = None
+        return cls(bool(getattr(resources, "cooperative", False)), dims)  # type: ignore[arg-type]
+
+
+def check_extended(name: str, cluster: Any, cooperative: Any) -> tuple[Dims | None, bool | None]:
+    """A call's ``cluster`` (None, or 1 to 3 ints, each at least 1) and ``cooperative``
+    (None, True or False), checked before the device is asked.
+
+    :raises ArgumentTypeError, ArgumentValueError: anything else.
+    """
+    if cooperative is not None and type(cooperative) is not bool:
+        raise ArgumentTypeError(f"{name}: cooperative must be True, False or None (as the "
+                                f"CUBIN says), got {type(cooperative).__name__} "
+                                f"{_show(cooperative)}")
+    return (None if cluster is None else check_dims(name, "cluster", cluster)), cooperative
+
+
+def co_residency_error(name: str, grid: Dims, block: Dims, shared_mem: int, per_sm: int,
+                       sms: int, device: str) -> LaunchError | None:
+    """Why a cooperative grid cannot be resident all at once, with the numbers, or None.
+
+    ``per_sm`` is how many blocks of this kernel, with this block size and dynamic shared
+    memory, one SM holds (the driver's occupancy); ``sms`` the device's SM count.
+    """
+    blocks, threads, most = math.prod(grid), math.prod(block), per_sm * sms
+    if blocks <= most:
+        return None
+    launch = (f"a cooperative launch of {name} (it synchronises its whole grid) needs every "
+              f"block resident at once: a grid of {blocks} blocks {grid} of {threads} threads "
+              f"with {shared_mem} bytes of dynamic shared memory")
+    if per_sm == 0:
+        return LaunchError(f"{launch}, and {device} cannot hold even one such block (the "
+                           "driver's occupancy is 0): use smaller blocks or less shared memory")
+    return LaunchError(f"{launch}, and {device} holds at most {per_sm} such block"
+                       f"{'s' if per_sm != 1 else ''} per SM (the driver's occupancy) x {sms} "
+                       f"SMs = {most}: launch at most {most} blocks (a grid-stride loop covers "
+                       "the rest)")
+
+
+def _cluster_error(name: str, grid: Dims, cluster: Dims, where: str) -> ArgumentValueError | None:
+    """A grid that is not a whole number of clusters in every dimension, or None."""
+    if all(g % c == 0 for g, c in zip(grid, cluster)):
+        return None
+    return ArgumentValueError(f"{name}: the grid {grid} is not a whole number of clusters of "
+                              f"{cluster} blocks ({where}) in every dimension: make each grid "
+                              "dimension a multiple of the cluster's")
+
+
+def launch_extended(name: str, needs: LaunchNeeds, hooks: Any, params: int,
+                    occupancy: dict[tuple[int, int, int], int], fn: int, device: int,
+                    grid: Dims, block: Dims, shared_mem: int, stream: int,
+                    cluster: Dims | None, cooperative: bool | None) -> None:
+    """Launch with what the CUBIN and the call ask for: cooperative where the kernel syncs its
+    grid (or the call says so), in clusters where it was compiled with them or the call gives
+    ``cluster``; every refusal made before the launch.
+
+    ``occupancy`` caches the driver's blocks-per-SM answer by ``(device, threads, shared_mem)``.
+
+    :raises ArgumentValueError: a cluster that does not divide the grid, or another cluster
+        shape than the kernel was compiled with.
+    :raises LaunchError: a cooperative grid larger than the device holds at once; a device
+        that cannot make the launch; the driver's refusal.
+    """
+    cooperative = needs.cooperative if cooperative is None else cooperative
+    compiled = needs.cluster_dims
+    if cluster is not None and compiled is not None and cluster != compiled:
+        raise ArgumentValueError(f"{name}: cluster={cluster}, but the kernel was compiled with "
+                                 f"__cluster_dims__{compiled}: leave cluster out, or pass "
+                                 f"{compiled}")
+    shape = cluster or compiled
+    if shape is not None:
+        error = _cluster_error(name, grid, shape, "the call's cluster" if cluster
+                               else "its __cluster_dims__")
+        if error is not None:
+            raise error
+    limits = hooks.device_limits(device) if cooperative or cluster is not None else None
+    if cluster is not None and not limits.clusters:
+        raise LaunchError(f"{name}: {limits.describe()} cannot launch thread-block clusters "
+                          "(they need compute capability 9.0 or newer)")
+    if cooperative:
+        if not limits.cooperative:
+            raise LaunchError(f"{name}: {limits.describe()} cannot make cooperative launches")
+        threads = math.prod(block)
+        key = (device, threads, shared_mem)
+        per_sm = occupancy.get(key)
+        if per_sm is None:
+            per_sm = occupancy[key] = hooks.occupancy(device, fn, threads, shared_mem)
+        error = co_residency_error(name, grid, block, shared_mem, per_sm, limits.sm_count,
+                                   limits.describe())
+        if error is not None:
+            raise error
+    hooks.launch_ex(fn, device, grid, block, shared_mem, stream, params, cluster, cooperative,
+                    f"launching {name}")
