@@ -67,3 +67,48 @@ def test_the_driver_starts_once_however_many_threads_ask(monkeypatch):
     for t in threads:
         t.join()
     assert calls == [1] and driver._init() is None
+
+
+@pytest.mark.parametrize("cluster, cooperative", [(None, True), ((2, 3, 4), False),
+                                                  ((8, 1, 1), True), (None, False)])
+def test_launch_config_is_laid_out_as_cuda_bindings_lays_it_out(cluster, cooperative):
+    """cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute as written through ctypes: the
+    same bytes as cuda.bindings' own structs (which know cuda.h), field for field."""
+    import ctypes
+
+    from cuda.bindings import driver as cu
+
+    config = driver.launch_config((7, 5, 3), (32, 4, 2), 4096, 0x1234, cluster, cooperative)
+    ref = cu.CUlaunchConfig()
+    ref.gridDimX, ref.gridDimY, ref.gridDimZ = 7, 5, 3
+    ref.blockDimX, ref.blockDimY, ref.blockDimZ = 32, 4, 2
+    ref.sharedMemBytes, ref.hStream = 4096, 0x1234
+    attrs = []
+    if cooperative:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        a.value.cooperative = 1
+        attrs.append(a)
+    if cluster is not None:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
+        attrs.append(a)
+    ref.numAttrs = len(attrs)
+    size = ctypes.sizeof(config)
+    ours = bytearray(ctypes.string_at(ctypes.addressof(config), size))
+    want = bytearray(ctypes.string_at(ref.getPtr(), size))
+    attrs_at = type(config).attrs.offset
+    ours[attrs_at:attrs_at + 8] = want[attrs_at:attrs_at + 8] = bytes(8)  # the one pointer
+    assert ours == want
+    got = [ctypes.string_at(ctypes.addressof(config.attrs[i]), 72) for i in range(len(attrs))]
+    assert got == [ctypes.string_at(a.getPtr(), 72) for a in attrs]
+
+
+def test_device_attribute_numbers_are_the_drivers():
+    from cuda.bindings import driver as cu
+
+    a = cu.CUdevice_attribute
+    assert (driver._SM_COUNT, driver._COOPERATIVE_LAUNCH, driver._CLUSTER_LAUNCH) == (
+        int(a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+        int(a.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH), int(a.CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH))

@@ -978,3 +978,147 @@ def test_a_kernel_stays_a_kernel_and_names_its_module_and_binary(mod):
     original = mod["fill<float>"]
     assert original.module is mod and original.binary is mod._binary
     assert fresh(original).module is None  # a kernel made on its own belongs to no module
+
+
+# --- cooperative and cluster launches (issue 19 item 2): the path taken, the refusals ----------
+
+LAUNCH_KINDS = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void plain(int* x, int n) { if (n) x[0] = 1; }
+extern "C" __global__ void grid_sum(int* x, int n) {
+  cg::grid_group g = cg::this_grid(); atomicAdd(x, n); g.sync(); x[1] = x[0]; }
+extern "C" __global__ void block_only(int* x, int n) { cg::this_thread_block().sync(); x[0] = n; }
+extern "C" __global__ void __cluster_dims__(2, 1, 1) paired(int* x, int n) { x[0] = n; }
+extern "C" __global__ void __cluster_dims__() any_cluster(int* x, int n) { x[0] = n; }
+"""
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory):
+    """Kernels built by NVRTC for sm_90: their CUBIN says which launch each needs."""
+    return cudamagic.build(LAUNCH_KINDS, [], arch="sm_90",
+                           cache=tmp_path_factory.mktemp("kinds"))
+
+
+def _launched(k: Kernel, *calls, dev: StandInDevice | None = None) -> list[Launch]:
+    dev = dev or StandInDevice()
+    with dev.attached():
+        kern = fresh(k)
+        for grid, block, kw in calls:
+            kern(grid, block, (None, 3), **kw)
+    return dev.launches
+
+
+def test_the_cubin_chooses_the_launch(kinds):
+    """grid sync -> cooperative without being asked; __cluster_dims__ -> cuLaunchKernelEx (the
+    shape is the kernel's); block-level sync and plain kernels -> cuLaunchKernel."""
+    assert kinds["grid_sum"].launch_needs.grid_sync and not kinds["block_only"].launch_needs.grid_sync
+    got = {name: [(x.api, x.cooperative, x.cluster) for x in
+                  _launched(kinds[name], ((4,), (32,), {}), ((4,), (32,), {}))]
+           for name in ("plain", "grid_sum", "block_only", "paired")}
+    assert got == {"plain": [("cuLaunchKernel", False, None)] * 2,
+                   "grid_sum": [("cuLaunchKernelEx", True, None)] * 2,
+                   "block_only": [("cuLaunchKernel", False, None)] * 2,
+                   "paired": [("cuLaunchKernelEx", False, None)] * 2}
+
+
+def test_a_call_asks_for_clusters_or_a_cooperative_launch(kinds):
+    calls = [((4,), (32,), {"cluster": (2, 1, 1)}), ((4,), (32,), {"cluster": 4}),
+             ((4,), (32,), {"cooperative": True}), ((4,), (32,), {}),
+             ((4, 2), (32,), {"cluster": [2, 2], "cooperative": True, "shared_mem": 1024})]
+    got = [(x.api, x.cooperative, x.cluster, x.shared_mem, x.grid)
+           for x in _launched(kinds["plain"], *calls)]
+    assert got == [("cuLaunchKernelEx", False, (2, 1, 1), 0, (4, 1, 1)),
+                   ("cuLaunchKernelEx", False, (4, 1, 1), 0, (4, 1, 1)),
+                   ("cuLaunchKernelEx", True, None, 0, (4, 1, 1)),
+                   ("cuLaunchKernel", False, None, 0, (4, 1, 1)),
+                   ("cuLaunchKernelEx", True, (2, 2, 1), 1024, (4, 2, 1))]
+    # the bytes are the checked path's, whatever the launch
+    k = kinds["plain"]
+    assert {x.params for x in _launched(k, *calls)} == {tuple(pack_args("plain", k.params,
+                                                                        (None, 3)))}
+    # cooperative=False overrides what the CUBIN says
+    assert [(x.api, x.cooperative) for x in _launched(
+        kinds["grid_sum"], ((4,), (32,), {"cooperative": False}))] == [("cuLaunchKernelEx", False)]
+
+
+@pytest.mark.parametrize("grid, block, shared, per_sm", [
+    ((1056,), (256,), 0, 8), ((1057,), (256,), 0, 8), ((33, 32), (16, 16), 4096, 8),
+    ((32, 33), (1024,), 0, 2), ((264,), (1024,), 0, 2), ((265, 1, 1), (32, 32), 0, 2),
+    ((1,), (1024,), 65536, 0), ((132,), (64,), 0, 1), ((133,), (64,), 0, 1),
+])
+def test_a_cooperative_grid_larger_than_the_device_holds_is_refused(kinds, grid, block, shared,
+                                                                     per_sm):
+    """Refused before the launch iff its blocks exceed occupancy x SMs, with the numbers; the
+    occupancy asked for this block size and shared memory, once per shape."""
+    dev = StandInDevice(per_sm=per_sm)
+    blocks, threads = math.prod(grid), math.prod(block)
+    fits = blocks <= per_sm * StandInDevice.SMS
+    with dev.attached():
+        k = fresh(kinds["grid_sum"])
+        for _ in range(2):
+            if fits:
+                k(grid, block, (None, 1), shared_mem=shared)
+                continue
+            with pytest.raises(LaunchError) as info:
+                k(grid, block, (None, 1), shared_mem=shared)
+            text = str(info.value)
+            assert text.startswith("a cooperative launch of grid_sum (it synchronises its "
+                                   f"whole grid) needs every block resident at once: a grid "
+                                   f"of {blocks} blocks ")
+            assert f"of {threads} threads with {shared} bytes of dynamic shared memory" in text
+            if per_sm:
+                most = per_sm * StandInDevice.SMS
+                assert (f"device 0 (Stand-in GPU, 132 SMs) holds at most {per_sm} such block"
+                        in text and f"x 132 SMs = {most}: launch at most {most} blocks" in text)
+            else:
+                assert "cannot hold even one such block" in text
+    assert len(dev.launches) == (2 if fits else 0)
+    assert dev.occupancy_asked == [(0, StandInDevice.FUNCTION, threads, shared)]
+
+
+@pytest.mark.parametrize("name, kw, error, message", [
+    ("plain", {"cluster": (3, 1, 1)}, ArgumentValueError,
+     r"the grid \(4, 2, 1\) is not a whole number of clusters of \(3, 1, 1\) blocks \(the "
+     r"call's cluster\)"),
+    ("plain", {"cluster": (1, 4)}, ArgumentValueError, r"clusters of \(1, 4, 1\) blocks"),
+    ("paired", {}, None, None),  # (4, 2) is whole pairs
+    ("paired", {"cluster": (2, 1, 1)}, None, None),
+    ("paired", {"cluster": (4, 1, 1)}, ArgumentValueError,
+     r"cluster=\(4, 1, 1\), but the kernel was compiled with __cluster_dims__\(2, 1, 1\)"),
+    ("any_cluster", {}, ArgumentValueError,
+     r"compiled with __cluster_dims__\(\) and no shape: launch it with cluster=\(x, y, z\)"),
+    ("any_cluster", {"cluster": (4, 2)}, None, None),
+    ("plain", {"cluster": (0, 1, 1)}, ArgumentValueError, r"every cluster dimension must be at "
+                                                           r"least 1"),
+    ("plain", {"cluster": "2"}, ArgumentTypeError, r"cluster must be an int or a tuple of 1 to "
+                                                    r"3 ints, got '2'"),
+    ("plain", {"cooperative": 1}, ArgumentTypeError, r"cooperative must be True, False or None"),
+    ("plain", {"cluster": (HUGE,)}, ArgumentValueError, r"a cluster dimension of <int of 16610 "
+                                                         r"bits>"),
+])
+def test_cluster_shapes_are_checked_before_the_launch(kinds, name, kw, error, message):
+    dev = StandInDevice()
+    if error is None:
+        _launched(kinds[name], ((4, 2), (32,), kw), dev=dev)
+        assert len(dev.launches) == 1 and dev.launches[0].api == "cuLaunchKernelEx"
+        return
+    with pytest.raises(error, match=f"^{name}: .*{message}"):
+        _launched(kinds[name], ((4, 2), (32,), kw), dev=dev)
+    assert not dev.launches
+
+
+def test_a_device_without_clusters_says_so(kinds):
+    with pytest.raises(LaunchError, match=r"plain: device 0 \(Stand-in GPU, 132 SMs\) cannot "
+                       r"launch thread-block clusters \(they need compute capability 9.0"):
+        _launched(kinds["plain"], ((4,), (32,), {"cluster": 2}), dev=StandInDevice(clusters=False))
+
+
+@pytest.mark.skipif(driver.available(), reason="this machine has a GPU")
+def test_extended_launch_arguments_are_checked_before_the_device(kinds):
+    # no GPU here: a check made after the device lookup would raise NoDeviceError
+    with pytest.raises(ArgumentTypeError, match="cluster must be"):
+        kinds["plain"]((4,), (32,), (None, 1), cluster=2.0)
+    with pytest.raises(NoDeviceError):
+        kinds["grid_sum"]((4,), (32,), (None, 1))

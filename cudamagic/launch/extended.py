@@ -2,7 +2,7 @@
 
 A kernel that synchronises its whole grid (``cooperative_groups::this_grid().sync()``) must be
 launched cooperatively, and then every block of the grid must be resident at once. Its CUBIN says
-so (the parameter records' section carries the attribute), so such a kernel is launched
+so (:class:`~cudamagic.toolchain.image.LaunchNeeds`, read without a GPU), so such a kernel is launched
 cooperatively without being asked, and a grid larger than the device holds at once is refused
 before the launch with the numbers (the driver's occupancy for this block size and shared memory,
 times the SMs) instead of the driver's ``CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE``. Clusters
@@ -15,50 +15,21 @@ comes here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ArgumentTypeError, ArgumentValueError, LaunchError
+from ..toolchain.image import LaunchNeeds
 from .encode import _show, check_dims
 
-__all__ = ["LaunchNeeds", "check_extended", "co_residency_error", "launch_extended"]
+__all__ = ["always_extended", "check_extended", "co_residency_error", "launch_extended"]
 
 Dims = tuple[int, int, int]
 
 
-@dataclass(frozen=True)
-class LaunchNeeds:
-    """What a kernel's CUBIN says its launch needs (read without a GPU).
-
-    Attributes
-    ----------
-    cooperative : bool
-        It synchronises its whole grid: launched cooperatively unless a call says otherwise.
-    cluster_dims : tuple of 3 ints or None
-        The cluster shape it was compiled with (``__cluster_dims__``); the grid must be a
-        multiple of it.
-    """
-
-    cooperative: bool = False
-    cluster_dims: Dims | None = None
-
-    @property
-    def special(self) -> bool:
-        """Every launch takes the extended path (not only calls that ask for it)."""
-        return self.cooperative or self.cluster_dims is not None
-
-    @classmethod
-    def of(cls, resources: Any) -> "LaunchNeeds":
-        """From a kernel's :class:`~cudamagic.toolchain.image.KernelResources` (None: a kernel
-        made without its CUBIN, which needs nothing the call does not ask for)."""
-        if resources is None:
-            return cls()
-        dims = getattr(resources, "cluster_dims", None)
-        if dims is not None:
-            dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
-            if dims == (0, 0, 0):  # no compile-time shape recorded
-                dims = None
-        return cls(bool(getattr(resources, "cooperative", False)), dims)  # type: ignore[arg-type]
+def always_extended(needs: LaunchNeeds) -> bool:
+    """Whether every launch of a kernel takes ``cuLaunchKernelEx`` (its CUBIN says it syncs its
+    grid or was compiled for clusters), not only the calls that ask for it."""
+    return bool(needs.grid_sync) or needs.requires_cluster or needs.cluster_dims is not None
 
 
 def check_extended(name: str, cluster: Any, cooperative: Any) -> tuple[Dims | None, bool | None]:
@@ -120,12 +91,16 @@ def launch_extended(name: str, needs: LaunchNeeds, hooks: Any, params: int,
     :raises LaunchError: a cooperative grid larger than the device holds at once; a device
         that cannot make the launch; the driver's refusal.
     """
-    cooperative = needs.cooperative if cooperative is None else cooperative
+    # a debug CUBIN whose grid sync cannot be told (grid_sync None) is launched as asked
+    cooperative = bool(needs.grid_sync) if cooperative is None else cooperative
     compiled = needs.cluster_dims
     if cluster is not None and compiled is not None and cluster != compiled:
         raise ArgumentValueError(f"{name}: cluster={cluster}, but the kernel was compiled with "
                                  f"__cluster_dims__{compiled}: leave cluster out, or pass "
                                  f"{compiled}")
+    if cluster is None and compiled is None and needs.requires_cluster:
+        raise ArgumentValueError(f"{name}: the kernel was compiled with __cluster_dims__() and "
+                                 "no shape: launch it with cluster=(x, y, z)")
     shape = cluster or compiled
     if shape is not None:
         error = _cluster_error(name, grid, shape, "the call's cluster" if cluster

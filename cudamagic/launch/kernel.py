@@ -16,8 +16,7 @@ from typing import Any
 from ..cxx import Signatures
 from ..errors import LaunchError, NoDeviceError
 from ..toolchain import driver
-from ..toolchain.image import KernelImage, KernelResources
-from .extended import LaunchNeeds
+from ..toolchain.image import KernelImage, KernelResources, LaunchNeeds
 from .launcher import Launcher, LaunchHooks, _NoSuchType, _NullStream, generate_launcher
 from .params import ParamSpec, param_specs
 
@@ -97,6 +96,12 @@ class Kernel:
         if self._params is False:
             self._params = param_specs(self._image, self._signatures[self.symbol])
         return self._params  # type: ignore[return-value]
+
+    @property
+    def launch_needs(self) -> LaunchNeeds:
+        """How the CUBIN says the kernel must be launched: grid-wide sync (launched
+        cooperatively), compile-time clusters (no GPU)."""
+        return getattr(self._image, "launch", None) or LaunchNeeds()
 
     @property
     def resources(self) -> KernelResources | None:
@@ -184,7 +189,7 @@ class Kernel:
                               f"for {self.symbol}; cudamagic cannot pack its arguments safely")
         sample = sample if isinstance(sample, (tuple, list)) else ()
         launcher = generate_launcher(self.name_expression, self.params, self._launch_hooks(),
-                                     sample, shape, LaunchNeeds.of(self.resources))
+                                     sample, shape, self.launch_needs)
         with self._lock:
             first = not self._launchers
             # by thread: a thread id reused after a thread ends takes over a dead thread's buffer

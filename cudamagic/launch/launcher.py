@@ -19,7 +19,8 @@ from typing import Any
 
 from ..toolchain import driver
 from .encode import _CONVERTERS, check_dims, check_shared_mem, pack_args, stream_handle
-from .extended import LaunchNeeds, check_extended, launch_extended
+from ..toolchain.image import LaunchNeeds
+from .extended import always_extended, check_extended, launch_extended
 from .params import ParamSpec, _nan_checked, layout_error
 
 __all__ = ["LaunchHooks", "Launcher", "generate_launcher"]
@@ -205,7 +206,7 @@ def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
     env["pack"] = struct.Struct(fmt).pack_into
     source = _launcher_source(len(specs), shape, " and ".join(tests) or "True",
                               [f"pack(buf, 0{''.join(', ' + v for v in values)})", *converted],
-                              needs.special)
+                              always_extended(needs))
     exec(compile(source, f"<cudamagic launcher for {name}>", "exec"), env)
     return Launcher(env["launch_kernel"], buf, ptrs, source)
 
