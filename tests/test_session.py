@@ -498,4 +498,4 @@ def test_the_same_shipped_module_arriving_twice_is_rebuilt_once(cache, monkeypat
     monkeypatch.setattr(M, "read_cubin", lambda cubin: reads.append(1) or real(cubin))
     first, second = pickle.loads(blob), pickle.loads(blob)
     assert first is second and len(reads) == 1
-    assert first["saxpy<float>"]._owner is first
+    assert first["saxpy<float>"].module is first
