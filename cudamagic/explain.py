@@ -29,7 +29,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -418,27 +418,30 @@ def most_alike(builds: tuple[CellBuild, ...], now: CellBuild) -> CellBuild | Non
     return max(builds, key=score, default=None)
 
 
-def note_build(store: Any, now: CellBuild, *, origin: str, miss: Miss | None, folder: str,
-               module: str, cell: str | None = None) -> Explanation | None:
+def note_build(store: Any, key: str, build: Callable[[], CellBuild], *, origin: str,
+               miss: Miss | None, folder: str, module: str,
+               cell: str | None = None) -> Explanation | None:
     """Remember a build among its cell's last, and explain it if it was compiled.
 
-    ``store`` is the build's cache (None: not cached); ``folder``, ``module`` and ``cell``
-    identify the cell (:func:`cell_id`). A hit on a key the cell remembers writes nothing, and
-    reads nothing once this process has read the cell's file.
+    ``store`` is the build's cache (None: not cached); ``build`` makes the build's record (a
+    hash of the source: only where it is needed); ``folder``, ``module`` and ``cell`` identify
+    the cell (:func:`cell_id`). A hit on a key the cell remembers writes nothing, and reads
+    nothing once this process has read the cell's file.
     """
     if store is None:
         return Explanation((MissKind.NO_CACHE,), ("--no-cache: the cache is neither read nor "
                                                   "written",))
     hist = history_for(store)
-    key = cell_id(folder, module, cell)
-    if origin == "cache" and hist.knows(key, now.key):
+    where = cell_id(folder, module, cell)
+    if origin == "cache" and hist.knows(where, key):
         return None  # the warm path: a dictionary lookup
-    builds = hist.recall(key)
-    if origin == "cache" and any(b.key == now.key for b in builds):
+    builds = hist.recall(where)
+    if origin == "cache" and any(b.key == key for b in builds):
         return None
+    now = build()
     out = None
     if origin == "compiled":
         same = next((b for b in builds if b.key == now.key), None)
         out = explain(same or most_alike(builds, now), now, miss, cell_words(module, cell))
-    hist.remember(key, now, builds)
+    hist.remember(where, now, builds)
     return out

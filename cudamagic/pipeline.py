@@ -468,7 +468,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, or
     t = time.perf_counter()
     explanation = None
     if origin != "cubin":
-        explanation = note_build(ctx.store, CellBuild.of(
+        explanation = note_build(ctx.store, ctx.key, lambda: CellBuild.of(
             key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
             options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
             line_offset=ctx.line_offset), origin=origin, miss=miss, folder=ctx.search.cwd,

@@ -335,3 +335,15 @@ def test_name_expressions_reordered_through_build_are_no_change(where):
     edited = _build(SRC.replace("+ y[i]", "- y[i]"), where, names=("saxpy<int>", "saxpy<float>"))
     assert edited.report.explanation.kinds == ("source",)
     assert "-n" not in edited.report.explanation.summary
+
+
+def test_a_warm_hit_makes_no_build_record(where, monkeypatch):
+    """The record hashes the whole source: a hit on a remembered key never makes one."""
+    _build(SRC, where)
+    _build(SRC, where)
+
+    def boom(*a, **k):
+        raise AssertionError("a warm hit made a build record")
+
+    monkeypatch.setattr(CellBuild, "of", boom)
+    assert _build(SRC, where).hit
