@@ -37,9 +37,11 @@ from .options import DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, nvrtc_options, op
 from .store import EntryRecord, KernelCache
 from .toolchain import driver
 from .toolchain.demangle import Demangler, Pending, default_demangler
-from .toolchain.deps import Manifest, SearchPath, from_scan, from_trace, reads_no_file, trace_headers
+from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
+                             trace_headers)
 from .toolchain.image import read_cubin
-from .toolchain.nvrtc import CompileResult, compile_cubin, nvrtc_version, shift_lines, supported_archs
+from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
+                              supported_archs)
 from .toolkit import toolkit
 from .view.report import BuildReport, KernelRow
 
@@ -59,7 +61,7 @@ def default_arch() -> str:
 
 @dataclass(frozen=True)
 class BuildSettings:
-    """How one build runs, besides what it builds (that is :class:`~cudamagic.options.BuildOptions`).
+    """How one build runs, besides what it builds (:class:`~cudamagic.options.BuildOptions`).
 
     Attributes
     ----------

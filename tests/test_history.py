@@ -287,7 +287,8 @@ def _record(**change):
 
 @pytest.mark.parametrize("content", [
     _record(line_offset=float("inf")), _record(line_offset=float("-inf")),
-    _record(line_offset=float("nan")), _record().replace(b'"line_offset": 1', b'"line_offset": 1e999'),
+    _record(line_offset=float("nan")),
+    _record().replace(b'"line_offset": 1', b'"line_offset": 1e999'),
     _record(line_offset=True), _record(line_offset=-1), _record(line_offset=2 ** 80),
     _record(line_offset="1"), _record(line_offset=1.5), _record(line_offset=None),
     _record(key=float("inf")), _record(names=[float("nan")]), _record(names="abc"),

@@ -462,7 +462,8 @@ template <typename T> __global__ void over(T* x, int n) {}
 template <typename T> __global__ void saxpy(T a, const T* x, T* y, int n) {}
 extern "C" __global__ void plain(float* x) {}
 """
-INSTANCES = {"ns::scale<float, 3>": "ns_scale_float_3", "ns::scale<double, -1>": "ns_scale_double_m1",
+INSTANCES = {"ns::scale<float, 3>": "ns_scale_float_3",
+             "ns::scale<double, -1>": "ns_scale_double_m1",
              "saxpy<float>": "saxpy_float", "saxpy<unsigned int>": "saxpy_unsigned_int"}
 OVERLOADS = ["(void(*)(float*))over<float>", "(void(*)(float*, int))over<float>"]
 
