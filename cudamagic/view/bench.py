@@ -8,6 +8,7 @@ the HTML is the same in JupyterLab, a static notebook viewer and a browser).
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -120,8 +121,13 @@ def svg_lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, x_
 
 
 def _ticks(x0: float, x1: float) -> list[float]:
-    step = max(1.0, (x1 - x0) / 4)
-    return [x0 + i * step for i in range(5) if x0 + i * step <= x1 + 1e-9]
+    """About five round values across ``[x0, x1]`` (multiples of 1, 2, 2.5 or 5 times a power
+    of ten), ``x0`` first."""
+    raw = max((x1 - x0) / 4, 1e-12)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    ticks = [x0] + [step * i for i in range(math.ceil(x0 / step), math.floor(x1 / step) + 1)]
+    return [t for i, t in enumerate(ticks) if i == 0 or t - ticks[0] >= step / 2]
 
 
 def occupancy_html(table: Any) -> str:

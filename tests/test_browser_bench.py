@@ -1,0 +1,42 @@
+"""A real browser (see tests/test_browser.py): the report widget's "timing and occupancy" fold
+opens in JupyterLab and its plot is drawn inside the widget's own view (not the HTML fallback),
+one line per kernel of the cell. Its screenshot is ``artifacts/browser/occupancy-fold.png``.
+"""
+
+from __future__ import annotations
+
+from .test_browser import ARTIFACTS, WIDGET, _open, _run_all, _shot, lab  # noqa: F401 - fixture
+
+
+def test_the_occupancy_fold_draws_its_plot_in_the_widget(lab):  # noqa: F811 - the fixture
+    from playwright.sync_api import sync_playwright
+
+    base, token, tmp_path = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser, page = _open(p, base, token, tmp_path)
+        try:
+            _run_all(page)
+            page.wait_for_selector(".jp-OutputArea-output:has-text('cudamagic environment')",
+                                   timeout=300_000)
+            first = page.locator(WIDGET).first
+            fold = first.locator(".cudamagic-fold")
+            hidden = fold.locator("svg").first.bounding_box()  # closed: not drawn
+            fold.locator("summary").scroll_into_view_if_needed()
+            fold.locator("summary").click()
+            plot = fold.locator("svg").first
+            plot.wait_for(state="visible", timeout=30_000)
+            box = plot.bounding_box()
+            lines = fold.locator("svg polyline").count()
+            text = fold.inner_text()
+            _shot(fold, "occupancy-fold.png")
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "occupancy-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    assert hidden is None or hidden["width"] == hidden["height"] == 0, hidden
+    assert box is not None and box["width"] > 300 and box["height"] > 100, box
+    # the quickstart's first cell: saxpy<float>, saxpy<double>, ns::scale<float, 3>, fill
+    assert lines == 4, lines
+    assert "best block size" in text and ".bench(grid, block, args)" in text, text
