@@ -1122,3 +1122,9 @@ def test_extended_launch_arguments_are_checked_before_the_device(kinds):
         kinds["plain"]((4,), (32,), (None, 1), cluster=2.0)
     with pytest.raises(NoDeviceError):
         kinds["grid_sum"]((4,), (32,), (None, 1))
+
+
+def test_a_kernel_carries_a_function_name_for_function_tools(mod):
+    """cupyx.profiler.benchmark and other function tools name what they time by ``__name__``."""
+    for kernel in mod.kernels.values():
+        assert kernel.__name__ == kernel.python_name and kernel.__qualname__ == kernel.python_name

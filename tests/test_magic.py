@@ -272,7 +272,8 @@ def _terminal(tmp_path, *cells: str, env: dict | None = None) -> tuple[str, str]
 
     code = f"CODE = {list(cells)!r}\n" + TERMINAL
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(REPO),
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                   filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                                "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache"), **(env or {})},
                           timeout=300)
     assert proc.returncode == 0, proc.stderr

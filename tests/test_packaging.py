@@ -100,7 +100,8 @@ def test_without_a_cuda_stack_the_first_build_says_what_to_install(tmp_path):
             "    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     assert out.returncode == 0, out.stderr[-2000:]
     assert "NVRTC is not installed" in out.stdout
     assert "cudamagic[cu13]" in out.stdout and "cudamagic[cu12]" in out.stdout

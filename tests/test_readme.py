@@ -166,7 +166,8 @@ def _run_first_cell(tmp_path, upto: int) -> dict:
     code = _FIRST_CELL.format(upto=upto)
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(_first_cell_blocks())],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(REPO),
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                   filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                                "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])

@@ -79,6 +79,8 @@ class Kernel:
         self.name_expression = name_expression
         self.symbol = symbol
         self.python_name = python_name
+        # what function tools read (cupyx.profiler.benchmark names its report by it)
+        self.__name__ = self.__qualname__ = python_name
         self.signature = signatures.text(symbol)
         self.resolved_by = resolved_by
         self._signatures = signatures
