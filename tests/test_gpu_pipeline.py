@@ -42,7 +42,8 @@ def _check(mod) -> None:
     by_name["saxpy_double"]((4,), (256,), (2.5, da, db, N))
     assert np.allclose(cp.asnumpy(db), 2.5 * a + b, rtol=1e-12)
     d = cp.zeros(N, cp.float32)
-    by_name["lambda_"]((4,), (256,), (d, 7.0, N))
+    # extern "C": a foreign CUBIN records only slot sizes, so the scalars say their types
+    by_name["lambda_"]((4,), (256,), (d, np.float32(7.0), np.int32(N)))
     assert (cp.asnumpy(d) == 7).all()
 
 
