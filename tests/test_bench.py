@@ -385,3 +385,22 @@ class _NoComm:
     @property
     def ref(self):
         return "IPY_MODEL_x"
+
+
+def test_the_hold_covers_the_last_rounds_enqueueing_not_the_slowest(gpu, monkeypatch):
+    holds = []
+    real = gpu.hold
+    gpu.hold = lambda stream, seconds: holds.append(seconds) or real(stream, seconds)
+    slow = {"n": 0}
+
+    def first_slow(grid, block, args=(), shared_mem=0, stream=None):
+        slow["n"] += 1
+        if slow["n"] == 2:  # one slow enqueue in the warm-up (a compile, a page fault)
+            time.sleep(0.02)
+        gpu.queue.append(("kernel", k, args))
+
+    k = StandInKernel(gpu, "a", 1.0)
+    compare([Variant(label="a", kernel=first_slow, grid=1, block=1)],
+            settings=Settings(warmup=3, repeat=5), device=gpu)
+    assert holds[1] > 0.04  # right after the slow round
+    assert max(holds[3:]) < 0.01  # and back down once rounds are quick again
