@@ -50,13 +50,18 @@ __all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "reads_no_fil
 TRACE_EVENT = "Processing Header File"
 _BUILTIN = "__nv_nvrtc_builtin_header.h"  # NVRTC's own, held in memory
 # __has_include and the macros libraries wrap it in (CCCL's _CCCL_HAS_INCLUDE(<x>)): a name
-# tested through a wrapper is still a name tested; matching wrappers too only adds places
-_HAS_INCLUDE = re.compile(rb'[A-Za-z_]*(?:has_include|HAS_INCLUDE)[A-Za-z_]*\s*\(\s*([<"])([^>"\n]+)[>"]')
+# tested through a wrapper is still a name tested; matching wrappers too only adds places.
+# Linear: nothing before the word (a leading [A-Za-z_]* retried a run of letters from each of
+# its letters), a bounded tail, and the name read to its closing quote or the line's end, so
+# that a test without one consumes its line instead of being retried from each later start
+_HAS_INCLUDE = re.compile(
+    rb'(?:has_include|HAS_INCLUDE)[A-Za-z_]{0,64}\s*\(\s*([<"])([^>"\n]*)([>"]?)')
 _QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
 # a test of a name that only a macro spells, in a conditional (not in the #define of a wrapper
 # such as CCCL's, whose uses spell their names): __has_include(OPT_HDR)
 _HAS_INCLUDE_MACRO = re.compile(
-    rb'^[ \t]*(?:#|%:)[ \t]*(?:el)?if\b[^\n]*has_include\w*[ \t]*\([ \t]*(?![<" \t])', re.M | re.I)
+    rb'^[ \t]*(?:#|%:)[ \t]*(?:el)?if\b[^\n]*has_include\w{0,64}[ \t]*\([ \t]*(?![<" \t])',
+    re.M | re.I)
 _SPLICE_B = re.compile(rb"\\[ \t]*\r?\n")
 _MANIFEST_VERSION = 2
 
@@ -146,8 +151,8 @@ class Manifest:
     """The files one compile read, and the places that must stay empty for a hit.
 
     Kept as the compact JSON object stored in the entry (paths as a folder index and a name)
-    and checked straight from it: a CCCL cell's manifest lists 633 headers and 1 263 places,
-    and building an object for each cost more on every hit than the check itself.
+    and checked straight from it: a CCCL cell's manifest lists hundreds of headers and more
+    places, and building an object for each would cost more on every hit than the check.
 
     Attributes
     ----------
@@ -326,9 +331,9 @@ _SPLICE = re.compile(r"\\[ \t]*\r?\n")
 
 def reads_no_file(source: str, options: Sequence[str]) -> bool:
     """True when a compile cannot open a header: the source (line splices joined) has no word
-    that could include one and no option pre-includes one. Such a compile needs no trace:
-    NVRTC's trace costs about 26 ms on a 13 ms compile (H200 host), and its manifest would be
-    empty anyway. Any doubt is a False (trace)."""
+    that could include one and no option pre-includes one. Such a compile needs no trace,
+    whose fixed cost is large beside a small compile (docs/performance.md measures it), and
+    its manifest would be empty anyway. Any doubt is a False (trace)."""
     return (_OPENS_FILES.search(_SPLICE.sub("", source)) is None
             and not any(o.startswith(("-include", "--pre-include")) for o in options))
 
@@ -376,7 +381,7 @@ def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
     of the text that was compiled: ccache's rule), a file that appeared during the compile
     where the search or a ``__has_include`` looked, or a folder that changed during it where a
     ``__has_include`` found nothing. A header written by an earlier cell (``%%writefile``) is
-    older than that: the trace opens the first header some 25 ms into a compile.
+    older than that, unless the two cells run within the file system's clock resolution.
 
     Headers NVRTC skipped as one it had already read (a symbolic or hard link reached again,
     under an include guard or ``#pragma once``) never appear in the trace: the literal
@@ -558,7 +563,9 @@ def _has_include_places(source: str, opened: Sequence[str], read: _Read
             continue
         text = _SPLICE_B.sub(b"", text)  # a name may be spelled across a line splice
         first = [_folder_of(path)]
-        for quote, name in set(_HAS_INCLUDE.findall(text)):
+        for quote, name, closed in set(_HAS_INCLUDE.findall(text)):
+            if not name or not closed:
+                continue
             for folder in (*(first if quote == b'"' else ()), *search.include_dirs):
                 rel = os.fsdecode(name)  # the name's own bytes, UTF-8 or not
                 places.add(search.absolute(os.path.join(folder, rel) if folder else rel))

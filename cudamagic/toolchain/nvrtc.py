@@ -8,6 +8,7 @@ log rewritten to the cell's own line numbers, and an error in a name expression 
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import functools
 import os
@@ -196,7 +197,7 @@ def _traced_compile(source: str, name_expressions: Sequence[str], options: Seque
 
 #: Free space (and file size limit) a traced compile needs. NVRTC aborts the whole process
 #: ("LLVM ERROR: out of memory", SIGABRT) when it cannot write its trace, so a compile traces
-#: only where the write cannot fail for want of room; a CCCL-heavy cell writes about 0.6 MB.
+#: only where the write cannot fail for want of room (far more than a CCCL-heavy cell's trace).
 TRACE_ROOM = 256 << 20
 
 
@@ -279,8 +280,13 @@ _PARSE_FAILED = "Error in parsing name expression for lowered name lookup"
 _FOLLOW_ON = ("type name is not allowed", "expected an expression", "expected an identifier",
               _PARSE_FAILED)
 _UNDEFINED = re.compile(r'error: identifier "(?P<name>[^"]+)" is undefined')
-_TEMPLATE = re.compile(r"\btemplate\s*<[^{};]*?>\s*(?:(?:__\w+__|static|inline|extern|void)\s+)*"
-                       r"(?:__global__\s+(?:\w+\s+)*void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
+# a template's head is read in two linear passes, not one expression: ``template\s*<[^{};]*?>``
+# followed by the declaration retries every later '>' from every 'template <', which is
+# quadratic in text such as a long comment of repeated "template<"
+_TEMPLATE_OPEN = re.compile(r"\btemplate\s*<")
+_KERNEL_AFTER = re.compile(r">\s*(?:(?:__\w{1,64}__|static|inline|extern|void)\s+)*"
+                           r"(?:__global__\s+(?:\w+\s+){0,16}void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
+_SCOPE = re.compile(r"[{};]")
 _TYPE_WORDS = ("float", "double", "int", "unsigned", "long", "short", "char", "bool", "size_t",
                "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
                "uint64_t", "__half", "__nv_bfloat16", "float2", "float4", "double2")
@@ -312,8 +318,20 @@ def _no_such_kernel(name: str, source: str) -> str:
 
 def template_kernels(source: str) -> list[str]:
     """The ``__global__`` function templates a source defines, by name, in order (a regular
-    expression's reading: good for a hint, not a parse)."""
-    return list(dict.fromkeys(m.group("name") for m in _TEMPLATE.finditer(source)))
+    expression's reading: good for a hint, not a parse).
+
+    A ``>`` followed by a kernel's declaration closes a template head where a ``template <``
+    came before it with no ``{``, ``}`` or ``;`` between.
+    """
+    opens = [m.end() for m in _TEMPLATE_OPEN.finditer(source)]
+    scopes = [m.start() for m in _SCOPE.finditer(source)]
+    names = []
+    for m in _KERNEL_AFTER.finditer(source):
+        at = m.start()
+        i = bisect.bisect_right(opens, at)  # the last template head opened before the '>'
+        if i and bisect.bisect_left(scopes, at) == bisect.bisect_left(scopes, opens[i - 1]):
+            names.append(m.group("name"))
+    return list(dict.fromkeys(names))
 
 
 def name_map_lines(name_expressions: Sequence[str]) -> dict[int, str]:
@@ -328,10 +346,11 @@ def name_map_lines(name_expressions: Sequence[str]) -> dict[int, str]:
     return {i + 2: e for i, e in enumerate(ordered)}
 
 
-def _expression_of(block: list[str], by_line: dict[int, str], line: int) -> str:
+def _expression_of(block: list[str], by_line: dict[int, str], exprs: set[str], line: int
+                   ) -> str:
     echo = next((x.strip()[len(_PRAGMA):] for x in block[1:] if x.strip().startswith(_PRAGMA)),
                 None)
-    if echo is not None and echo in by_line.values():
+    if echo is not None and echo in exprs:
         return echo
     return by_line.get(line, echo or "?")
 
@@ -348,7 +367,37 @@ def _pointed(block: list[str], expr: str) -> list[str]:
     return []
 
 
-def _name_map_errors(blocks: list[tuple[int, list[str]]], expr: str, source: str | None
+class _Hints:
+    """The cell's templates, read once, and how many more did-you-mean hints a log may get
+    (each costs a fuzzy match; a log of thousands of errors gets them for its first few)."""
+
+    SHOWN = 10  # templates listed in a message
+
+    def __init__(self, source: str | None, budget: int = 20) -> None:
+        self.source = source
+        self.budget = budget
+        self._defined: list[str] | None = None
+
+    @property
+    def defined(self) -> list[str]:
+        if self._defined is None:
+            self._defined = template_kernels(self.source or "")
+        return self._defined
+
+    def near(self, name: str, words: Sequence[str], cutoff: float) -> str | None:
+        if self.budget <= 0 or len(name) > 200:  # no hint where the match would cost more
+            return None
+        self.budget -= 1
+        found = difflib.get_close_matches(name, words, n=1, cutoff=cutoff)
+        return found[0] if found else None
+
+    def listed(self) -> str:
+        defined = self.defined
+        more = len(defined) - self.SHOWN
+        return ", ".join(defined[:self.SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def _name_map_errors(blocks: list[tuple[int, list[str]]], expr: str, hints: _Hints
                      ) -> list[str]:
     """One name expression's errors: the first said plainly (a misspelled template named as
     such, with the closest one the cell defines), NVRTC's follow-on errors left out."""
@@ -362,24 +411,23 @@ def _name_map_errors(blocks: list[tuple[int, list[str]]], expr: str, source: str
             continue
         undefined = _UNDEFINED.search(rest)
         head = expr.split("<", 1)[0].strip().rsplit("::", 1)[-1]
-        if undefined and source is not None:
+        if undefined and hints.source is not None:
             name = undefined.group("name")
             if name == head and "<" not in expr and plain_kernels(source):
                 rest = _no_such_kernel(name, source)
                 out += [f'name expression -n "{expr}": {rest}', *_pointed(block, expr), ""]
                 return out
             if name == head:
-                defined = template_kernels(source)
-                near = difflib.get_close_matches(name, defined, n=1, cutoff=0.6)
+                near = hints.near(name, hints.defined, 0.6)
                 rest = (f"error: the cell defines no kernel template {name!r}"
-                        + (f"; did you mean {near[0]!r}?" if near else "")
-                        + (f" (its __global__ templates: {', '.join(defined)})" if defined
+                        + (f"; did you mean {near!r}?" if near else "")
+                        + (f" (its __global__ templates: {hints.listed()})" if hints.defined
                            else " (it defines no __global__ template)"))
                 out += [f'name expression -n "{expr}": {rest}', *_pointed(block, expr), ""]
                 return out
-            near = difflib.get_close_matches(name, _TYPE_WORDS, n=1, cutoff=0.75)
+            near = hints.near(name, _TYPE_WORDS, 0.75)
             if near:
-                rest += f"; did you mean {near[0]!r}?"
+                rest += f"; did you mean {near!r}?"
         out += [f'name expression -n "{expr}": {rest}', *_pointed(block, expr), ""]
         first = False
     return out
@@ -408,6 +456,8 @@ def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
     ``source`` defines.
     """
     by_line = name_map_lines(name_expressions)
+    exprs = set(by_line.values())
+    hints = _Hints(source)
     items: list[str | list[str]] = []  # log lines, and name-map diagnostics with their echo
     block: list[str] | None = None
     for line in log.splitlines():
@@ -429,7 +479,7 @@ def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
     for item in items:
         if isinstance(item, list):
             n = int(_LOCATED.match(item[0]).group("line"))
-            grouped.setdefault(_expression_of(item, by_line, n), []).append((n, item))
+            grouped.setdefault(_expression_of(item, by_line, exprs, n), []).append((n, item))
     text: list[str] = []
     said: set[str] = set()
     for item in items:
@@ -437,10 +487,10 @@ def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
             text.append(item)
             continue
         n = int(_LOCATED.match(item[0]).group("line"))
-        expr = _expression_of(item, by_line, n)
+        expr = _expression_of(item, by_line, exprs, n)
         if expr not in said:  # an expression's errors together, where its first one was
             said.add(expr)
-            text += _name_map_errors(grouped[expr], expr, source)
+            text += _name_map_errors(grouped[expr], expr, hints)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(text)).strip("\n")  # one blank line between
 
 
