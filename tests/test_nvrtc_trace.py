@@ -188,3 +188,29 @@ def test_every_order_of_traced_untraced_and_failing_compiles_from_proc(tmp_path,
     assert len(got) == len(BATCH) + (len(KINDS) if threads == 1 else 0)
     wrong = [(label, outcome) for label, outcome in got if outcome != KINDS[label][4]]
     assert not wrong, wrong
+
+
+def test_ctrl_c_during_a_compile_is_raised_once_nvrtc_has_returned():
+    """The compile's own thread cannot be stopped inside NVRTC: Ctrl-C while the caller waits
+    is raised after the compile ended, never leaving NVRTC running behind the caller."""
+    from .conftest import run_python
+
+    out = run_python(
+        "import os, signal, threading, time\n"
+        "from cudamagic.toolkit import toolkit\n"
+        "from cudamagic.toolchain.nvrtc import compile_cubin\n"
+        "opts = ['-arch=sm_90', *('-I' + d for d in toolkit().include_dirs)]\n"
+        "src = '#include <cuda/std/complex>\\n__global__ void k() {}'\n"
+        "threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "t = time.perf_counter()\n"
+        "try:\n"
+        "    compile_cubin(src, [], opts)\n"
+        "    print('not interrupted')\n"
+        "except KeyboardInterrupt:\n"
+        "    took = time.perf_counter() - t\n"
+        "    for w in threading.enumerate():\n"
+        "        if w.name == 'cudamagic-nvrtc':\n"
+        "            w.join(0.5)  # NVRTC still compiling would need far longer\n"
+        "    alive = [w.name for w in threading.enumerate() if w.name == 'cudamagic-nvrtc']\n"
+        "    print('interrupted', alive, took > 0.2)\n")
+    assert out.split("\n")[0] == "interrupted [] True", out

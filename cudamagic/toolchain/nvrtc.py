@@ -149,19 +149,24 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
     as it would be were NVRTC called on the caller's thread.
     """
     box: dict[str, Any] = {}
+    done = threading.Event()
 
     def run() -> None:
         try:
             box["value"] = fn(*args)
         except BaseException as exc:  # handed to the caller, which raises it
             box["error"] = exc
+        finally:
+            done.set()
 
     worker = threading.Thread(target=run, name="cudamagic-nvrtc", daemon=True)
     worker.start()
     interrupted: KeyboardInterrupt | None = None
-    while worker.is_alive():
+    # an Event, not join(): a join that Ctrl-C interrupts can leave is_alive() False while
+    # the thread still runs
+    while not done.is_set():
         try:
-            worker.join()
+            done.wait()
         except KeyboardInterrupt as exc:
             interrupted = exc
     if interrupted is not None:
