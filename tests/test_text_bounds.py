@@ -15,7 +15,8 @@ from collections.abc import Callable
 import pytest
 
 from cudamagic.toolchain import deps
-from cudamagic.toolchain.nvrtc import count_errors, rewrite_log, shift_lines, template_kernels
+from cudamagic.toolchain.nvrtc import (count_errors, plain_kernels, rewrite_log, shift_lines,
+                                       template_kernels)
 
 SIZES = ((16_000, 0.25), (1_000_000, 3.0))  # (characters, seconds allowed)
 
@@ -34,6 +35,8 @@ SOURCES: dict[str, Callable[[int], str]] = {
     "spaces after >": lambda n: _rep(" ", n, "template <>", "__global__ void k("),
     "__x__ specifiers": lambda n: _rep("__x__ ", n, "template <> "),
     "a long __word": lambda n: _rep("x", n, "template <> __", " __global__ void k("),
+    "__global__ repeated": lambda n: _rep("__global__ ", n),
+    "void repeated": lambda n: _rep("void ", n),
 }
 
 NAMES = [f"k<{i}>" for i in range(2000)]
@@ -75,8 +78,8 @@ def _within_bounds(run: Callable[[int], object]) -> None:
 
 
 @pytest.mark.parametrize("shape", list(SOURCES))
-def test_reading_a_source_for_kernel_templates_is_linear(shape):
-    _within_bounds(lambda n: template_kernels(SOURCES[shape](n)))
+def test_reading_a_source_for_kernels_is_linear(shape):
+    _within_bounds(lambda n: (template_kernels(SOURCES[shape](n)), plain_kernels(SOURCES[shape](n))))
 
 
 def test_the_template_reading_still_finds_kernel_templates():

@@ -290,14 +290,14 @@ _UNDEFINED = re.compile(r'error: identifier "(?P<name>[^"]+)" is undefined')
 # quadratic in text such as a long comment of repeated "template<"
 _TEMPLATE_OPEN = re.compile(r"\btemplate\s*<")
 _KERNEL_AFTER = re.compile(r">\s*(?:(?:__\w{1,64}__|static|inline|extern|void)\s+)*"
-                           r"(?:__global__\s+(?:\w+\s+){0,16}void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
+                           r"(?:__global__\s+(?:\w+\s+)*void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
 _SCOPE = re.compile(r"[{};]")
 _TYPE_WORDS = ("float", "double", "int", "unsigned", "long", "short", "char", "bool", "size_t",
                "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
                "uint64_t", "__half", "__nv_bfloat16", "float2", "float4", "double2")
 
 
-_GLOBAL = re.compile(r"(?:__global__\s+(?:\w+\s+)*void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
+_GLOBAL = re.compile(r"(?:__global__\s+(?:\w+\s+){0,16}void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
 
 
 def plain_kernels(source: str) -> list[str]:
@@ -308,17 +308,18 @@ def plain_kernels(source: str) -> list[str]:
             if n not in templates]
 
 
-def _no_such_kernel(name: str, source: str) -> str:
+def _no_such_kernel(name: str, hints: "_Hints") -> str:
     """Why ``-n NAME`` without template arguments names nothing, with the kernel meant."""
-    plain, templates = plain_kernels(source), template_kernels(source)
-    near = difflib.get_close_matches(name, plain + templates, n=1, cutoff=0.6) or \
-        [k for k in plain + templates if k.lower() == name.lower()][:1]
+    plain, templates = hints.plain, hints.defined
+    near = [hints.near(name, plain + templates, 0.6)] if hints.budget > 0 else []
+    near = [k for k in near if k] or [k for k in plain + templates
+                                       if k.lower() == name.lower()][:1]
     if near and near[0] in plain:
         return (f"error: the cell defines no kernel {name!r}; a non-template kernel needs no "
                 f"-n (it is pushed under its own name); did you mean {near[0]}?")
     return (f"error: the cell defines no kernel {name!r}"
             + (f"; did you mean {near[0]!r}?" if near else "")
-            + f" (its kernels: {', '.join(plain + templates)})")
+            + f" (its kernels: {hints.listed(plain + templates)})")
 
 
 def template_kernels(source: str) -> list[str]:
@@ -382,12 +383,19 @@ class _Hints:
         self.source = source
         self.budget = budget
         self._defined: list[str] | None = None
+        self._plain: list[str] | None = None
 
     @property
     def defined(self) -> list[str]:
         if self._defined is None:
             self._defined = template_kernels(self.source or "")
         return self._defined
+
+    @property
+    def plain(self) -> list[str]:
+        if self._plain is None:
+            self._plain = plain_kernels(self.source or "")
+        return self._plain
 
     def near(self, name: str, words: Sequence[str], cutoff: float) -> str | None:
         if self.budget <= 0 or len(name) > 200:  # no hint where the match would cost more
@@ -396,8 +404,9 @@ class _Hints:
         found = difflib.get_close_matches(name, words, n=1, cutoff=cutoff)
         return found[0] if found else None
 
-    def listed(self) -> str:
-        defined = self.defined
+    def listed(self, names: Sequence[str] | None = None) -> str:
+        """``names`` (the cell's templates by default), the first few of them."""
+        defined = self.defined if names is None else names
         more = len(defined) - self.SHOWN
         return ", ".join(defined[:self.SHOWN]) + (f" and {more} more" if more > 0 else "")
 
@@ -418,8 +427,8 @@ def _name_map_errors(blocks: list[tuple[int, list[str]]], expr: str, hints: _Hin
         head = expr.split("<", 1)[0].strip().rsplit("::", 1)[-1]
         if undefined and hints.source is not None:
             name = undefined.group("name")
-            if name == head and "<" not in expr and plain_kernels(source):
-                rest = _no_such_kernel(name, source)
+            if name == head and "<" not in expr and hints.plain:
+                rest = _no_such_kernel(name, hints)
                 out += [f'name expression -n "{expr}": {rest}', *_pointed(block, expr), ""]
                 return out
             if name == head:
