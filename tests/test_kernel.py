@@ -1128,3 +1128,19 @@ def test_a_kernel_carries_a_function_name_for_function_tools(mod):
     """cupyx.profiler.benchmark and other function tools name what they time by ``__name__``."""
     for kernel in mod.kernels.values():
         assert kernel.__name__ == kernel.python_name and kernel.__qualname__ == kernel.python_name
+
+
+def test_another_thread_passes_cluster_and_cooperative_on(kinds):
+    """A thread other than the launcher's goes to its own launcher with every keyword."""
+    import threading
+
+    dev = StandInDevice()
+    with dev.attached():
+        k = fresh(kinds["plain"])
+        k((4,), (32,), (None, 3))
+        t = threading.Thread(target=lambda: k((4,), (32,), (None, 3), cluster=2,
+                                              cooperative=True))
+        t.start()
+        t.join()
+    assert [(x.api, x.cluster, x.cooperative) for x in dev.launches] == [
+        ("cuLaunchKernel", None, False), ("cuLaunchKernelEx", (2, 1, 1), True)]
