@@ -329,6 +329,7 @@ def test_the_magic_line_checks_outputs(gpu):
     ("missing(1, 2, ())", "kernel 'missing' raised NameError"),
     ("n(1, 2, ())", "n is a int, not a kernel"),
     ("a(1, 2, (), wrong=3)", "wrong is not one of them"),
+    ("a(1, 2, (), stream=n)", "the calls run on CuPy's current stream"),
 ])
 def test_bad_magic_lines_say_what(gpu, line, message):
     ns = {"a": StandInKernel(gpu, "a", 1.0), "n": 3}

@@ -643,12 +643,15 @@ def _calls(text: str, namespace: dict, extra: dict[str, Any]) -> list[Variant]:
                               f"{type(kernel).__name__}, not a kernel")
         names = ["grid", "block", "args", "shared_mem"]
         given = dict(zip(names, parts)) | {k: v for k, v in keywords.items()}
-        unknown = sorted(set(given) - set(names) - {"stream"})
+        if "stream" in given:
+            raise OptionError(f"%cuda_bench: {source!r}: the calls run on CuPy's current "
+                              "stream; for another, time from Python: "
+                              "cudamagic.launch.bench.compare(variants, stream=s)")
+        unknown = sorted(set(given) - set(names))
         if unknown or not {"grid", "block"} <= set(given):
             raise OptionError(f"%cuda_bench: {source!r}: give grid, block and args "
                               f"(and shared_mem=); {', '.join(unknown) or 'grid or block'} "
                               "is not one of them")
-        given.pop("stream", None)
         variants.append(Variant(label=source, kernel=kernel, **given, **extra))
     if not variants:
         raise OptionError(f"%cuda_bench: no launch to time. Usage: {MAGIC_USAGE}")
