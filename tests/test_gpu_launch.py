@@ -184,3 +184,19 @@ def test_a_memory_pointer_argument(mod):
     mod["fill"]((4,), (256,), (x.data + 512 * 4, 7.0, 512))
     got = x.get()
     assert (got[:512] == 2.5).all() and (got[512:] == 7.0).all()
+
+
+def test_static_and_dynamic_shared_memory_past_48k_together(tmp_path):
+    """40 KiB of static ``__shared__`` arrays and 16 KiB of dynamic shared memory in one block:
+    the launch raises the kernel's limit (the driver's 48 KiB default counts both)."""
+    import cupy as cp
+
+    src = ('extern "C" __global__ void tile(float* out) {\n'
+           '  __shared__ float t[10240]; extern __shared__ float d[];\n'
+           '  d[threadIdx.x * 16] = threadIdx.x; t[threadIdx.x] = 2 * threadIdx.x;\n'
+           '  __syncthreads(); out[threadIdx.x] = t[threadIdx.x] + d[threadIdx.x * 16]; }\n')
+    k = cudamagic.build(src, cache=str(tmp_path / "cache"))["tile"]
+    out = cp.zeros(256, cp.float32)
+    k((1,), (256,), (out,), shared_mem=16384)
+    cp.cuda.Device().synchronize()
+    assert out[3].item() == 9.0 and out[255].item() == 765.0

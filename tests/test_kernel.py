@@ -131,7 +131,8 @@ class StandInDevice:
                            launch=launch, relaunch=lambda *a: None,
                            raise_shared_limit=lambda d, n: self.shared_limits.append((d, n)),
                            other_thread=Kernel._any_thread, launch_ex=launch_ex,
-                           occupancy=occupancy, device_limits=lambda device: limits)
+                           occupancy=occupancy, device_limits=lambda device: limits,
+                           dynamic_shared_default=kernel.dynamic_shared_default)
 
     @contextlib.contextmanager
     def attached(self) -> Iterator[StandInDevice]:
@@ -1144,3 +1145,20 @@ def test_another_thread_passes_cluster_and_cooperative_on(kinds):
         t.join()
     assert [(x.api, x.cluster, x.cooperative) for x in dev.launches] == [
         ("cuLaunchKernel", None, False), ("cuLaunchKernelEx", (2, 1, 1), True)]
+
+
+def test_static_and_dynamic_shared_memory_together_raise_the_limit(tmp_path):
+    """The driver's 48 KiB default counts a block's static ``__shared__`` arrays with its dynamic
+    shared memory: 40 KiB static + 16 KiB dynamic must raise the kernel's limit, 4 KiB need not."""
+    src = ('extern "C" __global__ void tile(float* out) {\n'
+           '  __shared__ float t[10240]; extern __shared__ float d[];\n'
+           '  t[threadIdx.x] = d[threadIdx.x]; out[threadIdx.x] = t[threadIdx.x ^ 1]; }\n')
+    k = cudamagic.build(src, cache=str(tmp_path / "cache"))["tile"]
+    assert k.resources.static_shared_bytes == 40 * 1024
+    assert k.dynamic_shared_default == 8 * 1024
+    dev = StandInDevice()
+    with dev.attached():
+        k = fresh(k)
+        k((1,), (32,), (None,), shared_mem=4096)
+        k((1,), (32,), (None,), shared_mem=16384)
+    assert dev.shared_limits == [(0, 16384)]

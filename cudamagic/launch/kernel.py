@@ -17,7 +17,8 @@ from ..cxx import Signatures
 from ..errors import LaunchError, NoDeviceError
 from ..toolchain import driver
 from ..toolchain.image import KernelImage, KernelResources, LaunchNeeds
-from .launcher import Launcher, LaunchHooks, _NoSuchType, _NullStream, generate_launcher
+from .launcher import (SHARED_PER_BLOCK_DEFAULT, Launcher, LaunchHooks, _NoSuchType, _NullStream,
+                       generate_launcher)
 from .params import ParamSpec, param_specs
 
 __all__ = ["Kernel"]
@@ -109,6 +110,13 @@ class Kernel:
     def resources(self) -> KernelResources | None:
         """Registers, shared, constant and local memory as the CUBIN records them (no GPU)."""
         return self._image.resources
+
+    @property
+    def dynamic_shared_default(self) -> int:
+        """Dynamic shared memory a launch may take before the kernel's limit must be raised: the
+        driver's default of 48 KiB per block counts the static ``__shared__`` arrays too."""
+        static = self.resources.static_shared_bytes if self.resources is not None else 0
+        return max(SHARED_PER_BLOCK_DEFAULT - static, 0)
 
     def __repr__(self) -> str:
         return (f"<cudamagic.Kernel {self.name_expression!r} symbol={self.symbol!r} "
@@ -223,7 +231,7 @@ class Kernel:
             handles=self._handles, load=self._handle,
             launch=driver.fast_launch() if fast else None,
             relaunch=self._relaunch, raise_shared_limit=self._raise_shared_limit,
-            other_thread=Kernel._any_thread)
+            other_thread=Kernel._any_thread, dynamic_shared_default=self.dynamic_shared_default)
 
     def _relaunch(self, fn: int, device: int, grid: tuple[int, int, int],
                   block: tuple[int, int, int], shared_mem: int, stream: int) -> None:

@@ -27,8 +27,8 @@ __all__ = ["LaunchHooks", "Launcher", "generate_launcher"]
 
 _get_ident = threading.get_ident
 _U32 = 2**32 - 1
-# dynamic shared memory a launch may ask for without raising the kernel's limit first
-_DEFAULT_DYNAMIC_SHARED = 48 * 1024
+# shared memory (static and dynamic together) a block may use without raising the kernel's limit
+SHARED_PER_BLOCK_DEFAULT = 48 * 1024
 
 
 class _NoSuchType:
@@ -64,7 +64,7 @@ class LaunchHooks:
         ``(fn, device, grid, block, shared_mem, stream)``: the checked launch after ``launch``
         raised; it says what went wrong.
     raise_shared_limit : callable
-        ``(device, nbytes)``: lets the kernel take more than 48 KiB of dynamic shared memory.
+        ``(device, nbytes)``: lets the kernel take ``nbytes`` of dynamic shared memory.
     other_thread : callable
         ``(kernel, grid, block, args, shared_mem, stream, cluster, cooperative)``: a launch
         from another thread than the launcher's (each thread packs into its own buffer).
@@ -91,6 +91,9 @@ class LaunchHooks:
     launch_ex: Callable[..., None] = driver.launch_ex
     occupancy: Callable[[int, int, int, int], int] = driver.max_active_blocks
     device_limits: Callable[[int], driver.DeviceLimits] = driver.device_limits
+    #: dynamic shared memory a launch may take before the limit is raised: 48 KiB less the
+    #: kernel's static ``__shared__`` arrays (the driver's default counts both together)
+    dynamic_shared_default: int = SHARED_PER_BLOCK_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -303,14 +306,15 @@ def _extended_lines() -> list[str]:
 def _with_shared(name: str, hooks: LaunchHooks, shared_mem: Any,
                  stream: Any) -> tuple[int, int, int, int]:
     """The launch's ``(shared_mem, stream, device, function)`` where it asks for dynamic shared
-    memory: both checked before the device is asked, the kernel's limit raised above 48 KiB."""
+    memory: both checked before the device is asked, the kernel's limit raised where its static
+    and dynamic shared memory together pass 48 KiB."""
     shared_mem = check_shared_mem(name, shared_mem)
     st = None if stream is None else stream_handle(name, stream)
     device = hooks.current_device()
     fn = hooks.handles.get(device)
     if fn is None:
         fn = hooks.load(device)
-    if shared_mem > _DEFAULT_DYNAMIC_SHARED:
+    if shared_mem > hooks.dynamic_shared_default:
         hooks.raise_shared_limit(device, shared_mem)
     return shared_mem, hooks.current_stream().ptr if st is None else st, device, fn
 
