@@ -6,7 +6,9 @@
 # with cu++filt), notebook (the quickstart twice: a restart), cell (benchmarks/warm_cell.py,
 # quick), launch (benchmarks/launch_overhead.py), profile (benchmarks/profile_cell.py at 10 and
 # 1000 names), api (run_all.py --sections api), dask (tests/test_dask.py), ship
-# (benchmarks/dask_ship.py), or NAME for
+# (benchmarks/dask_ship.py), perf (benchmarks/perf.py: issue 21's table against CuPy, the
+# whole notebook cell by cell, the fresh process, the restore, the warm cell; $OUT/perf.md and
+# perf.json; about 7 minutes, run it alone), or NAME for
 # benchmarks/NAME.py
 set -u
 OUT=${OUT:-/tmp/out}
@@ -28,6 +30,7 @@ for what in "${@:-gpu}"; do
     launch) python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch.log" ;;
     ship) (cd benchmarks && python3 dask_ship.py) 2>&1 | tee "$OUT/dask_ship.log" ;;
     profile) for n in 10 1000; do python3 benchmarks/profile_cell.py --names $n --out "$OUT/profile-$n.txt" >/dev/null 2>&1; done ;;
+    perf) python3 benchmarks/perf.py --out "$OUT" 2>&1 | tee "$OUT/perf.log" ;;
     api) (cd benchmarks && python3 run_all.py --sections api) 2>&1 | tee "$OUT/api.log" ;;
     notebook) for run in first restart; do  # the second run is a fresh kernel: a cache hit
         python3 scripts/run_notebook.py notebooks/quickstart.ipynb --out "$OUT/$run" 2>&1 \

@@ -1,0 +1,86 @@
+"""Issue 21's table in one run, each figure against CuPy measured in the same run (alternated,
+medians): the warm ``%%cuda`` cell (warm_cell.py), the whole notebook with a launch cell, cell by
+cell (whole_notebook.py), the API restore in a fresh process, context made first (warm_restore.py),
+a fresh process with its imports (fresh_process.py), and ``%load_ext`` alone (startup.py).
+
+Writes ``perf.json`` (every harness's results) and ``perf.md`` (their tables) into ``--out``,
+both rewritten after each part so that a run cut short keeps what it measured.
+
+GPU machine (scripts/device.sh perf; about 7 minutes):   python3 benchmarks/perf.py --out $OUT
+Here (no GPU: every harness compile-only, cudamagic alone; the restore needs a GPU and is
+left out):   .venv/bin/python benchmarks/perf.py --out /tmp/perf --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Callable
+
+import fresh_process
+import whole_notebook
+import startup
+import warm_cell
+import warm_restore
+from common import gpu_available, machine, versions
+
+
+def parts(gpu: bool, quick: bool, reps: int) -> list[tuple[str, Callable[[], dict], Callable]]:
+    """(name, run it, its table from the result) for every part, the headline first: a run cut
+    short by the device's limit keeps the parts the issue asks about most."""
+    if quick:
+        reps = 1
+    sizes = (1,) if quick else (10, 1000)
+    cccl = 0 if quick else 10
+    out = [
+        ("whole notebook, cell by cell", lambda: whole_notebook.run(sizes, cccl, reps, not gpu),
+         lambda r: r["table"]),
+        ("fresh process, imports included",
+         lambda: fresh_process.run((1,) if quick else (1, 10, 100, 1000), cccl, reps, not gpu),
+         lambda r: r["table"]),
+        ("warm cell", lambda: warm_cell.run(sizes, cccl, reps, not gpu),
+         lambda r: r["table"]),
+        ("%load_ext in a fresh IPython", lambda: startup.run(3 if quick else 7),
+         lambda r: [f"%load_ext cudamagic: {r['seconds'] * 1e3:.1f} ms (median)"]),
+    ]
+    if gpu:
+        out.insert(2, ("API restore: build() + load(), context made first",
+                       lambda: {"rows": warm_restore.run(3, {"small": (1, 10, 100, 1000),
+                                                             "cccl": (10,)})},
+                       lambda r: warm_restore.table(r["rows"])))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="folder for perf.json and perf.md")
+    ap.add_argument("--quick", action="store_true", help="one run of one size each: the harness")
+    ap.add_argument("--dry-run", action="store_true", help="as without a GPU, even with one")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per tool and case")
+    a = ap.parse_args()
+    gpu = gpu_available() and not a.dry_run
+    os.makedirs(a.out, exist_ok=True)
+    head = (f"cudamagic perf, {time.strftime('%Y-%m-%d %H:%M:%S')}: {machine()}; "
+            + ("GPU" if gpu else "no GPU: compile-only, cudamagic alone"))
+    result: dict = {"head": head, "versions": versions(), "parts": {}}
+    text = [f"# {head}", ""]
+    t0 = time.perf_counter()
+    for name, measure, tabulate in parts(gpu, a.quick, a.repeats):
+        print(f"\n## {name} ({time.perf_counter() - t0:.0f} s in)", flush=True)
+        t = time.perf_counter()
+        res = measure()
+        result["parts"][name] = {**res, "wall_s": time.perf_counter() - t}
+        text += [f"## {name} ({time.perf_counter() - t:.0f} s)", "", *tabulate(res), ""]
+        with open(os.path.join(a.out, "perf.json"), "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        with open(os.path.join(a.out, "perf.md"), "w") as f:
+            f.write("\n".join(text) + "\n")
+    print(f"\n(perf wall time {time.perf_counter() - t0:.0f} s; {a.out}/perf.md, perf.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

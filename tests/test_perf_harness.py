@@ -1,0 +1,110 @@
+"""The issue-21 benchmark harnesses (benchmarks/whole_notebook.py, fresh_process.py, perf.py)
+measure what they say: the launch cell times each phase and launches the first kernel with its
+arguments; the fresh-process harness runs end to end here, compile-only, served from the cache."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """The benchmarks folder on sys.path, as the scripts run."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import fresh_process
+        import whole_notebook
+        yield whole_notebook, fresh_process
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
+class _FakeCupy:
+    """What the launch cell calls on CuPy, recorded (no GPU here)."""
+
+    float32, complex64 = "float32", "complex64"
+
+    def __init__(self, log: list):
+        self.log = log
+        self.cuda = self
+        self.syncs = 0
+
+    def Device(self, i):   # noqa: N802 - CuPy's name
+        return self
+
+    def synchronize(self):
+        self.log.append("sync")
+
+    def zeros(self, n, dtype):
+        self.log.append(("zeros", n, dtype))
+        return f"buf{n}"
+
+    def int32(self, v):
+        return ("int32", v)
+
+
+class _FakeModule:
+    def __init__(self, log: list):
+        self.log = log
+
+    def load(self):
+        self.log.append("load")
+        return self
+
+    def __getitem__(self, expr):
+        return lambda grid, block, args: self.log.append(("call", expr, grid, block, args))
+
+
+@pytest.mark.parametrize("kind", ["small", "heavy", "cccl"])
+@pytest.mark.parametrize("tool", ["cudamagic", "cupy"])
+def test_the_launch_cell_times_every_phase_and_launches_the_first_kernel(bench, tool, kind):
+    whole_notebook, _ = bench
+    log: list = []
+    cp = _FakeCupy(log)
+    ns = {"cp": cp, "cuda_module": _FakeModule(log),
+          "kernels": [lambda g, b, a: log.append(("call", "kernels[0]", g, b, a))]}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(whole_notebook.launch_cell(tool, kind), ns)
+    cell = type("Cell", (), {"text": lambda self, name=None: out.getvalue()})()
+    phases = whole_notebook._phases(cell)
+    want = (["context", "alloc", "module load", "first call", "sync"] if tool == "cudamagic"
+            else ["alloc", "first call", "sync"])
+    assert list(phases) == want
+    assert all(v >= 0 for v in phases.values())
+    calls = [e for e in log if isinstance(e, tuple) and e[0] == "call"]
+    assert len(calls) == 1
+    _, expr, grid, block, args = calls[0]
+    first = {"small": "k<0>", "heavy": "h<0>", "cccl": "r<0>"}[kind]
+    assert expr == (first if tool == "cudamagic" else "kernels[0]")
+    assert (grid, block) == ((4,), (256,))
+    pointers = 2 if kind == "cccl" else 1
+    assert all(a.startswith("buf") for a in args[:pointers])
+    assert args[pointers:] == ((1024,) if tool == "cudamagic" else (("int32", 1024),))
+    if tool == "cudamagic":   # loaded before the call, the context made before both
+        assert log.index("load") < log.index(calls[0])
+        assert log[0] == "sync"
+
+
+def test_the_launch_cell_says_so_when_it_printed_no_phases(bench):
+    whole_notebook, _ = bench
+    cell = type("Cell", (), {"text": lambda self, name=None: "Traceback ..."})()
+    with pytest.raises(AssertionError, match="printed no phases"):
+        whole_notebook._phases(cell)
+
+
+def test_a_fresh_process_is_served_from_the_cache_and_tabled(bench, capsys):
+    _, fresh_process = bench
+    res = fresh_process.run(sizes=(2,), cccl=0, repeats=1, dry_run=True)
+    case, = res["cases"]
+    med = case["median"]["cudamagic"]
+    assert {"seconds", "import", "build", "load", "process"} <= set(med)
+    assert med["process"] > med["seconds"] >= med["build"]
+    assert res["table"][2].startswith("| small, 2 names |")
