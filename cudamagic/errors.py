@@ -11,6 +11,7 @@ __all__ = [
     "OptionError",
     "SourceError",
     "CompileError",
+    "LinkError",
     "NameResolutionError",
     "ImageError",
     "CacheError",
@@ -57,6 +58,11 @@ class CompileError(CudaMagicError):
     def __init__(self, message: str, log: str = "") -> None:
         super().__init__(message)
         self.log = log
+
+
+class LinkError(CompileError):
+    """nvJitLink could not link relocatable device code, LTO IR or PTX into a CUBIN (or is not
+    installed); ``log`` is its error log."""
 
 
 class NameResolutionError(CudaMagicError, LookupError):

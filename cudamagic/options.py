@@ -48,8 +48,9 @@ _STDS = ("c++03", "c++11", "c++14", "c++17", "c++20")
 _OWN = {"-arch": "--arch", "--gpu-architecture": "--arch", "-std": "--std", "--std": "--std"}
 # Options after which NVRTC makes no CUBIN (only PTX, LTO IR or a syntax check), or which
 # read or write files that the key cannot see (precompiled headers; our own time trace).
+# (-dlto makes LTO IR too, but nvJitLink links that into the CUBIN: toolchain/link.py.)
 _NO_CUBIN = {
-    "-fdevice-syntax-only", "--fdevice-syntax-only", "-dlto", "--dlink-time-opt",
+    "-fdevice-syntax-only", "--fdevice-syntax-only",
     "-gen-opt-lto", "--gen-opt-lto", "-optix-ir", "--optix-ir", "-ptx", "-lto", "-ltoir",
     "-M", "--generate-dependencies",
 }

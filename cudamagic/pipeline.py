@@ -40,6 +40,7 @@ from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
                              trace_headers)
 from .toolchain.image import read_cubin
+from .toolchain.link import ET_REL, elf_type, from_device_runtime, link_compiled, relocatable
 from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
                               supported_archs)
 from .toolkit import toolkit
@@ -287,6 +288,9 @@ def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Modul
         return stale
     if not manifest.complete:
         ctx.notes.append(_INCOMPLETE)
+    if elf_type(record.cubin) == ET_REL:  # cached unlinked before builds were linked
+        return Miss(MissKind.DAMAGED, "the cached CUBIN is relocatable device code that was "
+                                      "never linked (the driver cannot launch it)")
     try:
         binary = Binary(record.cubin, read_cubin(record.cubin))
         sigs = _signatures(ctx, binary, pending, record.symbols)
@@ -361,8 +365,11 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
         except CompileError:
             interrupts.raise_if_asked(time.perf_counter() - t, "it failed, so nothing is kept")
             raise
-    seconds = time.perf_counter() - t
     t = ctx.lap("compile", t)
+    if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
+        result = link_compiled(result, ctx.arch, ctx.options)
+        t = ctx.lap("link", t)
+    seconds = result.seconds
     manifest = _manifest(ctx, result, no_files, started_ns)
     t = ctx.lap("manifest", t)
     try:
@@ -424,7 +431,8 @@ def _signatures(ctx: BuildContext, binary: Binary, pending: Pending,
     """Every kernel's demangled signature (parsed lazily), from the CUBIN's ELF table; on a
     hit, from the texts the entry stored (nothing is demangled again)."""
     t = time.perf_counter()
-    symbols = list(binary.image.symbols)
+    # a linked CUBIN also holds the device runtime's own helper kernels: not the user's to call
+    symbols = [s for s in binary.image.symbols if not from_device_runtime(s)]
     sigs = stored_signatures(stored, symbols, ctx.demangler.name)
     if sigs is None:
         sigs = Signatures(dict(zip(symbols, pending(symbols))), ctx.demangler.placeholders)

@@ -17,8 +17,10 @@ from pathlib import Path
 
 __all__ = ["Toolkit", "toolkit"]
 
-# distributions that ship the headers every build sees, or the NVRTC that compiles
-_DISTS = ("cupy", "nvidia_cuda_runtime", "nvidia_cuda_nvrtc", "nvidia_cuda_cccl")
+# distributions that ship the headers every build sees (crt/mma.h: nvidia_cuda_crt;
+# curand_kernel.h: nvidia_curand), the NVRTC that compiles, or the nvJitLink that links
+_DISTS = ("cupy", "nvidia_cuda_runtime", "nvidia_cuda_nvrtc", "nvidia_cuda_cccl",
+          "nvidia_cuda_crt", "nvidia_curand", "nvidia_nvjitlink")
 _HOME_VARS = ("CUDA_HOME", "CUDA_PATH")
 
 

@@ -267,9 +267,13 @@ def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str
                                f"{text or '(NVRTC wrote no log)'}", text)
         lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),
                                 "nvrtcGetLoweredName").decode() for expr in name_expressions}
-        size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        size_of, get = nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN
+        if any(o in ("-dlto", "--dlink-time-opt") for o in options):
+            # NVRTC makes LTO IR and no CUBIN: nvJitLink makes that (toolchain/link.py)
+            size_of, get = nvrtc.nvrtcGetLTOIRSize, nvrtc.nvrtcGetLTOIR
+        size = _check(size_of(prog), size_of.__name__)
         cubin = bytearray(size)  # writable and ours alone (see _log)
-        _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        _check(get(prog, cubin), get.__name__)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     text = rewrite_log(log, program_name, name_expressions, line_offset, source) if log else ""

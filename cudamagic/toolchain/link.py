@@ -1,0 +1,275 @@
+"""nvJitLink: relocatable device code, LTO IR and PTX linked into one loadable CUBIN.
+
+NVRTC with ``-rdc=true`` (or ``-dc``) makes a relocatable CUBIN (ELF type 1): its calls to
+functions outside it (``cudaLaunchDevice`` for a kernel that launches a kernel, ``__device__``
+functions marked ``extern``) are unresolved until a linker puts them together with the device
+runtime library, ``libcudadevrt.a``. With ``-dlto`` NVRTC makes LTO IR instead of a CUBIN, which
+only nvJitLink (with ``-lto``) turns into code. PTX from elsewhere (``nvcc -ptx``) is compiled
+for the target the same way. What comes out is an executable CUBIN (ELF type 2), which the
+driver loads like any other; that is what the cache keeps.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ImageError, LinkError
+
+__all__ = ["LinkInput", "LinkResult", "link", "link_compiled", "relocatable", "lto",
+           "device_runtime", "nvjitlink_version", "elf_type", "undefined_symbols",
+           "from_device_runtime", "ET_REL", "ET_EXEC"]
+
+ET_REL, ET_EXEC = 1, 2
+
+# NVRTC's spellings of relocatable device code (NVRTC's own option list)
+_RDC = ("-rdc=true", "--relocatable-device-code=true", "-dc", "--device-c")
+_LTO = ("-dlto", "--dlink-time-opt")
+
+
+def relocatable(options: Sequence[str]) -> bool:
+    """The NVRTC options ask for relocatable device code (or LTO IR): the output needs a link."""
+    return any(o in _RDC or o in _LTO for o in options)
+
+
+def lto(options: Sequence[str]) -> bool:
+    """The NVRTC options ask for LTO IR (``-dlto``)."""
+    return any(o in _LTO for o in options)
+
+
+def elf_type(image: bytes) -> int | None:
+    """``e_type`` of an ELF image (1 relocatable, 2 executable), None for anything else."""
+    if len(image) < 18 or image[:4] != b"\x7fELF":
+        return None
+    return struct.unpack_from("<H", image, 16)[0]
+
+
+@dataclass(frozen=True)
+class LinkInput:
+    """One input to a link: its bytes, what they are, and a name for the linker's messages.
+
+    Attributes
+    ----------
+    data : bytes
+    kind : str
+        ``"cubin"`` (a relocatable or executable CUBIN), ``"ltoir"``, ``"ptx"`` or ``"fatbin"``.
+    name : str
+    """
+
+    data: bytes
+    kind: str
+    name: str = "cell"
+
+
+@dataclass(frozen=True)
+class LinkResult:
+    """A linked CUBIN, nvJitLink's info log and the link's wall time."""
+
+    cubin: bytes
+    log: str
+    seconds: float
+
+
+def _nvjitlink():
+    """``cuda.bindings.nvjitlink`` with its library loaded.
+
+    :raises LinkError: it cannot be loaded (the ``nvidia-nvjitlink`` wheel is not installed).
+    """
+    try:
+        from cuda.bindings import nvjitlink
+
+        nvjitlink.version()  # loads libnvJitLink: an import alone does not
+    except Exception as exc:  # ImportError, or the library not found when first called
+        raise LinkError("linking device code needs nvJitLink, which could not be loaded "
+                        f"({type(exc).__name__}: {exc}); install it with "
+                        "`pip install nvidia-nvjitlink` (a cudamagic dependency)") from None
+    return nvjitlink
+
+
+@functools.lru_cache(maxsize=1)
+def nvjitlink_version() -> str:
+    """nvJitLink's version as ``"major.minor"``.
+
+    :raises LinkError: nvJitLink cannot be loaded.
+    """
+    major, minor = _nvjitlink().version()
+    return f"{major}.{minor}"
+
+
+def _package_lib_dirs() -> list[Path]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return sorted((d for root in spec.submodule_search_locations
+                   for d in Path(root).glob("cu*/lib")), reverse=True)
+
+
+@functools.lru_cache(maxsize=1)
+def device_runtime() -> Path | None:
+    """``libcudadevrt.a``, the device runtime a kernel that launches kernels links with: the
+    ``nvidia-cuda-runtime`` wheel's, else ``$CUDA_HOME``'s or ``/usr/local/cuda``'s."""
+    places = _package_lib_dirs()
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            places += [Path(os.environ[var]) / "lib64", Path(os.environ[var]) / "lib"]
+    places.append(Path("/usr/local/cuda/lib64"))
+    return next((p / "libcudadevrt.a" for p in places if (p / "libcudadevrt.a").is_file()),
+                None)
+
+
+def _logs(nvjitlink, handle) -> tuple[str, str]:
+    """nvJitLink's (error log, info log)."""
+    out = []
+    for size_of, get in ((nvjitlink.get_error_log_size, nvjitlink.get_error_log),
+                         (nvjitlink.get_info_log_size, nvjitlink.get_info_log)):
+        try:
+            size = size_of(handle)
+            buf = bytearray(size)  # written into by the library: a fresh, writable buffer
+            get(handle, buf)
+            out.append(bytes(buf).rstrip(b"\0 \n").decode("utf-8", "replace"))
+        except Exception:  # a log that cannot be read says nothing more
+            out.append("")
+    return out[0], out[1]
+
+
+def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
+         device_runtime_library: bool = True, options: Sequence[str] = ()) -> LinkResult:
+    """Link device code into one executable CUBIN for ``arch`` with nvJitLink.
+
+    Parameters
+    ----------
+    inputs : sequence of LinkInput
+    arch : str
+        ``sm_XX``: the CUBIN's target (PTX and LTO IR are compiled for it).
+    lto_ir : bool
+        An input is LTO IR: link with ``-lto`` (link-time optimisation).
+    device_runtime_library : bool
+        Link ``libcudadevrt.a`` (device-side launches, ``cudaDeviceSynchronize`` in kernels).
+    options : sequence of str
+        More nvJitLink options (``-lineinfo``, ``-G``...).
+
+    :raises LinkError: nvJitLink is missing or refused the inputs (its error log is the
+        message), or a device-runtime call is left unresolved without ``libcudadevrt.a``.
+    """
+    nvjitlink = _nvjitlink()
+    kinds = {"cubin": nvjitlink.InputType.CUBIN, "ltoir": nvjitlink.InputType.LTOIR,
+             "ptx": nvjitlink.InputType.PTX, "fatbin": nvjitlink.InputType.FATBIN}
+    start = time.perf_counter()
+    opts = [f"-arch={arch}", *(["-lto"] if lto_ir else []), *options]
+    try:
+        handle = nvjitlink.create(len(opts), opts)
+    except nvjitlink.nvJitLinkError as exc:
+        raise LinkError(f"nvJitLink {nvjitlink_version()} refused the options "
+                        f"{' '.join(opts)}: {exc}") from None
+    try:
+        step = "adding the inputs"
+        for item in inputs:
+            nvjitlink.add_data(handle, kinds[item.kind], item.data, len(item.data), item.name)
+        devrt = device_runtime() if device_runtime_library else None
+        if devrt is not None:
+            nvjitlink.add_file(handle, nvjitlink.InputType.LIBRARY, str(devrt))
+        step = "linking"
+        nvjitlink.complete(handle)
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+        _, info = _logs(nvjitlink, handle)
+    except nvjitlink.nvJitLinkError as exc:
+        error, info = _logs(nvjitlink, handle)
+        text = error or info or str(exc)
+        hint = ""
+        if device_runtime_library and devrt is None and "cudaLaunchDevice" in text:
+            hint = ("\nthe device runtime library (libcudadevrt.a) was not found: it comes "
+                    "with the nvidia-cuda-runtime wheel (pip install nvidia-cuda-runtime)")
+        elif lto_ir and "version" in text.lower():
+            hint = (f"\nLTO IR must come from an NVRTC no newer than nvJitLink "
+                    f"{nvjitlink_version()}: upgrade nvidia-nvjitlink")
+        raise LinkError(f"nvJitLink could not link the device code for {arch} ({step}):\n"
+                        f"{text}{hint}", text) from None
+    finally:
+        nvjitlink.destroy(handle)
+    linked = bytes(cubin)
+    if elf_type(linked) != ET_EXEC:
+        raise LinkError(f"nvJitLink's output is not an executable CUBIN (ELF type "
+                        f"{elf_type(linked)}); it is not loaded or cached")
+    return LinkResult(linked, info, time.perf_counter() - start)
+
+
+def undefined_symbols(cubin: bytes) -> list[str]:
+    """The symbols a relocatable CUBIN uses but does not define (``__cudaCDP2LaunchDeviceV2``
+    for a kernel that launches kernels): what a link must bring in."""
+    from .image import _header, _strings
+
+    try:
+        _, e_shoff, e_shnum, _ = _header(cubin)
+        sections = list(struct.iter_unpack("<IIQQQQIIQQ", cubin[e_shoff:e_shoff + e_shnum * 64]))
+        out: list[str] = []
+        for sec in sections:
+            if sec[1] != 2:  # SHT_SYMTAB
+                continue
+            symtab = cubin[sec[4]:sec[4] + sec[5]]
+            link_sec = sections[sec[6]]
+            strtab = cubin[link_sec[4]:link_sec[4] + link_sec[5]]
+            offsets = [e[0] for e in struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24])
+                       # GLOBAL, in no section (the WEAK ones, __UDT..., the linker makes)
+                       if e[3] == 0 and e[1] >> 4 == 1 and e[0]]
+            out += _strings(strtab, offsets)
+        return out
+    except (struct.error, IndexError, ImageError):
+        return []
+
+
+# the device runtime's own kernels (memset/memcpy helpers) that libcudadevrt.a brings into a
+# linked CUBIN: internal to it (static, in its source file cuda_device_runtime.cu)
+_DEVRT_KERNEL = "_cuda_device_runtime_cu_"
+
+
+def from_device_runtime(symbol: str) -> bool:
+    """A kernel the device runtime library brought into the link (not the user's)."""
+    return symbol.startswith("__nv_static_") and _DEVRT_KERNEL in symbol
+
+
+_LINK_OPTION = {"-G": "-g", "--device-debug": "-g", "-lineinfo": "-lineinfo",
+                "--generate-line-info": "-lineinfo"}
+
+
+def link_compiled(result, arch: str, options: Sequence[str]):
+    """An NVRTC :class:`~cudamagic.toolchain.nvrtc.CompileResult` of relocatable code or LTO IR
+    with its output replaced by the linked, executable CUBIN (compile time and log include the
+    link's).
+
+    The device runtime is linked where the code needs it: a relocatable CUBIN that leaves
+    symbols undefined, or LTO IR whose first link without it fails (LTO IR names no symbols
+    that can be read beforehand); linking it otherwise would add its helper kernels.
+
+    :raises LinkError: the code cannot be linked (the message says why); nothing is cached.
+    """
+    import dataclasses
+
+    is_lto = lto(options)
+    if not is_lto and elf_type(result.cubin) != ET_REL:
+        return result  # -rdc=false after -rdc=true, or whole-program code after all
+    item = LinkInput(result.cubin, "ltoir" if is_lto else "cubin", "cell.cu")
+    # debug and line information carry into the link, which compiles LTO IR itself (NVRTC's
+    # -G is nvJitLink's -g)
+    passed = sorted({_LINK_OPTION[o] for o in options if o in _LINK_OPTION})
+    if is_lto:
+        try:
+            linked = link([item], arch, lto_ir=True, device_runtime_library=False,
+                          options=passed)
+        except LinkError:
+            linked = link([item], arch, lto_ir=True, options=passed)
+    else:
+        linked = link([item], arch, device_runtime_library=bool(undefined_symbols(result.cubin)),
+                      options=passed)
+    # nvJitLink's INFO lines (an LTO container's size) are no warning about the cell
+    said = "\n".join(x for x in linked.log.splitlines() if not x.startswith("INFO:"))
+    log = "\n".join(x for x in (result.log, said) if x)
+    return dataclasses.replace(result, cubin=linked.cubin, log=log,
+                               seconds=result.seconds + linked.seconds)

@@ -1,0 +1,175 @@
+"""Relocatable device code and LTO IR linked by nvJitLink into an executable CUBIN, no GPU."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+import cudamagic
+from cudamagic.errors import LinkError, OptionError
+from cudamagic.store import KernelCache
+from cudamagic.toolchain import link as link_mod
+from cudamagic.toolchain.image import read_cubin
+from cudamagic.toolchain.link import ET_EXEC, ET_REL, elf_type
+
+# a kernel that launches kernels (dynamic parallelism), a template parent, and a __device__
+# function the parent calls: each needs the device runtime or a link to be launchable
+DYNAMIC = r"""
+extern "C" __global__ void child(int* x) { x[threadIdx.x] = threadIdx.x * 2; }
+extern "C" __global__ void parent(int* x) { if (threadIdx.x == 0) child<<<1, 32>>>(x); }
+template <typename T> __global__ void tchild(T* x) { x[threadIdx.x] += T(1); }
+template <typename T> __global__ void tparent(T* x) { if (threadIdx.x == 0) tchild<T><<<1, 32>>>(x); }
+template __global__ void tparent<float>(float*);
+"""
+NO_RUNTIME = r"""
+__device__ __noinline__ int twice(int v) { return 2 * v; }
+extern "C" __global__ void plain(int* x) { x[threadIdx.x] = twice(threadIdx.x); }
+"""
+LINKED = [["-rdc=true"], ["--relocatable-device-code=true"], ["-dc"], ["-dlto"],
+          ["-rdc=true", "-dlto"], ["-dc", "-lineinfo"], ["-dlto", "-G"]]
+
+
+def _nvrtc_only(source, options):
+    """What NVRTC alone gives for these options (no link): the module's unlinked image."""
+    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolkit import toolkit
+
+    incs = [f"-I{d}" for d in toolkit().include_dirs]
+    return compile_cubin(source, [], ["-arch=sm_90", *incs, *options], trace=False).cubin
+
+
+@pytest.mark.parametrize("options", LINKED)
+def test_relocatable_builds_are_linked_into_an_executable_cubin(tmp_path, options):
+    module = cudamagic.build(DYNAMIC, ["tparent<float>"], options=options, arch="sm_90",
+                             cache=tmp_path)
+    assert elf_type(module.cubin) == ET_EXEC
+    # the user's kernels enumerate; the device runtime's helper kernels are not the user's
+    assert sorted(module.kernels) == ["child", "parent", "tparent<float>"]
+    assert {"child", "parent", "_Z7tparentIfEvPT_", "_Z6tchildIfEvPT_"} <= set(
+        module.image.symbols)
+    assert module["tparent<float>"].symbol == "_Z7tparentIfEvPT_"
+    assert "link" in module.report.timings
+    # the cache keeps the linked CUBIN: a hit serves it as it is
+    again = cudamagic.build(DYNAMIC, ["tparent<float>"], options=options, arch="sm_90",
+                            cache=tmp_path)
+    assert again.hit and again.cubin == module.cubin
+    record, _ = KernelCache.wrap(tmp_path).get(module.key)
+    assert elf_type(record.cubin) == ET_EXEC
+
+
+def test_nvrtc_alone_makes_what_the_driver_cannot_launch():
+    """The reason for the link: NVRTC's -rdc output is relocatable (ELF type 1) and -dlto's is
+    not a CUBIN at all."""
+    assert elf_type(_nvrtc_only(DYNAMIC, ["-rdc=true"])) == ET_REL
+    assert elf_type(_nvrtc_only(DYNAMIC, ["-dlto"])) is None
+
+
+def test_the_device_runtime_is_linked_only_where_it_is_needed(tmp_path):
+    dynamic = cudamagic.build(DYNAMIC, options=["-rdc=true"], arch="sm_90", use_cache=False)
+    plain = cudamagic.build(NO_RUNTIME, options=["-rdc=true"], arch="sm_90", use_cache=False)
+    assert any(link_mod.from_device_runtime(s) for s in dynamic.image.symbols)
+    assert not any(link_mod.from_device_runtime(s) for s in plain.image.symbols)
+    assert plain.image.symbols == ("plain",)
+    assert any("LaunchDevice" in s for s in link_mod.undefined_symbols(
+        _nvrtc_only(DYNAMIC, ["-rdc=true"])))
+    assert link_mod.undefined_symbols(_nvrtc_only(NO_RUNTIME, ["-rdc=true"])) == []
+
+
+def test_whole_program_builds_are_not_linked(tmp_path):
+    module = cudamagic.build(NO_RUNTIME, arch="sm_90", use_cache=False)
+    assert "link" not in module.report.timings
+    assert elf_type(module.cubin) == ET_EXEC
+
+
+def test_launch_needs_read_through_a_linked_call_graph():
+    """Grid synchronisation in a __device__ function of relocatable code: the kernel's own
+    records do not show it, the call graph the link keeps does."""
+    source = r"""
+    #include <cooperative_groups.h>
+    __device__ __noinline__ void wait_for_grid() { cooperative_groups::this_grid().sync(); }
+    extern "C" __global__ void step(int* x) { x[0] = 1; wait_for_grid(); x[1] = 2; }
+    extern "C" __global__ void block(int* x) { cooperative_groups::this_thread_block().sync(); }
+    """
+    module = cudamagic.build(source, options=["-rdc=true"], arch="sm_90", use_cache=False)
+    launch = {k.symbol: k.launch.grid_sync for k in module.image.kernels}
+    assert launch == {"step": True, "block": False}
+    assert module.image.kernel("step").info is not None
+
+
+def test_an_unlinked_cubin_in_the_cache_is_not_served(tmp_path):
+    """An entry cached before builds were linked holds relocatable code the driver cannot
+    launch: it is a miss, compiled again and replaced by the linked CUBIN."""
+    module = cudamagic.build(NO_RUNTIME, options=["-rdc=true"], arch="sm_90", cache=tmp_path)
+    cache = KernelCache.wrap(tmp_path)
+    record, _ = cache.get(module.key)
+    import dataclasses
+
+    cache.put(module.key, dataclasses.replace(record, cubin=_nvrtc_only(NO_RUNTIME,
+                                                                         ["-rdc=true"])))
+    again = cudamagic.build(NO_RUNTIME, options=["-rdc=true"], arch="sm_90", cache=tmp_path)
+    assert not again.hit and "relocatable" in again.report.miss_reason.lower()
+    assert elf_type(again.cubin) == ET_EXEC
+    assert elf_type(cache.get(module.key)[0].cubin) == ET_EXEC
+
+
+def test_a_link_that_fails_says_why_and_caches_nothing(tmp_path):
+    source = r"""
+    extern __device__ int defined_nowhere(int);
+    extern "C" __global__ void k(int* x) { x[0] = defined_nowhere(x[1]); }
+    """
+    with pytest.raises(LinkError, match="defined_nowhere") as info:
+        cudamagic.build(source, options=["-rdc=true"], arch="sm_90", cache=tmp_path)
+    assert "nvJitLink could not link" in str(info.value)
+    assert len(KernelCache.wrap(tmp_path)) == 0
+
+
+def test_without_nvjitlink_the_option_is_refused_with_how_to_get_it(tmp_path, monkeypatch):
+    def missing():
+        raise LinkError("linking device code needs nvJitLink, which could not be loaded "
+                        "(ImportError: no libnvJitLink); install it with "
+                        "`pip install nvidia-nvjitlink` (a cudamagic dependency)")
+
+    monkeypatch.setattr(link_mod, "_nvjitlink", missing)
+    with pytest.raises(LinkError, match="pip install nvidia-nvjitlink"):
+        cudamagic.build(DYNAMIC, options=["-rdc=true"], arch="sm_90", cache=tmp_path)
+    assert len(KernelCache.wrap(tmp_path)) == 0
+
+
+def test_a_missing_nvjitlink_library_is_said_plainly(monkeypatch):
+    """The real loader's message when cuda.bindings cannot find libnvJitLink."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_nvjitlink(name, *args, **kwargs):
+        if name == "cuda.bindings" and "nvjitlink" in (args[2] or ()):
+            raise ImportError("libnvJitLink.so.13: cannot open shared object file")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_nvjitlink)
+    with pytest.raises(LinkError, match="pip install nvidia-nvjitlink"):
+        link_mod._nvjitlink()
+
+
+def test_dlto_is_no_longer_refused_but_ptx_still_is():
+    cudamagic.build(NO_RUNTIME, options=["-dlto"], arch="sm_90", use_cache=False)
+    with pytest.raises(OptionError, match="no CUBIN"):
+        cudamagic.build(NO_RUNTIME, options=["-ptx"], arch="sm_90", use_cache=False)
+
+
+def test_linked_cubin_records_agree_with_the_unlinked_ones():
+    """Parameter records survive the link: the launch reads them from the linked CUBIN."""
+    source = r"""
+    template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += a * x[i]; }
+    template __global__ void axpy<double>(double, const double*, double*, int);
+    """
+    linked = cudamagic.build(source, ["axpy<double>"], options=["-rdc=true"], arch="sm_90",
+                             use_cache=False)
+    whole = cudamagic.build(source, ["axpy<double>"], arch="sm_90", use_cache=False)
+    sym = "_Z4axpyIdEvT_PKS0_PS0_i"
+    assert [(p.offset, p.size) for p in linked.image.kernel(sym).params] == \
+        [(p.offset, p.size) for p in whole.image.kernel(sym).params] == \
+        [(0, 8), (8, 8), (16, 8), (24, 4)]
+    assert struct.unpack_from("<H", linked.cubin, 16)[0] == ET_EXEC
