@@ -33,13 +33,15 @@ from .launch import Kernel
 from .miss import Miss, MissKind
 from .module import Binary, Module
 from .naming import Namer, unnamed_hints
-from .options import DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, nvrtc_options, options_from_args
+from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, normalize_arch, nvrtc_options,
+                      options_from_args)
 from .store import EntryRecord, KernelCache
 from .toolchain import driver
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
                              trace_headers)
 from .toolchain.image import read_cubin
+from .toolchain.fatbin import loadable_cubin
 from .toolchain.link import ET_REL, elf_type, from_device_runtime, link_compiled, relocatable
 from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
                               supported_archs)
@@ -619,8 +621,13 @@ def _read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
 
 def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Sequence[str] = (),
                *, module: str | None = None, demangler: Demangler | None = None,
-               reserved: Sequence[str] = ()) -> Module:
+               reserved: Sequence[str] = (), arch: str | None = None,
+               cache: "KernelCache | Any" = None) -> Module:
     """A module from a CUBIN built elsewhere (``nvcc -cubin``), resolved by demangling alone.
+
+    PTX (``nvcc -ptx``) and fatbins (``nvcc -fatbin``) are taken too: the fatbin's CUBIN for
+    ``arch`` (default: the current device's, ``sm_90`` without a GPU), else nvJitLink's code for
+    it, cached by content and ``arch`` in ``cache`` (the default cache when None).
 
     Without ``name_expressions`` every kernel that demangling names unambiguously is there:
     ``extern "C"`` and non-template kernels by their name, template instances by their
@@ -634,6 +641,9 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     started = time.perf_counter()
     opts = options_from_args((), name_expressions, **({"module": module} if module else {}))
     cubin, label = _read_cubin_arg(path_or_bytes)
+    loaded = loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),
+                            label=label, store=lambda: KernelCache.wrap(cache))
+    cubin = loaded.cubin
     binary = Binary(cubin, read_cubin(cubin))
     ctx = BuildContext(source="", opts=opts,
                        settings=BuildSettings(demangler=demangler, reserved=tuple(reserved)),

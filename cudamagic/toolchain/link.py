@@ -18,10 +18,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import ImageError, LinkError
 
-__all__ = ["LinkInput", "LinkResult", "link", "link_compiled", "relocatable", "lto",
+__all__ = ["LinkInput", "LinkResult", "link", "link_compiled", "link_needing_runtime", "relocatable", "lto",
            "device_runtime", "nvjitlink_version", "elf_type", "undefined_symbols",
            "from_device_runtime", "ET_REL", "ET_EXEC"]
 
@@ -168,6 +169,7 @@ def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
     except nvjitlink.nvJitLinkError as exc:
         raise LinkError(f"nvJitLink {nvjitlink_version()} refused the options "
                         f"{' '.join(opts)}: {exc}") from None
+    devrt = None
     try:
         step = "adding the inputs"
         for item in inputs:
@@ -235,6 +237,23 @@ def from_device_runtime(symbol: str) -> bool:
     return symbol.startswith("__nv_static_") and _DEVRT_KERNEL in symbol
 
 
+_UNRESOLVED = ("Unresolved extern", "Undefined reference")
+
+
+def link_needing_runtime(inputs: Sequence[LinkInput], arch: str, **options: Any) -> LinkResult:
+    """:func:`link` without the device runtime, and again with it where the first link left
+    symbols unresolved (for inputs whose symbols cannot be read beforehand: LTO IR, PTX).
+
+    :raises LinkError: as :func:`link`.
+    """
+    try:
+        return link(inputs, arch, device_runtime_library=False, **options)
+    except LinkError as exc:
+        if not any(u in exc.log for u in _UNRESOLVED):
+            raise
+    return link(inputs, arch, **options)
+
+
 _LINK_OPTION = {"-G": "-g", "--device-debug": "-g", "-lineinfo": "-lineinfo",
                 "--generate-line-info": "-lineinfo"}
 
@@ -260,11 +279,7 @@ def link_compiled(result, arch: str, options: Sequence[str]):
     # -G is nvJitLink's -g)
     passed = sorted({_LINK_OPTION[o] for o in options if o in _LINK_OPTION})
     if is_lto:
-        try:
-            linked = link([item], arch, lto_ir=True, device_runtime_library=False,
-                          options=passed)
-        except LinkError:
-            linked = link([item], arch, lto_ir=True, options=passed)
+        linked = link_needing_runtime([item], arch, lto_ir=True, options=passed)
     else:
         linked = link([item], arch, device_runtime_library=bool(undefined_symbols(result.cubin)),
                       options=passed)

@@ -1,0 +1,272 @@
+"""Fatbins and PTX from elsewhere (``nvcc -fatbin``, ``nvcc -ptx``) made into a loadable CUBIN.
+
+A fatbin is a container of code for several targets: a 16-byte header (magic ``0xBA55ED50``,
+version 1, header size, size of what follows), then entries, each a header of its own (kind 1
+PTX, 2 CUBIN; the target ``sm``; flags, ``0x8000`` when the payload is ZSTD-compressed, as nvcc
+stores PTX) and its payload. :func:`read_fatbin` lists the entries without a GPU (the system's
+libzstd uncompresses). The CUBIN for the target is taken as it is; without one, the PTX for the
+newest target not above it is compiled by nvJitLink, as PTX text is. What nvJitLink makes is
+cached by the input's content and the target (and nvJitLink's version), so a second load
+compiles nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ImageError
+from .link import ET_REL, LinkInput, elf_type, link_needing_runtime, nvjitlink_version
+
+__all__ = ["FatbinEntry", "Loaded", "read_fatbin", "is_fatbin", "is_ptx", "loadable_cubin"]
+
+_MAGICS = (0xBA55ED50, 0x466243B1)  # a fatbin; the second in relocatable objects
+_HEADER = struct.Struct("<IHHQ")
+# kind, ?, header size, payload size (padded), compressed size, ?, minor, major, sm,
+# object-name offset and length, flags, ?, uncompressed size
+_ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")
+_KINDS = {1: "ptx", 2: "cubin"}
+_FLAG_LZ4, _FLAG_ZSTD = 0x2000, 0x8000  # payload compression: older nvcc, nvcc 12.x and later
+_FLAG_COMPRESSED = _FLAG_LZ4 | _FLAG_ZSTD
+
+
+@functools.lru_cache(maxsize=1)
+def _libzstd():
+    """The system's libzstd (Debian and Ubuntu install it with apt), or None."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("zstd") or "libzstd.so.1"
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError:
+        return None
+    lib.ZSTD_decompress.restype = ctypes.c_size_t
+    lib.ZSTD_decompress.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                    ctypes.c_size_t]
+    lib.ZSTD_isError.restype = ctypes.c_uint
+    lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
+    return lib
+
+
+def _zstd_decompress(payload: bytes, size: int) -> bytes:
+    """A ZSTD frame of known uncompressed size, uncompressed.
+
+    :raises ImageError: no libzstd here, or a damaged frame.
+    """
+    import ctypes
+
+    lib = _libzstd()
+    if lib is None:
+        raise ImageError("the fatbin's entries are ZSTD-compressed and no libzstd was found to "
+                         "read them: install it (apt-get install libzstd1)")
+    out = ctypes.create_string_buffer(size)
+    got = lib.ZSTD_decompress(out, size, payload, len(payload))
+    if lib.ZSTD_isError(got) or got != size:
+        raise ImageError(f"a ZSTD-compressed fatbin entry is damaged (it gave {got} bytes "
+                         f"of {size})")
+    return out.raw[:size]
+
+
+@dataclass(frozen=True)
+class FatbinEntry:
+    """One entry of a fatbin.
+
+    Attributes
+    ----------
+    kind : str
+        ``"ptx"``, ``"cubin"``, or ``"kind N"`` for one this reader does not know.
+    sm : int
+        The target (``90``: ``sm_90`` for a CUBIN, ``compute_90`` for PTX).
+    compressed : bool
+        The payload is compressed (nvJitLink reads it; this module does not).
+    payload : bytes
+        The bytes as stored (compressed or not).
+    size : int
+        The uncompressed size.
+    version : tuple of int
+        ``(major, minor)``: the CUBIN's ELF version or the PTX ISA version.
+    """
+
+    kind: str
+    sm: int
+    compressed: bool
+    payload: bytes
+    size: int
+    version: tuple[int, int]
+
+    flags: int = 0
+
+    @property
+    def label(self) -> str:
+        """``sm_90`` for a CUBIN, ``compute_90`` for PTX."""
+        return f"{'compute' if self.kind == 'ptx' else 'sm'}_{self.sm}"
+
+    @property
+    def data(self) -> bytes:
+        """The payload uncompressed (ZSTD through the system's libzstd).
+
+        :raises ImageError: compressed in a way this reader cannot undo, or damaged.
+        """
+        if not self.compressed:
+            return self.payload
+        if self.flags & _FLAG_ZSTD:
+            return _zstd_decompress(self.payload, self.size)
+        raise ImageError(f"the fatbin's {self.label} entry is compressed with LZ4 (an nvcc "
+                         "older than 12): rebuild it with a newer nvcc, or without compression "
+                         "(-Xfatbin=-compress=false)")
+
+
+def is_fatbin(data: bytes) -> bool:
+    """The data starts with a fatbin header."""
+    return len(data) >= 16 and struct.unpack_from("<I", data)[0] in _MAGICS
+
+
+def is_ptx(data: bytes) -> bool:
+    """The data is PTX text: it holds ``.version`` and ``.target`` directives, no NUL byte
+    before them."""
+    head = data[:65536]
+    return b"\0" not in head.rstrip(b"\0") and b".version" in head and b".target" in head
+
+
+def read_fatbin(data: bytes) -> tuple[FatbinEntry, ...]:
+    """The entries of a fatbin (one container, or several one after another).
+
+    :raises ImageError: not a fatbin, or truncated.
+    """
+    entries: list[FatbinEntry] = []
+    pos = 0
+    try:
+        while pos + _HEADER.size <= len(data):
+            magic, version, header_size, size = _HEADER.unpack_from(data, pos)
+            if magic not in _MAGICS:
+                if not entries:
+                    raise ImageError("not a fatbin: it does not start with the fatbin magic")
+                break  # what follows the last container (padding) is not ours
+            if version != 1 or header_size < _HEADER.size:
+                raise ImageError(f"a fatbin header of version {version}, header size "
+                                 f"{header_size} (this reader knows version 1)")
+            end = pos + header_size + size
+            if end > len(data):
+                raise ImageError(f"the fatbin is truncated: its container at {pos} runs to "
+                                 f"{end}, the data ends at {len(data)}")
+            at = pos + header_size
+            while at + _ENTRY.size <= end:
+                (kind, _, ehs, psize, csize, _, minor, major, sm, _, _, flags, _,
+                 usize) = _ENTRY.unpack_from(data, at)
+                if ehs < _ENTRY.size or at + ehs + psize > end:
+                    raise ImageError(f"a fatbin entry at {at} runs past its container")
+                compressed = bool(flags & _FLAG_COMPRESSED)
+                stored = csize if compressed and csize else psize
+                entries.append(FatbinEntry(
+                    kind=_KINDS.get(kind, f"kind {kind}"), sm=sm, compressed=compressed,
+                    payload=bytes(data[at + ehs:at + ehs + stored]),
+                    size=usize if compressed else stored, version=(major, minor),
+                    flags=flags))
+                at += ehs + psize
+            pos = end
+    except struct.error as exc:
+        raise ImageError(f"the fatbin is malformed ({exc})") from None
+    return tuple(entries)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loadable CUBIN made from what :func:`loadable_cubin` was given.
+
+    Attributes
+    ----------
+    cubin : bytes
+    source : str
+        ``"cubin"``, ``"ptx"`` or ``"fatbin"``: what the input was.
+    how : str
+        In words: taken as it was, which fatbin entry, or what nvJitLink compiled.
+    cached : bool
+        The CUBIN came from the cache (no link ran).
+    """
+
+    cubin: bytes
+    source: str
+    how: str
+    cached: bool = False
+
+
+def _key(kind: str, data: bytes, arch: str) -> str:
+    h = hashlib.sha256()
+    for part in (kind.encode(), arch.encode(), nvjitlink_version().encode(), data):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return "link-" + h.hexdigest()
+
+
+def _linked(item: LinkInput, arch: str, store: Any, what: str) -> Loaded:
+    """nvJitLink's CUBIN for one input, from the cache where it is there."""
+    store = store() if callable(store) else store  # opened only for what needs a link
+    key = _key(item.kind, item.data, arch)
+    if store is not None:
+        record, _ = store.get(key)
+        if record is not None and elf_type(record.cubin) == 2:
+            return Loaded(record.cubin, item.kind, f"{what} (from the cache)", cached=True)
+    result = link_needing_runtime([item], arch)
+    if store is not None:
+        from ..store import EntryRecord
+
+        store.put(key, EntryRecord(cubin=result.cubin, lowered=None, log=result.log,
+                                   arch=arch, nvrtc_version="-",
+                                   compile_seconds=result.seconds, manifest={}))
+    return Loaded(result.cubin, item.kind, what)
+
+
+def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
+                   store: Any = None) -> Loaded:
+    """The CUBIN the driver can load for ``arch``, from a CUBIN, PTX text or a fatbin.
+
+    A CUBIN is taken as it is (a relocatable one is linked); PTX is compiled by nvJitLink; from
+    a fatbin its CUBIN for ``arch`` is taken, else its PTX for the newest target not above
+    ``arch`` is compiled. ``store`` (a :class:`~cudamagic.store.KernelCache`, or a function
+    returning one, called only where a link is needed) keeps what nvJitLink made.
+
+    :raises ImageError: none of those, or nothing in a fatbin that can serve ``arch``.
+    :raises LinkError: nvJitLink refused the PTX (its log says where).
+    """
+    sm = int("".join(ch for ch in arch if ch.isdigit()))
+    if data[:4] == b"\x7fELF":
+        if elf_type(data) == ET_REL:
+            return _linked(LinkInput(data, "cubin", label), arch, store,
+                           f"relocatable CUBIN linked by nvJitLink for {arch}")
+        return Loaded(data, "cubin", "taken as it was")
+    if is_fatbin(data):
+        return _from_fatbin(read_fatbin(data), data, sm, arch, label, store)
+    if is_ptx(data):
+        return _linked(LinkInput(data.rstrip(b"\0"), "ptx", label), arch, store,
+                       f"PTX compiled by nvJitLink for {arch}")
+    raise ImageError(f"{label} is neither a CUBIN (an ELF file), PTX text nor a fatbin: "
+                     "give the output of nvcc -cubin, -ptx or -fatbin")
+
+
+def _from_fatbin(entries: tuple[FatbinEntry, ...], data: bytes, sm: int, arch: str, label: str,
+                 store: Any) -> Loaded:
+    """The code a fatbin holds for ``sm``: its CUBIN for that target, else its PTX for the
+    newest target not above it compiled by nvJitLink, else whatever nvJitLink makes of it
+    (relocatable code).
+
+    :raises ImageError: nothing in it runs on ``sm``.
+    """
+    held = ", ".join(e.label for e in entries) or "nothing"
+    exact = [e for e in entries if e.kind == "cubin" and e.sm == sm]
+    if exact:
+        cubin = exact[0].data
+        if elf_type(cubin) == ET_REL:
+            return _linked(LinkInput(cubin, "cubin", label), arch, store,
+                           f"its relocatable sm_{sm} CUBIN linked (it holds {held})")
+        return Loaded(cubin, "fatbin", f"its sm_{sm} CUBIN (it holds {held})")
+    ptx = sorted((e for e in entries if e.kind == "ptx" and e.sm <= sm), key=lambda e: e.sm)
+    if ptx:
+        return _linked(LinkInput(ptx[-1].data.rstrip(b"\0"), "ptx", label), arch, store,
+                       f"its {ptx[-1].label} PTX compiled for {arch} (it holds {held})")
+    raise ImageError(f"{label}: nothing in the fatbin runs on {arch}: it holds {held} (a "
+                     f"CUBIN runs on its own target only here, PTX on its target and newer); "
+                     f"rebuild it with -gencode arch=compute_{sm},code=sm_{sm}")

@@ -1,0 +1,149 @@
+"""PTX and fatbins from nvcc loaded like CUBINs: unpacked, picked or compiled for the target by
+nvJitLink, cached by content and target, names resolved as for a CUBIN. No GPU."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+import cudamagic
+from cudamagic.errors import ImageError, NameResolutionError
+from cudamagic.store import KernelCache
+from cudamagic.toolchain import fatbin as fatbin_mod
+from cudamagic.toolchain.fatbin import read_fatbin
+from cudamagic.toolchain.image import read_cubin
+
+from .conftest import FIXTURES
+
+FATBIN = FIXTURES / "nvcc_kernels.fatbin"
+COMPRESSED = FIXTURES / "nvcc_kernels_compressed.fatbin"
+PTX = FIXTURES / "nvcc_kernels.ptx"
+# what nvcc_kernels.cu defines, by the name a user gives and the symbol it is
+NAMES = {"axpy<float>": "_Z4axpyIfEvT_PKS0_PS0_i", "fill": "fill", "forward": "forward"}
+
+
+def _names(module) -> dict[str, str]:
+    return {label: k.symbol for label, k in module.kernels.items()}
+
+
+def test_a_fatbin_is_unpacked():
+    entries = read_fatbin(FATBIN.read_bytes())
+    assert [(e.kind, e.sm, e.compressed) for e in entries] == [
+        ("cubin", 80, False), ("cubin", 90, False), ("ptx", 90, True)]
+    for e in entries[:2]:
+        image = read_cubin(e.data)
+        assert image.sm == e.sm and set(image.symbols) == set(NAMES.values())
+    ptx = entries[2].data.decode()
+    assert len(entries[2].data) == entries[2].size
+    assert ".target sm_90" in ptx and ".entry forward(" in ptx
+
+
+def test_compressed_entries_read_as_the_stored_ones():
+    """Every entry ZSTD-compressed (-Xfatbin=-compress-all) gives the same bytes as nvcc's
+    uncompressed ones."""
+    plain, packed = read_fatbin(FATBIN.read_bytes()), read_fatbin(COMPRESSED.read_bytes())
+    assert all(e.compressed for e in packed)
+    assert [e.data for e in packed] == [e.data for e in plain]
+
+
+@pytest.mark.parametrize("path", [FATBIN, COMPRESSED, PTX], ids=lambda p: p.name)
+def test_fatbins_and_ptx_load_with_every_name_resolved(tmp_path, path):
+    module = cudamagic.load_cubin(path, arch="sm_90", cache=tmp_path)
+    assert _names(module) == NAMES
+    assert module.image.sm == 90
+    named = cudamagic.load_cubin(path, ["axpy<float>"], arch="sm_90", cache=tmp_path)
+    assert named["axpy<float>"].symbol == NAMES["axpy<float>"]
+    with pytest.raises(NameResolutionError):
+        cudamagic.load_cubin(path, ["axpy<double>"], arch="sm_90", cache=tmp_path)
+
+
+def test_the_cubin_for_the_target_is_taken_as_nvcc_made_it(tmp_path):
+    entries = read_fatbin(FATBIN.read_bytes())
+    for e in (x for x in entries if x.kind == "cubin"):
+        module = cudamagic.load_cubin(FATBIN, arch=f"sm_{e.sm}", cache=tmp_path)
+        assert module.cubin == e.data
+    assert len(KernelCache.wrap(tmp_path)) == 0  # nothing was linked, nothing cached
+
+
+def test_ptx_is_compiled_for_a_newer_target_and_refused_for_an_older_one(tmp_path):
+    newer = cudamagic.load_cubin(FATBIN, arch="sm_100", cache=tmp_path)
+    assert newer.image.sm == 100 and _names(newer) == NAMES
+    with pytest.raises(ImageError, match=r"sm_80, sm_90, compute_90.*compute_86"):
+        cudamagic.load_cubin(FATBIN, arch="sm_86", cache=tmp_path)
+
+
+def test_what_nvjitlink_made_is_cached_by_content_and_target(tmp_path, monkeypatch):
+    first = cudamagic.load_cubin(PTX, arch="sm_90", cache=tmp_path)
+    other_target = cudamagic.load_cubin(PTX, arch="sm_100", cache=tmp_path)
+    assert other_target.image.sm == 100 and len(KernelCache.wrap(tmp_path)) == 2
+
+    def no_link(*args, **kwargs):
+        raise AssertionError("linked again although the cache holds the CUBIN")
+
+    monkeypatch.setattr(fatbin_mod, "link_needing_runtime", no_link)
+    again = cudamagic.load_cubin(PTX, arch="sm_90", cache=tmp_path)
+    assert again.cubin == first.cubin
+    edited = PTX.read_bytes().replace(b"// .globl", b"//  .globl", 1)
+    with pytest.raises(AssertionError, match="linked again"):
+        cudamagic.load_cubin(edited, arch="sm_90", cache=tmp_path)
+
+
+def test_ptx_names_that_cxx_cannot_spell_keep_their_three_names_apart(tmp_path):
+    """``forward$async_dispatch_0``: found by its exact name, called by a sanitized Python
+    name, and the sanitized name is never a lookup (another kernel is named like it)."""
+    ptx = PTX.read_bytes().replace(b"forward", b"forward$async_dispatch_0").replace(
+        b"fill", b"forward_async_dispatch_0x")
+    module = cudamagic.load_cubin(ptx, arch="sm_90", cache=tmp_path)
+    kern = module["forward$async_dispatch_0"]
+    assert kern.symbol == "forward$async_dispatch_0"
+    assert kern.python_name == "forward_async_dispatch_0"
+    assert module["forward_async_dispatch_0x"].symbol == "forward_async_dispatch_0x"
+    with pytest.raises(NameResolutionError, match="no kernel named 'forward_async_dispatch_0'"):
+        module["forward_async_dispatch_0"]
+
+
+def test_a_bad_ptx_says_where(tmp_path):
+    bad = PTX.read_bytes().replace(b"ret;", b"frobnicate;", 1)
+    with pytest.raises(cudamagic.errors.LinkError, match="line 50.*'frobnicate'"):
+        cudamagic.load_cubin(bad, arch="sm_90", cache=tmp_path)
+    with pytest.raises(cudamagic.errors.LinkError, match="higher than"):
+        cudamagic.load_cubin(PTX, arch="sm_80", cache=tmp_path)  # PTX for sm_90 on sm_80
+    assert len(KernelCache.wrap(tmp_path)) == 0
+
+
+@pytest.mark.parametrize("data, what", [
+    (b"hello", "neither a CUBIN"), (b"\x50\xed\x55\xba\x02\x00\x10\x00" + b"\0" * 8, "version"),
+    (FATBIN.read_bytes()[:100], "truncated"),
+])
+def test_not_a_loadable_input(tmp_path, data, what):
+    with pytest.raises(ImageError, match=what):
+        cudamagic.load_cubin(data, arch="sm_90", cache=tmp_path)
+
+
+def test_every_truncation_of_a_fatbin_is_an_image_error_or_a_prefix():
+    data = COMPRESSED.read_bytes()
+    full = read_fatbin(data)
+    for cut in range(0, len(data), 37):
+        try:
+            got = read_fatbin(data[:cut])
+        except ImageError:
+            continue
+        assert got == full[:len(got)]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("flags", [["-fatbin", "-gencode", "arch=compute_90,code=sm_90"],
+                                   ["-fatbin", "-gencode", "arch=compute_75,code=compute_75"],
+                                   ["-fatbin", "-rdc=true", "-gencode",
+                                    "arch=compute_90,code=sm_90"],
+                                   ["-ptx", "-arch=sm_80"], ["-cubin", "-rdc=true", "-arch=sm_90"]])
+def test_what_nvcc_makes_loads(tmp_path, flags):
+    out = tmp_path / "out.bin"
+    subprocess.run(["nvcc", *flags, "-o", str(out), str(FIXTURES / "nvcc_kernels.cu")],
+                   check=True, capture_output=True)
+    module = cudamagic.load_cubin(out, arch="sm_90", cache=tmp_path / "cache")
+    assert _names(module) == NAMES and module.image.sm == 90
+    assert read_cubin(module.cubin).symbols  # an executable CUBIN the driver can load
+    assert module.cubin[16] == 2
