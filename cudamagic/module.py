@@ -14,6 +14,7 @@ from .store import BadEntry, EntryRecord, decode_entry, encode_entry
 from .store.disk import _MAGIC as _ENTRY_MAGIC
 from .toolchain import driver
 from .toolchain.image import CubinImage, read_cubin
+from .toolchain.variables import DeviceGlobal, Variable, find, variables
 from .cxx import Signatures, similar_names
 from .units import counted
 from .view.report import BuildReport
@@ -64,8 +65,10 @@ class Module(Mapping[str, Kernel]):
     """
 
     def __init__(self, binary: Binary, key: str, kernels: dict[str, Kernel],
-                 report: BuildReport, placeholders: bool = False) -> None:
+                 report: BuildReport, placeholders: bool = False, source: str = "") -> None:
         self._binary = binary
+        self._source = source  # the cell: where the variables' types are declared
+        self._variables: tuple[Variable, ...] | None = None
         self.key = key
         self.kernels = kernels
         self._report = report
@@ -109,6 +112,47 @@ class Module(Mapping[str, Kernel]):
     def hit(self) -> bool:
         """True when the build was served from the cache."""
         return self._report.hit
+
+    @property
+    def globals(self) -> tuple[Variable, ...]:
+        """The module's ``__constant__`` and ``__device__`` variables: name, C++ name, size,
+        memory space, and dtype and shape where the cell declares a plain arithmetic type
+        (listed from the CUBIN's symbol table; no GPU needed)."""
+        if self._variables is None:
+            from .toolchain.demangle import default_demangler
+
+            names = [g.name for g in self.image.globals]
+            mangled = [n for n in names if n.startswith("_Z")]
+            texts: list[str] = []
+            if mangled:
+                pending = default_demangler().start()
+                try:
+                    texts = list(pending(mangled))
+                finally:
+                    pending.close()
+            self._variables = variables(self.image.globals, self._source,
+                                        dict(zip(mangled, texts)))
+        return self._variables
+
+    def get_global(self, name: str, dtype: object = None, device: int | None = None
+                   ) -> DeviceGlobal:
+        """A variable's device memory as an array view (``__cuda_array_interface__``) on a
+        device (default: the current one), as CuPy's ``RawModule.get_global`` gives it.
+
+        ``name`` is the symbol or the C++ name (``ns::scale``); ``dtype`` views the bytes as
+        another type (default: the declared type, else bytes).
+
+        :raises NameResolutionError: no such variable.
+        :raises NoDeviceError: no CUDA device is available.
+        """
+        var = find(self.globals, name)
+        device = driver.current_device() if device is None else device
+        driver.ensure_context(device)
+        ptr, size = self._binary._library().global_(var.name)
+        if size != var.size:
+            raise ImageError(f"the driver finds {var.name} of {size} bytes, the CUBIN's symbol "
+                             f"table {var.size}")
+        return DeviceGlobal(var, ptr, device, dtype, self)
 
     def load(self, device: int | None = None) -> "Module":
         """Load every kernel on a device now (default: the current one) instead of at first call.

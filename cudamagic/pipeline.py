@@ -510,7 +510,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, or
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
         module_name=ctx.opts.module)
-    return Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders)
+    return Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders,
+                  source=ctx.source)
 
 
 def _check_arch(arch: str) -> None:

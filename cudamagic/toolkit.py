@@ -12,10 +12,11 @@ import functools
 import hashlib
 import importlib.util
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Toolkit", "toolkit"]
+__all__ = ["Toolkit", "toolkit", "include_hints"]
 
 # distributions that ship the headers every build sees (crt/mma.h: nvidia_cuda_crt;
 # curand_kernel.h: nvidia_curand), the NVRTC that compiles, or the nvJitLink that links
@@ -96,3 +97,78 @@ def toolkit() -> Toolkit:
         if os.environ.get(var) and version.is_file():
             homes.append(f"{var}:" + hashlib.sha256(version.read_bytes()).hexdigest()[:16])
     return Toolkit(_include_dirs(cupy, nvidia), tuple(dists), tuple(homes))
+
+
+# headers that some wheel of the CUDA stack ships, and the wheel (NVRTC says only that it cannot
+# open them)
+_WHEEL_HEADERS = {"curand_kernel.h": "nvidia-curand", "curand.h": "nvidia-curand",
+                  "crt/mma.h": "nvidia-cuda-crt", "crt/mma.hpp": "nvidia-cuda-crt",
+                  "cuda_fp16.h": "nvidia-cuda-runtime", "cuda_bf16.h": "nvidia-cuda-runtime",
+                  "cuda_fp8.h": "nvidia-cuda-runtime", "cooperative_groups.h":
+                  "nvidia-cuda-runtime"}
+_CANNOT_OPEN = re.compile(r'cannot open source file "([^"]+)"')
+# a header whose device-wide part is host code that NVRTC cannot compile, and what does compile
+_HOST_ONLY = {
+    "cub/cub.cuh": "<cub/cub.cuh> also brings in CUB's device-wide algorithms "
+                   "(cub::DeviceReduce...), which are host code NVRTC cannot compile; the block- "
+                   "and warp-level headers work in a kernel: <cub/block/block_reduce.cuh>, "
+                   "<cub/block/block_scan.cuh>, <cub/block/block_load.cuh>, "
+                   "<cub/warp/warp_reduce.cuh>...",
+    "thrust/complex.h": "thrust's <thrust/complex.h> needs the host C++ library (std::abs, "
+                        "std::basic_ostream), which NVRTC lacks; include <cupy/complex.cuh> "
+                        "instead (thrust::complex<T> made for NVRTC, as CuPy's kernels use it) "
+                        "or <cuda/std/complex> (cuda::std::complex<T>)",
+}
+# the C and C++ standard library's headers (what NVRTC cannot open is one of these, or the user's)
+_STANDARD = frozenset("""
+algorithm any array atomic barrier bit bitset cassert ccomplex cctype cerrno cfenv cfloat
+charconv chrono cinttypes ciso646 climits clocale cmath codecvt compare complex concepts
+condition_variable coroutine csetjmp csignal cstdarg cstdbool cstddef cstdint cstdio cstdlib
+cstring ctgmath ctime cuchar cwchar cwctype deque exception execution expected filesystem
+format forward_list fstream functional future initializer_list iomanip ios iosfwd iostream
+istream iterator latch limits list locale map mdspan memory memory_resource mutex new numbers
+numeric optional ostream print queue random ranges ratio regex scoped_allocator semaphore set
+shared_mutex source_location span sstream stack stdexcept stop_token streambuf string
+string_view syncstream system_error thread tuple type_traits typeindex typeinfo unordered_map
+unordered_set utility valarray variant vector version assert.h complex.h ctype.h errno.h
+fenv.h float.h inttypes.h iso646.h limits.h locale.h math.h setjmp.h signal.h stdalign.h
+stdarg.h stdbool.h stddef.h stdint.h stdio.h stdlib.h string.h tgmath.h time.h uchar.h
+wchar.h wctype.h""".split())
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
+
+
+def _libcudacxx_header(name: str, include_dirs: tuple[str, ...]) -> str | None:
+    """The ``<cuda/std/...>`` header that stands for a C or C++ standard header (``cstdint``,
+    ``stdint.h``), where libcu++ has one in these folders."""
+    stem = name[:-2] if name.endswith(".h") else name
+    for candidate in dict.fromkeys((f"cuda/std/{stem}", f"cuda/std/c{stem}")):
+        if any(os.path.isfile(os.path.join(d, candidate)) for d in include_dirs):
+            return candidate
+    return None
+
+
+def include_hints(log: str, source: str = "",
+                  include_dirs: tuple[str, ...] | None = None) -> list[str]:
+    """What to do about the headers a failed compile could not use, one line each.
+
+    A standard header NVRTC cannot open is named with its libcu++ stand-in (``<cstdint>``:
+    ``<cuda/std/cstdint>``); a toolkit header with the wheel that ships it; ``<cub/cub.cuh>``
+    and ``<thrust/complex.h>`` with what compiles instead.
+    """
+    dirs = toolkit().include_dirs if include_dirs is None else include_dirs
+    hints: list[str] = []
+    for name in dict.fromkeys(_CANNOT_OPEN.findall(log)):
+        stand_in = _libcudacxx_header(name, dirs) if "/" not in name else None
+        if stand_in:
+            hints.append(f"<{name}>: NVRTC has no C++ standard library; libcu++ has the same "
+                         f"for device code: #include <{stand_in}> (namespace cuda::std)")
+        elif name in _WHEEL_HEADERS:
+            hints.append(f"<{name}> is not installed: pip install {_WHEEL_HEADERS[name]} (a "
+                         "dependency of cudamagic[cu13]), or set CUDA_HOME to a CUDA toolkit")
+        elif name in _STANDARD:
+            hints.append(f"<{name}>: NVRTC has no C or C++ standard library and libcu++ has no "
+                         f"<cuda/std/...> for it; device code uses the built-in CUDA functions "
+                         "(printf, malloc, the math functions) without an include")
+    included = set(_INCLUDE.findall(source))
+    hints += [text for header, text in _HOST_ONLY.items() if header in included]
+    return hints

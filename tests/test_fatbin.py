@@ -114,7 +114,7 @@ def test_a_bad_ptx_says_where(tmp_path):
 
 
 @pytest.mark.parametrize("data, what", [
-    (b"hello", "neither a CUBIN"), (b"\x50\xed\x55\xba\x02\x00\x10\x00" + b"\0" * 8, "version"),
+    (b"hello", "not a CUBIN"), (b"\x50\xed\x55\xba\x02\x00\x10\x00" + b"\0" * 8, "version"),
     (FATBIN.read_bytes()[:100], "truncated"),
 ])
 def test_not_a_loadable_input(tmp_path, data, what):

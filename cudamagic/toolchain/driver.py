@@ -63,6 +63,7 @@ _PROTOTYPES = {
     "cuLaunchKernel": [_p, _u, _u, _u, _u, _u, _u, _u, _p, _p, _p],
     "cuLaunchKernelEx": [_p, _p, _p, _p],
     "cuOccupancyMaxActiveBlocksPerMultiprocessor": [ctypes.POINTER(_i), _p, _i, ctypes.c_size_t],
+    "cuLibraryGetGlobal": [_p, _p, _p, ctypes.c_char_p],
 }
 
 
@@ -273,6 +274,14 @@ class Library:
             names.append(_out(ctypes.c_char_p, lib.cuKernelGetName, k,
                               what="cuKernelGetName").decode())
         return names
+
+    def global_(self, symbol: str) -> tuple[int, int]:
+        """``(device address, bytes)`` of a ``__constant__``/``__device__`` variable in the
+        current context (``cuLibraryGetGlobal``)."""
+        ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+        check(_lib().cuLibraryGetGlobal(ctypes.byref(ptr), ctypes.byref(size), self.handle,
+                                        symbol.encode()), f"cuLibraryGetGlobal({symbol})")
+        return ptr.value, size.value
 
     def kernel(self, symbol: str) -> int:
         """The ``CUkernel`` handle (an address) of one symbol."""

@@ -243,7 +243,7 @@ def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
     if is_ptx(data):
         return _linked(LinkInput(data.rstrip(b"\0"), "ptx", label), arch, store,
                        f"PTX compiled by nvJitLink for {arch}")
-    raise ImageError(f"{label} is neither a CUBIN (an ELF file), PTX text nor a fatbin: "
+    raise ImageError(f"{label} is not a CUBIN (an ELF file), nor PTX text, nor a fatbin: "
                      "give the output of nvcc -cubin, -ptx or -fatbin")
 
 

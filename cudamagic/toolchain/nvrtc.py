@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import CompileError, OptionError
+from ..toolkit import include_hints
 
 __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version",
            "supported_archs", "rewrite_log", "name_map_lines", "template_kernels"]
@@ -263,8 +264,9 @@ def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str
             text = rewrite_log(log, program_name, name_expressions, line_offset, source)
             count = count_errors(text)
             counted = f" ({count} error{'s' if count != 1 else ''})" if count else ""
+            hints = "".join(f"\nhint: {h}" for h in include_hints(log, source))
             raise CompileError(f"NVRTC could not compile {program_name}{counted}:\n"
-                               f"{text or '(NVRTC wrote no log)'}", text)
+                               f"{text or '(NVRTC wrote no log)'}{hints}", text)
         lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),
                                 "nvrtcGetLoweredName").decode() for expr in name_expressions}
         size_of, get = nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN
