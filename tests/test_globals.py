@@ -44,12 +44,15 @@ def test_declared_types(decl, wanted):
 
 
 def test_a_size_that_disagrees_leaves_the_variable_untyped():
-    """A declaration the reading gets wrong (a macro for the extent) must not give a view of the
-    wrong size: the CUBIN's size wins, as bytes."""
-    source = "#define N 8\n__device__ float v[N];\n" \
-             'extern "C" __global__ void k(float* x) { x[0] = v[1]; }\n'
-    (var,) = cudamagic.build(source, arch="sm_90", use_cache=False).globals
-    assert (var.dtype, var.shape, var.size) == (None, (32,), 32)
+    """A declaration the reading gets wrong (the first of two behind #ifdef) must not give a
+    view of the wrong size: the CUBIN's size wins, as bytes."""
+    source = ("#ifdef WIDE\n__device__ double v[4];\n#else\n__device__ float v[4];\n#endif\n"
+              'extern "C" __global__ void k(float* x) { x[0] = v[1]; }\n')
+    (narrow,) = cudamagic.build(source, arch="sm_90", use_cache=False).globals
+    assert (narrow.dtype, narrow.shape, narrow.size) == (None, (16,), 16)
+    (wide,) = cudamagic.build(source, arch="sm_90", use_cache=False,
+                              options=["-DWIDE"]).globals
+    assert (wide.dtype, wide.shape, wide.size) == ("float64", (4,), 32)
 
 
 def test_get_global_names_what_there_is_and_needs_a_gpu():
