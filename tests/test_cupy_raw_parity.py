@@ -689,9 +689,24 @@ def test_grid_sync(n, block):
     x1 = cupy.arange(n ** 2, dtype="float32").reshape(n, n)
     x2 = cupy.ones((n, n), dtype="float32")
     y = cupy.zeros((n, n), dtype="float32")
-    grid = (n * n + block - 1) // block
+    # CuPy's grid, capped at one block per SM: a grid-wide barrier needs every block resident
+    # at once (CuPy's n=1000, block=64 asks 15 625 blocks), and the kernel strides over n
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    grid = min((n * n + block - 1) // block, sms)
     kernel((grid,), (block,), (x1, x2, y, np.int32(n ** 2)))  # no cooperative flag asked for
     assert cupy.allclose(y, x1 + x2)
+
+
+@gpu
+def test_grid_sync_oversized_grid_is_refused_before_launch():
+    import cupy
+
+    kernel = cudamagic.build(TEST_GRID_SYNC)["test_grid_sync"]
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    y = cupy.zeros(16, dtype="float32")
+    with pytest.raises(cudamagic.errors.LaunchError, match=str(sms)):
+        kernel((sms * 1000,), (1024,), (y, y, y, np.int32(16)))
+    cupy.cuda.Device().synchronize()  # the context is still usable: nothing was launched
 
 
 # ---- TestRawPicklable ----
