@@ -214,3 +214,27 @@ def test_ctrl_c_during_a_compile_is_raised_once_nvrtc_has_returned():
         "    alive = [w.name for w in threading.enumerate() if w.name == 'cudamagic-nvrtc']\n"
         "    print('interrupted', alive, took > 0.2)\n")
     assert out.split("\n")[0] == "interrupted [] True", out
+
+
+def test_trace_folders_of_processes_killed_mid_compile_are_removed(tmp_path):
+    """A process killed during a compile (kill -9, an abort) cannot remove its trace folder;
+    the next process's first traced compile removes those whose process is gone."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    env = {"TMPDIR": str(tmp_path)}
+    parent = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(tmp_path)
+    left = Path(parent) / f"cudamagic-trace-{dead.pid}-test"
+    mine = Path(parent) / f"cudamagic-trace-{os.getpid()}-test"
+    for folder in (left, mine):
+        folder.mkdir()
+        (folder / "trace.json").write_text("{}")
+    try:
+        from .conftest import run_python
+
+        run_python("from cudamagic.toolchain.nvrtc import compile_cubin\n"
+                   "r = compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])\n"
+                   "assert r.trace is not None\n", env=env)
+        assert not left.exists() and mine.exists()
+    finally:
+        shutil.rmtree(left, ignore_errors=True)
+        shutil.rmtree(mine, ignore_errors=True)

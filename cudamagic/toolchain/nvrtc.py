@@ -222,10 +222,48 @@ def _trace_folder() -> str | None:
         try:
             st = os.statvfs(parent)
             if st.f_bavail * st.f_frsize >= TRACE_ROOM and os.access(parent, os.W_OK):
-                return tempfile.mkdtemp(prefix="cudamagic-trace-", dir=parent)
+                _reap_once(parent)
+                return tempfile.mkdtemp(prefix=f"{_TRACE_PREFIX}{os.getpid()}-", dir=parent)
         except OSError:
             continue
     return None
+
+
+_TRACE_PREFIX = "cudamagic-trace-"
+_reaped: set[str] = set()
+
+
+def _reap_once(parent: str) -> None:
+    """Remove, once per process and folder, the trace folders of this user's processes that
+    ended before they could (killed or aborted during a compile): each is named by its pid."""
+    if parent in _reaped:
+        return
+    _reaped.add(parent)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_TRACE_PREFIX):].split("-", 1)[0]
+        if not name.startswith(_TRACE_PREFIX) or not pid.isdigit():
+            continue
+        path = os.path.join(parent, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid() or _alive(int(pid)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's, or not a pid: left alone
+    return True
 
 
 def _trace_parents() -> Iterator[str]:
