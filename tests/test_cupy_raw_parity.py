@@ -560,7 +560,11 @@ def test_cucomplex(dtype):
     run(f"test_mul{f}", a, b, out); assert cupy.allclose(out, a * b)
     run(f"test_div{f}", a, b, out); assert (out == a / b).all()
     run(f"test_conj{f}", a, out); assert (out == cupy.conj(a)).all()
-    run(f"test_abs{f}", a, real); assert (real == cupy.abs(a)).all()
+    # CuPy compares exactly because its translate_cucomplex turns cuCabs into its own abs; here
+    # the kernel calls cuComplex.h's cuCabs(f), whose scaled algorithm differs from cupy.abs's
+    # hypot in the last place (seen on the H200): equal to within 2 units in the last place
+    eps = np.finfo(real.dtype).eps
+    run(f"test_abs{f}", a, real); assert cupy.allclose(real, cupy.abs(a), rtol=2 * eps, atol=0)
     run(f"test_fma{f}", a, b, c, out); assert cupy.allclose(out, a * b + c)
     run(f"test_make{f}", out); assert cupy.allclose(out, 1.8 - 1j * 8.7)
     if f:
