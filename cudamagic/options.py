@@ -400,11 +400,16 @@ def _fold(options: Sequence[str], arch: str | None
 
 
 def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
-                  base_dir: str | os.PathLike) -> tuple[str, ...]:
+                  base_dir: str | os.PathLike, cwd: str | None = None) -> tuple[str, ...]:
     """The NVRTC option list of a build (it is part of the cache key, in this order).
 
-    Relative ``-I`` folders are taken from ``base_dir`` (the notebook's folder), which is
-    searched after them; ``include_dirs`` (the toolkit's) come last.
+    Relative ``-I`` folders are taken from ``base_dir`` (the notebook's folder). The search
+    order is: the user's ``-I`` folders, then ``include_dirs`` (the toolkit's). The current
+    folder ``cwd`` is not an ``-I`` folder: NVRTC looks up the cell's quoted includes there
+    already, and as an ``-I`` folder it would be searched for angle includes too, where the
+    toolkit's headers look for each other (``<version>``, which libcu++ includes where it
+    exists): a file of that name beside the notebook broke every cooperative-groups or
+    ``cuda/std`` cell. A ``base_dir`` other than ``cwd`` is searched last.
     """
     base = Path(base_dir)
     out = [f"-arch={arch}", f"-std={opts.std}"]
@@ -412,6 +417,7 @@ def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
         if o.startswith("-I") and not os.path.isabs(o[2:]):
             o = f"-I{(base / o[2:]).resolve()}"
         out.append(o)
-    out.append(f"-I{base.resolve()}")
     out += [f"-I{d}" for d in include_dirs]
+    if cwd is None or base.resolve() != Path(cwd).resolve():
+        out.append(f"-I{base.resolve()}")
     return tuple(out)

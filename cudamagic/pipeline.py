@@ -208,7 +208,7 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
                      "each is compiled once")
     tk = toolkit()
     arch = opts.arch or default_arch()
-    options = nvrtc_options(opts, arch, tk.include_dirs, base)
+    options = nvrtc_options(opts, arch, tk.include_dirs, base, cwd)
     # NVRTC's wheel names the NVRTC a build uses without loading it (loading takes tens of ms,
     # kept off the hit path); without the wheel, ask NVRTC itself
     nv = tk.nvrtc_wheel or nvrtc_version()

@@ -70,7 +70,10 @@ def test_nvrtc_option_list(tmp_path):
     o = parse_magic_line("-I inc -D N=4 -o -lineinfo -U N")
     opts = nvrtc_options(o, "sm_90", ["/toolkit/include"], tmp_path)
     assert opts == ("-arch=sm_90", "-std=c++17", f"-I{tmp_path / 'inc'}", "-DN=4", "-lineinfo",
-                    "-UN", f"-I{tmp_path}", "-I/toolkit/include")
+                    "-UN", "-I/toolkit/include", f"-I{tmp_path}")
+    # the current folder itself is no -I folder (NVRTC finds quoted includes there anyway)
+    assert nvrtc_options(o, "sm_90", ["/toolkit/include"], tmp_path, str(tmp_path))[-1] == \
+        "-I/toolkit/include"
 
 
 def test_options_from_args_splits_known_flags():

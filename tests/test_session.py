@@ -500,3 +500,19 @@ def test_the_same_shipped_module_arriving_twice_is_rebuilt_once(cache, monkeypat
     first, second = pickle.loads(blob), pickle.loads(blob)
     assert first is second and len(reads) == 1
     assert first["saxpy<float>"].module is first
+
+
+@pytest.mark.parametrize("include", ["cooperative_groups.h", "cuda/std/complex",
+                                     "cuda/std/cstdint", "cub/block/block_reduce.cuh"])
+def test_files_beside_the_notebook_never_stand_in_for_toolkit_headers(tmp_path, monkeypatch,
+                                                                       include):
+    """The toolkit's headers include each other with angle brackets (libcu++ includes
+    ``<version>`` where one exists): a notebook folder holding files of such names must not be
+    searched for them, while the cell's own quoted includes are still found there."""
+    for name in ("version", "complex", "type_traits", "cstdint", "utility", "atomic"):
+        (tmp_path / name).write_text("#error a file beside the notebook was taken for <%s>\n" % name)
+    (tmp_path / "mine.cuh").write_text("#define MINE 3\n")
+    monkeypatch.chdir(tmp_path)
+    src = f'#include <{include}>\n#include "mine.cuh"\n__global__ void k(int* x) {{ *x = MINE; }}\n'
+    mod = cudamagic.build(src, cache=str(tmp_path / "cache"))
+    assert "k" in mod.kernels
