@@ -379,3 +379,14 @@ def test_html_view_has_the_plot_and_the_table():
     html = t._repr_html_()
     assert html.count("<svg") == 1 and "</svg>" in html
     assert "<table" in html and "shared memory" in html
+
+
+def test_a_terminal_shows_the_occupancy_table_not_the_record():
+    """IPython's text form of ``kernel.occupancy()`` (a terminal, a notebook's text/plain) is the
+    table ``print()`` gives, not the dataclass's repr of every row."""
+    from IPython.core.formatters import PlainTextFormatter
+
+    src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n'
+    table = cudamagic.build(src, use_cache=False)["k"].occupancy()
+    text = PlainTextFormatter()(table)
+    assert text == str(table) and "best block size" in text and "Occupancy(" not in text

@@ -336,6 +336,9 @@ class OccupancyTable:
 
         return occupancy_text(self)
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))  # a terminal (and a notebook's text/plain) shows the table, not the record
+
     def _repr_html_(self) -> str:
         from ..view.bench import occupancy_html
 
