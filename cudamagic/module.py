@@ -10,8 +10,7 @@ from collections.abc import Iterator, Mapping
 
 from .errors import ImageError, NameResolutionError
 from .launch import Kernel
-from .store import BadEntry, EntryRecord, decode_entry, encode_entry
-from .store.disk import _MAGIC as _ENTRY_MAGIC
+from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_digest
 from .toolchain import driver
 from .toolchain.image import CubinImage, read_cubin
 from .toolchain.variables import DeviceGlobal, Variable, find, variables
@@ -228,7 +227,7 @@ def arrive(payload: bytes, report: BuildReport) -> Module:
     :raises ImageError: the record was damaged or altered on the way (its checksum or shape
         does not hold): it is refused.
     """
-    digest = bytes(payload[len(_ENTRY_MAGIC):len(_ENTRY_MAGIC) + 32])
+    digest = entry_digest(payload)
     with _arrived_lock:
         known = _arrived.get(digest)
         if known is not None and known._payload_bytes == payload:

@@ -13,6 +13,7 @@ import pytest
 
 import cudamagic
 from cudamagic.store import disk as cache_mod
+from cudamagic.store.state import state
 from cudamagic.store.disk import (ENTRY_FORMAT, BadEntry, EntryRecord, KernelCache, decode_entry,
                              default_cache, encode_entry, parse_size)
 from cudamagic.errors import CacheArgumentError, CacheError, CudaMagicError
@@ -194,7 +195,7 @@ def test_build_refuses_a_cache_argument_it_cannot_use(bad):
 # --- the default cache and wrap (issue 12) -----------------------------------------------------
 
 def test_default_cache_is_opened_once_and_follows_the_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache_mod, "_default", None)  # put back after the test
+    monkeypatch.setattr(state, "default", None)  # put back after the test
     monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "a"))
     first = default_cache()
     assert default_cache() is first and first.directory == tmp_path / "a"

@@ -28,7 +28,7 @@ def _on_worker(module, kernel):
     import os
     import sys
 
-    from cudamagic.store import disk as cache
+    from cudamagic import store
     from cudamagic.toolchain import nvrtc as compiler
 
     compiles = []
@@ -47,7 +47,7 @@ def _on_worker(module, kernel):
             "same_module": kernel.module is module,
             "compiles": len(compiles),
             "nvrtc_loaded": "cuda.bindings.nvrtc" in sys.modules,
-            "cache_opened": cache._default is not None,
+            "cache_opened": store.default_cache_opened(),
             "launch": launched}
 
 

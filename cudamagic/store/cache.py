@@ -1,0 +1,467 @@
+"""The cache of built modules: entry records by key, in a folder, else in memory.
+
+:class:`KernelCache` turns records into bytes and back (:mod:`.entry`), checks what it reads
+(a bad entry is deleted and reported as a miss with its reason, so the caller rebuilds it), and
+keeps them in one :class:`~cudamagic.store.base.Store`: the folder's
+(:class:`~cudamagic.store.disk.DiskStore`) or, where the folder cannot be used (it cannot be
+created or written, the disk is full, the database is damaged, or the folder or its database is
+writable by others or owned by someone else, which would let them plant code), memory's, with
+one warning, for the rest of the process. A size limit that would keep nothing is refused with
+the limit that works: caching never turns itself off in silence.
+
+**Size limits.** The folder keeps its limit for every session that opens it: 1 GiB for a new
+folder, changed by :meth:`KernelCache.set_size_limit` (``%cuda_cache limit``). A limit given for
+one process, ``KernelCache(size_limit=...)`` or ``$CUDAMAGIC_CACHE_SIZE_LIMIT``, governs what this
+process evicts and leaves the folder's limit as it was: a one-off run with a small limit does
+not shrink the cache of every later run. The one exception is a repair: where the stored limit
+is no size at all (NULL, text, a blob, out of range: written by hand, plain diskcache or an
+older version) or keeps nothing, it is replaced, by the limit given if any, else the default,
+with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import diskcache
+
+from ..errors import CacheArgumentError, CacheWarning, CudaMagicError
+from .base import Refused, Store, StoreUnavailable
+from .disk import DiskStore, untrusted_folder
+from .entry import BadEntry, EntryRecord, decode_entry, encode_entry
+from .limits import (DEFAULT_SIZE_LIMIT, MAX_SIZE, MIN_ENTRY_ROOM, checked_size,
+                     short_of, stored_limit_problem)
+from .memory import MemoryStore
+from .state import MAX_FOLDERS, state
+from ..miss import Miss, MissKind
+from ..units import size_text
+
+__all__ = ["KernelCache", "EntryInfo", "default_cache", "default_cache_dir"]
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """One cache entry as ``%cuda_cache list`` shows it."""
+
+    key: str
+    size: int
+    created: float | None
+    last_used: float | None
+    name_expressions: tuple[str, ...]
+    readable: bool
+
+
+def _warn_once(what: str, where: str, message: str) -> None:
+    if (what, where) not in state.warned:
+        state.warned.add((what, where))
+        warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+class KernelCache:
+    """Entry records by key, in a diskcache folder with least-recently-used eviction.
+
+    Parameters
+    ----------
+    directory : str or path, optional
+        Default :func:`default_cache_dir`.
+    size_limit : int or str, optional
+        Bytes this process keeps before the least recently used entries go (default: what the
+        folder keeps, 1 GiB for a new one, or ``$CUDAMAGIC_CACHE_SIZE_LIMIT``, which takes sizes
+        such as ``512MB``); the folder's own limit is left as it is (see the module). A limit
+        that would keep nothing (below the database plus
+        :data:`~cudamagic.store.limits.MIN_ENTRY_ROOM`) is refused.
+
+    Attributes
+    ----------
+    directory : Path
+    size_limit : int
+    in_memory : str or None
+        Why the cache is in memory instead of the folder (None while on disk).
+
+    :raises CacheArgumentError: (a ``ValueError``) ``directory`` is not a folder name, or the
+        size limit (given or from the environment) is not a size or would keep nothing; the
+        message says what works.
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None,
+                 size_limit: int | str | None = None) -> None:
+        # absolute: diskcache joins value files to it, and a notebook may chdir later
+        self.directory = (_folder(directory) if directory is not None
+                          else default_cache_dir()).absolute()
+        origin = "size_limit"
+        if size_limit is None and os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT") is not None:
+            size_limit = os.environ["CUDAMAGIC_CACHE_SIZE_LIMIT"]
+            origin = "$CUDAMAGIC_CACHE_SIZE_LIMIT"
+        limit = None if size_limit is None else checked_size(size_limit, origin, 0)
+        self.size_limit = DEFAULT_SIZE_LIMIT if limit is None else limit
+        self._store: Store | None = None
+        try:
+            self._store = self._open()
+            self._settle_limit(limit, origin)
+        except CudaMagicError:
+            self.close()
+            raise
+        except StoreUnavailable as exc:
+            self._fall_back("unusable", str(exc))
+        except OSError as exc:
+            self._fall_back("unusable", f"the cache folder {self.directory} cannot be used "
+                                        f"({exc})")
+
+    def _open(self) -> Store:
+        """The folder's store, or memory's where the folder is not to be trusted."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        why = untrusted_folder(self.directory)
+        if not why:
+            return DiskStore(self.directory)
+        hint = ("point CUDAMAGIC_CACHE_DIR (set now) at a folder of your own"
+                if os.environ.get("CUDAMAGIC_CACHE_DIR")
+                else "set CUDAMAGIC_CACHE_DIR to a folder of your own")
+        return self._memory("untrusted", f"the cache folder {self.directory} is not trusted: "
+                            f"{why}; a CUBIN from there could be anyone's code. Fix its owner "
+                            f"or mode (chmod 700 the folder, 600 its files) or {hint}")
+
+    def _settle_limit(self, limit: int | None, origin: str) -> None:
+        """Take ``limit`` (None: the folder's own), refusing one that would keep nothing and
+        repairing a stored one that is no size or keeps nothing (see the module)."""
+        store = self._live()
+        database = store.overhead()
+        stored = store.stored_limit()
+        problem = stored_limit_problem(stored) or short_of(stored, database)  # type: ignore
+        if limit is not None:
+            why = short_of(limit, database)
+            if why:
+                raise CacheArgumentError(f"{origin}: {why}")
+        if problem:
+            # warn and cache, rather than refuse and leave %cuda_cache limit no cache to fix it
+            repair = limit if limit is not None else max(DEFAULT_SIZE_LIMIT,
+                                                         database + MIN_ENTRY_ROOM)
+            _warn_once("limit", str(self.directory),
+                       f"cudamagic: the size limit stored in the cache folder {self.directory} "
+                       f"{problem}. Using {'the default' if limit is None else 'the limit given'} "
+                       f"({size_text(repair)}) instead; %cuda_cache limit SIZE sets another")
+            store.set_limit(repair, keep=True)
+        elif limit is not None and limit != stored:
+            store.set_limit(limit, keep=False)
+        self.size_limit = limit if limit is not None else (repair if problem else stored)
+
+    def _live(self) -> Store:
+        assert self._store is not None
+        return self._store
+
+    def _memory(self, what: str, why: str) -> Store:
+        _warn_once(what, str(self.directory), f"cudamagic: {why}; compiled kernels are cached "
+                                              "in memory for this session only")
+        return MemoryStore(self.size_limit, why)
+
+    def _fall_back(self, what: str, why: str) -> None:
+        if self._store is not None:
+            try:
+                self._store.close()
+            except StoreUnavailable:
+                pass
+        self._store = self._memory(what, why)
+
+    def _use(self, call, *args, doing: str = "", default: Any = None):
+        """``call(*args)`` on the store; a store that fails falls back to memory, where the call
+        is made again (``default`` if that cannot be)."""
+        try:
+            return call(*args)
+        except StoreUnavailable as exc:
+            self._fall_back(doing or "failed", str(exc))
+            return default
+
+    @property
+    def in_memory(self) -> str | None:
+        """Why the cache is in memory instead of the folder (None while on disk)."""
+        return self._live().in_memory
+
+    @property
+    def location(self) -> str:
+        """The folder, or ``"memory (<why>)"``."""
+        return self._live().location
+
+    @classmethod
+    def wrap(cls, cache: "KernelCache | diskcache.Cache | str | os.PathLike | None"
+             ) -> "KernelCache":
+        """A KernelCache from what :func:`cudamagic.build` accepts as ``cache``.
+
+        A ``diskcache.Cache`` is reopened on its folder with cudamagic's own ``Disk`` (the
+        caller's would unpickle, and would read files without the checks above) and with the
+        caller's size limit; the folder then keeps cudamagic's storage settings (bytes only,
+        one file per entry, least recently used out first). None is :func:`default_cache`. A
+        folder named by path is opened once per process and reused while its database is the
+        same file (a build per cell need not open it again, nor leave a connection behind).
+
+        :raises CacheArgumentError: (a ``ValueError``) anything else, with what it accepts; or
+            the diskcache's size limit is not a size or would keep nothing.
+        """
+        if isinstance(cache, KernelCache):
+            return cache
+        if cache is None:
+            return default_cache()
+        if isinstance(cache, diskcache.Cache):
+            return cls(cache.directory, size_limit=_diskcache_limit(cache))
+        return _folder_cache(cls, _folder(cache))
+
+    def get(self, key: str) -> tuple[EntryRecord | None, Miss | None]:
+        """The entry for ``key``, or ``(None, miss)`` (``miss`` None: there is none).
+
+        A bad entry (damaged, another key's, an older format, an untrusted or special file) is
+        deleted here, or left where it cannot be, and ``miss`` says so; the caller rebuilds.
+        """
+        try:
+            value = self._live().load(key)
+        except Refused as exc:
+            return None, Miss(MissKind.UNTRUSTED, f"{exc} ({self._gone(key)})")
+        except StoreUnavailable as exc:
+            self._fall_back("read", str(exc))
+            return None, Miss(MissKind.UNREADABLE, "the cache folder could not be read")
+        if value is None:
+            return None, None
+        try:
+            return decode_entry(value, key), None
+        except BadEntry as exc:
+            return None, Miss(exc.kind, f"{exc} ({self._gone(key)})")
+
+    def _gone(self, key: str) -> str:
+        return "deleted" if self.delete(key) else "could not be deleted"
+
+    def put(self, key: str, record: EntryRecord) -> None:
+        """Store an entry under ``key`` (replacing any), naming ``key`` inside it.
+
+        Warns once when the entry does not fit the size limit beside the database (it was
+        evicted as soon as it was stored), with the limit that would keep it. An entry that
+        fits and is gone at once was deleted by another process meanwhile: nothing to say.
+
+        :raises CacheArgumentError: the record names another key.
+        """
+        if record.key != key:
+            if record.key:
+                raise CacheArgumentError(f"a record naming key {record.key[:16]}... cannot be "
+                                         f"stored under {key[:16]}...")
+            record = replace(record, key=key)
+        value = encode_entry(record)
+        store = self._live()
+        store.flush()  # the lookups' last-use times first: eviction goes by them
+        try:
+            kept = store.save(key, value)
+            room = self.size_limit - store.overhead() - MIN_ENTRY_ROOM
+        except StoreUnavailable as exc:
+            self._fall_back("write", str(exc))
+            self._live().save(key, value)
+            return
+        if not kept and len(value) > room:
+            need = -(-(len(value) + self.size_limit - room) // (1 << 20))
+            _warn_once("fit", str(self.directory),
+                       f"cudamagic: a {size_text(len(value))} entry does not fit the cache's size limit "
+                       f"({size_text(self.size_limit)}) and was evicted as soon as it was stored, so "
+                       f"this build will compile every time. Raise the limit to at least "
+                       f"{need}MB (%cuda_cache limit {need}MB or $CUDAMAGIC_CACHE_SIZE_LIMIT)")
+
+    def delete(self, key: str) -> bool:
+        """Remove an entry; True if there was one."""
+        return bool(self._use(self._live().delete, key, doing="write", default=False))
+
+    def __contains__(self, key: str) -> bool:
+        return bool(self._use(self._live().__contains__, key, default=False))
+
+    def __len__(self) -> int:
+        return self._use(self._live().__len__, default=0)
+
+    def keys(self) -> Iterator[str]:
+        """Every key."""
+        return self._use(self._live().__iter__, default=iter(()))
+
+    def volume(self) -> int:
+        """Bytes the cache holds (on disk: the folder, database included)."""
+        return self._use(self._live().volume, default=0)
+
+    def set_size_limit(self, size_limit: int | str) -> None:
+        """Change the size limit, kept by the folder for later sessions; evicts down to it now.
+
+        :raises CacheArgumentError: (a ``ValueError``) not a size, or a limit that would keep
+            nothing (below the database plus :data:`~cudamagic.store.limits.MIN_ENTRY_ROOM`);
+            the message says what limit works.
+        """
+        store = self._live()
+        limit = checked_size(size_limit, "", self._use(store.overhead, default=0))
+        self.size_limit = limit
+        self._use(lambda: store.set_limit(limit, keep=True), doing="write")
+        self._use(self._live().evict, doing="write")
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many there were."""
+        return self._use(self._live().clear, doing="write", default=0)
+
+    def stats(self) -> tuple[int, int]:
+        """``(hits, misses)`` of lookups, counted in the folder across sessions."""
+        return self._use(self._live().stats, default=(0, 0))
+
+    def entries(self) -> list[EntryInfo]:
+        """Every entry, newest first, read without touching its last-used time."""
+        infos = []
+        for row in self._use(self._live().listing, default=[]):
+            try:  # checked like a lookup: a FIFO here would hang %cuda_cache list
+                value = row.read()
+            except (Refused, OSError):
+                value = b""
+            try:
+                rec = decode_entry(value, row.key if isinstance(row.key, str) else None)
+                exprs, created, ok = tuple(rec.lowered or ()), rec.created, True
+            except BadEntry:
+                exprs, created, ok = (), row.stored, False
+            infos.append(EntryInfo(row.key, row.size, created, row.last_used, exprs, ok))
+        return sorted(infos, key=lambda e: e.created or 0, reverse=True)
+
+    def evict_older_than(self, seconds: float) -> int:
+        """Remove the entries last used more than ``seconds`` ago (an entry never looked up
+        since it was stored: stored more than ``seconds`` ago); returns how many."""
+        cutoff = time.time() - seconds
+        old = [e.key for e in self.entries() if (e.last_used or e.created or 0) < cutoff]
+        removed = sum(self.delete(k) for k in old)
+        self._use(self._live().reclaim, doing="write")
+        return removed
+
+    def close(self) -> None:
+        """Close the database connection (it reopens on next use)."""
+        if self._store is not None:
+            self._use(self._store.close)
+
+    @property
+    def raw(self) -> Any:
+        """The underlying diskcache (or the in-memory store after a fall-back).
+
+        Tests write foreign values through it (``cache.raw.set(key, b"...")``).
+        """
+        return self._live().raw
+
+    def __repr__(self) -> str:
+        return f"KernelCache({self.location!r})"
+
+
+def _folder_cache(cls: type, folder: Path) -> KernelCache:
+    """The process's cache for ``folder`` (see :meth:`KernelCache.wrap`)."""
+    folder = folder.absolute()
+    spec = (str(folder), os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT") or "")
+    try:
+        st = os.stat(folder / "cache.db")
+        identity = (st.st_dev, st.st_ino)
+    except OSError:
+        identity = (-1, -1)
+    with state.default_lock:
+        known = state.folders.get(spec)
+        if known is not None and known[0] == identity and identity != (-1, -1):
+            state.folders.move_to_end(spec)
+            return known[1]
+    cache = cls(folder)
+    try:
+        st = os.stat(folder / "cache.db")
+        identity = (st.st_dev, st.st_ino)
+    except OSError:
+        return cache
+    with state.default_lock:
+        state.folders[spec] = (identity, cache)
+        while len(state.folders) > MAX_FOLDERS:
+            state.folders.popitem(last=False)
+    return cache
+
+
+def _diskcache_limit(cache: diskcache.Cache) -> int | str | None:
+    """The size limit a ``diskcache.Cache`` was made with, as :class:`KernelCache` takes one.
+
+    diskcache takes any value and fails only when it first evicts; here: an infinite one is the
+    largest the database can record (diskcache's "no limit"), None is the folder's own.
+
+    :raises CacheArgumentError: a value that is no size, naming where it came from.
+    """
+    value = cache.size_limit
+    if isinstance(value, float) and value == float("inf"):
+        return MAX_SIZE
+    if value is None or isinstance(value, (int, str)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise CacheArgumentError(f"diskcache.Cache(size_limit={value!r:.40}) is not a size cudamagic "
+                             "can use: give bytes or a size such as '512MB'")
+
+
+def _folder(directory: object) -> Path:
+    """The folder a ``cache``/``directory`` argument names.
+
+    :raises CacheArgumentError: it names none, or a home folder that cannot be found.
+    """
+    if isinstance(directory, (str, os.PathLike)):
+        path = os.fspath(directory)
+        if isinstance(path, str) and path.strip():
+            return _expanded(path, f"cache={path!r}")
+    raise CacheArgumentError(
+        f"cache={directory!r} is not a cache: give a KernelCache, a diskcache.Cache, a folder "
+        "(a str or pathlib.Path), or None for the default folder "
+        "($CUDAMAGIC_CACHE_DIR or ~/.cache/cudamagic)")
+
+
+def _expanded(path: str, origin: str) -> Path:
+    """``path`` with ``~`` or ``~user`` expanded.
+
+    :raises CacheArgumentError: the user or the home folder is unknown, or the name holds a
+        NUL byte.
+    """
+    if "\0" in path:
+        raise CacheArgumentError(f"{origin}: a folder name cannot hold a NUL byte")
+    try:
+        return Path(path).expanduser()
+    except (RuntimeError, KeyError) as exc:
+        user = path[1:].split("/", 1)[0]
+        who = f"no user {user!r} is known here" if user else f"the home folder is unknown ({exc})"
+        raise CacheArgumentError(f"{origin}: {who}, so {path.split('/', 1)[0]!r} names no "
+                                 "folder; give an absolute path or one under ~/") from None
+
+
+def default_cache_dir() -> Path:
+    """``$CUDAMAGIC_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudamagic``, else ``~/.cache/cudamagic``.
+
+    :raises CacheArgumentError: ``$CUDAMAGIC_CACHE_DIR`` names a ``~user`` that is not known,
+        or the home folder cannot be found.
+    """
+    env = os.environ.get("CUDAMAGIC_CACHE_DIR")
+    if env:
+        return _expanded(env, f"$CUDAMAGIC_CACHE_DIR={env!r}")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):  # the XDG spec: a relative value is to be ignored
+        return Path(xdg) / "cudamagic"
+    return _expanded("~/.cache", "the default cache folder ~/.cache/cudamagic") / "cudamagic"
+
+
+def default_cache() -> KernelCache:
+    """The process-wide cache in :func:`default_cache_dir`, opened once.
+
+    Reopened when :func:`default_cache_dir` names another folder (``$CUDAMAGIC_CACHE_DIR``
+    changed).
+
+    :raises CacheArgumentError: ``$CUDAMAGIC_CACHE_SIZE_LIMIT`` is not a size that keeps
+        something, or ``$CUDAMAGIC_CACHE_DIR`` names no folder (see :class:`KernelCache`).
+    """
+    # the folder as the environment names it: a relative $CUDAMAGIC_CACHE_DIR is taken from the
+    # current folder once, when the cache opens, and a later chdir does not move the cache
+    spec = (os.environ.get("CUDAMAGIC_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"))
+    with state.default_lock:
+        if state.default is None or state.default_spec != spec:
+            state.default, state.default_spec = KernelCache(), spec
+        return state.default
+
+
+def default_cache_opened() -> bool:
+    """Whether this process has opened the default cache."""
+    return state.default is not None
+
+
+def reset() -> None:
+    """Forget the default cache and the cache warnings already said (tests)."""
+    state.reset()
+

@@ -1,0 +1,119 @@
+"""Entries survive the upgrade: a cache folder written by cudamagic at commit eb8d5d5 (before the
+layout moved into folders) is served as hits by the current code.
+
+The fixture (tests/fixtures/entries/cache-eb8d5d5/ and its .json) was written by
+tests/fixtures/entries/write_old_cache.py run on that commit. Three levels:
+
+- the key: the current ``cache_key`` over the inputs the old code recorded gives the old key
+  (fails when the key's derivation changes: then the upgrade costs every entry, and the change
+  must say why);
+- the pipeline: each old entry serves a build as a hit, with no compile and the same kernels
+  (portable: the lookup is steered to the recorded key, since a key covers the install paths);
+- here, where the environment is the one the fixture was written in: the same builds hit with
+  no help at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cudamagic.keys import cache_key
+from cudamagic.pipeline import build_module, entry_key, options_from_args
+from cudamagic.store import KernelCache, decode_entry
+from cudamagic.toolkit import toolkit
+
+from .conftest import FIXTURES
+
+TAG = "eb8d5d5"
+FOLDER = FIXTURES / "entries" / f"cache-{TAG}"
+CELLS = json.loads((FIXTURES / "entries" / f"cache-{TAG}.json").read_text())["cells"]
+IDS = [c["label"] for c in CELLS]
+
+
+def _copy(tmp_path: Path) -> Path:
+    """The fixture folder copied (a lookup writes last-use times), owner-only as cudamagic
+    leaves its folders whatever the checkout's umask made of them."""
+    dest = tmp_path / "cache"
+    shutil.copytree(FOLDER, dest)
+    for path in (dest, *dest.rglob("*")):
+        os.chmod(path, 0o700 if path.is_dir() else 0o600)
+    return dest
+
+
+class _Steered(KernelCache):
+    """A folder cache whose lookups of this environment's keys go to the recorded ones."""
+
+    def __init__(self, directory: Path, steer: dict[str, str]) -> None:
+        super().__init__(directory)
+        self.steer = steer
+
+    def get(self, key):
+        return super().get(self.steer.get(key, key))
+
+
+def _build(cell, cache, compiler):
+    return build_module(cell["source"], options_from_args(cell["options"],
+                                                           cell["name_expressions"], "sm_90"),
+                        cache=cache, compiler=compiler)
+
+
+def _assert_served(module, cell) -> None:
+    assert module.hit, (cell["label"], module.report.miss_reason)
+    got = {k.name_expression: [k.symbol, k.python_name] for k in module.kernels.values()}
+    assert got == cell["kernels"]
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=IDS)
+def test_the_key_is_derived_as_the_old_code_derived_it(cell):
+    assert cache_key(source=cell["source"], name_expressions=cell["name_expressions"],
+                     options=cell["nvrtc_options"], arch=cell["arch"],
+                     nvrtc_version=cell["nvrtc_version"], toolkit=cell["toolkit"],
+                     cwd=cell["cwd"]) == cell["key"]
+
+
+def test_every_old_entry_reads_with_the_current_decoder(tmp_path):
+    cache = KernelCache(_copy(tmp_path))
+    try:
+        assert sorted(cache.keys()) == sorted(c["key"] for c in CELLS)
+        for cell in CELLS:
+            record, why = cache.get(cell["key"])
+            assert why is None and record is not None, (cell["label"], why)
+            assert decode_entry(cache.raw.get(cell["key"]), cell["key"]).cubin == record.cubin
+            assert set(record.lowered or {}) == set(cell["name_expressions"])
+    finally:
+        cache.close()
+
+
+@pytest.mark.parametrize("cell", [c for c in CELLS if c["label"] != "header"],
+                         ids=[i for i in IDS if i != "header"])
+def test_an_old_entry_serves_the_build_as_a_hit(tmp_path, monkeypatch, compiler, cell):
+    # the header cell's manifest names this machine's packaged headers by inode and time:
+    # it is served only where the fixture was written (the next test)
+    monkeypatch.chdir(cell["cwd"])
+    now, _, _, _ = entry_key(cell["source"], options_from_args(
+        cell["options"], cell["name_expressions"], "sm_90"))
+    cache = _Steered(_copy(tmp_path), {now: cell["key"]})
+    try:
+        _assert_served(_build(cell, cache, compiler), cell)
+        assert compiler.calls == []
+    finally:
+        cache.close()
+
+
+def test_where_it_was_written_every_old_entry_hits_unaided(tmp_path, monkeypatch, compiler):
+    if any(c["toolkit"] != toolkit().fingerprint for c in CELLS):
+        pytest.skip("the fixture was written with another install of the toolkit (its paths "
+                    "are in the key): the steered test above covers this environment")
+    monkeypatch.chdir(CELLS[0]["cwd"])
+    cache = KernelCache(_copy(tmp_path))
+    try:
+        for cell in CELLS:
+            _assert_served(_build(cell, cache, compiler), cell)
+        assert compiler.calls == []
+    finally:
+        cache.close()
