@@ -359,3 +359,11 @@ def test_listing_reads_last_use_without_making_it(tmp_path):
         used = {e.key: e.last_used for e in cache.entries()}
     assert time.time() - used["old"] > 20 * DAY  # listing is not a use
     assert json.dumps(sorted(used))  # every key listed
+
+
+def test_the_default_cache_opens_first_in_a_fresh_process(tmp_path):
+    # the first thing a fresh kernel does: the default cache, before anything made the
+    # bookkeeper (opening it makes the bookkeeper: one lock must not be taken twice)
+    out = run_python("from cudamagic.store import default_cache\nprint(default_cache().location)",
+                     env={"CUDAMAGIC_CACHE_DIR": str(tmp_path / "c")}, timeout=60)
+    assert out.strip() == str(tmp_path / "c")

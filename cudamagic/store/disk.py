@@ -651,7 +651,7 @@ atexit.register(_flush_at_exit)
 def bookkeeper() -> Bookkeeper:
     """The process's bookkeeper (made on first use)."""
     if state.bookkeeper is None:
-        with state.default_lock:
+        with state.making:  # not the default cache's lock: opening that cache comes here
             if state.bookkeeper is None:
                 state.bookkeeper = Bookkeeper()
     return state.bookkeeper

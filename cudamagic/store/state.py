@@ -59,6 +59,7 @@ class ProcessState:
         self.default: Any = None
         self.default_spec: tuple[str | None, ...] | None = None
         self.default_lock = threading.Lock()
+        self.making = threading.Lock()  # made on first use: the bookkeeper
         self.folders: OrderedDict[tuple[str, ...], tuple[tuple[int, int], Any]] = OrderedDict()
         self.sqlite_unsafe: str | None = None
         self.bookkeeper: Any = None
@@ -97,6 +98,7 @@ class ProcessState:
         self._fork_held = False
         self.sqlite = threading.Lock()
         self.default_lock = threading.Lock()
+        self.making = threading.Lock()
         if self.bookkeeper is not None:
             self.bookkeeper.forget()
         self.reset()
