@@ -43,8 +43,8 @@ from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_
 from .toolchain.image import read_cubin
 from .toolchain.fatbin import loadable_cubin
 from .toolchain.link import ET_REL, elf_type, from_device_runtime, link_compiled, relocatable
-from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
-                              supported_archs)
+from .toolchain.nvrtc import (CompileResult, compile_cubin, declared_signatures, nvrtc_version,
+                              shift_lines, supported_archs)
 from .toolkit import toolkit
 from .view.report import BuildReport, KernelRow
 
@@ -380,6 +380,9 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
         raise CompileError(f"NVRTC's output is not a CUBIN ({exc}); check the -o options") \
             from None
     sigs = _signatures(ctx, binary, pending)
+    # extern "C" kernels: the types their source declares, from NVRTC (stored with the entry)
+    sigs = sigs.with_texts(declared_signatures(ctx.source, sigs.untyped(), ctx.options,
+                                               PROGRAM_NAME))
     lowered = dict(result.lowered)
     missing = [e for e in ctx.opts.name_expressions if lowered[e] not in sigs]
     if missing:

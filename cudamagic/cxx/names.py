@@ -1198,6 +1198,11 @@ class Signatures(Mapping[str, Signature]):
         """symbol -> demangled text, for every kernel (what an entry stores)."""
         return dict(self._text)
 
+    def untyped(self) -> list[str]:
+        """Symbols whose text is the bare symbol (``extern "C"`` kernels: no types known)."""
+        return [s for s, text in self._text.items()
+                if text == s and not s.startswith("_Z") and s.isidentifier()]
+
     def with_texts(self, texts: Mapping[str, str]) -> "Signatures":
         """These signatures with some symbols' texts replaced (an ``extern "C"`` kernel's
         parameter types, as the compiler declared them)."""

@@ -1,0 +1,86 @@
+"""extern "C" kernels take the types their source declares (issue 20 item 4): NVRTC says them
+(a syntax-only compile of decltype(&name)), the entry stores them, and arguments pack as for C++
+kernels. No GPU: the packed bytes are read from the checked path, as the launcher would send."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import numpy as np
+import pytest
+
+import cudamagic
+from cudamagic.launch.kernel import pack_args
+from cudamagic.store.disk import KernelCache
+
+SOURCE = r"""
+extern "C" __global__ void fill(float* x, float v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = v; }
+extern "C" {
+__global__ void mixed(double d, long l, unsigned char c, short s, bool b, unsigned u) {}
+__global__ void none() {}
+}
+namespace ns { extern "C" __global__ void hidden(float v) {} }
+template <class T> __global__ void tfill(T* x, T v, int n) {}
+"""
+
+# (kernel, arguments, the bytes of each scalar argument as its declared type)
+CASES = [
+    ("fill", (None, 1, 5), [struct.pack("<f", 1.0), struct.pack("<i", 5)]),
+    ("fill", (None, 2.5, True), [struct.pack("<f", 2.5), struct.pack("<i", 1)]),
+    ("fill", (None, np.float32(3), np.int32(-2)), [struct.pack("<f", 3.0), struct.pack("<i", -2)]),
+    ("mixed", (1, 2, 200, -3, True, 4_000_000_000),
+     [struct.pack("<d", 1.0), struct.pack("<q", 2), bytes([200]), struct.pack("<h", -3),
+      b"\x01", struct.pack("<I", 4_000_000_000)]),
+]
+
+
+@pytest.fixture(scope="module")
+def module():
+    return cudamagic.build(SOURCE, ["tfill<float>"], use_cache=False)
+
+
+@pytest.mark.parametrize("name, args, scalars", CASES)
+def test_extern_c_scalars_pack_as_declared(module, name, args, scalars):
+    k = module[name]
+    packed = pack_args(name, k.params, args)
+    assert [b for b, a in zip(packed, args) if a is not None] == scalars
+
+
+def test_the_declared_types_are_the_sources(module):
+    assert [p.ctype for p in module["fill"].params] == ["float*", "float", "int"]
+    assert [p.ctype for p in module["mixed"].params] == [
+        "double", "long", "unsigned char", "short", "bool", "unsigned int"]
+    assert module["fill"].resolved_by == "extern-c"
+    rows = {r.name_expression: r.signature for r in module.report.rows}
+    assert rows["fill"] == "void fill(float*, float, int)"
+
+
+def test_a_value_out_of_the_declared_range_is_refused(module):
+    with pytest.raises(ValueError, match="unsigned char"):
+        pack_args("mixed", module["mixed"].params, (1, 2, 300, 0, False, 0))
+    with pytest.raises(TypeError):
+        pack_args("fill", module["fill"].params, (None, 1.5, 2.5))  # a float for the int
+
+
+def test_a_name_the_probe_cannot_reach_falls_back_to_sizes(module):
+    # ns::hidden is extern "C" inside a namespace: &hidden is not found at global scope
+    assert [p.kind for p in module["hidden"].params] == ["untyped"]
+    assert len(module) == 5
+
+
+def test_a_hit_keeps_the_declared_types_and_an_older_entry_still_serves(tmp_path):
+    cache = KernelCache(tmp_path / "cache")
+    try:
+        first = cudamagic.build(SOURCE, ["tfill<float>"], cache=cache)
+        second = cudamagic.build(SOURCE, ["tfill<float>"], cache=cache)
+        assert second.hit
+        assert pack_args("fill", second["fill"].params, (None, 1, 5))[1] == struct.pack("<f", 1)
+        # an entry written before the texts were stored: served, packed by size as before
+        record, _ = cache.get(first.key)
+        cache.put(first.key, dataclasses.replace(record, symbols=None))
+        third = cudamagic.build(SOURCE, ["tfill<float>"], cache=cache)
+        assert third.hit and [p.kind for p in third["fill"].params][1] == "untyped"
+    finally:
+        cache.close()
