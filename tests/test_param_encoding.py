@@ -43,6 +43,12 @@ def echo(tmp_path_factory):
     return cudamagic.build(ECHO_SOURCE, ECHO_EXPRS, cache=tmp_path_factory.mktemp("echo"))
 
 
+@pytest.fixture(scope="module")
+def foreign_echo(echo):
+    """The same CUBIN without its source: its extern "C" kernels have no declared types."""
+    return cudamagic.load_cubin(echo.cubin)
+
+
 # --- every path ------------------------------------------------------------------------------------
 
 def out_array(expr: str, k: Kernel) -> CupyArrayStandIn:
@@ -243,8 +249,8 @@ def test_bfloat16_from_a_python_float_is_round_to_nearest_even(echo):
 @pytest.mark.parametrize("expr", list(UNTYPED))
 @SETTINGS
 @given(data=st.data())
-def test_extern_c_slots_take_values_by_size(echo, expr, data):
-    k, size = echo[expr], UNTYPED[expr]
+def test_extern_c_slots_take_values_by_size(foreign_echo, expr, data):
+    k, size = foreign_echo[expr], UNTYPED[expr]
     assert k.params[0].kind == "untyped" and k.params[0].size == size
     value = data.draw(st.one_of(
         _ints_around(-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if size <= 8
@@ -322,11 +328,11 @@ def test_the_table_is_what_the_cubin_and_signature_say(echo):
 
 
 @pytest.mark.parametrize("expr", ["echo4", "echo8"])
-def test_an_extern_c_slot_takes_every_accepted_type_after_its_first_call(echo, expr):
+def test_an_extern_c_slot_takes_every_accepted_type_after_its_first_call(foreign_echo, expr):
     """The launcher packs an ``extern "C"`` slot fastest for the first call's type (a C
     parameter has one type); every other type still reaches it exactly, through the checked
     path."""
-    k, size = echo[expr], UNTYPED[expr]
+    k, size = foreign_echo[expr], UNTYPED[expr]
     values = [1.5, 7, np.float32(2.5), np.int32(-3), np.uint32(5), True, -1, 0.1,
               np.float64(0.25), np.int64(-2**40), np.uint64(2**64 - 1), 2**40]
     out = CupyArrayStandIn("u1")
