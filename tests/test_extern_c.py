@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cudamagic
-from cudamagic.launch.kernel import pack_args
+from cudamagic.launch.encode import pack_args
 from cudamagic.store.disk import KernelCache
 
 SOURCE = r"""
