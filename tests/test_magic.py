@@ -345,7 +345,7 @@ def test_signatures_through_the_magic(tmp_path, monkeypatch):
                       + "__global__ void plain(int* x) {}\n")
     shown = {r.python_name: r.signature for r in ip.user_ns["cuda_module"].report.rows}
     assert shown == {"saxpy_float": "void saxpy<float>(float, float const*, float*, int)",
-                     "fill": "void fill(8 bytes, 4 bytes, 4 bytes)",
+                     "fill": "void fill(float*, float, int)",  # the types its source declares
                      "plain": "void plain(int*)"}
 
 
