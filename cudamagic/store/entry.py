@@ -3,8 +3,9 @@
 An entry is one bytes value: a fixed magic, the sha256 of everything after it, the length of a
 JSON header, the header (format, the key it was stored under, CUBIN size and sha256, log,
 options, arch, NVRTC version, created time, compile time, and the optional fields), then the
-CUBIN. Every read checks the magic, the checksum, the header's shape, the key (a record copied
-over another entry's file is not that entry) and the CUBIN's sha256.
+CUBIN. Every read checks the magic, the checksum (one sha256 pass over the header and the CUBIN),
+the header's shape, the key (a record copied over another entry's file is not that entry) and the
+CUBIN's size.
 
 **Entries survive upgrades.** A field added to the record is optional: it goes into
 :data:`_OPTIONAL` with its check, and an entry written before it decodes with the field's
@@ -206,7 +207,7 @@ def decode_entry(value: object, key: str | None = None) -> EntryRecord:
 
     :raises BadEntry: not an entry record, a newer format than this reader knows, an older one
         that does not name its key, a record that names another key, a header of the wrong
-        shape, or a CUBIN whose size or sha256 does not match the header.
+        shape, or a CUBIN whose size does not match the header.
     """
     header, cubin = _split(value)
     stored_key = _owner(header, key)
@@ -223,8 +224,6 @@ def decode_entry(value: object, key: str | None = None) -> EntryRecord:
     if len(cubin) != header["cubin_size"]:
         raise BadEntry(f"the CUBIN is {len(cubin)} bytes, its header says "
                        f"{header['cubin_size']} (truncated or extended)")
-    if hashlib.sha256(cubin).hexdigest() != header["cubin_sha256"]:
-        raise BadEntry("the CUBIN's sha256 does not match its header (corrupted)")
     return EntryRecord(cubin=cubin, lowered=optional.pop("lowered", None), log=header["log"],
                        options=tuple(header["options"]), arch=header["arch"],
                        nvrtc_version=header["nvrtc_version"], created=float(header["created"]),
@@ -244,6 +243,9 @@ def _split(value: object) -> tuple[dict[str, Any], bytes]:
     start = head + _HEADER_LEN.size
     if len(data) < start:
         raise BadEntry("the entry is truncated inside its header")
+    # the one pass over the bytes: the checksum covers the header (key, CUBIN size and sha256)
+    # and the CUBIN together, so a CUBIN that matches it matches its header's sha256 as well;
+    # hashing the CUBIN again would check what encode_entry wrote from the same bytes
     if hashlib.sha256(data[head:]).digest() != data[len(ENTRY_MAGIC):head]:
         raise BadEntry("the entry's checksum does not match its contents (corrupted, truncated "
                        "or extended)")
