@@ -52,12 +52,13 @@ def test_entry_without_lowered_map_still_reads():
     (lambda b: b[:-10] + bytes([b[-10] ^ 1]) + b[-9:], "checksum"),
     (lambda b: b[:70] + bytes([b[70] ^ 1]) + b[71:], "checksum"),  # inside the JSON header
     (lambda b: b[:20], "header"),
-    (lambda b: _resum(b[:-10] + bytes([b[-10] ^ 1]) + b[-9:]), "CUBIN's sha256"),
     (lambda b: _resum(b[:-1]), "truncated"),
     (lambda b: _resum(b.replace(b'"manifest": {}', b'"manifest": []')), "manifest"),
     (lambda b: pickle.dumps({"cubin": CUBIN}), "magic"),
 ])
 def test_bad_values_are_refused(mutate, reason):
+    # a changed CUBIN under a re-summed checksum is not among them: the checksum is the one
+    # pass over the CUBIN, and whoever re-sums it can rewrite the header's sha256 as well
     with pytest.raises(BadEntry, match=reason):
         decode_entry(mutate(encode_entry(_record(key="k", manifest={}))))
 
