@@ -39,7 +39,7 @@ def parts(gpu: bool, quick: bool, reps: int) -> list[tuple[str, Callable[[], dic
         ("whole notebook, cell by cell", lambda: whole_notebook.run(sizes, cccl, reps, not gpu),
          lambda r: r["table"]),
         ("fresh process, imports included",
-         lambda: fresh_process.run((1,) if quick else (1, 10, 100, 1000), cccl, reps, not gpu),
+         lambda: fresh_process.run(sizes, cccl, reps, not gpu),
          lambda r: r["table"]),
         ("warm cell", lambda: warm_cell.run(sizes, cccl, reps, not gpu),
          lambda r: r["table"]),
@@ -48,8 +48,9 @@ def parts(gpu: bool, quick: bool, reps: int) -> list[tuple[str, Callable[[], dic
     ]
     if gpu:
         out.insert(2, ("API restore: build() + load(), context made first",
-                       lambda: {"rows": warm_restore.run(3, {"small": (1, 10, 100, 1000),
-                                                             "cccl": (10,)})},
+                       lambda: {"rows": warm_restore.run(
+                           reps, {"small": (1, 10, 100, 1000), "cccl": (10,)},
+                           ("cupy", "cudamagic"))},
                        lambda r: warm_restore.table(r["rows"])))
     return out
 
