@@ -226,10 +226,25 @@ def test_by_value_structs_take_their_bytes(mod):
 
 
 def test_kernels_without_a_signature_pack_by_size(mod):
-    blobs = _pack(mod, "c_kernel", DeviceArray("f4"), 7)
+    blobs = _pack(mod, "c_kernel", DeviceArray("f4"), np.int32(7))
     assert blobs[1] == np.int32(7).tobytes()
-    with pytest.raises(ValueError, match="does not fit"):
-        _pack(mod, "c_kernel", DeviceArray("f4"), 2 ** 33)
+    assert _pack(mod, "c_kernel", DeviceArray("f4"), np.float32(7))[1] == np.float32(7).tobytes()
+
+
+@pytest.mark.parametrize("value", [7, 1.0, True, 2 ** 33, -0.0])
+def test_a_python_number_for_a_4_byte_slot_without_types_is_refused(mod, value):
+    """A CUBIN without its source: a 4-byte slot may be an int or a float, and a guess that is
+    wrong reads garbage in the kernel (1 as int32 is 1.4e-45 as a float): say so, every path."""
+    with pytest.raises(ArgumentTypeError, match=r"could be int32 .* or float32 .*np\.float32"):
+        _pack(mod, "c_kernel", DeviceArray("f4"), value)
+    dev = StandInDevice()
+    with dev.attached():
+        k = fresh(mod["c_kernel"])
+        with pytest.raises(ArgumentTypeError, match="could be"):
+            k((1,), (32,), (DeviceArray("f4", ptr=0x1000), value))
+        with pytest.raises(ArgumentTypeError, match="could be"):  # and on a later call
+            k((1,), (32,), (DeviceArray("f4", ptr=0x1000), value))
+    assert dev.launches == []
 
 
 def test_none_is_a_null_pointer(mod):
@@ -587,9 +602,8 @@ def test_long_values_are_shortened_with_an_ellipsis(mod):
 
 
 def test_an_extern_c_overflow_names_the_slot(mod):
-    with pytest.raises(ArgumentValueError, match=r"c_kernel: parameter 1 \(4 bytes, no C\+\+ "
-                       r"type\): 1e\+39 does not fit in a 4-byte float slot \(largest "
-                       r"3.4028234663852886e\+38\)"):
+    with pytest.raises(ArgumentTypeError, match=r"c_kernel: parameter 1 \(4 bytes, no C\+\+ "
+                       r"type\): got the Python float 1e\+39 for a 4-byte parameter"):
         _pack(mod, "c_kernel", DeviceArray("f4"), 1e39)
     with pytest.raises(ArgumentValueError, match=r"c_kernel: parameter 0 \(8 bytes, no C\+\+ "
                        r"type\): \(1e\+39\+0j\) does not fit in an 8-byte complex slot"):
@@ -766,10 +780,13 @@ def _bf16_expected(value: Any) -> bytes | type[Exception]:
 
 
 def untyped_oracle(size: int, value: Any) -> bytes | type[Exception]:
-    """What an ``extern "C"`` slot of ``size`` bytes must receive: a Python int as a signed int
-    of that size, a float as float32/double, a NumPy scalar of that size as its bytes."""
+    """What an ``extern "C"`` slot of ``size`` bytes (no source) must receive: a Python int as a
+    signed int of that size and a float as a double (1 and 8 bytes; a Python number for a 2- or
+    4-byte slot is refused), a NumPy scalar of that size as its bytes."""
     if isinstance(value, np.generic):
         return value.tobytes() if value.dtype.itemsize == size else ArgumentTypeError
+    if isinstance(value, (bool, int, float)) and size in (2, 4):
+        return ArgumentTypeError  # int or float cannot be told apart by the slot's size
     if isinstance(value, (bool, int)):
         if size not in (1, 2, 4, 8):
             return ArgumentTypeError
@@ -879,14 +896,17 @@ def test_a_huge_int_for_any_integer_slot_says_so(mod, expr):
              and s.size == 4]
     assert slots
     for spec in slots:
-        values = [None if s.kind == "pointer" or s.kind == "untyped" and s.size == 8 else 1
-                  for s in k.params]
+        values = [None if s.kind == "pointer" or s.kind == "untyped" and s.size == 8
+                  else np.int32(1) if s.kind == "untyped" else 1 for s in k.params]
+        # a 4-byte slot without types refuses any Python int (int or float?), by its size too
+        error, said = ((ArgumentTypeError, r": got the Python int <int of 16610 bits> for a")
+                       if spec.kind == "untyped" else
+                       (ArgumentValueError, r": <int of 16610 bits> does not fit"))
         for huge in (HUGE, -HUGE):
             values[spec.index] = huge
-            with pytest.raises(ArgumentValueError, match=re.escape(spec.describe()) +
-                               r": <int of 16610 bits> does not fit"):
+            with pytest.raises(error, match=re.escape(spec.describe()) + said):
                 pack_args(k.name_expression, k.params, values)
-            with StandInDevice().attached() as dev, pytest.raises(ArgumentValueError):
+            with StandInDevice().attached() as dev, pytest.raises(error):
                 fresh(k)((1,), (1,), tuple(values))
             assert not dev.launches
 
@@ -935,7 +955,7 @@ def _memory_pointer(address: int, device: int = 0, offset: int = 0):
     ("fill<float>", lambda p: (p, 1.0, 4), 0),
     ("cast<float, double>", lambda p: (DeviceArray("f4"), p, 4), 1),  # double*: untyped memory
     ("vec<float4>", lambda p: (bytes(16), p), 1),
-    ("c_kernel", lambda p: (p, 4), 0),  # extern "C": an 8-byte slot
+    ("c_kernel", lambda p: (p, np.int32(4)), 0),  # extern "C": an 8-byte slot
 ])
 def test_a_memory_pointer_is_its_address_for_any_pointer(mod, expr, args, slot):
     """As CuPy's RawKernel takes it: untyped device memory for any pointer, its address (with

@@ -419,12 +419,18 @@ def _from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
                       exc) from exc
 
 
+# slot sizes where a Python number is ambiguous without the kernel's types: what it could be
+_AMBIGUOUS = {2: ("int16 (short) or uint16", "float16 (__half)"),
+              4: ("int32 (int) or uint32", "float32 (float)")}
+
+
 def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
-    """No signature (``extern "C"``): packed by the slot's size.
+    """No signature (an ``extern "C"`` kernel of a CUBIN without its source): packed by size.
 
     Device arrays and None are pointers (8-byte slots); a Python int is a signed integer of the
-    slot's size, a Python float a float32 (4 bytes) or double (8 bytes), a complex a
-    complex64/complex128; a NumPy scalar gives its own bytes where its size is the slot's.
+    slot's size (1 or 8 bytes), a Python float a double (8 bytes), a complex a
+    complex64/complex128; a NumPy scalar gives its own bytes where its size is the slot's. A
+    Python number for a 2- or 4-byte slot is refused: int or float cannot be told apart there.
     """
     # one branch per kind of Python value a C slot of a given size can take
     value = _unwrap(value)
@@ -443,6 +449,16 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
             raise _fail(kernel, spec, f"got a {value.dtype} scalar ({value.dtype.itemsize} "
                                       f"bytes) for a {spec.size}-byte parameter")
         return value.tobytes()
+    if isinstance(value, (bool, int, float)) and spec.size in _AMBIGUOUS:
+        # without the source, a 2- or 4-byte slot may be a short or a half, an int or a float:
+        # a Python number would be guessed into one of them, and a wrong guess reads garbage
+        ints, floats = _AMBIGUOUS[spec.size]
+        raise _fail(kernel, spec, f"got the Python {type(value).__name__} {_show(value)} for a "
+                                  f"{spec.size}-byte parameter of a kernel whose parameter types "
+                                  f"are unknown (a CUBIN without its source): it could be "
+                                  f"{ints} or {floats}; pass a NumPy scalar of the type the "
+                                  f"kernel declares, e.g. np.{floats.split()[0]}(x) or "
+                                  f"np.{ints.split()[0]}(x)")
     if isinstance(value, (bool, int)) and spec.size in _INT_CODES:
         lo, hi = -(1 << (8 * spec.size - 1)), (1 << (8 * spec.size - 1)) - 1
         if not lo <= value <= hi:

@@ -106,9 +106,10 @@ def _direct_entries(kind: str, dtype: np.dtype | None, size: int) -> tuple[tuple
         return ((float, "d"), (np.float64, "d"), (int, "d"), (np.float32, "d"), (bool, "d"))
     if kind == "untyped" and size in _INT_CODES:
         i = _INT_CODES[size]
-        ints = [(int, i), (np.dtype(f"i{size}").type, i), (bool, i),
-                (np.dtype(f"u{size}").type, i.upper())]
-        floats = {4: [(float, "f"), (np.float32, "f")], 8: [(float, "d"), (np.float64, "d")]}
+        # a Python number packs directly only where its size tells int from float (1, 8 bytes)
+        python = [(int, i), (bool, i)] if size in (1, 8) else []
+        ints = python + [(np.dtype(f"i{size}").type, i), (np.dtype(f"u{size}").type, i.upper())]
+        floats = {4: [(np.float32, "f")], 8: [(float, "d"), (np.float64, "d")]}
         # long long and long are one width but two NumPy types on Linux
         longlong = [(np.longlong, "q"), (np.ulonglong, "Q")] if size == 8 else []
         return tuple(dict.fromkeys(ints + floats.get(size, []) + longlong))
