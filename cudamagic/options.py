@@ -14,6 +14,7 @@ import keyword
 import os
 import re
 import shlex
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,13 @@ _FILES_UNSEEN = {
     "-pch", "--pch", "-create-pch", "--create-pch", "-use-pch", "--use-pch", "-pch-dir",
     "--pch-dir", "-fdevice-time-trace", "--fdevice-time-trace",
 }
+# Options that write a file of NVRTC's on every compile (a hit would write none), relative
+# to the working folder: the notebook's folder, or one NVRTC cannot write to.
+_WRITES = {"-time": "NVRTC's phase timings", "--time": "NVRTC's phase timings"}
+# Options whose value goes to ptxas, and ptxas's spellings of an options file (a file the key
+# cannot see: editing it would serve the CUBIN built with its old contents).
+_TO_PTXAS = {"-Xptxas", "--ptxas-options"}
+_PTXAS_FILE = re.compile(r"(?:^|[\s,=])--?(?:optf|options-file)(?:[\s,=]|$)")
 # The long and two-token spellings NVRTC takes for -I, -D and -U, and the short form kept.
 _PATH_LIKE = {"-I": "-I", "--include-path": "-I", "-D": "-D", "--define-macro": "-D",
               "-U": "-U", "--undefine-macro": "-U"}
@@ -99,9 +107,14 @@ def _check_option(opt: str) -> str:
     if flag in _NO_CUBIN:
         raise OptionError(f"-o {opt!r}: with that option NVRTC makes no CUBIN, which is what "
                           "cudamagic compiles, caches and loads")
-    if flag in _FILES_UNSEEN:
+    if flag in _FILES_UNSEEN or (flag in _TO_PTXAS and _PTXAS_FILE.search(opt[len(flag):])):
         raise OptionError(f"-o {opt!r}: that option reads or writes files the cache key cannot "
                           "see, so a cached kernel could be stale; leave it out")
+    if flag in _WRITES:
+        raise OptionError(f"-o {opt!r} writes {_WRITES[flag]} to a file on every compile (in "
+                          "the working folder, for a relative name), which a cache hit would "
+                          "not write; leave it out: the build's report shows the time of each "
+                          "phase")
     _check_one_token(opt)
     for long, short in _PATH_LIKE.items():
         if opt.startswith(long + "=") and long.startswith("--"):
@@ -196,8 +209,10 @@ class BuildOptions:
         deduped = tuple(dict.fromkeys(self.name_expressions))
         if len(deduped) != len(self.name_expressions):
             # said once, in the build's warnings (the report, or a Python warning from build())
-            object.__setattr__(self, "duplicates", tuple(sorted(
-                {e for e in self.name_expressions if self.name_expressions.count(e) > 1})))
+            # counted once: list.count per expression is quadratic in the number of -n
+            counts = Counter(self.name_expressions)
+            object.__setattr__(self, "duplicates",
+                               tuple(sorted(e for e, n in counts.items() if n > 1)))
         object.__setattr__(self, "name_expressions", deduped)
 
     @property
@@ -211,10 +226,17 @@ def normalize_arch(arch: str | int) -> str:
 
     :raises OptionError: anything else (``compute_XX`` makes PTX, not a CUBIN).
     """
-    text = str(arch).strip().lower()
+    if isinstance(arch, bool) or not isinstance(arch, (str, int)):
+        raise OptionError(f"--arch: expected sm_XX or a number such as 90, got "
+                          f"{type(arch).__name__}")
+    if isinstance(arch, int) and not 0 <= arch < 1000:
+        # str() of an integer past 4300 digits raises; no architecture number is that long
+        what = "a negative number" if arch < 0 else f"a number of {arch.bit_length()} bits"
+        raise OptionError(f"--arch: {what} is not a GPU architecture such as 90")
+    text = arch.strip().lower() if isinstance(arch, str) else str(arch)
     m = re.fullmatch(r"(?:sm_)?(\d{2,3})([af]?)", text)
     if not m:
-        raise OptionError(f"--arch {arch!r} is not a real GPU architecture such as sm_90 "
+        raise OptionError(f"--arch {arch!r:.40} is not a real GPU architecture such as sm_90 "
                           "(a CUBIN is built for one; compute_XX would give PTX)")
     return f"sm_{m.group(1)}{m.group(2)}"
 

@@ -102,6 +102,8 @@ class BuildSettings:
         if self.base_dir is not None and not isinstance(self.base_dir, (str, os.PathLike)):
             raise OptionError(f"base_dir must be a folder (a str or a path), got "
                               f"{type(self.base_dir).__name__} {self.base_dir!r:.60}")
+        if self.base_dir is not None:
+            _check_base_dir(self.base_dir)
         object.__setattr__(self, "reserved", tuple(self.reserved))
 
 
@@ -189,6 +191,34 @@ def _working_folder() -> str:
     return cwd
 
 
+def _check_base_dir(base_dir: "str | os.PathLike") -> None:
+    """:raises OptionError: ``base_dir`` holds a NUL byte or a name that is not UTF-8 (NVRTC
+    takes its folders as text)."""
+    text = os.fsdecode(os.fspath(base_dir))
+    if "\0" in text:
+        raise OptionError(f"base_dir {text!r:.80} holds a NUL byte; remove it")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OptionError(f"base_dir {os.fsencode(text)!r:.80} is not UTF-8 text, which NVRTC "
+                          "cannot take as a folder: give a folder whose name is") from None
+
+
+def _shown(path: str, limit: int = 160) -> str:
+    """``path`` for a message: its two ends, where it is longer than ``limit``."""
+    if len(path) <= limit:
+        return path
+    return f"{path[:limit // 2]}...({len(path) - limit} characters)...{path[-limit // 2:]}"
+
+
+def _is_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder; a name the system refuses (too long) is not."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _context(source: str, opts: BuildOptions, settings: BuildSettings,
              keyless: bool = False) -> BuildContext:
     """Check the input and decide everything a build needs (no compile, no cache read);
@@ -201,8 +231,8 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
     _check_source(source, settings.line_offset)
     cwd = _working_folder()
     base = Path(settings.base_dir) if settings.base_dir is not None else Path(cwd)
-    notes = [f"-I {d}: no such folder (looked for {base / d})" for d in opts.include_dirs
-             if not (base / d).is_dir()]
+    notes = [f"-I {_shown(d)}: no such folder (looked for {_shown(str(base / d))})"
+             for d in opts.include_dirs if not _is_folder(base / d)]
     if opts.duplicates:
         notes.append(f"-n given more than once for {', '.join(map(repr, opts.duplicates))}: "
                      "each is compiled once")
