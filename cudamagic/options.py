@@ -34,6 +34,7 @@ __all__ = [
     "options_from_args",
     "normalize_arch",
     "nvrtc_options",
+    "check_text",
 ]
 
 #: The architecture a build targets where no GPU is there to ask (Hopper: H100, H200).
@@ -72,7 +73,7 @@ _PATH_LIKE = {"-I": "-I", "--include-path": "-I", "-D": "-D", "--define-macro": 
 _MACRO = re.compile(r"[A-Za-z_]\w*(\([^)]*\))?(=.*)?", re.S)
 
 
-def _check_text(what: str, text: object) -> str:
+def check_text(what: str, text: object) -> str:
     """A string NVRTC can take: str, no NUL, no line break, valid UTF-8.
 
     :raises OptionError: anything else, naming ``what``.
@@ -88,7 +89,8 @@ def _check_text(what: str, text: object) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise OptionError(f"{what} {text!r:.80} is not valid UTF-8 text (it holds a lone "
-                          "surrogate); re-type it") from None
+                          "surrogate, as a file name that is not UTF-8 does); re-type it, or "
+                          "rename the file") from None
     return text
 
 
@@ -97,7 +99,7 @@ def _check_option(opt: str) -> str:
 
     :raises OptionError: not an option, one this record sets itself, one that makes no CUBIN.
     """
-    _check_text("NVRTC option", opt)
+    check_text("NVRTC option", opt)
     if not opt.startswith("-"):
         raise OptionError(f"-o {opt!r}: an NVRTC option starts with '-'")
     flag = re.split(r"[=\s]", opt, maxsplit=1)[0]
@@ -192,7 +194,7 @@ class BuildOptions:
             raise OptionError("name expressions and options are lists of strings, not one "
                               "string: write ['saxpy<float>'], ['-lineinfo']")
         for expr in self.name_expressions:
-            _check_text("name expression", expr)
+            check_text("name expression", expr)
             if not expr.strip():
                 raise OptionError("a name expression is empty")
         if self.arch is not None:
@@ -316,7 +318,7 @@ def parse_magic_line(line: str) -> BuildOptions | None:
 
     :raises OptionError: an unknown flag, a missing value, a bad value, or a conflict.
     """
-    _check_text("the %%cuda line", line)
+    check_text("the %%cuda line", line)
     try:
         tokens = split_line(line)
     except ValueError as exc:
@@ -401,10 +403,10 @@ def _fold(options: Sequence[str], arch: str | None
         value = next(it, None)
         if value is None:
             raise OptionError(f"NVRTC option {opt} needs a value after it")
-        return _check_text(f"the value of {opt}", value)
+        return check_text(f"the value of {opt}", value)
 
     for opt in it:
-        _check_text("NVRTC option", opt)
+        check_text("NVRTC option", opt)
         flag, eq, value = opt.partition("=")
         if flag in ("-arch", "--gpu-architecture", "-std", "--std"):
             value = value if eq else value_of(opt)

@@ -33,8 +33,8 @@ from .launch import Kernel
 from .miss import Miss, MissKind
 from .module import Binary, Module
 from .naming import Namer, unnamed_hints
-from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, normalize_arch, nvrtc_options,
-                      options_from_args)
+from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_text, normalize_arch,
+                      nvrtc_options, options_from_args)
 from .store import EntryRecord, KernelCache
 from .toolchain import driver
 from .toolchain.demangle import Demangler, Pending, default_demangler
@@ -102,8 +102,8 @@ class BuildSettings:
         if self.base_dir is not None and not isinstance(self.base_dir, (str, os.PathLike)):
             raise OptionError(f"base_dir must be a folder (a str or a path), got "
                               f"{type(self.base_dir).__name__} {self.base_dir!r:.60}")
-        if self.base_dir is not None:
-            _check_base_dir(self.base_dir)
+        if self.base_dir is not None:  # NVRTC takes its folders as text
+            check_text("base_dir", os.fsdecode(os.fspath(self.base_dir)))
         object.__setattr__(self, "reserved", tuple(self.reserved))
 
 
@@ -189,19 +189,6 @@ def _working_folder() -> str:
                           "which NVRTC cannot take as a folder: change to a folder whose name "
                           "is (os.chdir, or %cd in IPython)") from None
     return cwd
-
-
-def _check_base_dir(base_dir: "str | os.PathLike") -> None:
-    """:raises OptionError: ``base_dir`` holds a NUL byte or a name that is not UTF-8 (NVRTC
-    takes its folders as text)."""
-    text = os.fsdecode(os.fspath(base_dir))
-    if "\0" in text:
-        raise OptionError(f"base_dir {text!r:.80} holds a NUL byte; remove it")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise OptionError(f"base_dir {os.fsencode(text)!r:.80} is not UTF-8 text, which NVRTC "
-                          "cannot take as a folder: give a folder whose name is") from None
 
 
 def _shown(path: str, limit: int = 160) -> str:
