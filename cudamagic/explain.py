@@ -27,13 +27,13 @@ import hashlib
 import json
 import os
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .forksafe import ForkSafeLock
 from .files import FileRefused, read_regular
 from .miss import ChangeKind, Miss, MissKind
 from .options import DEFAULT_MODULE
@@ -134,7 +134,7 @@ class History:
         # the keys each cell remembered when this process last read or wrote its file: a hit on
         # one of them needs no file at all
         self._known: dict[str, frozenset[str]] = {}
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def _path(self, cell: str) -> str:
         return os.path.join(self.folder, f"{cell}.json")
@@ -218,7 +218,7 @@ class History:
 
 
 _histories: dict[str, History] = {}
-_histories_lock = threading.Lock()
+_histories_lock = ForkSafeLock()
 
 
 def history_for(store: Any) -> History:

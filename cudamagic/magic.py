@@ -23,6 +23,7 @@ from IPython.core.magic import (Magics, line_cell_magic, line_magic, magics_clas
                                 no_var_expand)
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from .forksafe import ForkSafeLock
 from .errors import OptionError
 from .options import DEFAULT_MODULE, PROGRAM_NAME, magic_parser, parse_magic_line
 from .units import counted
@@ -91,7 +92,7 @@ class _Notice:
     def __init__(self, program: str, in_kernel: bool) -> None:
         self.program, self.in_kernel = program, in_kernel
         self.started = time.perf_counter()
-        self.lock = threading.Lock()
+        self.lock = ForkSafeLock()
         self.handle = None
         self.shown = self.over = False
 

@@ -4,10 +4,10 @@ shipped to another process (pickle, Dask), rebuilt there once per payload."""
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Iterator, Mapping
 
+from .forksafe import ForkSafeLock
 from .errors import ImageError, NameResolutionError
 from .launch import Kernel
 from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_digest
@@ -29,7 +29,7 @@ class Binary:
         self.cubin = cubin
         self.image = image
         self._lib: driver.Library | None = None
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def _library(self) -> "driver.Library":
         with self._lock:
@@ -217,7 +217,7 @@ class Module(Mapping[str, Kernel]):
 # Modules that arrived in this process, by their payload's checksum: a task that brings the
 # same module again gets the one already here (its CUBIN already loaded on this GPU).
 _arrived: "weakref.WeakValueDictionary[bytes, Module]" = weakref.WeakValueDictionary()
-_arrived_lock = threading.Lock()
+_arrived_lock = ForkSafeLock()
 
 
 def arrive(payload: bytes, report: BuildReport) -> Module:

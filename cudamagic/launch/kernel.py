@@ -13,6 +13,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
+from ..forksafe import ForkSafeLock
 from ..cxx import Signatures
 from ..errors import LaunchError, NoDeviceError
 from ..toolchain import driver
@@ -90,7 +91,7 @@ class Kernel:
         self._handles: dict[int, int] = {}  # device -> CUkernel (launches take it as it is)
         self._shared_limit: dict[int, int] = {}
         self._launchers: dict[int, Launcher] = {}  # by thread
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     @property
     def params(self) -> tuple[ParamSpec, ...] | None:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
-import threading
 from dataclasses import dataclass
 
+from ..forksafe import ForkSafeLock
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 
 __all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
@@ -132,7 +132,7 @@ def check(status: int, what: str) -> None:
     raise LaunchError(f"{what} failed with {name}" + (f": {text}" if text else ""))
 
 
-_init_lock = threading.Lock()
+_init_lock = ForkSafeLock()
 _init_result: list[str | None] = []  # filled once: why the driver is unavailable, or None
 
 
@@ -225,7 +225,7 @@ def current_device() -> int:
 
 
 _primary: dict[int, int] = {}
-_primary_lock = threading.Lock()
+_primary_lock = ForkSafeLock()
 
 
 def ensure_context(device: int) -> None:

@@ -1,0 +1,150 @@
+"""A forked child never waits on a lock a thread of its parent held at the fork: every lock of
+the package comes back unheld in the child (a history being written on another thread, the
+driver being initialized by %load_ext's thread, a module's kernels being pushed)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import cudamagic
+from cudamagic import explain, module
+from cudamagic.forksafe import ForkSafeLock
+from cudamagic.toolchain import driver
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+PACKAGE = Path(cudamagic.__file__).parent
+CHILD_S = 30
+
+
+def _in_child(fn) -> str:
+    """Run ``fn`` in a forked child: 'ok', 'failed' or 'hung' (killed after CHILD_S)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            signal.alarm(CHILD_S + 5)
+            fn()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + CHILD_S
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return "ok" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "failed"
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return "hung"
+
+
+def _locks() -> dict[str, object]:
+    hist = explain.History(None)
+    return {"history": hist._lock, "histories": explain._histories_lock,
+            "driver init": driver._init_lock, "primary contexts": driver._primary_lock,
+            "arrived modules": module._arrived_lock, "a fresh ForkSafeLock": ForkSafeLock()}
+
+
+LOCKS = _locks()
+
+
+@pytest.mark.parametrize("name", list(LOCKS))
+def test_a_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(name):
+    lock = LOCKS[name]
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with lock:
+            held.set()
+            release.wait(CHILD_S)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(5)
+    try:
+        got = _in_child(lambda: lock.acquire(timeout=CHILD_S - 5) or os._exit(3))
+    finally:
+        release.set()
+        t.join()
+    assert got == "ok", f"the child waited on the {name} lock its parent's thread held"
+
+
+def test_a_history_written_on_another_thread_at_the_fork_does_not_hang_the_child(tmp_path):
+    """The instance from the field: a thread's build writing its cell's history, a fork, and
+    the child's first build of a new cell."""
+    cache = tmp_path / "cache"
+    cudamagic.build('__global__ void k(int* x) { x[0] = 1; }\n', cache=cache)
+    hist = explain.history_for(cudamagic.store.KernelCache.wrap(str(cache)))
+    held, release = threading.Event(), threading.Event()
+
+    def writer():
+        with hist._lock:  # as History.remember holds it while it writes the file
+            held.set()
+            release.wait(CHILD_S)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    held.wait(5)
+    try:
+        got = _in_child(lambda: cudamagic.build('__global__ void k(int* x) { x[0] = 2; }\n',
+                                                cache=cache))
+    finally:
+        release.set()
+        t.join()
+    assert got == "ok"
+
+
+def test_twenty_forks_while_two_threads_build_leave_no_child_hung(tmp_path):
+    cache = str(tmp_path / "cache")
+    src = '__global__ void k{}(float* x) {{ x[0] = {}; }}\n'
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def builder(t: int) -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                cudamagic.build(src.format(t, i % 3), cache=cache)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=builder, args=(t,)) for t in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        outcomes = [_in_child(lambda f=f: (cudamagic.build(src.format(99, f), cache=cache),
+                                           cudamagic.build(src.format(0, 1), cache=cache)))
+                    for f in range(20)]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors
+    assert outcomes.count("hung") == 0 and outcomes.count("failed") == 0, outcomes
+
+
+# made again in a forked child by the store's own fork hook (store/state.py)
+RENEWED = {("store/state.py", "self.sqlite = threading.Lock()"),
+           ("store/state.py", "self.default_lock = threading.Lock()"),
+           ("store/state.py", "self.making = threading.Lock()"),
+           ("store/disk.py", "self._cond = threading.Condition()")}  # Bookkeeper.forget
+
+
+def test_the_package_makes_no_lock_a_child_could_inherit_held():
+    """Every lock of the package is a ForkSafeLock, or one the store's fork hook makes again."""
+    made = re.compile(r"threading\.(R?Lock|Condition|Semaphore|BoundedSemaphore)\(")
+    found = [(p.relative_to(PACKAGE).as_posix(), line.split("#")[0].strip())
+             for p in PACKAGE.rglob("*.py") if p.name != "forksafe.py"
+             for line in p.read_text().splitlines() if made.search(line)]
+    assert set(found) <= RENEWED, sorted(set(found) - RENEWED)
