@@ -56,9 +56,8 @@ def _locks() -> dict[str, object]:
 LOCKS = _locks()
 
 
-@pytest.mark.parametrize("name", list(LOCKS))
-def test_a_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(name):
-    lock = LOCKS[name]
+def _fork_while_held(lock, fn) -> str:
+    """:func:`_in_child` of ``fn`` while another thread holds ``lock``."""
     held, release = threading.Event(), threading.Event()
 
     def holder():
@@ -70,35 +69,28 @@ def test_a_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(name):
     t.start()
     held.wait(5)
     try:
-        got = _in_child(lambda: lock.acquire(timeout=CHILD_S - 5) or os._exit(3))
+        return _in_child(fn)
     finally:
         release.set()
         t.join()
+
+
+@pytest.mark.parametrize("name", list(LOCKS))
+def test_a_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(name):
+    lock = LOCKS[name]
+    got = _fork_while_held(lock, lambda: lock.acquire(timeout=CHILD_S - 5) or os._exit(3))
     assert got == "ok", f"the child waited on the {name} lock its parent's thread held"
 
 
 def test_a_history_written_on_another_thread_at_the_fork_does_not_hang_the_child(tmp_path):
-    """The instance from the field: a thread's build writing its cell's history, a fork, and
-    the child's first build of a new cell."""
+    """The instance from the field: a thread's build writing its cell's history (History.remember
+    holds its lock while it writes the file), a fork, and the child's first build of a new
+    cell."""
     cache = tmp_path / "cache"
     cudamagic.build('__global__ void k(int* x) { x[0] = 1; }\n', cache=cache)
     hist = explain.history_for(cudamagic.store.KernelCache.wrap(str(cache)))
-    held, release = threading.Event(), threading.Event()
-
-    def writer():
-        with hist._lock:  # as History.remember holds it while it writes the file
-            held.set()
-            release.wait(CHILD_S)
-
-    t = threading.Thread(target=writer)
-    t.start()
-    held.wait(5)
-    try:
-        got = _in_child(lambda: cudamagic.build('__global__ void k(int* x) { x[0] = 2; }\n',
-                                                cache=cache))
-    finally:
-        release.set()
-        t.join()
+    got = _fork_while_held(hist._lock, lambda: cudamagic.build(
+        '__global__ void k(int* x) { x[0] = 2; }\n', cache=cache))
     assert got == "ok"
 
 
