@@ -402,6 +402,10 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
                                                PROGRAM_NAME))
     lowered = dict(result.lowered)
     missing = [e for e in ctx.opts.name_expressions if lowered[e] not in sigs]
+    variables = {g.name for g in binary.image.globals}
+    if any(lowered[e] in variables for e in missing):
+        raise NameResolutionError(_variable_expressions(
+            [e for e in missing if lowered[e] in variables], lowered))
     if missing:
         raise NameResolutionError(
             "NVRTC lowered these name expressions to no kernel of the CUBIN (a __device__ or "
@@ -446,6 +450,16 @@ def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> str:
     ctx.store.put(ctx.key, record)
     ctx.lap("store", t)
     return "its CUBIN is kept in the cache, so the next run is a hit"
+
+
+def _variable_expressions(names: Sequence[str], lowered: Mapping[str, str]) -> str:
+    """What to say of name expressions that NVRTC lowered to variables, not kernels."""
+    first = names[0]
+    return ("-n takes kernels, and these name variables: "
+            + ", ".join(f"{e!r} (symbol {lowered[e]})" for e in names)
+            + f". Drop the -n: a variable the cell's code uses is listed in module.globals "
+              f"and read with module.get_global({first!r}); an instance of a variable template "
+              "that no code uses is not compiled, so use it in a kernel.")
 
 
 def _signatures(ctx: BuildContext, binary: Binary, pending: Pending,
@@ -662,15 +676,19 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     started = time.perf_counter()
     opts = options_from_args((), name_expressions, **({"module": module} if module else {}))
     cubin, label = _read_cubin_arg(path_or_bytes)
+    linked_from = time.perf_counter()
     loaded = loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),
                             label=label, store=lambda: KernelCache.wrap(cache))
-    cubin = loaded.cubin
+    original, cubin = cubin, loaded.cubin
     binary = Binary(cubin, read_cubin(cubin))
     ctx = BuildContext(source="", opts=opts,
                        settings=BuildSettings(demangler=demangler, reserved=tuple(reserved)),
                        arch=f"sm_{binary.image.sm}" if binary.image.sm else "?", options=(),
                        search=SearchPath("", ()), key=record_key(cubin), nvrtc="-", toolkit="",
                        store=None, demangler=demangler or default_demangler(), started=started)
+    # PTX, a fatbin's PTX or a relocatable CUBIN went through nvJitLink (or its cached output)
+    if cubin is not original and loaded.source != "fatbin":
+        ctx.timings["lookup" if loaded.cached else "link"] = time.perf_counter() - linked_from
     with contextlib.closing(ctx.demangler.start()) as pending:
         sigs = _signatures(ctx, binary, pending)
     resolution = resolve(opts.name_expressions, sigs)

@@ -1,0 +1,70 @@
+"""What a new user porting CuPy RawModule code met: each test is one thing found by trying it."""
+
+from __future__ import annotations
+
+import pytest
+
+import cudamagic
+from cudamagic.errors import NameResolutionError
+
+from .conftest import FIXTURES
+
+DYNAMIC = r"""
+__global__ void child(int* x) { x[threadIdx.x] += 1; }
+extern "C" __global__ void parent(int* x) { child<<<1, 32>>>(x); }
+"""
+
+
+def _unnamed(report) -> list[str]:
+    """Timed laps the report's phases do not show by name (they would fall into 'other')."""
+    named = {p.seconds for p in report.phases[:-1] if p.label != "other"}
+    return [k for k, s in report.timings.items() if k != "total" and s not in named]
+
+
+@pytest.mark.parametrize("options", [[], ["-rdc=true"], ["-dc"], ["-dlto"]])
+def test_every_lap_of_a_build_is_a_named_phase(tmp_path, options):
+    module = cudamagic.build(DYNAMIC if options else DYNAMIC.replace("child<<<1, 32>>>(x);", ""),
+                             options=options, arch="sm_90", cache=tmp_path)
+    assert _unnamed(module.report) == []
+    assert ("link (nvJitLink)" in module.report.text()) == bool(options)
+
+
+@pytest.mark.parametrize("name", ["nvcc_kernels.ptx", "nvcc_kernels.fatbin"])
+def test_what_nvjitlink_does_for_a_load_is_a_named_phase_and_a_hit_is_a_lookup(tmp_path, name):
+    # the fatbin holds no sm_100 CUBIN: its PTX is compiled, as a .ptx file is
+    first = cudamagic.load_cubin(FIXTURES / name, arch="sm_100", cache=tmp_path)
+    assert _unnamed(first.report) == []
+    assert [p.label for p in first.report.phases].count("link (nvJitLink)") == 1
+    again = cudamagic.load_cubin(FIXTURES / name, arch="sm_100", cache=tmp_path)
+    labels = [p.label for p in again.report.phases]
+    assert "link (nvJitLink)" not in labels and "cache lookup" in labels
+
+
+def test_a_cubin_taken_as_it_is_has_no_link_phase(tmp_path):
+    module = cudamagic.load_cubin(FIXTURES / "nvcc_kernels.fatbin", arch="sm_90", cache=tmp_path)
+    assert "link (nvJitLink)" not in [p.label for p in module.report.phases]
+
+
+VARIABLES = r"""
+template <typename T> __device__ T table[4];
+__constant__ float coeffs[8];
+extern "C" __global__ void rd(float* o) { o[0] = table<float>[0] + coeffs[1]; }
+template <typename T> __global__ void k(T* o) { o[0] = table<T>[1]; }
+"""
+
+
+@pytest.mark.parametrize("names", [["table<float>"], ["coeffs"], ["k<float>", "table<float>"],
+                                   ["table<double>"]])
+def test_a_variable_given_as_a_name_expression_says_to_drop_it(tmp_path, names):
+    with pytest.raises(NameResolutionError) as err:
+        cudamagic.build(VARIABLES, names, arch="sm_90", cache=tmp_path)
+    said = str(err.value)
+    variables = [n for n in names if not n.startswith("k<")]
+    assert "-n takes kernels" in said and f"module.get_global({variables[0]!r})" in said
+    assert all(repr(v) in said for v in variables) and "k<float>" not in said
+    assert not list(tmp_path.rglob("*.val"))  # nothing cached
+
+
+def test_without_the_name_expression_the_variable_is_listed(tmp_path):
+    module = cudamagic.build(VARIABLES, ["k<float>"], arch="sm_90", cache=tmp_path)
+    assert {"table<float>", "coeffs"} <= {v.cxx_name for v in module.globals}
