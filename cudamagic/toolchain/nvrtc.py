@@ -333,20 +333,26 @@ _UNDEFINED = re.compile(r'error: identifier "(?P<name>[^"]+)" is undefined')
 # followed by the declaration retries every later '>' from every 'template <', which is
 # quadratic in text such as a long comment of repeated "template<"
 _TEMPLATE_OPEN = re.compile(r"\btemplate\s*<")
+# launch attributes (__launch_bounds__(256), __cluster_dims__(2, 1, 1)) stand before or after
+# 'void'; their arguments are dropped first (one linear pass), then the name is the word after
+_ATTR_ARGS = re.compile(r"\b(__\w{1,64}__)\s*\([^()]{0,200}\)")
 _KERNEL_AFTER = re.compile(r">\s*(?:(?:__\w{1,64}__|static|inline|extern|void)\s+)*"
-                           r"(?:__global__\s+(?:\w+\s+)*void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
+                           r"(?:__global__\s+(?:\w+\s+)*void|void\s+__global__)\s+"
+                           r"(?:__\w{1,64}__\s+){0,4}(?P<name>\w+)\s*\(")
 _SCOPE = re.compile(r"[{};]")
 _TYPE_WORDS = ("float", "double", "int", "unsigned", "long", "short", "char", "bool", "size_t",
                "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
                "uint64_t", "__half", "__nv_bfloat16", "float2", "float4", "double2")
 
 
-_GLOBAL = re.compile(r"(?:__global__\s+(?:\w+\s+){0,16}void|void\s+__global__)\s+(?P<name>\w+)\s*\(")
+_GLOBAL = re.compile(r"(?:__global__\s+(?:\w+\s+){0,16}void|void\s+__global__)\s+"
+                     r"(?:__\w{1,64}__\s+){0,4}(?P<name>\w+)\s*\(")
 
 
 def plain_kernels(source: str) -> list[str]:
     """The non-template ``__global__`` functions a source defines, by name, in order (a regular
     expression's reading, as :func:`template_kernels`)."""
+    source = _ATTR_ARGS.sub(r"\1", source)
     templates = set(template_kernels(source))
     return [n for n in dict.fromkeys(m.group("name") for m in _GLOBAL.finditer(source))
             if n not in templates]
@@ -418,6 +424,7 @@ def template_kernels(source: str) -> list[str]:
     A ``>`` followed by a kernel's declaration closes a template head where a ``template <``
     came before it with no ``{``, ``}`` or ``;`` between.
     """
+    source = _ATTR_ARGS.sub(r"\1", source)
     opens = [m.end() for m in _TEMPLATE_OPEN.finditer(source)]
     scopes = [m.start() for m in _SCOPE.finditer(source)]
     names = []
