@@ -180,6 +180,11 @@ class Module(Mapping[str, Kernel]):
             f"given with -n). It holds: {', '.join(held) or 'nothing'}"
             + (f". Closest: {', '.join(near)}" if near else ""))
 
+    def get_function(self, name: str) -> Kernel:
+        """The kernel ``name`` (its name expression, or an ``extern "C"`` kernel's name), as
+        CuPy's ``RawModule.get_function`` gives it: ``module[name]`` under CuPy's name."""
+        return self[name]
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.kernels)
 

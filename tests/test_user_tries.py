@@ -68,3 +68,39 @@ def test_a_variable_given_as_a_name_expression_says_to_drop_it(tmp_path, names):
 def test_without_the_name_expression_the_variable_is_listed(tmp_path):
     module = cudamagic.build(VARIABLES, ["k<float>"], arch="sm_90", cache=tmp_path)
     assert {"table<float>", "coeffs"} <= {v.cxx_name for v in module.globals}
+
+
+# where kernel authors put launch attributes: between void and the name (CUDA's guide), or
+# before void; each with one or two arguments
+ATTRIBUTES = ["__launch_bounds__(256)", "__launch_bounds__(256, 2)", "__launch_bounds__( 128 )",
+              "__cluster_dims__(2, 1, 1)", "__maxnreg__(32)", "__noinline__"]
+PLACES = ["__global__ void {a} k", "__global__ {a} void k", "{a} __global__ void k"]
+
+
+@pytest.mark.parametrize("attribute", ATTRIBUTES)
+@pytest.mark.parametrize("place", PLACES)
+def test_a_launch_attribute_is_not_read_as_the_kernels_name(tmp_path, attribute, place):
+    from cudamagic.toolchain.nvrtc import plain_kernels, template_kernels
+
+    declaration = place.format(a=attribute) + "(float* x) { x[threadIdx.x] = 1.0f; }"
+    template = "template <typename T>\n" + declaration.replace("float", "T")
+    assert template_kernels(template) == ["k"] and plain_kernels(template) == []
+    assert plain_kernels(declaration) == ["k"] and template_kernels(declaration) == []
+    if attribute == "__noinline__":
+        return  # a function attribute NVRTC refuses on a kernel; the reading is what counts
+    without = cudamagic.build(template, arch="sm_90", cache=tmp_path)
+    assert any("template k is not compiled" in w for w in without.report.warnings)
+    assert not any("__" in w.split("template ")[-1][:20] for w in without.report.warnings)
+    built = cudamagic.build(template, ["k<float>"], arch="sm_90", cache=tmp_path)
+    assert not any("is not compiled" in w for w in built.report.warnings)
+
+
+def test_rawmodule_code_finds_kernels_with_get_function(tmp_path):
+    # CuPy: mod = cp.RawModule(code=..., name_expressions=[...]); mod.get_function("saxpy<float>")
+    source = (r'template <typename T> __global__ void saxpy(T a, T* y) { y[0] *= a; }'
+              '\nextern "C" __global__ void fill(float* x) { x[0] = 1.0f; }')
+    module = cudamagic.build(source, ["saxpy<float>"], arch="sm_90", cache=tmp_path)
+    assert module.get_function("saxpy<float>") is module["saxpy<float>"]
+    assert module.get_function("fill").symbol == "fill"
+    with pytest.raises(NameResolutionError, match="saxpy<float>"):
+        module.get_function("saxpy<double>")
