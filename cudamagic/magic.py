@@ -189,7 +189,11 @@ class CudaMagics(Magics):
     cuda.__doc__ = magic_parser().format_help()
 
     @magic_arguments()
-    @argument("path", help="the CUBIN file (from nvcc -cubin, or another tool)")
+    @argument("path", help="the file: a CUBIN, PTX or fatbin (nvcc -cubin, -ptx, -fatbin); "
+                           "quote a path with spaces")
+    @argument("--arch", default=None, metavar="sm_XX",
+              help="the target a fatbin's CUBIN is picked for and PTX is compiled for "
+                   "(default the current device's, sm_90 without a GPU)")
     @argument("-n", "--name-expression", action="append", default=[], metavar="EXPR",
               help='a kernel to find by its C++ name, e.g. -n "ns::scale<float, 3>" '
                    "(repeatable; found by demangling the CUBIN's symbols)")
@@ -198,7 +202,7 @@ class CudaMagics(Magics):
     @argument("-q", "--quiet", action="store_true", help="show no report")
     @line_magic
     def cuda_load(self, line: str):
-        """Load a CUBIN built elsewhere and push its kernels, as %%cuda does.
+        """Load a CUBIN, PTX or fatbin built elsewhere and push its kernels, as %%cuda does.
 
         Kernels are found by demangling the CUBIN's symbols (a CUBIN from elsewhere has no
         stored name map); extern "C" and non-template kernels are pushed by their plain name.
@@ -208,7 +212,7 @@ class CudaMagics(Magics):
 
         ns = _parse(self.cuda_load, line)
         with _warnings_said_in_report() as said:
-            module = load_cubin(os.path.expanduser(ns.path), ns.name_expression,
+            module = load_cubin(os.path.expanduser(ns.path), ns.name_expression, arch=ns.arch,
                                 module=ns.module, reserved=_shell_names(self.shell))
         said += self._push(ns.module, module)
         self._show(module, module.report.with_warnings(tuple(said)), started, ns.quiet)

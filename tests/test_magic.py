@@ -119,7 +119,7 @@ def test_line_magics_document_their_arguments(tmp_path, monkeypatch):
     cache_doc = ip.find_line_magic("cuda_cache").__doc__
     assert "Inspect and manage the CUBIN cache" in cache_doc
     assert "s (seconds), m (minutes), h (hours), d (days) or w (weeks)" in " ".join(cache_doc.split())
-    assert "Load a CUBIN built elsewhere" in ip.find_line_magic("cuda_load").__doc__
+    assert "Load a CUBIN, PTX or fatbin built elsewhere" in ip.find_line_magic("cuda_load").__doc__
 
 
 def test_cuda_load_and_cuda_info(tmp_path, monkeypatch):

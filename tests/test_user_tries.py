@@ -104,3 +104,17 @@ def test_rawmodule_code_finds_kernels_with_get_function(tmp_path):
     assert module.get_function("fill").symbol == "fill"
     with pytest.raises(NameResolutionError, match="saxpy<float>"):
         module.get_function("saxpy<double>")
+
+
+@pytest.mark.parametrize("arch, sm, linked", [("sm_80", 80, False), ("sm_90", 90, False),
+                                              ("sm_100", 100, True)])
+def test_cuda_load_picks_a_fatbins_target_with_arch(tmp_path, monkeypatch, arch, sm, linked):
+    from .test_magic import _shell
+
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_line_magic("cuda_load", f'"{FIXTURES / "nvcc_kernels.fatbin"}" --arch {arch} '
+                                   "--module fb -q")
+    module = ip.user_ns["fb"]
+    assert module.image.sm == sm and "fill" in module.kernels
+    assert ("link (nvJitLink)" in module.report.text()) == linked
+    assert "PTX or fatbin" in ip.find_line_magic("cuda_load").__doc__
