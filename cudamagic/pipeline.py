@@ -505,8 +505,16 @@ def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
     return kernels
 
 
+def _image(binary: Binary, symbol: str) -> Any:
+    """The kernel's records in the CUBIN (the report reads how it is launched), or None."""
+    try:
+        return binary.image.kernel(symbol)
+    except KeyError:
+        return None
+
+
 def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, origin: str,
-            miss: Miss | None, record: EntryRecord) -> Module:
+            miss: Miss | None, record: EntryRecord, linked: bool = False) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
     that the next miss can say what changed)."""
     from .explain import CellBuild, describe, note_build
@@ -534,7 +542,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, or
 
     rows = tuple(KernelRow(k.python_name, k.name_expression, k.symbol, k.signature,
                            k.resolved_by, placeholders=ctx.demangler.placeholders,
-                           param_sizes=sizes(k)) for k in kernels.values())
+                           param_sizes=sizes(k), image=_image(binary, k.symbol))
+                 for k in kernels.values())
     report = BuildReport(
         key=ctx.key, hit=origin == "cache", origin=origin,
         miss_reason=None if miss is None else describe(miss),
@@ -543,7 +552,9 @@ def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, or
         cache_dir=ctx.store.location if ctx.store else "(not cached)",
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
-        module_name=ctx.opts.module)
+        module_name=ctx.opts.module, globals=binary.image.globals,
+        linked=linked or relocatable(ctx.options),
+        device_runtime=any(from_device_runtime(s) for s in binary.image.symbols))
     return Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders,
                   source=ctx.source)
 
@@ -710,7 +721,8 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
                 + ("; ..." if len(ambiguous) > 5 else ""))
     made = _kernels(ctx, binary, resolution.resolved, sigs, {}, strict=False, extra=instances)
     record = EntryRecord(cubin=cubin, lowered=None, arch=ctx.arch, nvrtc_version="-")
-    return _warn(_module(ctx, binary, made, origin="cubin", miss=None, record=record))
+    return _warn(_module(ctx, binary, made, origin="cubin", miss=None, record=record,
+                         linked="nvJitLink" in loaded.how))
 
 
 def _template_instances(sigs: Signatures) -> tuple[list[Resolved], list[str]]:

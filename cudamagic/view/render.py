@@ -63,6 +63,11 @@ def text_body(report: BuildReport, max_rows: int | None = None) -> list[str]:
     more = report.more_rows(max_rows)
     if more:
         lines.append(f"  ... {more}")
+    notes = report.launch_notes(max_rows)
+    if notes:
+        lines.append(_fold("  launch: ", [f"{name} {note}" for name, note in notes]))
+    if report.variables:
+        lines.append(_fold("  variables: ", report.variables))
     lines += [f"  warning: {w}" for w in report.warnings]
     lines.append(_fold("  ", [f"{k} {v}" for k, v in report.facts]))
     if report.log:
@@ -103,6 +108,13 @@ def html_body(report: BuildReport, max_rows: int | None = SHOWN_ROWS) -> str:
     more = report.more_rows(max_rows)
     if more:
         parts.append(f'<div class="cudamagic-more"><i>&hellip; {esc(more)}</i></div>')
+    notes = report.launch_notes(max_rows)
+    if notes:
+        parts.append('<div class="cudamagic-launch">launch: ' + " &middot; ".join(
+            f"<code>{esc(name)}</code> {esc(note)}" for name, note in notes) + "</div>")
+    if report.variables:
+        parts.append(f'<div class="cudamagic-variables">variables: '
+                     + " &middot; ".join(esc(v) for v in report.variables) + "</div>")
     if report.warnings:
         parts.append('<ul class="cudamagic-warnings" style="margin:4px 0;padding-left:18px">'
                      + "".join(f'<li class="cudamagic-warning">&#9888; {esc(w)}</li>'

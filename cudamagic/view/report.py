@@ -15,17 +15,53 @@ import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..cxx import parse_demangled, tidy_name as _tidy
 from ..cxx.mangled import is_too_long
 from ..units import counted, duration_text
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..toolchain.image import GlobalImage, KernelImage
+
 __all__ = ["Explanation", "KernelRow", "BuildReport", "Badge", "Phase", "SHOWN_ROWS",
            "display_signature"]
+
+#: Variables a report names; the rest are counted.
+SHOWN_VARIABLES = 10
+
+# namespaces of the headers a cell includes (libcu++, cooperative groups, CUB, Thrust, mma.h):
+# their globals are the library's, not the cell's; a namespace or plain name opening with
+# ``_`` is an internal one (``_INTERNAL_...``, ``__nv_...``); a ``$`` is in no C++ name (the
+# device runtime's strings, ``$str$1``), nor is the CUDA runtime's ``cudart`` prefix (its error
+# tables)
+_LIBRARY_NAMESPACES = ("cuda", "cooperative_groups", "cub", "thrust", "nvcuda")
+_LIBRARY_SYMBOL = re.compile(r"_ZN[LKV]*(?:" + "|".join(f"{len(n)}{n}" for n in _LIBRARY_NAMESPACES)
+                             + r"|\d+_)")
 
 #: Rows a displayed report lists up front; the rest are one click away (``str(report)`` and
 #: ``report.text()`` list them all).
 SHOWN_ROWS = 50
+
+
+def _library_global(symbol: str) -> bool:
+    """A variable of an included library (its outermost namespace is one of theirs, or an
+    internal one), not the cell's own."""
+    if not symbol.startswith("_Z"):
+        return symbol.startswith(("_", "cudart")) or "$" in symbol
+    return _LIBRARY_SYMBOL.match(symbol) is not None
+
+
+def _variable_names(symbols: list[str]) -> list[str]:
+    """The C++ names of variables (mangled inside a namespace), by libstdc++ in process."""
+    mangled = [s for s in symbols if s.startswith("_Z")]
+    if not mangled:
+        return symbols
+    from ..toolchain.demangle import concrete_demangler
+
+    concrete = concrete_demangler()
+    texts = dict(zip(mangled, concrete.demangle(mangled))) if concrete is not None else {}
+    return [texts.get(s, s) for s in symbols]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,6 +154,28 @@ class KernelRow:
     attributes: dict[str, int] | None = None
     placeholders: bool = False
     param_sizes: tuple[int, ...] | None = None
+    image: "KernelImage | None" = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def launch_note(self) -> str:
+        """How the CUBIN says the kernel is launched (``launched cooperatively (grid sync)``,
+        ``cluster 2x1x1``), or ``""``; read from its records on first showing."""
+        from ..errors import ImageError
+
+        if self.image is None:
+            return ""
+        try:
+            needs = self.image.launch
+        except ImageError:  # the launch says so
+            return ""
+        notes = []
+        if needs.grid_sync:
+            notes.append("launched cooperatively (grid sync)")
+        if needs.cluster_dims is not None:
+            notes.append("cluster " + "x".join(str(d) for d in needs.cluster_dims))
+        elif needs.requires_cluster:
+            notes.append("launched with a cluster (its size given at launch)")
+        return ", ".join(notes)
 
     @functools.cached_property
     def signature(self) -> str:
@@ -220,6 +278,9 @@ class BuildReport:
     explanation: Explanation | None = None
     cell_seconds: float | None = None
     module_name: str = ""
+    globals: "tuple[GlobalImage, ...]" = ()
+    linked: bool = False
+    device_runtime: bool = False
 
     # --- words -----------------------------------------------------------------------------
 
@@ -276,7 +337,37 @@ class BuildReport:
             else self.cache_dir
         return (("NVRTC", self.nvrtc_version), ("demangler", self.demangler),
                 ("kernels listed from", self.enumerated_by), ("cache", cache),
-                ("key", self.short_key))
+                ("key", self.short_key)) + self._linked_fact
+
+    @property
+    def _linked_fact(self) -> tuple[tuple[str, str], ...]:
+        if not self.linked:
+            return ()
+        return (("linked with", "nvJitLink" + (" + device runtime" if self.device_runtime
+                                                else "")),)
+
+    @functools.cached_property
+    def variables(self) -> tuple[str, ...]:
+        """The cell's ``__constant__``/``__device__`` variables, one item each (``coeffs (64 B,
+        constant)``): at most :data:`SHOWN_VARIABLES`, then how many more, and how many the
+        included libraries and the device runtime hold; ``()`` where there are none."""
+        if not self.globals:
+            return ()
+        own = [g for g in self.globals if not _library_global(g.name)]
+        names = _variable_names([g.name for g in own[:SHOWN_VARIABLES]])
+        items = [f"{n} ({g.size} B, {g.space})"
+                 for n, g in zip(names, own)]
+        if len(own) > SHOWN_VARIABLES:
+            items.append(f"and {len(own) - SHOWN_VARIABLES} more")
+        internal = len(self.globals) - len(own)
+        if internal:
+            items.append(f"{counted(internal, 'library global')} not shown")
+        return tuple(items)
+
+    def launch_notes(self, stop: int | None = None) -> tuple[tuple[str, str], ...]:
+        """(Python name, how it is launched) for the rows ``:stop`` whose CUBIN records say
+        more than a plain launch (read on first showing)."""
+        return tuple((r.python_name, r.launch_note) for r in self.rows[:stop] if r.launch_note)
 
     @functools.cached_property
     def phases(self) -> tuple[Phase, ...]:
