@@ -49,19 +49,23 @@ DRIVER_THREAD = "cudamagic-driver"
 def load_ipython_extension(ipython) -> None:
     """``%load_ext cudamagic``: register ``%%cuda`` and the cache magics, and get ready.
 
-    What every ``%%cuda`` cell would otherwise pay the first time is done here, once: the
-    pipeline and the report's views are imported, the toolkit's header folders and the
-    demangler are found (about 0.1 s on an H200 host; CuPy is not imported). The CUDA driver
-    starts in a background thread (about 0.4 s where CuPy has not started it yet); a cell that
-    needs it before then waits for the rest.
+    What a notebook's first ``%%cuda`` cell and first launch would otherwise pay is started
+    here. First, in a background thread: the CUDA driver (``cuInit``) and device 0's primary
+    context, the one CuPy and every launch use (each about 0.1 s on an H200 host; both calls
+    leave the interpreter free, so the notebook goes on meanwhile); a launch that comes before
+    they are done waits for the rest. ``CUDAMAGIC_EAGER_CONTEXT=0`` leaves the context to the
+    first launch (a notebook that works on another device only, or never launches). Then, here:
+    the pipeline and the report's views are imported, and the toolkit's header folders and the
+    demangler are found (CuPy is not imported).
     """
     import threading
 
+    # first: the driver's start is the longest part of a restarted notebook's way to a launch
+    threading.Thread(target=_start_driver, name=DRIVER_THREAD, daemon=True).start()
     from .magic import CudaMagics
 
     ipython.register_magics(CudaMagics)
     _prepare()
-    threading.Thread(target=_start_driver, name=DRIVER_THREAD, daemon=True).start()
 
 
 def _prepare() -> None:
@@ -79,7 +83,18 @@ def _prepare() -> None:
         pass
 
 
+#: set to ``0`` to keep ``%load_ext`` from making device 0's primary context ahead of a launch
+EAGER_CONTEXT_ENV = "CUDAMAGIC_EAGER_CONTEXT"
+
+
 def _start_driver() -> None:
+    import os
+
     from .toolchain import driver
 
-    driver.available()
+    if not driver.available() or os.environ.get(EAGER_CONTEXT_ENV, "1").strip() == "0":
+        return
+    try:
+        driver.retain_primary(0)
+    except CudaMagicError:  # the first launch makes it and says what is wrong
+        pass

@@ -6,7 +6,8 @@ an H200 host (its Cython module setup), more than a whole warm restore is allowe
 (docs/performance.md). Launches use CuPy's typed binding when CuPy is loaded, else cuda.bindings.
 Every call goes through :func:`check`, which turns a status into a typed error.
 
-Nothing is loaded until first use: ``%load_ext cudamagic`` touches no driver. A CUBIN is loaded
+Nothing is loaded until first use, except where ``%load_ext cudamagic`` starts the driver and
+makes device 0's primary context in a background thread (:func:`retain_primary`). A CUBIN is loaded
 as a *library* (``cuLibraryLoadData``): the driver puts it into each device's context lazily,
 once per device, on first use there.
 """
@@ -24,7 +25,7 @@ from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 __all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
            "launch", "fast_launch", "compute_capability", "driver_version", "device_name",
            "kernel_attributes", "kernel_function", "set_max_dynamic_shared", "device_getter",
-           "DeviceLimits", "device_limits", "max_active_blocks", "launch_ex"]
+           "DeviceLimits", "device_limits", "max_active_blocks", "launch_ex", "retain_primary"]
 
 # Errors after which the context is unusable until the process ends (CUDA's "sticky" errors).
 _STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_MISALIGNED_ADDRESS",
@@ -228,14 +229,22 @@ _primary: dict[int, int] = {}
 _primary_lock = ForkSafeLock()
 
 
-def ensure_context(device: int) -> None:
-    """Make the device's primary context (the one CuPy and the runtime use) current here."""
+def retain_primary(device: int) -> int:
+    """The device's primary context (the one CuPy and the runtime use), made once per process
+    and kept; a caller that comes while another thread makes it waits for that one."""
     lib = _require()
     with _primary_lock:
         ctx = _primary.get(device)
         if ctx is None:
             ctx = _primary[device] = _out(ctypes.c_void_p, lib.cuDevicePrimaryCtxRetain,
                                           _device(device), what="cuDevicePrimaryCtxRetain")
+    return ctx
+
+
+def ensure_context(device: int) -> None:
+    """Make the device's primary context current here."""
+    ctx = retain_primary(device)
+    lib = _lib()
     if _out(ctypes.c_void_p, lib.cuCtxGetCurrent, what="cuCtxGetCurrent") != ctx:
         check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 

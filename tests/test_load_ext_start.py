@@ -1,0 +1,97 @@
+"""What ``%load_ext cudamagic`` starts ahead of the notebook's first launch: the driver and
+device 0's primary context, in a background thread started before anything else it does
+(a restarted notebook waits for the driver longer than for anything else on its way to a
+launch). The GPU half checks the context itself; the rest runs anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: a fresh IPython that loads the extension and prints what the driver thread saw and did
+_LOAD = textwrap.dedent("""
+    import json, sys, threading
+    seen = {}
+    _start = threading.Thread.start
+    def start(self):
+        if self.name == "cudamagic-driver":
+            seen["imported when it started"] = sorted(
+                m for m in sys.modules if m.startswith("cudamagic."))
+        return _start(self)
+    threading.Thread.start = start
+    from IPython.testing.globalipapp import start_ipython
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "cudamagic")
+    import cudamagic
+    from cudamagic.toolchain import driver
+    for t in threading.enumerate():
+        if t.name == cudamagic.DRIVER_THREAD:
+            t.join(60)
+    seen["primary"] = {str(k): bool(v) for k, v in driver._primary.items()}
+    seen["available"] = driver.available()
+    if seen["available"]:
+        from cuda.bindings import driver as cu
+        err, dev = cu.cuDeviceGet(0)
+        err, flags, active = cu.cuDevicePrimaryCtxGetState(dev)
+        seen["active"] = bool(active)
+    print("SEEN " + json.dumps(seen))
+""")
+
+
+def _load(env: dict[str, str] | None = None) -> dict:
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get(
+        "PYTHONPATH", "")]), **(env or {})}
+    proc = subprocess.run([sys.executable, "-c", _LOAD], capture_output=True, text=True,
+                          timeout=180, cwd=REPO, env=full)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("SEEN "))
+    return json.loads(line[5:])
+
+
+def test_the_driver_thread_starts_before_the_pipeline_is_imported():
+    seen = _load()
+    early = seen["imported when it started"]
+    assert "cudamagic.pipeline" not in early and "cudamagic.magic" not in early, early
+
+
+@pytest.mark.gpu
+def test_load_ext_makes_device_0s_primary_context():
+    seen = _load()
+    assert seen["available"]
+    assert seen["primary"] == {"0": True}
+    assert seen["active"], "device 0's primary context is not active after %load_ext"
+
+
+@pytest.mark.gpu
+def test_cudamagic_eager_context_0_leaves_the_context_to_the_first_launch():
+    seen = _load({"CUDAMAGIC_EAGER_CONTEXT": "0"})
+    assert seen["available"]
+    assert seen["primary"] == {}
+    assert not seen["active"], "the context was made although CUDAMAGIC_EAGER_CONTEXT=0"
+
+
+@pytest.mark.gpu
+def test_a_launch_and_cupy_share_the_context_made_ahead():
+    code = _LOAD + textwrap.dedent("""
+        import cupy as cp, numpy as np, ctypes
+        mod = cudamagic.build('extern "C" __global__ void f(float* x) { x[threadIdx.x] = 2; }')
+        x = cp.zeros(32, dtype=cp.float32)
+        mod["f"]((1,), (32,), (x,))
+        assert float(x.sum()) == 64.0
+        err, cur = cu.cuCtxGetCurrent()
+        print("SAME " + json.dumps(int(cur) == driver._primary[0]))
+    """)
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get(
+        "PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180, cwd=REPO, env=full)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SAME true" in proc.stdout, proc.stdout
