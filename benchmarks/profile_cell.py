@@ -187,6 +187,13 @@ def imports_run(kind: str, n: int, gpu: bool, work: str, env: dict, pause: float
     return rows, figures
 
 
+def _thread_name() -> str:
+    """The name the package gives its background thread (read from it, never spelled here)."""
+    import cudamagic
+
+    return cudamagic.DRIVER_THREAD
+
+
 def _prewarm(fig: dict) -> str:
     if not fig["prewarm_alive"]:
         return "already done"
@@ -214,7 +221,8 @@ def render(kind: str, n: int, gpu: bool, tree: str, prof: dict,
         "round trip; idle in the profile)",
         f"cell 0 (import CuPy{', context' if gpu else ''}, %load_ext): "
         f"{prof['cell0_s'] * 1e3:.1f} ms",
-        f"%load_ext's background import (cudamagic-prewarm) when cell 1 started: "
+        f"%load_ext's background thread ({_thread_name()}: the driver and device 0's context) "
+        f"when cell 1 started: "
         f"{_prewarm(prof)} (profiled run), {_prewarm(imp)} (import-time run)",
         f"imports during cell 1: {imp['modules']} modules, "
         f"{sum(r[0] for r in imports) / 1e3:.1f} ms summed own time (under -X importtime, "
