@@ -13,6 +13,12 @@ What is measured. Two notebooks, each run top to bottom by nbclient in a fresh `
   with cudamagic's dialect and ``-I`` folders (CuPy's CCCL and the toolkit's headers); then an
   untimed check cell.
 
+- floor: cell 0 as CuPy's plus a ``%%floor`` cell magic (:data:`FLOOR_SETUP`); cell 1 the
+  ``%%cuda`` cell's line and source under ``%%floor``: the least a warm cell can do in the same
+  kernel (the line split into its names, the entry's value file read, one sha256, the CUBIN's
+  ELF symbol table, a dict, one small HTML display). cudamagic / floor is the ratio issue 21's
+  "1.5x its floor" reads.
+
 Both are served from their caches: ``CUDAMAGIC_CACHE_DIR`` and ``CUPY_CACHE_DIR`` point at fresh
 temporary folders, and a first, untimed run of each notebook fills them (and the bytecode of
 everything imported). Then the timed runs alternate cudamagic, CuPy, cudamagic, CuPy, ...; each
@@ -67,7 +73,48 @@ except TypeError:
 print("BENCH-CHECK " + json.dumps({"hit": bool(cuda_module.hit), "kernels": _n}))"""
 CHECK_CUPY = 'print("BENCH-CHECK " + __import__("json").dumps({"kernels": len(kernels)}))'
 
-TOOLS = ("cudamagic", "cupy")
+#: The floor's cell 0 (untimed): a ``%%floor`` cell magic that does the least a warm cell can do
+#: with the same line and source, in the same kernel: split the line into its names, read the
+#: cache entry's value file, one sha256 over it, the CUBIN's ELF symbol table (global
+#: and weak functions), a dict of names to symbols, one small HTML display. The entry is the largest
+#: value file in the cache folder the cudamagic warm-up filled.
+FLOOR_SETUP = r"""
+import glob as _g, hashlib as _h, html as _html, os as _os, shlex as _shlex, struct as _st
+from IPython.core.magic import no_var_expand as _literal, register_cell_magic as _reg
+from IPython.display import display as _display
+_VALUE = max(_g.glob(_os.path.join(_os.environ["CUDAMAGIC_CACHE_DIR"], "**", "*.val"),
+                     recursive=True), key=_os.path.getsize)
+
+def _symbols(elf):
+    shoff, = _st.unpack_from("<Q", elf, 0x28)
+    size, count = _st.unpack_from("<HH", elf, 0x3A)
+    secs = [_st.unpack_from("<IIQQQQIIQQ", elf, shoff + i * size) for i in range(count)]
+    for sec in secs:
+        if sec[1] == 2:  # SHT_SYMTAB, its strings in the section sh_link names
+            names = secs[sec[6]][4]
+            table = elf[sec[4]:sec[4] + sec[5]]
+            return [elf[names + n:elf.index(b"\0", names + n)].decode()
+                    for n, info, _, _, _, _ in _st.iter_unpack("<IBBHQQ", table)
+                    if info in (0x12, 0x22)]  # STT_FUNC, STB_GLOBAL or STB_WEAK (templates)
+    return []
+
+@_reg
+@_literal  # as %%cuda: no $var expansion of a line of a thousand options
+def floor(line, cell):
+    names = _shlex.split(line)[1::2]
+    with open(_VALUE, "rb") as f:
+        data = f.read()
+    _h.sha256(data).digest()
+    kernels = dict(zip(names, _symbols(data[data.find(b"\x7fELF"):])))
+    rows = "".join(f"<tr><td>{_html.escape(k)}</td><td>{_html.escape(v)}</td></tr>"
+                   for k, v in list(kernels.items())[:50])
+    _display({"text/html": f"<table>{rows}</table>", "text/plain": f"{len(kernels)} kernels"},
+             raw=True)
+    globals()["floor_kernels"] = len(kernels)
+"""
+CHECK_FLOOR = 'print("BENCH-CHECK " + __import__("json").dumps({"kernels": floor_kernels}))'
+
+TOOLS = ("cudamagic", "cupy", "floor")
 
 
 class MissedCache(AssertionError):
@@ -79,6 +126,9 @@ def notebook(tool: str, kind: str, n: int, gpu: bool) -> list[str]:
     if tool == "cudamagic":
         return [cell0(True, gpu), cuda_cell(kind, n), *(["cuda_module.load()"] if gpu else []),
                 CHECK_CUDAMAGIC]
+    if tool == "floor":
+        return [cell0(False, gpu) + "\n" + FLOOR_SETUP,
+                cuda_cell(kind, n).replace("%%cuda ", "%%floor ", 1), CHECK_FLOOR]
     return [cell0(False, gpu), cupy_cell(kind, n, cupy_options()), CHECK_CUPY]
 
 
@@ -114,7 +164,7 @@ def _checked(tool: str, run, n: int, cupy_cache: str | None, cupy_files: int | N
 def measure(kind: str, n: int, repeats: int, gpu: bool, pause: float = 0.0,
             timeout: int = 600) -> dict:
     """Warm up both notebooks, then ``repeats`` alternated timed runs of each; the raw seconds."""
-    tools = TOOLS if gpu else ("cudamagic",)
+    tools = TOOLS if gpu else ("cudamagic", "floor")
     work = tempfile.mkdtemp(prefix="cudamagic-cell-")
     caches = {"cudamagic": os.path.join(work, "cudamagic-cache"),
               "cupy": os.path.join(work, "cupy-cache")}
@@ -189,6 +239,13 @@ def table(cases: list[dict], gpu: bool = True) -> tuple[list[str], dict]:
     add("cell", "cell", "cell", "cell_client")
     add("cell + load()", "cell_load", "cell")
     add("notebook", "notebook", "notebook", "notebook_client")
+    for c in cases:  # the floor: the least a warm cell can do (FLOOR_SETUP), same kernel, same run
+        floor = c["median"].get("floor", {}).get("cell")
+        if floor is not None:
+            ours = c["median"]["cudamagic"]["cell"]
+            label = f"{c['source']}, {c['names']} name{'s' if c['names'] != 1 else ''}"
+            rows.append(f"| floor: {label} (cudamagic / floor in the ratio column) | "
+                        f"{_ms(floor)} | | {_ratio(ours, floor)} | – |")
     # cell 0 is the same in every case: pool the runs
     pooled = {t: [x for c in cases for x in c["raw"].get(t, {}).get("cell0", [])] for t in TOOLS}
     cell0 = {t: median(v) if v else None for t, v in pooled.items()}

@@ -108,3 +108,33 @@ def test_a_fresh_process_is_served_from_the_cache_and_tabled(bench, capsys):
     assert {"seconds", "import", "build", "load", "process"} <= set(med)
     assert med["process"] > med["seconds"] >= med["build"]
     assert res["table"][2].startswith("| small, 2 names |")
+
+
+def test_the_warm_cell_floor_reads_every_kernel_of_the_cached_entry(tmp_path):
+    """The floor (benchmarks/warm_cell.py's ``%%floor``) does a warm cell's least work on the
+    real entry: it must find each of the cell's kernels in the CUBIN the cache holds."""
+    import os
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, "benchmarks")
+        import cudamagic, warm_cell
+        from common import SOURCES, cuda_cell, names
+        n = 12
+        cudamagic.build(SOURCES["small"][0], name_expressions=names("small", n))
+        from IPython.testing.globalipapp import start_ipython
+        ip = start_ipython()
+        ip.run_cell(warm_cell.FLOOR_SETUP)
+        cell = cuda_cell("small", n).replace("%%cuda ", "%%floor ", 1)
+        line, source = cell.split("\\n", 1)
+        ip.run_cell_magic("floor", line.removeprefix("%%floor "), source)
+        print("FOUND", ip.user_ns["floor_kernels"])
+    """)
+    env = {**os.environ, "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FOUND 12" in proc.stdout, proc.stdout
