@@ -55,8 +55,8 @@ def load_ipython_extension(ipython) -> None:
     leave the interpreter free, so the notebook goes on meanwhile); a launch that comes before
     they are done waits for the rest. ``CUDAMAGIC_EAGER_CONTEXT=0`` leaves the context to the
     first launch (a notebook that works on another device only, or never launches). Then, here:
-    the pipeline and the report's views are imported, and the toolkit's header folders and the
-    demangler are found (CuPy is not imported).
+    the pipeline and the report's views are imported, the toolkit's header folders and the
+    demangler are found, and the cache is opened (CuPy is not imported).
     """
     import threading
 
@@ -80,6 +80,12 @@ def _prepare() -> None:
         default_demangler()
         concrete_demangler()
     except Exception:  # the first %%cuda cell does the same work and reports any failure
+        pass
+    try:
+        from .store import open_default_ahead
+
+        open_default_ahead()
+    except Exception:  # the first %%cuda cell opens it and says what is wrong
         pass
 
 

@@ -95,3 +95,42 @@ def test_a_launch_and_cupy_share_the_context_made_ahead():
                           timeout=180, cwd=REPO, env=full)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SAME true" in proc.stdout, proc.stdout
+
+
+_OPENED = textwrap.dedent("""
+    import json, warnings
+    from IPython.testing.globalipapp import start_ipython
+    ip = start_ipython()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ip.run_line_magic("load_ext", "cudamagic")
+    from cudamagic.store import default_cache_opened
+    print("OPENED " + json.dumps({"opened": default_cache_opened(),
+                                  "said": [str(w.message) for w in caught]}))
+""")
+
+
+def _opened(folder: Path) -> dict:
+    env = {**os.environ, "CUDAMAGIC_CACHE_DIR": str(folder), "PYTHONPATH": os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", _OPENED], capture_output=True, text=True,
+                          timeout=180, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("OPENED "))
+    return json.loads(line[7:])
+
+
+def test_load_ext_opens_the_cache_so_the_first_cell_finds_it_open(tmp_path):
+    seen = _opened(tmp_path / "cache")
+    assert seen == {"opened": True, "said": []}
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o707])
+def test_a_cache_folder_that_would_warn_is_left_for_the_first_cell_to_say_so(tmp_path, mode):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.chmod(folder, mode)
+    seen = _opened(folder)
+    # nothing said at %load_ext: the first %%cuda cell opens it and says it in its report
+    # (tests/test_magic.py::test_an_untrusted_cache_folder_is_said_once_in_the_report)
+    assert seen == {"opened": False, "said": []}
