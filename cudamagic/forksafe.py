@@ -15,7 +15,7 @@ import threading
 import weakref
 from typing import Any
 
-__all__ = ["ForkSafeLock"]
+__all__ = ["ForkSafeLock", "once"]
 
 
 class ForkSafeLock:
@@ -51,6 +51,32 @@ class ForkSafeLock:
 
 
 _all: "weakref.WeakSet[ForkSafeLock]" = weakref.WeakSet()
+
+
+class once:  # noqa: N801 - used as a decorator, like functools.cached_property
+    """A value computed on first use and kept on the instance, like
+    ``functools.cached_property`` but without its lock.
+
+    Python 3.11's ``cached_property`` holds one lock per property for all instances while it
+    computes: a fork while another thread computes one leaves the child's first use of that
+    property, on any instance, waiting for ever. Here two threads may both compute the value;
+    the first one stored is the one every caller gets.
+    """
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        # a non-data descriptor: once the value is in the instance's __dict__, Python reads it
+        # from there and this is not called again
+        return obj.__dict__.setdefault(self.name, self.fn(obj))
 
 
 def _after_fork_in_child() -> None:

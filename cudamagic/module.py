@@ -37,9 +37,9 @@ class Binary:
                 lib = driver.Library.load(self.cubin)
                 # one call, not a name per kernel: the GPU tests compare the names themselves
                 count = lib.kernel_count()
-                if count != len(self.image.kernels):  # the driver agrees with the ELF
+                if count != len(self.image.symbols):  # the driver agrees with the ELF
                     raise ImageError(f"the driver finds {count} kernels in the CUBIN, its ELF "
-                                     f"symbol table {len(self.image.kernels)}")
+                                     f"symbol table {len(self.image.symbols)}")
                 self._lib = lib
             return self._lib
 
@@ -154,14 +154,16 @@ class Module(Mapping[str, Kernel]):
         return DeviceGlobal(var, ptr, device, dtype, self)
 
     def load(self, device: int | None = None) -> "Module":
-        """Load every kernel on a device now (default: the current one) instead of at first call.
+        """Load the module on a device now (default: the current one) instead of at first call:
+        the CUBIN into the driver and into the device's context, two driver calls whatever the
+        number of kernels. Each kernel's own handle is looked up by its first call (microseconds):
+        a module of 1000 kernels of which a few are launched asks the driver for those few.
 
         :raises NoDeviceError: no CUDA device is available.
         """
         device = driver.current_device() if device is None else device
         driver.ensure_context(device)
-        for kern in self.kernels.values():
-            kern.function(device, context_ready=True)
+        self._binary._library().module()
         return self
 
     def __getitem__(self, expr: str) -> Kernel:

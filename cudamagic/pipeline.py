@@ -499,7 +499,7 @@ def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
         name = namer.name(r.name_expression, r.symbol, stored)
         kernels[r.name_expression] = Kernel(
             binary, name_expression=r.name_expression, symbol=r.symbol, python_name=name,
-            signatures=sigs, resolved_by=r.resolved_by, image=binary.image.kernel(r.symbol))
+            signatures=sigs, resolved_by=r.resolved_by)
     ctx.notes.extend(unnamed_hints(ctx.source, ctx.opts.name_expressions, sigs,
                                    {k.symbol for k in kernels.values()}))
     return kernels

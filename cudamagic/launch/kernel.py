@@ -13,7 +13,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from ..forksafe import ForkSafeLock
+from ..forksafe import ForkSafeLock, once
 from ..cxx import Signatures
 from ..errors import LaunchError, NoDeviceError
 from ..toolchain import driver
@@ -25,6 +25,9 @@ from .params import ParamSpec, param_specs
 __all__ = ["Kernel"]
 
 _get_ident = threading.get_ident
+# guards a kernel's first handle per device and its first launcher; one for every kernel (each
+# is held for a dictionary update), so that a restore of 1000 kernels makes no lock per kernel
+_SETUP = ForkSafeLock()
 
 
 class Kernel:
@@ -74,7 +77,10 @@ class Kernel:
     __slots__ = ("__call__", "__dict__", "__weakref__")
 
     def __init__(self, binary: Any, name_expression: str, symbol: str, python_name: str,
-                 signatures: Signatures, resolved_by: str, image: KernelImage) -> None:
+                 signatures: Signatures, resolved_by: str,
+                 image: KernelImage | None = None) -> None:
+        # a restore makes one per name expression: only what a call needs at once is set here,
+        # the rest (signature, CUBIN records, parameter table) is read on first use
         self.binary = binary
         self.module: Any = None
         self.__call__ = self._any_thread
@@ -83,23 +89,30 @@ class Kernel:
         self.python_name = python_name
         # what function tools read (cupyx.profiler.benchmark names its report by it)
         self.__name__ = self.__qualname__ = python_name
-        self.signature = signatures.text(symbol)
         self.resolved_by = resolved_by
         self._signatures = signatures
-        self._image = image
-        self._params: tuple[ParamSpec, ...] | None | bool = False  # False: not read yet
+        if image is not None:  # else read from the binary's CUBIN on first use
+            self.__dict__["_image"] = image
         self._handles: dict[int, int] = {}  # device -> CUkernel (launches take it as it is)
         self._shared_limit: dict[int, int] = {}
         self._launchers: dict[int, Launcher] = {}  # by thread
-        self._lock = ForkSafeLock()
 
-    @property
+    @once
+    def signature(self) -> str:
+        """The demangled signature."""
+        return self._signatures.text(self.symbol)
+
+    @once
+    def _image(self) -> KernelImage:
+        """The kernel's records in its binary's CUBIN (one object per symbol: the image
+        hands every thread the same)."""
+        return self.binary.image.kernel(self.symbol)
+
+    @once
     def params(self) -> tuple[ParamSpec, ...] | None:
         """The parameter table (read from the CUBIN and the signature on first use, so a restore
         of many kernels parses only those that are called)."""
-        if self._params is False:
-            self._params = param_specs(self._image, self._signatures[self.symbol])
-        return self._params  # type: ignore[return-value]
+        return param_specs(self._image, self._signatures[self.symbol])
 
     @property
     def launch_needs(self) -> LaunchNeeds:
@@ -126,10 +139,13 @@ class Kernel:
     def _handle(self, device: int, context_ready: bool = False) -> int:
         handle = self._handles.get(device)
         if handle is None:
-            with self._lock:
-                if not context_ready:
-                    driver.ensure_context(device)
-                handle = self._handles[device] = self.binary._library().kernel(self.symbol)
+            if not context_ready:
+                driver.ensure_context(device)
+            library = self.binary._library()  # its own lock: loaded once per process
+            with _SETUP:
+                handle = self._handles.get(device)
+                if handle is None:
+                    handle = self._handles[device] = library.kernel(self.symbol)
         return handle
 
     def function(self, device: int | None = None, context_ready: bool = False) -> int:
@@ -201,7 +217,7 @@ class Kernel:
         sample = sample if isinstance(sample, (tuple, list)) else ()
         launcher = generate_launcher(self.name_expression, self.params, self._launch_hooks(),
                                      sample, shape, self.launch_needs)
-        with self._lock:
+        with _SETUP:
             first = not self._launchers
             # by thread: a thread id reused after a thread ends takes over a dead thread's buffer
             self._launchers[_get_ident()] = launcher

@@ -56,6 +56,7 @@ _PROTOTYPES = {
     "cuLibraryEnumerateKernels": [ctypes.POINTER(_p), _u, _p],
     "cuKernelGetName": [ctypes.POINTER(ctypes.c_char_p), _p],
     "cuLibraryGetKernel": [ctypes.POINTER(_p), _p, ctypes.c_char_p],
+    "cuLibraryGetModule": [ctypes.POINTER(_p), _p],
     "cuKernelGetFunction": [ctypes.POINTER(_p), _p],
     "cuKernelGetAttribute": [ctypes.POINTER(_i), _i, _p, _i],
     "cuKernelSetAttribute": [_i, _i, _p, _i],
@@ -291,6 +292,12 @@ class Library:
         check(_lib().cuLibraryGetGlobal(ctypes.byref(ptr), ctypes.byref(size), self.handle,
                                         symbol.encode()), f"cuLibraryGetGlobal({symbol})")
         return ptr.value, size.value
+
+    def module(self) -> int:
+        """The library's ``CUmodule`` in the current context: loads it there now (one call,
+        whatever the kernel count; each kernel's code follows on its first use)."""
+        return _out(ctypes.c_void_p, _lib().cuLibraryGetModule, self.handle,
+                    what="cuLibraryGetModule")
 
     def kernel(self, symbol: str) -> int:
         """The ``CUkernel`` handle (an address) of one symbol."""

@@ -13,12 +13,13 @@ Python: no CUDA.
 
 from __future__ import annotations
 
-import functools
+import operator
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..errors import ImageError
+from ..forksafe import once
 
 __all__ = ["Param", "KernelImage", "KernelResources", "LaunchNeeds", "GlobalImage", "CubinImage",
            "read_cubin"]
@@ -121,6 +122,9 @@ class LaunchNeeds:
     max_threads: tuple[int, int, int] | None = None
 
 
+_FROM_ELF = object()  # a KernelImage's info not given: read from its CUBIN
+
+
 @dataclass(frozen=True)
 class GlobalImage:
     """One ``__constant__`` or ``__device__`` variable of a CUBIN (an ELF OBJECT symbol).
@@ -148,29 +152,39 @@ class GlobalImage:
     initialized: bool
 
 
-@dataclass(frozen=True)
 class KernelImage:
-    """One kernel of a CUBIN.
+    """One kernel of a CUBIN, its records read on first use (a restore of 1000 kernels reads
+    only those that are called or shown).
 
     Attributes
     ----------
     symbol : str
         The mangled name (or the plain name of an ``extern "C"`` kernel).
     info : bytes or None
-        Its ``.nv.info.<symbol>`` section, read into :attr:`params` on first use (a restore of
-        1000 kernels reads only those that are called).
+        Its ``.nv.info.<symbol>`` section (None: there is none), read into :attr:`params`.
     params : tuple of Param or None
         Parameters in ordinal order; None where the CUBIN carries no parameter records.
     resources : KernelResources or None
         Registers, shared, constant and local memory; None for a kernel made without its CUBIN.
     """
 
-    symbol: str
-    info: bytes | None = None
-    symbol_index: int = -1
-    elf: "_Elf | None" = field(default=None, repr=False, compare=False)
+    def __init__(self, symbol: str, info: "bytes | None | object" = _FROM_ELF,
+                 symbol_index: int = -1, elf: "_Elf | None" = None) -> None:
+        self.symbol = symbol
+        self.symbol_index = symbol_index
+        self.elf = elf
+        if info is not _FROM_ELF:  # given: the property below is never asked
+            self.__dict__["info"] = info
 
-    @functools.cached_property
+    def __repr__(self) -> str:
+        return f"KernelImage({self.symbol!r}, symbol_index={self.symbol_index})"
+
+    @once
+    def info(self) -> bytes | None:
+        """Its ``.nv.info.<symbol>`` section, or None."""
+        return self.elf.info(self.symbol) if self.elf is not None else None
+
+    @once
     def params(self) -> tuple[Param, ...] | None:
         """Parameters in ordinal order; None where the CUBIN carries no parameter records.
 
@@ -178,7 +192,7 @@ class KernelImage:
         """
         return _kparams(self.info) if self.info is not None else None
 
-    @functools.cached_property
+    @once
     def resources(self) -> KernelResources | None:
         """Registers, shared, constant and local memory as the CUBIN records them (read on
         first use).
@@ -187,7 +201,7 @@ class KernelImage:
         """
         return self.elf.resources(self.symbol, self.symbol_index) if self.elf else None
 
-    @functools.cached_property
+    @once
     def launch(self) -> LaunchNeeds:
         """How the kernel must be launched (grid synchronisation, clusters), read on first use.
 
@@ -198,29 +212,49 @@ class KernelImage:
         return self.elf.launch_needs(self.symbol, self.symbol_index, self.info)
 
 
-@dataclass(frozen=True)
 class CubinImage:
-    """The kernels of one CUBIN, in symbol-table order, and the target it was built for."""
+    """The kernels of one CUBIN, in symbol-table order, and the target it was built for.
 
-    kernels: tuple[KernelImage, ...]
-    sm: int | None
-    globals: tuple[GlobalImage, ...] = ()
+    Only the symbol table is read when it is made (:attr:`symbols`, :attr:`sm`); each kernel's
+    records (:meth:`kernel`), the module's variables (:attr:`globals`) and the section names
+    they need are read on first use.
+    """
 
-    @property
-    def symbols(self) -> tuple[str, ...]:
-        """Every kernel's symbol."""
-        return tuple(k.symbol for k in self.kernels)
+    def __init__(self, symbols: tuple[str, ...], indices: tuple[int, ...], sm: int | None,
+                 elf: "_Elf") -> None:
+        self.symbols = symbols
+        self.sm = sm
+        self._indices = indices
+        self._elf = elf
+        self._made: dict[str, KernelImage] = {}
 
-    @functools.cached_property
-    def _by_symbol(self) -> dict[str, KernelImage]:
-        return {k.symbol: k for k in self.kernels}
+    def __repr__(self) -> str:
+        return f"<CubinImage sm_{self.sm}, {len(self.symbols)} kernels>"
+
+    @once
+    def _index(self) -> dict[str, int]:
+        return dict(zip(self.symbols, self._indices))
+
+    @once
+    def kernels(self) -> tuple[KernelImage, ...]:
+        """Every kernel's records, in symbol-table order."""
+        return tuple(self.kernel(s) for s in self.symbols)
+
+    @once
+    def globals(self) -> tuple[GlobalImage, ...]:
+        """The module's ``__constant__`` and ``__device__`` variables."""
+        return self._elf.globals()
 
     def kernel(self, symbol: str) -> KernelImage:
-        """The kernel with this symbol.
+        """The kernel with this symbol (one object per symbol, whichever thread asks first).
 
         :raises KeyError: no kernel has that symbol.
         """
-        return self._by_symbol[symbol]
+        made = self._made.get(symbol)
+        if made is None:
+            made = self._made.setdefault(symbol, KernelImage(symbol, symbol_index=self._index[
+                symbol], elf=self._elf))
+        return made
 
     def global_(self, name: str) -> GlobalImage:
         """The ``__constant__``/``__device__`` variable with this symbol.
@@ -234,19 +268,70 @@ _RESERVED_SHARED = 1024  # shared memory the system reserves per block (sm_80 an
 
 
 class _Elf:
-    """The section table of one CUBIN, kept for what is read lazily (resources)."""
+    """The section table of one CUBIN, for what is read lazily (records, resources, variables):
+    the section names and the tables are parsed on first use."""
 
-    def __init__(self, data: bytes, sections: list[tuple], index_of: dict[str, int]) -> None:
+    def __init__(self, data: bytes, e_shoff: int, e_shstrndx: int, symtabs: tuple[int, ...],
+                 spans: tuple[list[int], list[int], list[int]]) -> None:
         self.data = data
-        self.sections = sections
-        self.index_of = index_of
+        self._shoff, self._shnum, self._shstrndx = e_shoff, len(spans[0]), e_shstrndx
+        self._symtabs = symtabs
+        self._offsets, self._sizes, self._links = spans  # per section, as _read found them
+
+    def _span(self, i: int) -> bytes:
+        """Section ``i``'s bytes, without the full table."""
+        return self.data[self._offsets[i]:self._offsets[i] + self._sizes[i]]
+
+    @once
+    def sections(self) -> list[tuple]:
+        """``(name offset, type, offset, size, link, entsize, info)`` of every section."""
+        return [(name, stype, off, size, link, entsize, info)
+                for name, stype, _flags, _addr, off, size, link, info, _align, entsize
+                in struct.iter_unpack("<IIQQQQIIQQ", self.data[
+                    self._shoff:self._shoff + self._shnum * 64])]
+
+    @once
+    def names(self) -> list[str]:
+        """Every section's name."""
+        shstr = _section_bytes(self.data, self.sections[self._shstrndx])
+        return _strings(shstr, [s[0] for s in self.sections])
+
+    @once
+    def index_of(self) -> dict[str, int]:
+        """Section name -> its index."""
+        return {name: i for i, name in enumerate(self.names)}
+
+    def info(self, symbol: str) -> bytes | None:
+        """A kernel's ``.nv.info.<symbol>`` section, or None."""
+        return self._info(symbol)
+
+    def globals(self) -> tuple[GlobalImage, ...]:
+        """The OBJECT symbols of every symbol table that live in constant or global memory
+        (only the sections such symbols are in are named: a CUBIN of many kernels has few)."""
+        table = memoryview(self.data)[self._shoff:self._shoff + self._shnum * 64].cast("I")
+        name_at = table[0::16].tolist()
+        out: list[GlobalImage] = []
+        for i in self._symtabs:
+            symtab = self._span(i)
+            symtab = symtab[:len(symtab) // 24 * 24]
+            meta = memoryview(symtab).cast("I")[1::6].tolist()
+            picked = [j for j, m in enumerate(meta) if m & 0xF in (_STT_OBJECT, _STT_CUDA_OBJECT)
+                      and 0 < m >> 16 < self._shnum]
+            if not picked:
+                continue
+            where = {m >> 16 for m in (meta[j] for j in picked)}
+            names = dict(zip(where, _strings(self._span(self._shstrndx),
+                                             [name_at[k] for k in where])))
+            entries = [struct.unpack_from("<IBBHQQ", symtab, 24 * j) for j in picked]
+            out += _globals(entries, self._span(self._links[i]), names)
+        return tuple(out)
 
     def section(self, name: str) -> tuple | None:
         """The section with this name, or None."""
         i = self.index_of.get(name)
         return None if i is None else self.sections[i]
 
-    @functools.cached_property
+    @once
     def per_symbol(self) -> dict[int, dict[int, int]]:
         """symbol index -> {attribute: value} from the CUBIN-wide ``.nv.info`` section."""
         out: dict[int, dict[int, int]] = {}
@@ -260,7 +345,7 @@ class _Elf:
                 out.setdefault(sym, {})[attr] = value
         return out
 
-    @functools.cached_property
+    @once
     def functions(self) -> dict[int, str]:
         """symbol index -> name of every FUNC symbol (kernels and the functions they call)."""
         out: dict[int, str] = {}
@@ -274,7 +359,7 @@ class _Elf:
             if e[1] & 0xF == _STT_FUNC and e[3] != 0]
         return dict(zip((j for j, _ in entries), _strings(strtab, [o for _, o in entries])))
 
-    @functools.cached_property
+    @once
     def callees(self) -> dict[int, set[int]]:
         """caller -> callees by symbol index, from ``.nv.callgraph`` (functions not inlined:
         ``__noinline__``, ``-G``, relocatable code)."""
@@ -356,13 +441,6 @@ class _Elf:
                                local_bytes=attrs.get(_EIATTR_FRAME_SIZE, 0))
 
 
-def _cstr(blob: bytes, offset: int) -> str:
-    end = blob.find(b"\0", offset)
-    if end < 0:
-        raise ImageError("a string table entry runs past the end of its section")
-    return blob[offset:end].decode("utf-8", "replace")
-
-
 def read_cubin(data: bytes) -> CubinImage:
     """List the kernels of a CUBIN from its ELF symbol table.
 
@@ -402,35 +480,35 @@ def _header(data: bytes) -> tuple[int, int, int, int]:
 
 def _read(data: bytes) -> CubinImage:
     e_flags, e_shoff, e_shnum, e_shstrndx = _header(data)
-    sections = []
-    # one C loop over the section table (a CUBIN of 1000 kernels has 4000 sections)
-    for i, (name, stype, _flags, _addr, off, size, link, info, _align, entsize) in enumerate(
-            struct.iter_unpack("<IIQQQQIIQQ", data[e_shoff:e_shoff + e_shnum * 64])):
-        if stype != _SHT_NOBITS and off + size > len(data):  # NOBITS holds no bytes
-            raise ImageError(f"the CUBIN is truncated: section {i} lies past the end")
-        sections.append((name, stype, off, size, link, entsize, info))
-    shstr = _section_bytes(data, sections[e_shstrndx])
-    names = _strings(shstr, [s[0] for s in sections])
-
-    index_of = {name: i for i, name in enumerate(names)}
-    elf = _Elf(data, sections, index_of)
-    kernels: list[KernelImage] = []
-    variables: list[GlobalImage] = []
-    for sec in sections:
-        if sec[1] != _SHT_SYMTAB:
-            continue
-        symtab = _section_bytes(data, sec)
-        strtab = _section_bytes(data, sections[sec[4]])
-        symbols = list(struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24]))
-        entries = [(j, e[0]) for j, e in enumerate(symbols)
-                   if e[1] & 0xF == _STT_FUNC and e[3] != 0 and e[2] & _STO_CUDA_ENTRY]
-        for (j, _), symbol in zip(entries, _strings(strtab, [e[1] for e in entries])):
-            info_index = index_of.get(".nv.info." + symbol)
-            kernels.append(KernelImage(symbol, None if info_index is None
-                                       else _section_bytes(data, sections[info_index]), j, elf))
-        variables += _globals(symbols, strtab, names, sections)
+    # the symbol table first, through typed views of the tables: no Python object per section
+    # or per symbol that is not a kernel (the rest is read on first use, by _Elf)
+    table = memoryview(data)[e_shoff:e_shoff + e_shnum * 64]
+    types = table.cast("I")[1::16].tolist()
+    words = table.cast("Q")
+    offsets, sizes = words[3::8].tolist(), words[4::8].tolist()
+    if e_shnum and max(map(operator.add, offsets, sizes)) > len(data):
+        for i, (stype, off, size) in enumerate(zip(types, offsets, sizes)):
+            if stype != _SHT_NOBITS and off + size > len(data):  # NOBITS holds no bytes
+                raise ImageError(f"the CUBIN is truncated: section {i} lies past the end")
+    links = table.cast("I")[10::16].tolist()
+    symtabs = tuple(i for i, t in enumerate(types) if t == _SHT_SYMTAB)
+    symbols: list[str] = []
+    indices: list[int] = []
+    for i in symtabs:
+        size = sizes[i] // 24 * 24
+        symtab = memoryview(data)[offsets[i]:offsets[i] + size].cast("I")
+        # st_info | st_other << 8 | st_shndx << 16: a FUNC with the CUDA entry bit, defined
+        meta = symtab[1::6].tolist()
+        picked = [j for j, m in enumerate(meta)
+                  if m & 0xF == _STT_FUNC and m >> 16 and m & (_STO_CUDA_ENTRY << 8)]
+        names = symtab[0::6].tolist()
+        link = links[i]
+        strtab = data[offsets[link]:offsets[link] + sizes[link]]
+        symbols += _strings(strtab, [names[j] for j in picked])
+        indices += picked
     sm = (e_flags >> 8) & 0xFF if e_flags >> 8 & 0xFF else None
-    return CubinImage(tuple(kernels), sm, tuple(variables))
+    return CubinImage(tuple(symbols), tuple(indices), sm,
+                      _Elf(data, e_shoff, e_shstrndx, symtabs, (offsets, sizes, links)))
 
 
 # the sections that hold a module's variables, and the memory each is in
@@ -438,11 +516,11 @@ _VARIABLE_SECTIONS = {".nv.constant3": "constant", ".nv.global": "global",
                       ".nv.global.init": "global"}
 
 
-def _globals(symbols: list[tuple], strtab: bytes, names: list[str], sections: list[tuple]
-             ) -> list[GlobalImage]:
-    """The OBJECT symbols of a symbol table that live in constant or global memory."""
+def _globals(symbols: list[tuple], strtab: bytes, names: dict[int, str]) -> list[GlobalImage]:
+    """The OBJECT symbols of a symbol table that live in constant or global memory (``names``:
+    section index -> name, for the sections they are in)."""
     picked = [e for e in symbols if e[1] & 0xF in (_STT_OBJECT, _STT_CUDA_OBJECT)
-              and 0 < e[3] < len(names) and names[e[3]] in _VARIABLE_SECTIONS]
+              and names.get(e[3]) in _VARIABLE_SECTIONS]
     # .nv.global holds no bytes (NOBITS, or a CUDA section type of the same meaning in -rdc)
     return [GlobalImage(name=name, size=e[5], space=_VARIABLE_SECTIONS[names[e[3]]],
                         offset=e[4], initialized=names[e[3]] != ".nv.global")
@@ -450,14 +528,16 @@ def _globals(symbols: list[tuple], strtab: bytes, names: list[str], sections: li
 
 
 def _strings(table: bytes, offsets: list[int]) -> list[str]:
-    """The NUL-terminated strings of a string table at these offsets (one split, then a
-    lookup per offset; an offset into the middle of a string is read on its own)."""
-    starts: dict[int, str] = {}
-    pos = 0
-    for raw in table.split(b"\0")[:-1]:  # an unterminated tail is no string (_cstr says so)
-        starts[pos] = raw.decode("utf-8", "replace")
-        pos += len(raw) + 1
-    return [starts[o] if o in starts else _cstr(table, o) for o in offsets]
+    """The NUL-terminated strings of a string table at these offsets (an offset into the
+    middle of a string is read from there, as the ELF format allows).
+
+    :raises ImageError: a string runs past the end of its table.
+    """
+    find = table.find
+    ends = [find(b"\0", o) for o in offsets]
+    if ends and min(ends) < 0:
+        raise ImageError("a string table entry runs past the end of its section")
+    return [table[o:e].decode("utf-8", "replace") for o, e in zip(offsets, ends)]
 
 
 def _section_bytes(data: bytes, sec: tuple) -> bytes:
