@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Callable
 
+import driver_start
 import fresh_process
 import whole_notebook
 import startup
@@ -47,7 +48,10 @@ def parts(gpu: bool, quick: bool, reps: int) -> list[tuple[str, Callable[[], dic
          lambda r: [f"%load_ext cudamagic: {r['seconds'] * 1e3:.1f} ms (median)"]),
     ]
     if gpu:
-        out.insert(2, ("API restore: build() + load(), context made first",
+        out.insert(1, ("the driver's start in a fresh process (what %load_ext's thread does)",
+                       lambda: {"figures": driver_start.run(5 if not quick else 1)},
+                       lambda r: driver_start.table(r["figures"])))
+        out.insert(3, ("API restore: build() + load(), context made first",
                        lambda: {"rows": warm_restore.run(
                            reps, {"small": (1, 10, 100, 1000), "cccl": (10,)},
                            ("cupy", "cudamagic"))},
