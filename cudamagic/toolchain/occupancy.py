@@ -211,11 +211,17 @@ def usage_of(kernel: Any) -> KernelUsage:
     if resources is None:
         raise OccupancyError(f"{getattr(kernel, 'name_expression', kernel)!r}: no CUBIN "
                              "records to compute occupancy from")
-    from .image import _records
+    from .image import _EIATTR_MAX_THREADS, _records
 
-    dims = image.launch.max_threads if hasattr(image, "launch") else None
-    max_threads = dims[0] * dims[1] * dims[2] if dims else None
-    barriers = next((body[0] for _, attr, body in _records(image.info or b"")
+    # the kernel's own records alone: its launch needs (image.launch) would also walk the call
+    # graph and scan the code, which the block limit does not depend on
+    records = [(attr, body) for _, attr, body in _records(image.info or b"")]
+    dims = dict(records).get(_EIATTR_MAX_THREADS)
+    max_threads = None
+    if dims is not None and len(dims) >= 12:
+        x, y, z = struct.unpack_from("<III", dims)
+        max_threads = x * y * z
+    barriers = next((body[0] for attr, body in records
                      if attr == _EIATTR_NUM_BARRIERS and len(body) >= 2), 0)
     return KernelUsage(registers=resources.registers,
                        static_shared_bytes=resources.static_shared_bytes,

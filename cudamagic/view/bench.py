@@ -275,35 +275,47 @@ def timing_html(result: Any) -> str:
             + f"<table><tr>{head}</tr>{''.join(body)}</table></div>")
 
 
+def _fold_line(module_kernel: Any, tables: dict) -> tuple[list | None, str]:
+    """One kernel's occupancy curve (None where it has none) and its note in the fold; kernels
+    that ask an SM for the same (their usage and architecture alike) share one table."""
+    from ..errors import CudaMagicError
+    from ..toolchain.occupancy import _cubin_sm, table, usage_of
+
+    k = module_kernel
+    try:
+        usage, sm = usage_of(k), _cubin_sm(k)
+        key = (usage, sm)
+        if key not in tables:
+            t = table(usage, sm=sm)
+            tables[key] = t, [(r.block_size, r.occupancy if r.launches else 0.0) for r in t.rows]
+        t, curve = tables[key]
+    except CudaMagicError as exc:
+        return None, f"{k.python_name}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the fold never takes the report down with it
+        return None, (f"{k.python_name}: occupancy could not be worked out "
+                      f"({type(exc).__name__}: {exc})")
+    best = t.best.get(0, 0)
+    if not best:
+        return curve, f"{k.python_name}: no block size launches"
+    at = t.at(best)
+    return curve, (f"{k.python_name}: best block size {best} ({at.occupancy:.0%} occupancy, "
+               f"limited by {', '.join(at.limited_by)})")
+
+
 def timing_fold(module: Any) -> str:
     """The report's "timing and occupancy" fold (a ``<details>`` one click away): the kernels'
     occupancy against block size in one plot, computed from the CUBIN (nothing is loaded on the
     GPU, nothing launched), each one's best block size, and how to time them."""
-    from ..errors import CudaMagicError
-    from ..toolchain.occupancy import _cubin_sm, table
-
     seen: dict[str, Any] = {}
     for k in module.kernels.values():
         seen.setdefault(k.symbol, k)
     kernels = list(seen.values())
-    series, notes = [], []
+    series, notes, tables = [], [], {}
     for k in kernels[:FOLD_KERNELS]:
-        try:
-            t = table(k, sm=_cubin_sm(k))
-        except CudaMagicError as exc:
-            notes.append(f"{k.python_name}: {exc}")
-            continue
-        except Exception as exc:  # noqa: BLE001 - the fold never takes the report down with it
-            notes.append(f"{k.python_name}: occupancy could not be worked out "
-                         f"({type(exc).__name__}: {exc})")
-            continue
-        series.append((k.python_name, [(r.block_size, r.occupancy if r.launches else 0.0)
-                                       for r in t.rows]))
-        best = t.best.get(0, 0)
-        notes.append(f"{k.python_name}: best block size {best} "
-                     f"({t.at(best).occupancy:.0%} occupancy, limited by "
-                     f"{', '.join(t.at(best).limited_by)})" if best
-                     else f"{k.python_name}: no block size launches")
+        curve, note = _fold_line(k, tables)
+        notes.append(note)
+        if curve is not None:
+            series.append((k.python_name, curve))
     if len(kernels) > FOLD_KERNELS:
         notes.append(f"{len(kernels) - FOLD_KERNELS} more kernels: kernel.occupancy() for each")
     name = kernels[0].python_name if kernels else "kernel"

@@ -1,0 +1,144 @@
+"""What showing a report costs on a cache hit: the timing and occupancy fold works out one table
+per distinct usage (its content the same as each kernel's own table), reads each kernel's own
+records only, and a hit cell after ``%load_ext`` imports nothing of cudamagic's."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import cudamagic
+from cudamagic.toolchain import occupancy as occ
+from cudamagic.toolchain.image import _Elf, read_cubin
+from cudamagic.view import bench
+
+from .conftest import FIXTURES, REPO
+
+# kernels that ask an SM for different things, some alike: the same template at three values,
+# a __launch_bounds__, static shared memory, named barriers, and more than eight kernels
+_SOURCE = r"""
+template <int N> __global__ void same(float* x) { x[threadIdx.x] += N; }
+__global__ void __launch_bounds__(128) bounded(float* x) { x[threadIdx.x] *= 2.0f; }
+__global__ void shared_big(float* x) {
+  __shared__ float s[8192]; s[threadIdx.x] = x[threadIdx.x]; __syncthreads();
+  x[threadIdx.x] = s[(threadIdx.x + 1) % 8192]; }
+extern "C" __global__ void barriers(float* x) { asm volatile("bar.sync 5, 64;"); x[0] = 1; }
+template <int N> __global__ void heavy(double* x, int n) {
+  double a[N];
+  for (int i = 0; i < N; ++i) a[i] = x[(threadIdx.x + i) % n];
+  double s = 0; for (int i = 0; i < N; ++i) s += a[i] * a[(i * 7) % N];
+  x[threadIdx.x] = s; }
+"""
+_NAMES = ["same<1>", "same<2>", "same<3>", "bounded", "shared_big", "heavy<4>", "heavy<64>",
+          "same<4>", "same<5>"]
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory):
+    return cudamagic.build(_SOURCE, _NAMES, cache=cudamagic.KernelCache(
+        tmp_path_factory.mktemp("cache")))
+
+
+def _kernels(mod) -> list:
+    seen: dict = {}
+    for k in mod.kernels.values():
+        seen.setdefault(k.symbol, k)
+    return list(seen.values())
+
+
+def _note_of(kernel) -> str:
+    """What the fold must say of one kernel: worked out from its own table, as a user gets it
+    from ``kernel.occupancy(sm=...)``."""
+    t = occ.table(kernel, sm=occ._cubin_sm(kernel))
+    best = t.best.get(0, 0)
+    if not best:
+        return f"{kernel.python_name}: no block size launches"
+    at = t.at(best)
+    return (f"{kernel.python_name}: best block size {best} ({at.occupancy:.0%} occupancy, "
+            f"limited by {', '.join(at.limited_by)})")
+
+
+def test_the_fold_says_of_each_kernel_what_its_own_table_says(module):
+    page = bench.timing_fold(module)
+    notes = re.findall(r"<li>([^<]*)</li>", page)
+    kernels = _kernels(module)
+    shown = kernels[:bench.FOLD_KERNELS]
+    assert notes[:len(shown)] == [_note_of(k) for k in shown]
+    assert notes[len(shown):] == [f"{len(kernels) - len(shown)} more kernels: kernel.occupancy() "
+                                  "for each"]
+    assert page.count("<polyline") == len(shown)
+    # the usages differ where the sources do: the test covers more than one table
+    assert len({occ.usage_of(k) for k in shown}) >= 4
+
+
+def test_kernels_that_ask_alike_share_one_table(module, monkeypatch):
+    asked = []
+    real = occ.table
+    monkeypatch.setattr(occ, "table", lambda *a, **kw: asked.append(a[0]) or real(*a, **kw))
+    bench.timing_fold(module)
+    shown = _kernels(module)[:bench.FOLD_KERNELS]
+    distinct = {(occ.usage_of(k), occ._cubin_sm(k)) for k in shown}
+    assert len(asked) == len(distinct) < len(shown)
+
+
+def _bounded_cubins() -> list:
+    from cudamagic.toolchain.nvrtc import compile_cubin
+
+    src = ('extern "C" __global__ void __launch_bounds__(192, 2) lb(float* x) { x[0] = 1; }\n'
+           'extern "C" __global__ void __launch_bounds__(1024) big(float* x) { x[0] = 1; }\n'
+           'extern "C" __global__ void nb(float* x) { asm volatile("bar.sync 7, 64;"); x[0]=1; }\n'
+           'extern "C" __global__ void none(float* x) { x[0] = 1; }\n')
+    return [(FIXTURES / "fixture.cubin").read_bytes(),
+            compile_cubin(src, [], ["-arch=sm_90"], trace=False).cubin]
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_usage_reads_the_kernels_own_records_not_its_launch_needs(which, monkeypatch):
+    data = _bounded_cubins()[which]
+    # the reference: the block limit as the launch reads it
+    expected = {}
+    for k in read_cubin(data).kernels:
+        dims = k.launch.max_threads
+        expected[k.symbol] = None if dims is None else dims[0] * dims[1] * dims[2]
+    monkeypatch.setattr(_Elf, "launch_needs", lambda *a: pytest.fail(
+        "usage_of walked the call graph and scanned the code"))
+    got = {k.symbol: occ.usage_of(k).max_threads for k in read_cubin(data).kernels}
+    assert got == expected
+    assert which == 0 or (got["lb"], got["big"], got["none"]) == (192, 1024, None)
+
+
+_HIT_CELL = textwrap.dedent("""\
+    import json, sys
+    import cudamagic
+    from IPython.core.interactiveshell import InteractiveShell
+    from cudamagic.view import widget
+
+    ip = InteractiveShell.instance()
+    cudamagic.load_ipython_extension(ip)
+    widget._in_kernel = lambda: True  # the notebook's report: widget, HTML and the fold
+    before = set(sys.modules)
+    ip.run_cell_magic("cuda", "-n same<1> -n same<2>", sys.argv[1])
+    shown = ip.user_ns["cuda_module"].report
+    print(json.dumps({"hit": ip.user_ns["cuda_module"].hit, "imported": sorted(
+        m for m in set(sys.modules) - before if m.split(".")[0] == "cudamagic")}))
+""")
+
+
+def test_a_hit_cell_after_load_ext_imports_nothing_of_cudamagic(tmp_path):
+    """%load_ext imports what a cell needs; a hit in the first cell after it pays no import
+    (the fold's occupancy classes were one: ~2 ms of dataclass making)."""
+    env = {"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO),
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    runs = []
+    for _ in range(2):  # a miss fills the cache, then a fresh process hits
+        proc = subprocess.run([sys.executable, "-c", _HIT_CELL, _SOURCE], capture_output=True,
+                              text=True, env=env, cwd=tmp_path, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert [r["hit"] for r in runs] == [False, True]
+    assert runs[1]["imported"] == []
