@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import subprocess
 import sys
 import textwrap
@@ -142,3 +143,57 @@ def test_a_hit_cell_after_load_ext_imports_nothing_of_cudamagic(tmp_path):
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert [r["hit"] for r in runs] == [False, True]
     assert runs[1]["imported"] == []
+
+
+def test_launch_needs_scan_code_only_where_a_grid_barrier_could_be(monkeypatch):
+    """The report reads each shown kernel's launch needs: a kernel without cooperative-groups
+    records has its code left unscanned, and the answers stay the reading's own."""
+    from .test_image import GRID_SYNC, LAUNCH_SOURCE
+
+    image = read_cubin(cudamagic.build(LAUNCH_SOURCE, arch="sm_90", options=["-std=c++17"],
+                                       use_cache=False).cubin)
+    scanned = []
+    real = _Elf._traps
+    monkeypatch.setattr(_Elf, "_traps", lambda self, name: scanned.append(name) or real(self, name))
+    assert {k.symbol for k in image.kernels if k.launch.grid_sync} == \
+        GRID_SYNC | {"block_sync_traps"}
+    assert scanned and not {"traps", "syncthreads", "atomic_spin", "grid_valid"} & set(scanned)
+
+
+def test_a_kernel_that_calls_nothing_needs_no_function_table():
+    from .test_image import CLUSTER_SOURCE
+
+    image = read_cubin(cudamagic.build(CLUSTER_SOURCE, arch="sm_90", use_cache=False).cubin)
+    dims = {k.symbol: k.launch.cluster_dims for k in image.kernels}
+    assert (dims["pair"], dims["box"], dims["plain"]) == ((2, 1, 1), (2, 3, 4), None)
+    assert "functions" not in image._elf.__dict__  # every FUNC symbol's name, never read
+
+
+def _traps_reference(code: bytes) -> bool:
+    """The trap reading as one loop over every instruction's low halfword."""
+    from cudamagic.toolchain.image import _OPCODE_BPT, _OPCODE_MASK
+
+    return any(w & _OPCODE_MASK == _OPCODE_BPT
+               for (w,) in struct.iter_unpack("<H14x", code[:len(code) // 16 * 16]))
+
+
+def test_the_trap_search_agrees_with_one_loop_over_every_instruction():
+    """Random code with traps, near misses (the right first byte, another opcode; a trap's bytes
+    off the instruction boundary; a trap in a trailing partial instruction) planted."""
+    import random
+    import types
+
+    rng = random.Random(21)
+    for case in range(600):
+        n = rng.randrange(0, 40)
+        code = bytearray(rng.getrandbits(8) for _ in range(16 * n + rng.choice((0, 0, 5, 15))))
+        for _ in range(rng.randrange(0, 4)):
+            at = rng.randrange(0, max(len(code) - 1, 1)) if code else 0
+            if len(code) >= 2:
+                word = rng.choice((0x095C, 0xF95C, 0x195C, 0x0A5C, 0x085C, 0x5C09))
+                if rng.random() < 0.5:
+                    at -= at % 16
+                code[at:at + 2] = word.to_bytes(2, "little")[:len(code) - at]
+        code = bytes(code)
+        elf = types.SimpleNamespace(section=lambda name: (0, 0, 0, len(code)), data=code)
+        assert _Elf._traps(elf, "k") == _traps_reference(code), (case, code.hex())

@@ -387,21 +387,32 @@ class _Elf:
         if text is None:
             return False
         code = _section_bytes(self.data, text)
-        return any(word & _OPCODE_MASK == _OPCODE_BPT
-                   for (word,) in struct.iter_unpack("<H14x", code[:len(code) // 16 * 16]))
+        code = code[:len(code) // 16 * 16]
+        # each 16-byte instruction's low 12 bits: its first byte, and the low half of its
+        # second; the first bytes are searched in C, the candidates checked one by one
+        first, second = code[0::16], code[1::16]
+        low, high = _OPCODE_BPT & 0xFF, _OPCODE_BPT >> 8
+        i = first.find(low)
+        while i >= 0:
+            if second[i] & (_OPCODE_MASK >> 8) == high:
+                return True
+            i = first.find(low, i + 1)
+        return False
 
     def launch_needs(self, symbol: str, symbol_index: int, info: bytes | None) -> LaunchNeeds:
         """One kernel's launch requirements (see :class:`LaunchNeeds` for the records)."""
         try:
             own = {attr: body for _, attr, body in _records(info or b"")}
-            names = self.reachable(symbol_index) if symbol_index >= 0 else [symbol]
-            barriers = traps = False
+            # a kernel that calls nothing is its own call graph (the function table is every
+            # FUNC symbol's name); the code is scanned only where a grid barrier could be
+            names = self.reachable(symbol_index) if symbol_index in self.callees else [symbol]
+            barriers = False
             for name in names:
                 sec = info if name == symbol else self._info(name)
                 if sec is not None and any(a == _EIATTR_COOP_GROUP_INSTR_OFFSETS
                                            for _, a, _ in _records(sec)):
                     barriers = True
-                traps = traps or self._traps(name)
+            traps = barriers and any(self._traps(name) for name in names)
         except (struct.error, IndexError) as exc:
             raise ImageError(f"the CUBIN's records for {symbol} are malformed ({exc})") from None
 
