@@ -319,7 +319,9 @@ class CudaMagics(Magics):
         ns = self.shell.user_ns
         module = next(iter(names))
         said = []
-        for name in names:
+        # the few names that hide something, found by set operations (a cell pushes 1000)
+        hiding = names.keys() & (ns.keys() | vars(builtins).keys())
+        for name in (n for n in names if n in hiding):
             old = ns.get(name, None)
             if name in ns and not isinstance(old, (Kernel, Module)):
                 fix = ("; name the module with --module" if name == module else

@@ -18,7 +18,7 @@ from .cxx import Signatures, similar_names
 from .units import counted
 from .view.report import BuildReport
 
-__all__ = ["Binary", "Module", "arrive"]
+__all__ = ["Binary", "KernelTable", "Module", "arrive"]
 
 
 class Binary:
@@ -44,6 +44,65 @@ class Binary:
             return self._lib
 
 
+class KernelTable(Mapping[str, Kernel]):
+    """A module's kernels by the name each answers to, each :class:`Kernel` made on first use
+    (a restore of 1000 kernels makes those that are looked up, called or pushed).
+
+    Every entry was resolved before the table is made (for a cache entry: its stored symbol is
+    one of the CUBIN's kernels and agrees with its demangled name); nothing here resolves.
+    Two threads asking for one kernel get the same object.
+    """
+
+    def __init__(self, binary: Binary, signatures: Signatures,
+                 entries: "list[tuple[str, str, str, str]]") -> None:
+        # label -> (symbol, Python name, resolved by), in the module's order
+        self._entries = {label: (symbol, name, how) for label, symbol, name, how in entries}
+        self._binary = binary
+        self._signatures = signatures
+        self._made: dict[str, Kernel] = {}
+        self._module: "Module | None" = None
+
+    @property
+    def signatures(self) -> Signatures:
+        """Every kernel's demangled signature, by symbol."""
+        return self._signatures
+
+    def entries(self) -> Iterator[tuple[str, str, str, str]]:
+        """``(label, symbol, Python name, resolved by)`` of every kernel, making none."""
+        return ((label, *rest) for label, rest in self._entries.items())
+
+    def bind(self, module: "Module") -> None:
+        """Make ``module`` the one its kernels belong to (a kernel that travels takes it)."""
+        self._module = module
+        for kern in list(self._made.values()):
+            kern.module = module
+
+    def __getitem__(self, label: str) -> Kernel:
+        kern = self._made.get(label)
+        if kern is None:
+            symbol, name, how = self._entries[label]
+            kern = Kernel(self._binary, name_expression=label, symbol=symbol, python_name=name,
+                          signatures=self._signatures, resolved_by=how)
+            kern.module = self._module
+            kern = self._made.setdefault(label, kern)
+        return kern
+
+    def __contains__(self, label: object) -> bool:
+        try:
+            return label in self._entries
+        except TypeError:  # unhashable: no kernel's name
+            return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"<cudamagic.KernelTable {counted(len(self), 'kernel')}: {', '.join(self._entries)[:200]}>"
+
+
 class Module(Mapping[str, Kernel]):
     """The kernels of one build, by name expression.
 
@@ -63,7 +122,7 @@ class Module(Mapping[str, Kernel]):
     warnings : tuple of str
     """
 
-    def __init__(self, binary: Binary, key: str, kernels: dict[str, Kernel],
+    def __init__(self, binary: Binary, key: str, kernels: "KernelTable | dict[str, Kernel]",
                  report: BuildReport, placeholders: bool = False, source: str = "") -> None:
         self._binary = binary
         self._source = source  # the cell: where the variables' types are declared
@@ -73,8 +132,11 @@ class Module(Mapping[str, Kernel]):
         self._report = report
         self._placeholders = placeholders  # how the kernels' demangled texts name T1, T2...
         self._payload_bytes: bytes | None = None
-        for kern in kernels.values():
-            kern.module = self  # a kernel that travels takes its module along
+        if isinstance(kernels, KernelTable):
+            kernels.bind(self)
+        else:
+            for kern in kernels.values():
+                kern.module = self  # a kernel that travels takes its module along
 
     @property
     def report(self) -> BuildReport:
@@ -250,14 +312,13 @@ def arrive(payload: bytes, report: BuildReport) -> Module:
     table = record.kernels["rows"]
     sigs = Signatures({symbol: text for _, symbol, _, _, text in table},
                       record.kernels["placeholders"])
-    try:
-        kernels = {label: Kernel(binary, name_expression=label, symbol=symbol,
-                                 python_name=name, signatures=sigs, resolved_by=how,
-                                 image=binary.image.kernel(symbol))
-                   for label, symbol, name, how, _ in table}
-    except KeyError as exc:
-        raise ImageError(f"a cudamagic module arrived whose kernel table names {exc} , which "
-                         "its CUBIN does not hold; it is refused") from None
+    held = set(binary.image.symbols)
+    missing = next((symbol for _, symbol, _, _, _ in table if symbol not in held), None)
+    if missing is not None:
+        raise ImageError(f"a cudamagic module arrived whose kernel table names {missing!r}, "
+                         "which its CUBIN does not hold; it is refused")
+    kernels = KernelTable(binary, sigs, [(label, symbol, name, how)
+                                         for label, symbol, name, how, _ in table])
     module = Module(binary, record.key, kernels, report, record.kernels["placeholders"])
     module._payload_bytes = payload
     with _arrived_lock:

@@ -11,12 +11,23 @@ from __future__ import annotations
 import keyword
 from collections.abc import Sequence
 
-from .cxx import Signatures, python_name
+from .cxx import Signatures, python_name, valid_python_name
 from .toolchain.nvrtc import template_kernels
 
-__all__ = ["Namer", "unnamed_hints"]
+__all__ = ["Namer", "unnamed_hints", "invalid_names"]
 
 _SHELL = "IPython"
+# what valid_python_name refuses besides a non-identifier, as one set for whole-table checks
+_KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+
+
+def invalid_names(names: Sequence[str | None]) -> list[int]:
+    """The places of the names (None: none given) that cannot be pushed as Python names; a
+    table of valid ones is seen in two passes in C."""
+    given = [n for n in names if n is not None]
+    if all(map(str.isidentifier, given)) and _KEYWORDS.isdisjoint(given):
+        return []
+    return [i for i, n in enumerate(names) if n is not None and not valid_python_name(n)]
 
 
 class Namer:
@@ -38,6 +49,22 @@ class Namer:
         self._owner: dict[str, tuple[str, str]] = {
             r: ("" if i == 0 else _SHELL, "") for i, r in enumerate(reserved)}
         self._notes = notes
+
+    def names(self, items: Sequence[tuple[str, str, str | None]]) -> list[str]:
+        """The Python names of ``(label, symbol, stored)`` items, in order, as :meth:`name`
+        gives them one by one. A table in which every name is its own base (one label per
+        symbol, no two bases alike, none reserved, no label a keyword) is seen as such in a
+        few set operations: a restore of 1000 kernels names them without a loop of its own."""
+        labels = [label for label, _, _ in items]
+        symbols = [symbol for _, symbol, _ in items]
+        bases = [stored or python_name(label) for label, _, stored in items]
+        if (not self._by_symbol and len(set(symbols)) == len(items) == len(set(bases))
+                and self._owner.keys().isdisjoint(bases)
+                and _KEYWORDS.isdisjoint(labels)):
+            self._owner.update(zip(bases, zip(labels, symbols)))
+            self._by_symbol.update(zip(symbols, bases))
+            return bases
+        return [self.name(label, symbol, base) for label, symbol, base in zip(labels, symbols, bases)]
 
     def name(self, label: str, symbol: str, stored: str | None = None) -> str:
         """The Python name of the kernel ``symbol`` asked for as ``label`` (``stored``: the
@@ -84,8 +111,14 @@ def unnamed_hints(source: str, name_expressions: Sequence[str], sigs: Signatures
     # non-template kernels left without a name are overloads: only a cast can pick one
     unnamed = [sigs.text(s) for s in sigs
                if s not in named and sigs.maybe_plain(s) and "<" not in sigs[s].name]
-    asked = {_kernel_name(e) for e in name_expressions}
-    templates = [name for name in template_kernels(source) if name not in asked]
+    templates = template_kernels(source)
+    if templates:  # which of them a name expression asks for: stop once all are found
+        unasked = set(templates)
+        for expr in name_expressions:
+            unasked.discard(_kernel_name(expr))
+            if not unasked:
+                break
+        templates = [name for name in templates if name in unasked]
     if templates:
         first = templates[0]
         hints.append(

@@ -94,6 +94,22 @@ def check_text(what: str, text: object) -> str:
     return text
 
 
+def _all_clean(texts: Sequence[object]) -> bool:
+    """Whether every one passes :func:`check_text` and is not blank, seen in a few passes over
+    them all (a line of 1000 ``-n``); False says only that one of them must be looked at."""
+    if not all(type(t) is str for t in texts):
+        return False
+    joined = "\n".join(texts)  # type: ignore[arg-type]
+    if "\0" in joined or "\r" in joined or joined.count("\n") != max(len(texts) - 1, 0) \
+            or "" in map(str.strip, texts):  # type: ignore[arg-type]
+        return False
+    try:
+        joined.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_option(opt: str) -> str:
     """One NVRTC option as kept in the record (``-I``/``-D``/``-U`` in their short form).
 
@@ -193,10 +209,11 @@ class BuildOptions:
         if isinstance(self.name_expressions, str) or isinstance(self.options, str):
             raise OptionError("name expressions and options are lists of strings, not one "
                               "string: write ['saxpy<float>'], ['-lineinfo']")
-        for expr in self.name_expressions:
-            check_text("name expression", expr)
-            if not expr.strip():
-                raise OptionError("a name expression is empty")
+        if not _all_clean(self.name_expressions):  # else: the one that is not, said
+            for expr in self.name_expressions:
+                check_text("name expression", expr)
+                if not expr.strip():
+                    raise OptionError("a name expression is empty")
         if self.arch is not None:
             object.__setattr__(self, "arch", normalize_arch(self.arch))
         std = self.std if str(self.std).startswith("c++") else f"c++{self.std}"
@@ -309,8 +326,15 @@ def split_line(line: str) -> list[str]:
     if _WORD.sub(" ", line).strip():
         return shlex.split(line)  # an unbalanced quote is left over: shlex says where
     words = _WORD.findall(line)
-    return [w if "'" not in w and '"' not in w
-            else "".join(a or b or c for a, b, c in _PART.findall(w)) for w in words]
+    return [w if "'" not in w and '"' not in w else _unquoted(w) for w in words]
+
+
+def _unquoted(word: str) -> str:
+    """A word of quoted and unquoted runs, as the shell joins them."""
+    q = word[0]
+    if q in "'\"" and word.count(q) == 2 and word[-1] == q:  # one quoted run: 'k<1>'
+        return word[1:-1]
+    return "".join(a or b or c for a, b, c in _PART.findall(word))
 
 
 def parse_magic_line(line: str) -> BuildOptions | None:

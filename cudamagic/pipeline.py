@@ -24,15 +24,14 @@ from pathlib import Path
 from typing import Any, ContextManager
 
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
-                  stored_signatures, symbol_record, valid_python_name)
+                  stored_signatures, symbol_record)
 from .errors import (CompileError, ImageError, InputWarning, NameResolutionError, OptionError,
                      SourceError)
 from .files import NotAFile, TooLarge, read_regular
 from .keys import cache_key
-from .launch import Kernel
 from .miss import Miss, MissKind
-from .module import Binary, Module
-from .naming import Namer, unnamed_hints
+from .module import Binary, KernelTable, Module
+from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_text, normalize_arch,
                       nvrtc_options, options_from_args)
 from .store import EntryRecord, KernelCache
@@ -478,31 +477,28 @@ def _signatures(ctx: BuildContext, binary: Binary, pending: Pending,
 
 def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
              sigs: Signatures, known: Mapping[str, str], strict: bool,
-             extra: Sequence[Resolved] = ()) -> dict[str, Kernel]:
-    """One Kernel per name expression, per plain kernel and per ``extra`` one, each with its
-    Python name.
+             extra: Sequence[Resolved] = ()) -> KernelTable:
+    """The module's kernels, one per name expression, per plain kernel and per ``extra`` one,
+    each with its Python name (each Kernel made on first use).
 
     ``known`` holds Python names stored with a cache entry; with ``strict`` one that is not an
     identifier makes the entry unservable. Names that sanitize alike, or that would take a
     reserved name, get a suffix, and a note says so.
     """
-    namer = Namer(ctx.reserved, ctx.notes)
-    kernels: dict[str, Kernel] = {}
-    for r in (*resolved, *plain_kernels(sigs, {r.symbol for r in resolved}), *extra):
-        stored = known.get(r.name_expression)
-        if stored is not None and not valid_python_name(stored):
-            if strict:
-                raise _Unservable(Miss(MissKind.DAMAGED, f"the cached entry's Python name "
-                                       f"{stored!r} for {r.name_expression!r} is not an "
-                                       "identifier: a bad entry"))
-            stored = None
-        name = namer.name(r.name_expression, r.symbol, stored)
-        kernels[r.name_expression] = Kernel(
-            binary, name_expression=r.name_expression, symbol=r.symbol, python_name=name,
-            signatures=sigs, resolved_by=r.resolved_by)
+    made = [*resolved, *plain_kernels(sigs, {r.symbol for r in resolved}), *extra]
+    stored: list[str | None] = [known.get(r.name_expression) for r in made]
+    for i in invalid_names(stored):
+        if strict:
+            raise _Unservable(Miss(MissKind.DAMAGED, f"the cached entry's Python name "
+                                   f"{stored[i]!r} for {made[i].name_expression!r} is not an "
+                                   "identifier: a bad entry"))
+        stored[i] = None
+    names = Namer(ctx.reserved, ctx.notes).names(
+        [(r.name_expression, r.symbol, name) for r, name in zip(made, stored)])
     ctx.notes.extend(unnamed_hints(ctx.source, ctx.opts.name_expressions, sigs,
-                                   {k.symbol for k in kernels.values()}))
-    return kernels
+                                   {r.symbol for r in made}))
+    return KernelTable(binary, sigs, [(r.name_expression, r.symbol, name, r.resolved_by)
+                                      for r, name in zip(made, names)])
 
 
 def _image(binary: Binary, symbol: str) -> Any:
@@ -513,7 +509,7 @@ def _image(binary: Binary, symbol: str) -> Any:
         return None
 
 
-def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, origin: str,
+def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: str,
             miss: Miss | None, record: EntryRecord, linked: bool = False) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
     that the next miss can say what changed)."""
@@ -530,20 +526,21 @@ def _module(ctx: BuildContext, binary: Binary, kernels: dict[str, Kernel], *, or
     ctx.lap("history", t)
     ctx.timings["total"] = time.perf_counter() - ctx.started
 
-    def sizes(k: Kernel) -> tuple[int, ...] | None:
+    def sizes(symbol: str, text: str) -> tuple[int, ...] | None:
         # extern "C": the symbol carries no types, so the report shows the CUBIN's sizes
-        if "(" in k.signature:
+        if "(" in text:
             return None
         try:
-            params = binary.image.kernel(k.symbol).params
+            params = binary.image.kernel(symbol).params
         except ImageError:  # the launch says so; the report shows "?"
             return None
         return None if params is None else tuple(p.size for p in params)
 
-    rows = tuple(KernelRow(k.python_name, k.name_expression, k.symbol, k.signature,
-                           k.resolved_by, placeholders=ctx.demangler.placeholders,
-                           param_sizes=sizes(k), image=_image(binary, k.symbol))
-                 for k in kernels.values())
+    text = kernels.signatures.text  # the rows are made from the table: no Kernel is made
+    rows = tuple(KernelRow(name, label, symbol, text(symbol), how,
+                           placeholders=ctx.demangler.placeholders,
+                           param_sizes=sizes(symbol, text(symbol)), image=_image(binary, symbol))
+                 for label, symbol, name, how in kernels.entries())
     report = BuildReport(
         key=ctx.key, hit=origin == "cache", origin=origin,
         miss_reason=None if miss is None else describe(miss),

@@ -4,7 +4,9 @@ read gives."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import pickle
 import threading
 import time
 from unittest import mock
@@ -131,3 +133,151 @@ def test_load_takes_the_module_into_the_context_and_each_kernel_at_its_first_cal
     cp.cuda.Device().synchronize()
     assert np.allclose(cp.asnumpy(x), 7.0)
     assert [e for e, k in mod.kernels.items() if k._handles] == ["t<7>"]
+
+
+# --- a stored map that contradicts its CUBIN is never launched, however a kernel is reached ---
+
+TRUST_SOURCE = r"""
+template <int N> __global__ void t(float* x) { x[0] = N; }
+__device__ __noinline__ float twice(float v) { return 2 * v; }
+__global__ void uses(float* x) { x[0] = twice(x[0]); }
+extern "C" __global__ void other(float* x) { x[0] = -1; }
+__device__ float table[4];
+"""
+TRUST_EXPRS = ["t<1>", "t<2>", "t<3>"]
+
+
+def _corruptions(lowered: dict[str, str], image) -> dict[str, dict[str, str]]:
+    """Stored maps that lie about the CUBIN, each in another way."""
+    device_fn = next(s for s in image._elf.functions.values() if "twice" in s)
+    return {
+        "swapped": {**lowered, "t<1>": lowered["t<2>"], "t<2>": lowered["t<1>"]},
+        "rotated": {"t<1>": lowered["t<2>"], "t<2>": lowered["t<3>"], "t<3>": lowered["t<1>"]},
+        "not in the CUBIN": {**lowered, "t<2>": lowered["t<2>"].replace("Li2E", "Li7E")},
+        "a device function": {**lowered, "t<3>": device_fn},
+        "a variable": {**lowered, "t<1>": "table"},
+        "another kernel": {**lowered, "t<2>": "other"},
+        "a non-template kernel": {**lowered, "t<3>": "_Z4usesPf"},
+    }
+
+
+def _reached(mod, ip=None) -> dict[str, set[str]]:
+    """The symbol each expression's kernel carries, by every way a user reaches one."""
+    ways = {
+        "module[expr]": lambda e: mod[e],
+        "get_function": lambda e: mod.get_function(e),
+        "kernels[expr]": lambda e: mod.kernels[e],
+        "kernels.values()": lambda e: {k.name_expression: k for k in mod.kernels.values()}[e],
+        "pickled": lambda e: pickle.loads(pickle.dumps(mod))[e],
+    }
+    if ip is not None:
+        ways["pushed"] = lambda e: ip.user_ns[mod.report.rows[[r.name_expression for r in
+                                                               mod.report.rows].index(e)]
+                                              .python_name]
+    return {e: {way(e).symbol for way in ways.values()} for e in TRUST_EXPRS}
+
+
+@pytest.mark.parametrize("lie", ["swapped", "rotated", "not in the CUBIN", "a device function",
+                                 "a variable", "another kernel", "a non-template kernel"])
+def test_a_stored_map_that_lies_is_never_served_by_any_lazy_way(lie, cache, compiler):
+    opts = options_from_args([], TRUST_EXPRS)
+    first = build_module(TRUST_SOURCE, opts, cache=cache, compiler=compiler)
+    truth = {e: first[e].symbol for e in TRUST_EXPRS}
+    record, _ = cache.get(first.key)
+    bad = _corruptions(record.lowered, first.image)[lie]
+    assert bad != record.lowered
+    cache.put(first.key, dataclasses.replace(record, lowered=bad))
+    again = build_module(TRUST_SOURCE, opts, cache=cache, compiler=compiler)
+    assert not again.hit and "does not match its CUBIN" in again.report.miss_reason
+    assert len(compiler.calls) == 2  # compiled again: NVRTC's own map serves
+    assert _reached(again) == {e: {truth[e]} for e in TRUST_EXPRS}
+    third = build_module(TRUST_SOURCE, opts, cache=cache, compiler=compiler)
+    assert third.hit and _reached(third) == {e: {truth[e]} for e in TRUST_EXPRS}
+
+
+def test_the_pushed_callables_of_a_cell_whose_entry_lies_are_nvrtcs(tmp_path, monkeypatch):
+    from .test_magic import _shell
+
+    ip = _shell(tmp_path, monkeypatch)
+    line = " ".join(f'-q -n "{e}"' for e in TRUST_EXPRS)
+    ip.run_cell_magic("cuda", line, TRUST_SOURCE)
+    first = ip.user_ns["cuda_module"]
+    truth = {e: first[e].symbol for e in TRUST_EXPRS}
+    from cudamagic.store import KernelCache
+
+    store = KernelCache.wrap(str(tmp_path / "cache"))
+    record, _ = store.get(first.key)
+    for lie, bad in _corruptions(record.lowered, first.image).items():
+        store.put(first.key, dataclasses.replace(record, lowered=bad))
+        for name in [r.python_name for r in first.report.rows]:
+            ip.user_ns.pop(name, None)
+        ip.run_cell_magic("cuda", line, TRUST_SOURCE)
+        mod = ip.user_ns["cuda_module"]
+        assert not mod.hit, lie
+        assert _reached(mod, ip) == {e: {truth[e]} for e in TRUST_EXPRS}, lie
+        ip.run_cell_magic("cuda", line, TRUST_SOURCE)  # the entry NVRTC's compile stored
+        mod = ip.user_ns["cuda_module"]
+        assert mod.hit and _reached(mod, ip) == {e: {truth[e]} for e in TRUST_EXPRS}, lie
+        record, _ = store.get(first.key)
+
+
+def test_a_hit_makes_each_kernel_only_when_it_is_reached(hit):
+    table = hit.kernels
+    assert not table._made  # the report and the module made none
+    assert set(table) == {*EXPRS, "plain"} and len(table) == 7 and "t<2>" in table
+    assert [r.symbol for r in hit.report.rows] == [s for _, s, _, _ in table.entries()]
+    k = hit["t<2>"]
+    assert list(table._made) == ["t<2>"] and k.module is hit and hit["t<2>"] is k
+    assert {e: k.symbol for e, k in table.items()} == {e: s for e, s, _, _ in table.entries()}
+
+
+NAMER_LABELS = ["k<1>", "k<2>", "k_1_", "lambda", "match", "get_ipython", "cuda_module", "a::b",
+                "a_b", "k<1>", "x<(int)1>", "x<1>", "_", "type", "print", "k", "9lives"]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_naming_a_whole_table_gives_what_naming_one_by_one_gives(seed):
+    """Namer.names takes a table at once where nothing collides; whatever the table, its names
+    and notes are those of Namer.name called in order."""
+    import random
+
+    from cudamagic.cxx import python_name
+    from cudamagic.naming import Namer
+
+    rng = random.Random(seed)
+    size = rng.randint(0, 12)
+    labels = rng.sample(NAMER_LABELS, min(size, len(NAMER_LABELS))) if seed % 3 else \
+        [f"t<{i}>" for i in range(size)]  # a third of the tables collide in nothing
+    symbols = [f"_sym{rng.randint(0, 2 * size) if seed % 4 == 1 else i}"
+               for i, _ in enumerate(labels)]
+    stored = [python_name(label) if rng.random() < 0.7 else None for label in labels]
+    items = list(zip(labels, symbols, stored))
+    reserved = rng.choice([("cuda_module",), ("cuda_module", "get_ipython", "In", "print"),
+                           ("k_1", "t_0")])
+    bulk_notes: list[str] = []
+    one_notes: list[str] = []
+    bulk = Namer(reserved, bulk_notes).names(items)
+    one = Namer(reserved, one_notes)
+    assert bulk == [one.name(*item) for item in items], items
+    assert bulk_notes == one_notes
+
+
+BAD_EXPRESSIONS = [("k<1>\0", "NUL"), ("k<1>\r", "line break"), ("k<\n1>", "line break"),
+                   ("", "is empty"), ("   ", "is empty"), ("k<\udc80>", "UTF-8"),
+                   (b"k<1>", "expected a string"), (None, "expected a string"),
+                   ("k<1>\r\n", "line break")]
+
+
+@pytest.mark.parametrize("bad, said", BAD_EXPRESSIONS)
+@pytest.mark.parametrize("where", [0, 17, 999])
+def test_a_thousand_expressions_checked_at_once_still_refuse_each_bad_one(bad, said, where):
+    """The line's expressions are checked in whole-table passes; one bad among 1000 is still
+    refused, with what is wrong with it."""
+    from cudamagic.errors import OptionError
+    from cudamagic.options import BuildOptions
+
+    exprs: list = [f"k<{i}>" for i in range(1000)]
+    assert BuildOptions(name_expressions=tuple(exprs)).name_expressions == tuple(exprs)
+    exprs[where] = bad
+    with pytest.raises(OptionError, match=said):
+        BuildOptions(name_expressions=tuple(exprs))

@@ -190,6 +190,8 @@ def plain_kernels(kernels: Signatures, taken: set[str]) -> list[Resolved]:
     other kernel shares; ``taken`` holds symbols already named by an expression. Template
     instances are never plain, and are not parsed to find that out.
     """
+    if taken.issuperset(kernels):  # every kernel is named already (a restore's usual case)
+        return []
     candidates = [s for s in kernels if kernels.maybe_plain(s)]
     counts: dict[str, int] = {}
     for symbol in candidates:
