@@ -467,12 +467,23 @@ def _signatures(ctx: BuildContext, binary: Binary, pending: Pending,
     hit, from the texts the entry stored (nothing is demangled again)."""
     t = time.perf_counter()
     # a linked CUBIN also holds the device runtime's own helper kernels: not the user's to call
-    symbols = [s for s in binary.image.symbols if not from_device_runtime(s)]
+    runtime = _runtime_kernels(binary)
+    symbols = [s for s in binary.image.symbols if s not in runtime] if runtime \
+        else list(binary.image.symbols)
     sigs = stored_signatures(stored, symbols, ctx.demangler.name)
     if sigs is None:
         sigs = Signatures(dict(zip(symbols, pending(symbols))), ctx.demangler.placeholders)
     ctx.lap("demangle", t)
     return sigs
+
+
+def _runtime_kernels(binary: Binary) -> set[str]:
+    """The device runtime's own kernels in a linked CUBIN; all the names searched at once
+    first, as a CUBIN nearly always has none."""
+    symbols = binary.image.symbols
+    if "__nv_static_" not in "\0".join(symbols):
+        return set()
+    return {s for s in symbols if from_device_runtime(s)}
 
 
 def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
@@ -551,7 +562,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
         module_name=ctx.opts.module, globals=binary.image.globals,
         linked=linked or relocatable(ctx.options),
-        device_runtime=any(from_device_runtime(s) for s in binary.image.symbols))
+        device_runtime=bool(_runtime_kernels(binary)))
     return Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders,
                   source=ctx.source)
 

@@ -281,3 +281,80 @@ def test_a_thousand_expressions_checked_at_once_still_refuse_each_bad_one(bad, s
     exprs[where] = bad
     with pytest.raises(OptionError, match=said):
         BuildOptions(name_expressions=tuple(exprs))
+
+
+def _cubins() -> dict[str, bytes]:
+    """CUBINs of several shapes: the GPU machine's fixture, NVRTC's for 3 targets, a linked one."""
+    import cudamagic
+    from .conftest import FIXTURES
+
+    src = SOURCE + r"""
+__device__ __noinline__ int deep(int* p, int n) { int a[16]; for (int i = 0; i < 16; ++i)
+  a[i] = p[i] * n; return n > 0 ? deep(p, n - 1) + a[n % 16] : 0; }
+__global__ void recursive(int* p) { p[0] = deep(p, p[1]); }
+"""
+    out = {"fixture": (FIXTURES / "fixture.cubin").read_bytes()}
+    for arch in ("sm_75", "sm_90", "sm_120"):
+        out[arch] = cudamagic.build(src, EXPRS, arch=arch, use_cache=False).cubin
+    out["linked"] = cudamagic.build(src, EXPRS, options=["-rdc=true"], arch="sm_90",
+                                    use_cache=False).cubin
+    return out
+
+
+def _every_section(data: bytes) -> list[tuple[str, tuple]]:
+    """Every section's name and header, read one by one (an independent, plain reading)."""
+    import struct
+
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    count, names = struct.unpack_from("<HH", data, 0x3C)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + 64 * i) for i in range(count)]
+    table = data[heads[names][4]:heads[names][4] + heads[names][5]]
+    return [(table[h[0]:table.index(b"\0", h[0])].decode(), (h[0], h[1], h[4], h[5], h[6], h[9],
+                                                             h[7])) for h in heads]
+
+
+def test_sections_found_by_name_are_those_a_full_reading_finds():
+    """A section is found by its name without reading every name: for every section of every
+    kind of CUBIN, the one a plain reading of the whole table names so (the last of a name)."""
+    from cudamagic.toolchain.image import _records
+
+    for label, data in _cubins().items():
+        elf = read_cubin(data)._elf
+        by_name = dict(_every_section(data))
+        assert len(by_name) > 10, label
+        for name, header in by_name.items():
+            assert elf.section(name) == header, (label, name)
+        assert elf.section(".nv.info.no_such_kernel") is None
+        # the CUBIN-wide records, read in one pass, as the record reader reads them
+        info = elf.section(".nv.info")
+        want: dict[int, dict[int, int]] = {}
+        for fmt, attr, body in _records(data[info[2]:info[2] + info[3]]):
+            if fmt == 4 and len(body) >= 8 and attr in (0x11, 0x12, 0x2F):
+                want.setdefault(int.from_bytes(body[:4], "little"), {})[attr] = \
+                    int.from_bytes(body[4:8], "little")
+        assert elf.per_symbol == want, label
+
+
+@pytest.mark.parametrize("records, want", [
+    ([(4, 0x2F, 8, (7, 32))], {7: {0x2F: 32}}),
+    ([(4, 0x2F, 8, (7, 32)), (4, 0x11, 8, (7, 16)), (4, 0x2F, 8, (9, 40))],
+     {7: {0x2F: 32, 0x11: 16}, 9: {0x2F: 40}}),
+    # other shapes among them: 12-byte steps would misread these, the record reader must
+    ([(1, 0x30, None, b"\0\0"), (4, 0x2F, 4, (5,)), (4, 0x2F, 8, (7, 32))], {7: {0x2F: 32}}),
+    ([(4, 0x2F, 20, (7, 32, 1, 2, 3)), (4, 0x11, 8, (3, 8)), (4, 0x2F, 8, (1, 2)), (4, 0x2F, 8, (3, 4))],
+     {7: {0x2F: 32}, 3: {0x11: 8, 0x2F: 4}, 1: {0x2F: 2}}),
+    # a longer record whose bytes look like a (symbol, value) record 12 bytes in
+    ([(4, 0x2F, 20, (7, 32, 0x00082F04, 99, 123)), (4, 0x11, 8, (3, 8))], {7: {0x2F: 32}, 3: {0x11: 8}}),
+])
+def test_per_function_records_are_read_whatever_their_shapes(records, want):
+    import struct
+    import types
+
+    from cudamagic.toolchain.image import _Elf
+
+    blob = b""
+    for fmt, attr, size, body in records:
+        blob += bytes((fmt, attr)) + (body if size is None else
+                                      struct.pack("<H", size) + struct.pack(f"<{len(body)}I", *body))
+    fake = types.SimpleNamespace(data=blob, section=lambda name: (0, 0, 0, len(blob), 0, 0, 0))
+    assert _Elf.per_symbol.fn(fake) == want

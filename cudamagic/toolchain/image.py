@@ -35,6 +35,7 @@ _EIATTR_KPARAM_INFO = 0x17
 # per-function records of the CUBIN-wide .nv.info section, each (symbol index, value); codes as
 # cuobjdump names them (checked against its output for a CUBIN with local arrays and recursion)
 _EIATTR_FRAME_SIZE, _EIATTR_MIN_STACK_SIZE, _EIATTR_REGCOUNT = 0x11, 0x12, 0x2F
+_PER_FUNCTION = frozenset((_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE, _EIATTR_MIN_STACK_SIZE))
 # per-kernel records of a kernel's own .nv.info.<symbol> section (names as cuobjdump prints them)
 _EIATTR_MAX_THREADS = 0x05            # __launch_bounds__'s first argument, as (x, y, z)
 _EIATTR_COOP_GROUP_INSTR_OFFSETS = 0x28  # the code offsets of cooperative-groups barriers
@@ -272,34 +273,46 @@ class _Elf:
     the section names and the tables are parsed on first use."""
 
     def __init__(self, data: bytes, e_shoff: int, e_shstrndx: int, symtabs: tuple[int, ...],
-                 spans: tuple[list[int], list[int], list[int]]) -> None:
+                 spans: "dict[str, list[int]]") -> None:
         self.data = data
-        self._shoff, self._shnum, self._shstrndx = e_shoff, len(spans[0]), e_shstrndx
+        self._shoff, self._shnum, self._shstrndx = e_shoff, len(spans["offset"]), e_shstrndx
         self._symtabs = symtabs
-        self._offsets, self._sizes, self._links = spans  # per section, as _read found them
+        self._spans = spans  # per section, as _read found them: name, type, offset, size, link
 
     def _span(self, i: int) -> bytes:
         """Section ``i``'s bytes, without the full table."""
-        return self.data[self._offsets[i]:self._offsets[i] + self._sizes[i]]
+        offset = self._spans["offset"][i]
+        return self.data[offset:offset + self._spans["size"][i]]
+
+    def _header(self, i: int) -> tuple:
+        """``(name offset, type, offset, size, link, entsize, info)`` of section ``i``."""
+        name, stype, _flags, _addr, off, size, link, info, _align, entsize = \
+            struct.unpack_from("<IIQQQQIIQQ", self.data, self._shoff + 64 * i)
+        return (name, stype, off, size, link, entsize, info)
 
     @once
-    def sections(self) -> list[tuple]:
-        """``(name offset, type, offset, size, link, entsize, info)`` of every section."""
-        return [(name, stype, off, size, link, entsize, info)
-                for name, stype, _flags, _addr, off, size, link, info, _align, entsize
-                in struct.iter_unpack("<IIQQQQIIQQ", self.data[
-                    self._shoff:self._shoff + self._shnum * 64])]
+    def _shstr(self) -> bytes:
+        return self._span(self._shstrndx)
 
     @once
-    def names(self) -> list[str]:
-        """Every section's name."""
-        shstr = _section_bytes(self.data, self.sections[self._shstrndx])
-        return _strings(shstr, [s[0] for s in self.sections])
+    def _by_name_offset(self) -> dict[int, int]:
+        """Where a section's name starts in the section-name table -> the section (the last,
+        where two share it)."""
+        return {at: i for i, at in enumerate(self._spans["name"])}
 
-    @once
-    def index_of(self) -> dict[str, int]:
-        """Section name -> its index."""
-        return {name: i for i, name in enumerate(self.names)}
+    def _index(self, name: str) -> int | None:
+        """The section with this name, found in the section-name table without reading every
+        name (a CUBIN of 1000 kernels has 3000 sections): each place the name ends with a NUL
+        there, that a section's name starts at. The last such section, as a table by name."""
+        want = name.encode("utf-8", "surrogateescape") + b"\0"
+        table, found = self._shstr, None
+        at = table.find(want)
+        while at >= 0:
+            i = self._by_name_offset.get(at)
+            if i is not None and (found is None or i > found):
+                found = i
+            at = table.find(want, at + 1)
+        return found
 
     def info(self, symbol: str) -> bytes | None:
         """A kernel's ``.nv.info.<symbol>`` section, or None."""
@@ -308,8 +321,7 @@ class _Elf:
     def globals(self) -> tuple[GlobalImage, ...]:
         """The OBJECT symbols of every symbol table that live in constant or global memory
         (only the sections such symbols are in are named: a CUBIN of many kernels has few)."""
-        table = memoryview(self.data)[self._shoff:self._shoff + self._shnum * 64].cast("I")
-        name_at = table[0::16].tolist()
+        name_at = self._spans["name"]
         out: list[GlobalImage] = []
         for i in self._symtabs:
             symtab = self._span(i)
@@ -320,16 +332,15 @@ class _Elf:
             if not picked:
                 continue
             where = {m >> 16 for m in (meta[j] for j in picked)}
-            names = dict(zip(where, _strings(self._span(self._shstrndx),
-                                             [name_at[k] for k in where])))
+            names = dict(zip(where, _strings(self._shstr, [name_at[k] for k in where])))
             entries = [struct.unpack_from("<IBBHQQ", symtab, 24 * j) for j in picked]
-            out += _globals(entries, self._span(self._links[i]), names)
+            out += _globals(entries, self._span(self._spans["link"][i]), names)
         return tuple(out)
 
     def section(self, name: str) -> tuple | None:
-        """The section with this name, or None."""
-        i = self.index_of.get(name)
-        return None if i is None else self.sections[i]
+        """The section with this name (:meth:`_header`'s tuple), or None."""
+        i = self._index(name)
+        return None if i is None else self._header(i)
 
     @once
     def per_symbol(self) -> dict[int, dict[int, int]]:
@@ -338,9 +349,17 @@ class _Elf:
         sec = self.section(".nv.info")
         if sec is None:
             return out
-        for fmt, attr, body in _records(_section_bytes(self.data, sec)):
-            if fmt == _EIFMT_SVAL and len(body) >= 8 and attr in (
-                    _EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE, _EIATTR_MIN_STACK_SIZE):
+        data = _section_bytes(self.data, sec)
+        # nearly always every record is (symbol, value): 12 bytes each, read in one C loop
+        if len(data) % 12 == 0:
+            records = list(struct.iter_unpack("<BBHII", data))
+            if all(fmt == _EIFMT_SVAL and size == 8 for fmt, _, size, _, _ in records):
+                for _, attr, _, sym, value in records:
+                    if attr in _PER_FUNCTION:
+                        out.setdefault(sym, {})[attr] = value
+                return out
+        for fmt, attr, body in _records(data):
+            if fmt == _EIFMT_SVAL and len(body) >= 8 and attr in _PER_FUNCTION:
                 sym, value = struct.unpack_from("<II", body)
                 out.setdefault(sym, {})[attr] = value
         return out
@@ -352,8 +371,7 @@ class _Elf:
         sec = self.section(".symtab")
         if sec is None:
             return out
-        symtab, strtab = _section_bytes(self.data, sec), _section_bytes(self.data,
-                                                                       self.sections[sec[4]])
+        symtab, strtab = _section_bytes(self.data, sec), self._span(sec[4])
         entries = [(j, e[0]) for j, e in enumerate(
             struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24]))
             if e[1] & 0xF == _STT_FUNC and e[3] != 0]
@@ -364,10 +382,10 @@ class _Elf:
         """caller -> callees by symbol index, from ``.nv.callgraph`` (functions not inlined:
         ``__noinline__``, ``-G``, relocatable code)."""
         out: dict[int, set[int]] = {}
-        for sec in self.sections:
-            if sec[1] == _SHT_CUDA_CALLGRAPH:
-                for caller, callee in struct.iter_unpack("<II", _section_bytes(
-                        self.data, sec)[:sec[3] // 8 * 8]):
+        for i, stype in enumerate(self._spans["type"]):
+            if stype == _SHT_CUDA_CALLGRAPH:
+                graph = self._span(i)
+                for caller, callee in struct.iter_unpack("<II", graph[:len(graph) // 8 * 8]):
                     if callee < 0xFFFFFF00:  # the section opens with markers (0, -1), (0, -2)...
                         out.setdefault(caller, set()).add(callee)
         return out
@@ -494,14 +512,15 @@ def _read(data: bytes) -> CubinImage:
     # the symbol table first, through typed views of the tables: no Python object per section
     # or per symbol that is not a kernel (the rest is read on first use, by _Elf)
     table = memoryview(data)[e_shoff:e_shoff + e_shnum * 64]
-    types = table.cast("I")[1::16].tolist()
+    types = memoryview(data)[e_shoff:e_shoff + e_shnum * 64].cast("I")[1::16].tolist()
     words = table.cast("Q")
     offsets, sizes = words[3::8].tolist(), words[4::8].tolist()
     if e_shnum and max(map(operator.add, offsets, sizes)) > len(data):
         for i, (stype, off, size) in enumerate(zip(types, offsets, sizes)):
             if stype != _SHT_NOBITS and off + size > len(data):  # NOBITS holds no bytes
                 raise ImageError(f"the CUBIN is truncated: section {i} lies past the end")
-    links = table.cast("I")[10::16].tolist()
+    words32 = table.cast("I")
+    links = words32[10::16].tolist()
     symtabs = tuple(i for i, t in enumerate(types) if t == _SHT_SYMTAB)
     symbols: list[str] = []
     indices: list[int] = []
@@ -519,7 +538,9 @@ def _read(data: bytes) -> CubinImage:
         indices += picked
     sm = (e_flags >> 8) & 0xFF if e_flags >> 8 & 0xFF else None
     return CubinImage(tuple(symbols), tuple(indices), sm,
-                      _Elf(data, e_shoff, e_shstrndx, symtabs, (offsets, sizes, links)))
+                      _Elf(data, e_shoff, e_shstrndx, symtabs,
+                           {"name": words32[0::16].tolist(), "type": types, "offset": offsets,
+                            "size": sizes, "link": links}))
 
 
 # the sections that hold a module's variables, and the memory each is in
