@@ -5,6 +5,8 @@ Each figure is a median over fresh processes (5 by default), on the GPU machine:
 - *ctypes*: ``libcuda.so.1`` opened, ``cuInit``, ``cuDeviceGetCount``,
   ``cuDevicePrimaryCtxRetain`` (device 0) and ``cuCtxSetCurrent``, each timed: the calls
   ``%load_ext cudamagic`` makes in its background thread (the driver module's ctypes binding);
+  and the device memory in use once the context is made (``cuMemGetInfo``: the context's own
+  footprint where nothing else runs on the GPU; printed in the ms column, as MiB);
 - *thread*: the same calls in a thread while the main thread sleeps 0.5 ms at a time: the
   longest the main thread waited to run again (a call holding the GIL would show as a stall as
   long as the call);
@@ -35,8 +37,12 @@ n = ctypes.c_int(); lib.cuDeviceGetCount(ctypes.byref(n)); t3 = time.perf_counte
 ctx = ctypes.c_void_p(); lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0)
 t4 = time.perf_counter()
 lib.cuCtxSetCurrent(ctx); t5 = time.perf_counter()
+free, total = ctypes.c_size_t(), ctypes.c_size_t()
+lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
 print(json.dumps({"dlopen": t1 - t0, "cuInit": t2 - t1, "cuDeviceGetCount": t3 - t2,
-                  "cuDevicePrimaryCtxRetain": t4 - t3, "cuCtxSetCurrent": t5 - t4}))
+                  "cuDevicePrimaryCtxRetain": t4 - t3, "cuCtxSetCurrent": t5 - t4,
+                  "device memory in use with the context, MiB": (total.value - free.value)
+                  / 2**20 / 1e3}))
 '''
 THREAD = r'''
 import ctypes, json, threading, time
