@@ -273,8 +273,13 @@ class Module(Mapping[str, Kernel]):
 
     def _payload(self) -> bytes:
         if self._payload_bytes is None:
-            rows = [[k.name_expression, k.symbol, k.python_name, k.resolved_by, k.signature]
-                    for k in self.kernels.values()]
+            if isinstance(self.kernels, KernelTable):  # from the table: no Kernel is made
+                text = self.kernels.signatures.text
+                rows = [[label, symbol, name, how, text(symbol)]
+                        for label, symbol, name, how in self.kernels.entries()]
+            else:
+                rows = [[k.name_expression, k.symbol, k.python_name, k.resolved_by, k.signature]
+                        for k in self.kernels.values()]
             record = EntryRecord(cubin=self.cubin, lowered=None, key=self.key,
                                  arch=self._report.arch,
                                  nvrtc_version=self._report.nvrtc_version,

@@ -226,6 +226,9 @@ def test_a_hit_makes_each_kernel_only_when_it_is_reached(hit):
     assert not table._made  # the report and the module made none
     assert set(table) == {*EXPRS, "plain"} and len(table) == 7 and "t<2>" in table
     assert [r.symbol for r in hit.report.rows] == [s for _, s, _, _ in table.entries()]
+    back = pickle.loads(pickle.dumps(hit))  # the payload is made from the table
+    assert not table._made and not back.kernels._made
+    assert list(back.kernels.entries()) == list(table.entries())
     k = hit["t<2>"]
     assert list(table._made) == ["t<2>"] and k.module is hit and hit["t<2>"] is k
     assert {e: k.symbol for e, k in table.items()} == {e: s for e, s, _, _ in table.entries()}
