@@ -361,3 +361,37 @@ def test_per_function_records_are_read_whatever_their_shapes(records, want):
                                       struct.pack("<H", size) + struct.pack(f"<{len(body)}I", *body))
     fake = types.SimpleNamespace(data=blob, section=lambda name: (0, 0, 0, len(blob), 0, 0, 0))
     assert _Elf.per_symbol.fn(fake) == want
+
+
+def test_variables_are_those_a_plain_reading_of_the_symbol_table_finds():
+    """The module's variables, read through typed views of the symbol table, are the OBJECT
+    symbols in constant or global memory that a symbol-by-symbol reading finds, with their
+    sizes, places and memory, for every kind of CUBIN (and a library's hundreds of globals)."""
+    import struct
+
+    import cudamagic
+
+    spaces = {".nv.constant3": "constant", ".nv.global": "global", ".nv.global.init": "global"}
+    cubins = _cubins()
+    cubins["library"] = cudamagic.build(
+        "#include <cuda/std/complex>\n__constant__ int k[2] = {1, 2};\n"
+        "__global__ void f(cuda::std::complex<float>* z) { z[0] = cuda::std::exp(z[0]) * float(k[1]); }",
+        use_cache=False).cubin
+    for label, data in cubins.items():
+        sections = _every_section(data)
+        want = []
+        for name, header in sections:
+            if header[1] != 2:  # SHT_SYMTAB
+                continue
+            strings = data[sections[header[4]][1][2]:][:sections[header[4]][1][3]]
+            for st_name, info, _, shndx, value, size in struct.iter_unpack(
+                    "<IBBHQQ", data[header[2]:header[2] + header[3] // 24 * 24]):
+                if info & 0xF in (1, 13) and 0 < shndx < len(sections) \
+                        and sections[shndx][0] in spaces:
+                    want.append((strings[st_name:strings.index(b"\0", st_name)].decode(), size,
+                                 spaces[sections[shndx][0]], value,
+                                 sections[shndx][0] != ".nv.global"))
+        got = [(g.name, g.size, g.space, g.offset, g.initialized)
+               for g in read_cubin(data).globals]
+        assert got == want, label
+    assert len(want) > 100  # the library's own globals

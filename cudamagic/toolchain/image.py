@@ -325,16 +325,24 @@ class _Elf:
         out: list[GlobalImage] = []
         for i in self._symtabs:
             symtab = self._span(i)
-            symtab = symtab[:len(symtab) // 24 * 24]
-            meta = memoryview(symtab).cast("I")[1::6].tolist()
+            words = memoryview(symtab[:len(symtab) // 24 * 24])
+            meta = words.cast("I")[1::6].tolist()  # st_info | st_other << 8 | st_shndx << 16
             picked = [j for j, m in enumerate(meta) if m & 0xF in (_STT_OBJECT, _STT_CUDA_OBJECT)
                       and 0 < m >> 16 < self._shnum]
             if not picked:
                 continue
-            where = {m >> 16 for m in (meta[j] for j in picked)}
+            where = {meta[j] >> 16 for j in picked}
             names = dict(zip(where, _strings(self._shstr, [name_at[k] for k in where])))
-            entries = [struct.unpack_from("<IBBHQQ", symtab, 24 * j) for j in picked]
-            out += _globals(entries, self._span(self._spans["link"][i]), names)
+            picked = [j for j in picked if names[meta[j] >> 16] in _VARIABLE_SECTIONS]
+            longs = words.cast("Q")  # per symbol: (name, info...), st_value, st_size
+            values, sizes = longs[1::3].tolist(), longs[2::3].tolist()
+            strings = words.cast("I")[0::6].tolist()
+            texts = _strings(self._span(self._spans["link"][i]), [strings[j] for j in picked])
+            # .nv.global holds no bytes (NOBITS, or a CUDA section type of that meaning in -rdc)
+            out += [GlobalImage(text, sizes[j], _VARIABLE_SECTIONS[section], values[j],
+                                section != ".nv.global")
+                    for j, text, section in zip(picked, texts,
+                                                (names[meta[j] >> 16] for j in picked))]
         return tuple(out)
 
     def section(self, name: str) -> tuple | None:
@@ -546,17 +554,6 @@ def _read(data: bytes) -> CubinImage:
 # the sections that hold a module's variables, and the memory each is in
 _VARIABLE_SECTIONS = {".nv.constant3": "constant", ".nv.global": "global",
                       ".nv.global.init": "global"}
-
-
-def _globals(symbols: list[tuple], strtab: bytes, names: dict[int, str]) -> list[GlobalImage]:
-    """The OBJECT symbols of a symbol table that live in constant or global memory (``names``:
-    section index -> name, for the sections they are in)."""
-    picked = [e for e in symbols if e[1] & 0xF in (_STT_OBJECT, _STT_CUDA_OBJECT)
-              and names.get(e[3]) in _VARIABLE_SECTIONS]
-    # .nv.global holds no bytes (NOBITS, or a CUDA section type of the same meaning in -rdc)
-    return [GlobalImage(name=name, size=e[5], space=_VARIABLE_SECTIONS[names[e[3]]],
-                        offset=e[4], initialized=names[e[3]] != ".nv.global")
-            for e, name in zip(picked, _strings(strtab, [e[0] for e in picked]))]
 
 
 def _strings(table: bytes, offsets: list[int]) -> list[str]:
