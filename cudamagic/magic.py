@@ -317,6 +317,7 @@ class CudaMagics(Magics):
         from .pipeline import Module
 
         ns = self.shell.user_ns
+        builtin = vars(builtins)  # a dict lookup: hasattr raises inside for each name it lacks
         module = next(iter(names))
         said = []
         # the few names that hide something, found by set operations (a cell pushes 1000)
@@ -329,7 +330,7 @@ class CudaMagics(Magics):
                        "rename your variable to keep both")
                 said.append(f"{name!r} replaces the notebook's variable of type "
                             f"{type(old).__name__}{fix}")
-            elif name not in ns and hasattr(builtins, name):
+            elif name not in ns and name in builtin:
                 said.append(f"the kernel name {name!r} hides Python's builtin {name}() in this "
                             f"notebook; del {name} brings the builtin back (the kernel stays "
                             f"{module}[{names[name].name_expression!r}])"

@@ -45,7 +45,7 @@ from .toolchain.link import ET_REL, elf_type, from_device_runtime, link_compiled
 from .toolchain.nvrtc import (CompileResult, compile_cubin, declared_signatures, nvrtc_version,
                               shift_lines, supported_archs)
 from .toolkit import toolkit
-from .view.report import BuildReport, KernelRow
+from .view.report import BuildReport, KernelRow, KernelRows
 
 __all__ = ["Module", "BuildSettings", "BuildContext", "build", "build_module", "entry_key",
            "load_cubin", "default_arch"]
@@ -548,10 +548,14 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         return None if params is None else tuple(p.size for p in params)
 
     text = kernels.signatures.text  # the rows are made from the table: no Kernel is made
-    rows = tuple(KernelRow(name, label, symbol, text(symbol), how,
-                           placeholders=ctx.demangler.placeholders,
-                           param_sizes=sizes(symbol, text(symbol)), image=_image(binary, symbol))
-                 for label, symbol, name, how in kernels.entries())
+    placeholders = ctx.demangler.placeholders
+
+    def row(entry: tuple[str, str, str, str]) -> KernelRow:  # made when the report shows it
+        label, symbol, name, how = entry
+        return KernelRow(name, label, symbol, text(symbol), how, placeholders=placeholders,
+                         param_sizes=sizes(symbol, text(symbol)), image=_image(binary, symbol))
+
+    rows = KernelRows(tuple(kernels.entries()), row)
     report = BuildReport(
         key=ctx.key, hit=origin == "cache", origin=origin,
         miss_reason=None if miss is None else describe(miss),

@@ -197,3 +197,97 @@ def test_the_trap_search_agrees_with_one_loop_over_every_instruction():
         code = bytes(code)
         elf = types.SimpleNamespace(section=lambda name: (0, 0, 0, len(code)), data=code)
         assert _Elf._traps(elf, "k") == _traps_reference(code), (case, code.hex())
+
+
+# --- rows made for what is shown ---------------------------------------------------------------
+
+def _rows(n: int):
+    from cudamagic.view.report import KernelRow, KernelRows
+
+    made = []
+
+    def make(i):
+        made.append(i)
+        return KernelRow(f"k_{i}", f"k<{i}>", f"_Z1kILi{i}EEvv", f"void k<{i}>()", "nvrtc")
+    return KernelRows(range(n), make), made
+
+
+def test_lazy_rows_read_like_the_tuple_of_the_same_rows():
+    import pickle
+
+    for n in (0, 1, 2, 7, 60):
+        rows, made = _rows(n)
+        assert len(rows) == n and made == []  # len makes none
+        full = tuple(_rows(n)[0])
+        for start in (None, -n - 3, -2, -1, 0, 1, n // 2, n, n + 4):
+            for stop in (None, -n - 1, -1, 0, 2, n // 2, n, n + 9):
+                for step in (None, 1, 2, 3, -1, -2):
+                    assert rows[start:stop:step] == full[start:stop:step], (n, start, stop, step)
+        for i in range(-n, n):
+            assert rows[i] == full[i]
+        for i in (n, -n - 1):
+            with pytest.raises(IndexError):
+                rows[i]
+        assert rows == full and list(rows) == list(full) and (n == 0 or rows != full + full[:1])
+        assert len(set(made)) == len(made) == n  # each row made once, however often read
+        again = pickle.loads(pickle.dumps(rows))  # a travelling report carries them made
+        assert type(again) is tuple and again == full
+
+
+def test_a_shown_report_of_many_kernels_makes_the_rows_it_shows(monkeypatch):
+    from cudamagic.view import render
+    from cudamagic.view.report import SHOWN_ROWS
+
+    rows, made = _rows(1000)
+    report = _report(rows)
+    render.text_body(report, SHOWN_ROWS)
+    render.html_body(report, SHOWN_ROWS)
+    assert report.columns and sorted(set(made)) == list(range(SHOWN_ROWS))
+    assert str(report).count("\n  k_") == 1000  # print(report) lists them all
+
+
+def _report(rows):
+    from .test_report import make
+
+    return make(0).__class__(**{**make(0).__dict__, "rows": rows})
+
+
+def test_a_hit_makes_no_row_before_the_report_is_shown(module, monkeypatch):
+    from cudamagic.view import report as R
+
+    made = []
+    real = R.KernelRow.__init__
+    monkeypatch.setattr(R.KernelRow, "__init__", lambda self, *a, **kw: made.append(a[0]) or
+                        real(self, *a, **kw))
+    hit = cudamagic.build(_SOURCE, _NAMES, cache=cudamagic.KernelCache(module.report.cache_dir))
+    assert hit.hit and made == []
+    assert [r.python_name for r in hit.report.rows[:2]] == made == [
+        k.python_name for k in list(hit.kernels.values())[:2]]
+
+
+def test_lazy_rows_never_carry_resources():
+    from cudamagic.view.report import KernelRow, KernelRows
+
+    rows = KernelRows([0], lambda i: KernelRow("k", "k", "k", "k", "nvrtc", attributes={}))
+    with pytest.raises(ValueError, match="carry no resources"):
+        rows[0]
+
+
+# --- the shadowing check -----------------------------------------------------------------------
+
+def test_a_name_hides_a_builtin_exactly_where_python_has_one():
+    import builtins
+    import types
+
+    from cudamagic.magic import CudaMagics
+
+    candidates = sorted(set(dir(builtins)) | {"saxpy_float", "k_1", "builtins", "print_",
+                                              "__name__", "__doc__", "__loader__", "maxx"})
+    kernel = types.SimpleNamespace(name_expression="k<1>")
+    names = {"cuda_module": object(), **{n: kernel for n in candidates}}
+    shell = types.SimpleNamespace(shell=types.SimpleNamespace(user_ns={"len": 3}))
+    said = CudaMagics._warn_shadowing(shell, names)
+    hidden = {m.group(1) for m in map(re.compile(r"the kernel name '(\w+)' hides").match, said)
+              if m}
+    assert hidden == {n for n in candidates if hasattr(builtins, n) and n != "len"}
+    assert sum("'len' replaces the notebook's variable of type int" in s for s in said) == 1

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, overload
 
 from ..cxx import parse_demangled, tidy_name as _tidy
 from ..cxx.mangled import is_too_long
@@ -24,8 +25,8 @@ from ..units import counted, duration_text
 if TYPE_CHECKING:  # pragma: no cover
     from ..toolchain.image import GlobalImage, KernelImage
 
-__all__ = ["Explanation", "KernelRow", "BuildReport", "Badge", "Phase", "SHOWN_ROWS",
-           "display_signature"]
+__all__ = ["Explanation", "KernelRow", "KernelRows", "BuildReport", "Badge", "Phase",
+           "SHOWN_ROWS", "display_signature"]
 
 #: Variables a report names; the rest are counted.
 SHOWN_VARIABLES = 10
@@ -194,6 +195,66 @@ class KernelRow:
         return display_signature(self.demangled, self.placeholders, self.param_sizes)
 
 
+class KernelRows(Sequence[KernelRow]):
+    """A report's rows, each made from its kernel on first use: a module of 1000 kernels whose
+    report shows 50 makes 50 (``len`` makes none). Equal to any sequence of the same rows.
+
+    Its rows carry no resources (``attributes``): :func:`cudamagic.info.report_with_attributes`
+    gives a tuple of rows with them, so the table's columns are known without making a row.
+    """
+
+    __slots__ = ("_items", "_make", "_made")
+
+    def __init__(self, items: Sequence[Any], make: Callable[[Any], KernelRow]) -> None:
+        self._items = tuple(items)
+        self._make = make
+        self._made: list[KernelRow | None] = [None] * len(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _row(self, i: int) -> KernelRow:
+        row = self._made[i]
+        if row is None:  # two threads may both make it: the rows are equal, either is kept
+            row = self._make(self._items[i])
+            if row.attributes is not None:
+                raise ValueError("lazily made report rows carry no resources: give a tuple")
+            self._made[i] = row
+        return row
+
+    @overload
+    def __getitem__(self, index: int) -> KernelRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[KernelRow, ...]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self._row(i) for i in range(*index.indices(len(self._items))))
+        if index < 0:
+            index += len(self._items)
+        if not 0 <= index < len(self._items):
+            raise IndexError("report row index out of range")
+        return self._row(index)
+
+    def __iter__(self) -> Iterator[KernelRow]:
+        return (self._row(i) for i in range(len(self._items)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]  # equal to tuples, so not hashable like them
+
+    def __repr__(self) -> str:
+        return f"<KernelRows: {len(self)} rows>"
+
+    def __reduce__(self):
+        # a report that travels (a pickled module) carries its rows made: the maker is local
+        return tuple, (tuple(self),)
+
+
 @dataclass(frozen=True)
 class Badge:
     """The status badge: its label and the CSS class that colours it."""
@@ -250,7 +311,8 @@ class BuildReport:
     demangler, enumerated_by, arch, nvrtc_version, cache_dir : str
     log : str
         Compile warnings.
-    rows : tuple of KernelRow
+    rows : sequence of KernelRow
+        A tuple, or :class:`KernelRows` (each row made on first use).
     warnings : tuple of str
         Said once, here (the magic adds its own: a name that hides a variable or a builtin).
     explanation : Explanation or None
@@ -273,7 +335,7 @@ class BuildReport:
     nvrtc_version: str
     cache_dir: str
     log: str = ""
-    rows: tuple[KernelRow, ...] = ()
+    rows: Sequence[KernelRow] = ()
     warnings: tuple[str, ...] = field(default=())
     explanation: Explanation | None = None
     cell_seconds: float | None = None
@@ -385,7 +447,7 @@ class BuildReport:
     @functools.cached_property
     def columns(self) -> tuple[str, ...]:
         """The name map's columns; the per-kernel resources where a GPU reported them."""
-        gpu = any(r.attributes for r in self.rows)
+        gpu = not isinstance(self.rows, KernelRows) and any(r.attributes for r in self.rows)
         return _COLUMNS + (_GPU_COLUMNS if gpu else ())
 
     def table(self, start: int = 0, stop: int | None = None) -> list[tuple[str, ...]]:
