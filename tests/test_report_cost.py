@@ -291,3 +291,19 @@ def test_a_name_hides_a_builtin_exactly_where_python_has_one():
               if m}
     assert hidden == {n for n in candidates if hasattr(builtins, n) and n != "len"}
     assert sum("'len' replaces the notebook's variable of type int" in s for s in said) == 1
+
+
+def test_a_curve_shared_by_kernels_is_drawn_as_each_would_be_alone():
+    import random
+
+    rng = random.Random(5)
+    curves = [[(b, rng.choice((0.25, 0.5, 1.0))) for b in range(32, 1025, 32)] for _ in range(3)]
+    # alike kernels share one list; equal curves in lists of their own; curves of one length
+    series = [("a", curves[0]), ("b", curves[0]), ("c", list(curves[0])), ("d", curves[1]),
+              ("e", curves[2]), ("f", curves[1])]
+    page = bench.svg_lines(series, x_label="x", y_label="y", y_max=1.0)
+    points = re.findall(r'<polyline[^>]* points="([^"]*)"', page)
+    alone = [re.findall(r'<polyline[^>]* points="([^"]*)"', bench.svg_lines(
+        [(label, list(pts))] + [(f"{label}{i}", c) for i, c in enumerate(curves)],
+        x_label="x", y_label="y", y_max=1.0))[0] for label, pts in series]
+    assert points == alone and len(set(points)) == 3

@@ -106,9 +106,13 @@ def svg_lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, x_
                    f'{x:g}</text>')
     out.append(f'<text x="{(left + width - right) / 2}" y="{height - 4}" '
                f'text-anchor="middle">{html.escape(x_label)}</text>')
+    paths: dict[tuple, str] = {}  # kernels that ask alike share a curve: its points written once
     for i, (label, pts) in enumerate(series):
         colour = _COLOURS[i % len(_COLOURS)]
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        key = tuple(pts)
+        path = paths.get(key)
+        if path is None:
+            path = paths[key] = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
                    f'points="{path}"><title>{html.escape(label)}</title></polyline>')
         out.append(f'<text x="{width - right - 4}" y="{top + 12 + 12 * i}" text-anchor="end" '
