@@ -260,23 +260,23 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
                              compiler=compiler, demangler=demangler,
                              compile_notice=compile_notice, reserved=tuple(reserved), cell=cell)
     ctx = _context(source, opts, settings)
-    # cu++filt starts now and overlaps the cache read or the compile
-    with contextlib.closing(ctx.demangler.start()) as pending:
-        if ctx.store is None or opts.force:
-            return _compile(ctx, pending, Miss(MissKind.NO_CACHE if ctx.store is None
-                                               else MissKind.FORCED))
+    if ctx.store is not None and not opts.force:
         t = time.perf_counter()
         record, miss = ctx.store.get(ctx.key)
         ctx.lap("lookup", t)
-        if record is None:
-            return _compile(ctx, pending, miss or Miss(MissKind.NO_ENTRY))
-        found = _restore(ctx, record, pending)
-        if isinstance(found, Module):
-            return found
-        ctx.store.delete(ctx.key)
-    # the entry could not serve; the demangler's one batch may be spent on it
-    with contextlib.closing(ctx.demangler.start()) as fresh:
-        return _compile(ctx, fresh, found)
+        if record is not None:
+            found = _restore(ctx, record)
+            if isinstance(found, Module):
+                return found
+            ctx.store.delete(ctx.key)
+            miss = found
+        miss = miss or Miss(MissKind.NO_ENTRY)
+    else:
+        miss = Miss(MissKind.NO_CACHE if ctx.store is None else MissKind.FORCED)
+    # a miss: cu++filt (a process) starts now and overlaps the compile; a hit reads the texts
+    # its entry stored and starts none
+    with contextlib.closing(ctx.demangler.start()) as pending:
+        return _compile(ctx, pending, miss)
 
 
 _INCOMPLETE = ("NVRTC wrote no list of the headers it read (an NVRTC older than 12.8, or no "
@@ -293,7 +293,7 @@ class _Unservable(Exception):
         self.miss = miss
 
 
-def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Module | Miss":
+def _restore(ctx: BuildContext, record: EntryRecord) -> "Module | Miss":
     """A module from a cache entry, or why it cannot serve (the caller recompiles)."""
     t = time.perf_counter()
     try:
@@ -311,7 +311,7 @@ def _restore(ctx: BuildContext, record: EntryRecord, pending: Pending) -> "Modul
                                       "never linked (the driver cannot launch it)")
     try:
         binary = Binary(record.cubin, read_cubin(record.cubin))
-        sigs = _signatures(ctx, binary, pending, record.symbols)
+        sigs = _signatures(ctx, binary, None, record.symbols)
         resolution = resolve(ctx.opts.name_expressions, sigs, record.lowered)
         if resolution.stale:
             raise _Unservable(Miss(MissKind.DAMAGED, "the cached entry's stored name map does "
@@ -461,10 +461,11 @@ def _variable_expressions(names: Sequence[str], lowered: Mapping[str, str]) -> s
               "that no code uses is not compiled, so use it in a kernel.")
 
 
-def _signatures(ctx: BuildContext, binary: Binary, pending: Pending,
+def _signatures(ctx: BuildContext, binary: Binary, pending: Pending | None,
                 stored: Mapping[str, Any] | None = None) -> Signatures:
     """Every kernel's demangled signature (parsed lazily), from the CUBIN's ELF table; on a
-    hit, from the texts the entry stored (nothing is demangled again)."""
+    hit, from the texts the entry stored (nothing is demangled again). ``pending``: the
+    demangling the caller started, else one is started here where it is needed."""
     t = time.perf_counter()
     # a linked CUBIN also holds the device runtime's own helper kernels: not the user's to call
     runtime = _runtime_kernels(binary)
@@ -472,7 +473,9 @@ def _signatures(ctx: BuildContext, binary: Binary, pending: Pending,
         else list(binary.image.symbols)
     sigs = stored_signatures(stored, symbols, ctx.demangler.name)
     if sigs is None:
-        sigs = Signatures(dict(zip(symbols, pending(symbols))), ctx.demangler.placeholders)
+        with contextlib.closing(ctx.demangler.start()) if pending is None \
+                else contextlib.nullcontext(pending) as running:
+            sigs = Signatures(dict(zip(symbols, running(symbols))), ctx.demangler.placeholders)
     ctx.lap("demangle", t)
     return sigs
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import subprocess
 import threading
 import time
 from unittest import mock
@@ -395,3 +396,42 @@ def test_variables_are_those_a_plain_reading_of_the_symbol_table_finds():
                for g in read_cubin(data).globals]
         assert got == want, label
     assert len(want) > 100  # the library's own globals
+
+
+def test_a_hit_starts_no_demangler_process(tmp_path, cache, compiler):
+    """cu++filt is a process: a miss starts one (its start overlaps the compile); a hit reads
+    the texts its entry stored and starts none."""
+    import stat
+    import sys
+
+    import cudamagic
+    from cudamagic.toolchain.demangle import CuFilt
+
+    log = tmp_path / "starts"
+    script = tmp_path / "cu++filt"
+    root = str(os.path.dirname(os.path.dirname(cudamagic.__file__)))
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {root!r})\n"
+        f"open({str(log)!r}, 'a').write('x')\n"
+        "from cudamagic.toolchain.demangle import LibStdCxx\n"
+        "names = [line.strip() for line in sys.stdin]\n"
+        "print('\\n'.join(LibStdCxx().demangle(names)))\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    demangler = CuFilt(str(script))
+    opts = options_from_args([], EXPRS)
+    started: list[object] = []
+    real = subprocess.Popen
+
+    def counted(args, *rest, **kwargs):
+        if args and args[0] == str(script):
+            started.append(args)
+        return real(args, *rest, **kwargs)
+
+    with mock.patch.object(subprocess, "Popen", counted):
+        first = build_module(SOURCE, opts, cache=cache, compiler=compiler, demangler=demangler)
+        assert not first.hit and len(started) == 1
+        for _ in range(3):
+            again = build_module(SOURCE, opts, cache=cache, compiler=compiler,
+                                 demangler=demangler)
+            assert again.hit and again["t<1>"].symbol == first["t<1>"].symbol
+    assert len(started) == 1 and log.read_text() == "x"  # none more
