@@ -217,7 +217,7 @@ class Module(Mapping[str, Kernel]):
 
     def load(self, device: int | None = None) -> "Module":
         """Load the module on a device now (default: the current one) instead of at first call:
-        the CUBIN into the driver and into the device's context, two driver calls whatever the
+        the CUBIN into the driver and into the device's context, three driver calls whatever the
         number of kernels. Each kernel's own handle is looked up by its first call (microseconds):
         a module of 1000 kernels of which a few are launched asks the driver for those few.
 

@@ -115,8 +115,9 @@ def test_what_is_read_lazily_is_what_the_cubin_holds(hit):
 
 @pytest.mark.gpu
 def test_load_takes_the_module_into_the_context_and_each_kernel_at_its_first_call(tmp_path):
-    """load() is two driver calls whatever the kernel count (library, then its module in this
-    context); a kernel's handle is looked up by its first call, which launches it right."""
+    """load() is three driver calls whatever the kernel count (the library, its kernel count,
+    its module in this context); a kernel's handle is looked up by its first call, which
+    launches it right."""
     import cupy as cp
     import numpy as np
 
