@@ -321,7 +321,7 @@ class CudaMagics(Magics):
         module = next(iter(names))
         said = []
         # the few names that hide something, found by set operations (a cell pushes 1000)
-        hiding = names.keys() & (ns.keys() | vars(builtins).keys())
+        hiding = names.keys() & (ns.keys() | builtin.keys())
         for name in (n for n in names if n in hiding):
             old = ns.get(name, None)
             if name in ns and not isinstance(old, (Kernel, Module)):
