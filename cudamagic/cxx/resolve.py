@@ -121,14 +121,17 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
     unresolved: list[Unresolved] = []
     stale: list[str] = []
     reasons: list[str] = []
+    # symbol -> demangled text, one dictionary lookup per stored pair (1000 on a large hit)
+    texts = kernels.texts() if isinstance(kernels, Signatures) else \
+        {symbol: sig.text for symbol, sig in kernels.items()} if stored else {}
     for expr in expressions:
-        if expr in stored:
-            symbol = stored[expr]
-            if symbol not in kernels:
+        symbol = stored.get(expr)
+        if symbol is not None:
+            text = texts.get(symbol)
+            if text is None:
                 stale.append(expr)
                 reasons.append(f"its stored symbol {symbol} is not in the CUBIN")
                 continue
-            text = kernels.text(symbol) if isinstance(kernels, Signatures) else kernels[symbol].text
             if quick_equal(expr, text):  # no parsing: 1000 pairs in about 3 ms on a loaded box
                 resolved.append(Resolved(expr, symbol, STORED))
                 continue
