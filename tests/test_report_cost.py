@@ -307,3 +307,29 @@ def test_a_curve_shared_by_kernels_is_drawn_as_each_would_be_alone():
         [(label, list(pts))] + [(f"{label}{i}", c) for i, c in enumerate(curves)],
         x_label="x", y_label="y", y_max=1.0))[0] for label, pts in series]
     assert points == alone and len(set(points)) == 3
+
+
+def test_the_fold_makes_only_the_kernels_it_draws(module, monkeypatch):
+    from cudamagic.launch import kernel as K
+
+    hit = cudamagic.build(_SOURCE, _NAMES, cache=cudamagic.KernelCache(module.report.cache_dir))
+    made = []
+    real = K.Kernel.__init__
+    monkeypatch.setattr(K.Kernel, "__init__", lambda self, *a, **kw: made.append(kw.get(
+        "symbol")) or real(self, *a, **kw))
+    page = bench.timing_fold(hit)
+    assert hit.hit and len(made) == len(set(made)) == bench.FOLD_KERNELS < len(hit.kernels)
+    assert page == bench.timing_fold(module)  # what a module whose kernels are all made shows
+
+
+def test_launch_needs_ask_for_debug_info_only_where_a_grid_barrier_is(monkeypatch):
+    from .test_image import LAUNCH_SOURCE
+
+    image = read_cubin(cudamagic.build(LAUNCH_SOURCE, arch="sm_90", options=["-std=c++17"],
+                                       use_cache=False).cubin)
+    asked = []
+    real = _Elf.section
+    monkeypatch.setattr(_Elf, "section", lambda self, name: asked.append(name) or real(self, name))
+    plain = [k for k in image.kernels if k.symbol in ("traps", "syncthreads", "grid_valid")]
+    assert [k.launch.grid_sync for k in plain] == [False] * 3
+    assert ".debug_info" not in asked

@@ -447,7 +447,9 @@ class _Elf:
             return struct.unpack_from("<III", body) if body and len(body) >= 12 else None
 
         cluster = dims(_EIATTR_CTA_PER_CLUSTER)
-        debug = self.section(".debug_info") is not None  # -G (-lineinfo writes .debug_line)
+        # -G (-lineinfo writes .debug_line); asked only where it changes the answer: a name
+        # the CUBIN lacks is looked for through its whole section-name table
+        debug = barriers and self.section(".debug_info") is not None
         return LaunchNeeds(grid_sync=(None if barriers and debug else barriers and traps), cluster_dims=cluster,
                            requires_cluster=cluster is not None or _EIATTR_EXPLICIT_CLUSTER in own,
                            max_threads=dims(_EIATTR_MAX_THREADS))

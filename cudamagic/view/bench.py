@@ -306,22 +306,33 @@ def _fold_line(module_kernel: Any, tables: dict) -> tuple[list | None, str]:
                f"limited by {', '.join(at.limited_by)})")
 
 
+def _first_kernels(module: Any) -> tuple[list[Any], int]:
+    """The fold's kernels: the first :data:`FOLD_KERNELS` of distinct symbols, in the module's
+    order, and how many distinct symbols it has (a module's kernel table makes no other
+    Kernel for it: its entries name the symbols)."""
+    table = module.kernels
+    pairs = ((e[0], e[1]) for e in table.entries()) if hasattr(table, "entries") else \
+        ((label, k.symbol) for label, k in table.items())
+    first: dict[str, str] = {}
+    for label, symbol in pairs:
+        first.setdefault(symbol, label)
+    labels = list(first.values())
+    return [table[label] for label in labels[:FOLD_KERNELS]], len(labels)
+
+
 def timing_fold(module: Any) -> str:
     """The report's "timing and occupancy" fold (a ``<details>`` one click away): the kernels'
     occupancy against block size in one plot, computed from the CUBIN (nothing is loaded on the
     GPU, nothing launched), each one's best block size, and how to time them."""
-    seen: dict[str, Any] = {}
-    for k in module.kernels.values():
-        seen.setdefault(k.symbol, k)
-    kernels = list(seen.values())
+    kernels, distinct = _first_kernels(module)
     series, notes, tables = [], [], {}
-    for k in kernels[:FOLD_KERNELS]:
+    for k in kernels:
         curve, note = _fold_line(k, tables)
         notes.append(note)
         if curve is not None:
             series.append((k.python_name, curve))
-    if len(kernels) > FOLD_KERNELS:
-        notes.append(f"{len(kernels) - FOLD_KERNELS} more kernels: kernel.occupancy() for each")
+    if distinct > FOLD_KERNELS:
+        notes.append(f"{distinct - FOLD_KERNELS} more kernels: kernel.occupancy() for each")
     name = kernels[0].python_name if kernels else "kernel"
     plot = svg_lines(series, x_label="threads per block", y_label="occupancy",
                      y_max=1.0) if series else ""
