@@ -260,7 +260,9 @@ class Module(Mapping[str, Kernel]):
                 f"{self._report.status}, key {self.key[:12]}>")
 
     def _repr_pretty_(self, p, cycle: bool) -> None:
-        p.text(self._report.text())
+        # as the report shows itself: its first rows and how many more (print(module.report)
+        # has them all); a cell ending in module.load() shows this
+        self._report._repr_pretty_(p, cycle)
 
     def _repr_html_(self) -> str:
         return self._report.html()

@@ -1,0 +1,43 @@
+"""How a module shows as a cell's value (a cell ending in ``cuda_module`` or
+``cuda_module.load()``): as its report shows itself, the first rows and how many more, in text
+as in HTML, whatever the number of kernels."""
+
+from __future__ import annotations
+
+import pytest
+
+import cudamagic
+from cudamagic.view.report import SHOWN_ROWS
+
+SOURCE = "template <int N> __global__ void k(float* x) { x[0] = N; }"
+
+
+class _Printer:
+    def __init__(self) -> None:
+        self.out: list[str] = []
+
+    def text(self, s: str) -> None:
+        self.out.append(s)
+
+
+@pytest.mark.parametrize("n", [1, SHOWN_ROWS, SHOWN_ROWS + 1, 3 * SHOWN_ROWS])
+def test_a_module_shows_the_rows_its_report_shows(tmp_path, n):
+    mod = cudamagic.build(SOURCE, name_expressions=[f"k<{i}>" for i in range(n)],
+                          cache=str(tmp_path))
+    p = _Printer()
+    mod._repr_pretty_(p, False)
+    text = "".join(p.out)
+    shown = [i for i in range(n) if f"k<{i}>" in text]
+    assert shown == list(range(min(n, SHOWN_ROWS)))
+    more = [ln for ln in text.splitlines() if ln.startswith("  ... ")]
+    assert len(more) == (n > SHOWN_ROWS)
+    assert all(str(n - SHOWN_ROWS) in ln for ln in more)
+    assert text == "".join(_shown(mod.report))
+    html = mod._repr_html_()
+    assert [i for i in range(n) if f"k&lt;{i}&gt;" in html] == list(range(min(n, SHOWN_ROWS)))
+
+
+def _shown(report) -> list[str]:
+    p = _Printer()
+    report._repr_pretty_(p, False)
+    return p.out
