@@ -514,6 +514,9 @@ def _header(data: bytes) -> tuple[int, int, int, int]:
     e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", data, 58)
     if e_shentsize != 64 or e_shoff + e_shnum * 64 > len(data):
         raise ImageError("the CUBIN is truncated: its section table lies past the end")
+    if e_shstrndx >= e_shnum:  # checked here: the section names are read only on first use
+        raise ImageError(f"the CUBIN is malformed: its section-name table is section "
+                         f"{e_shstrndx} of {e_shnum}")
     return e_flags, e_shoff, e_shnum, e_shstrndx
 
 
