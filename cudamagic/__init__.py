@@ -61,7 +61,8 @@ def load_ipython_extension(ipython) -> None:
     import threading
 
     # first: the driver's start is the longest part of a restarted notebook's way to a launch
-    threading.Thread(target=_start_driver, name=DRIVER_THREAD, daemon=True).start()
+    threading.Thread(target=_start_driver, args=(eager_context(),), name=DRIVER_THREAD,
+                     daemon=True).start()
     from .magic import CudaMagics
 
     ipython.register_magics(CudaMagics)
@@ -93,14 +94,34 @@ def _prepare() -> None:
 
 #: set to ``0`` to keep ``%load_ext`` from making device 0's primary context ahead of a launch
 EAGER_CONTEXT_ENV = "CUDAMAGIC_EAGER_CONTEXT"
+_OFF, _ON = frozenset(("0", "false", "no", "off")), frozenset(("", "1", "true", "yes", "on"))
 
 
-def _start_driver() -> None:
+def eager_context() -> bool:
+    """Whether ``%load_ext`` makes device 0's primary context: ``CUDAMAGIC_EAGER_CONTEXT`` set
+    to ``0``, ``false``, ``no`` or ``off`` (any case) says not.
+
+    :warns InputWarning: any other value but ``1``, ``true``, ``yes``, ``on``; the context is
+        made, as without the variable.
+    """
     import os
+    import warnings
 
+    value = os.environ.get(EAGER_CONTEXT_ENV, "1")
+    if value.strip().lower() in _OFF:
+        return False
+    if value.strip().lower() not in _ON:
+        warnings.warn(f"{EAGER_CONTEXT_ENV}={value!r} is neither on (1, true, yes, on) nor off "
+                      f"(0, false, no, off): device 0's primary context is made now, as without "
+                      f"it; set {EAGER_CONTEXT_ENV}=0 before %load_ext to leave it to the first "
+                      "launch", InputWarning, stacklevel=3)
+    return True
+
+
+def _start_driver(eager: bool = True) -> None:
     from .toolchain import driver
 
-    if not driver.available() or os.environ.get(EAGER_CONTEXT_ENV, "1").strip() == "0":
+    if not driver.available() or not eager:
         return
     try:
         driver.retain_primary(0)
