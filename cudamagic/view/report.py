@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from ..cxx import parse_demangled, tidy_name as _tidy
 from ..cxx.mangled import is_too_long
+from ..forksafe import once
 from ..units import counted, duration_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -157,7 +158,7 @@ class KernelRow:
     param_sizes: tuple[int, ...] | None = None
     image: "KernelImage | None" = field(default=None, repr=False, compare=False)
 
-    @functools.cached_property
+    @once
     def launch_note(self) -> str:
         """How the CUBIN says the kernel is launched (``launched cooperatively (grid sync)``,
         ``cluster 2x1x1``), or ``""``; read from its records on first showing."""
@@ -178,7 +179,7 @@ class KernelRow:
             notes.append("launched with a cluster (its size given at launch)")
         return ", ".join(notes)
 
-    @functools.cached_property
+    @once
     def signature(self) -> str:
         """The signature column: concrete parameter types, ``void`` return (worked out once).
 
@@ -368,7 +369,7 @@ class BuildReport:
         return self.cell_seconds if self.cell_seconds is not None \
             else self.timings.get("total", 0.0)
 
-    @functools.cached_property
+    @once
     def why(self) -> str:
         """Why the cache did not serve, in one line (empty on a hit)."""
         if self.hit or self.origin == "cubin":
@@ -377,20 +378,20 @@ class BuildReport:
             return self.explanation.summary
         return self.miss_reason or ""
 
-    @functools.cached_property
+    @once
     def summary(self) -> str:
         """Time, kernel count and arch in one line (``7.6 ms · 3 kernels · sm_90``)."""
         kernels = counted(len(self.rows), "kernel")
         return f"{duration_text(self.seconds)} · {kernels} · {self.arch}"
 
-    @functools.cached_property
+    @once
     def headline(self) -> str:
         """The status, the summary and why a miss happened, in one line (``cudamagic: cache miss
         · 153 ms · 3 kernels · sm_90 — the source changed (line 5)``)."""
         return f"cudamagic: {self.status} · {self.summary}" + (f" — {self.why}" if self.why
                                                               else "")
 
-    @functools.cached_property
+    @once
     def facts(self) -> tuple[tuple[str, str], ...]:
         """What the build used: NVRTC, demangler, where the kernels were listed from, the
         cache folder, the key."""
@@ -408,7 +409,7 @@ class BuildReport:
         return (("linked with", "nvJitLink" + (" + device runtime" if self.device_runtime
                                                 else "")),)
 
-    @functools.cached_property
+    @once
     def variables(self) -> tuple[str, ...]:
         """The cell's ``__constant__``/``__device__`` variables, one item each (``coeffs (64 B,
         constant)``): at most :data:`SHOWN_VARIABLES`, then how many more, and how many the
@@ -431,7 +432,7 @@ class BuildReport:
         more than a plain launch (read on first showing)."""
         return tuple((r.python_name, r.launch_note) for r in self.rows[:stop] if r.launch_note)
 
-    @functools.cached_property
+    @once
     def phases(self) -> tuple[Phase, ...]:
         """Where the time went, in the order of the pipeline, then the total. Time in no phase
         (Python between them) is ``other``; the total is what the headline says."""
@@ -444,7 +445,7 @@ class BuildReport:
         out.append(Phase(what, self.seconds, duration_text(self.seconds)))
         return tuple(out)
 
-    @functools.cached_property
+    @once
     def columns(self) -> tuple[str, ...]:
         """The name map's columns; the per-kernel resources where a GPU reported them."""
         gpu = not isinstance(self.rows, KernelRows) and any(r.attributes for r in self.rows)
