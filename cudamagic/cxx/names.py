@@ -1176,7 +1176,10 @@ class Signatures(Mapping[str, Signature]):
         sig = self._parsed.get(symbol)
         if sig is None:
             text = self._text[symbol]
-            sig = Signature(symbol, text, False, None) if is_too_long(text) else \
+            # opaque: a name too long to keep, or a mangled one the demangler gave back as it
+            # was (libstdc++ refuses a name of over about 1000 characters): nothing to compare
+            opaque = is_too_long(text) or (text == symbol and symbol.startswith("_Z"))
+            sig = Signature(symbol, text, False, None) if opaque else \
                 parse_demangled(text, self._placeholders)
             self._parsed[symbol] = sig
         return sig
