@@ -11,26 +11,10 @@ import threading
 
 import pytest
 
-from cudamagic.pipeline import build_module, options_from_args
 from cudamagic.view import report as report_module
 
 from .test_fork_locks import _in_child
-
-SOURCE = r"""
-template <int N> __global__ void t(float* x, int n) { if (threadIdx.x < n) x[threadIdx.x] += N; }
-extern "C" __global__ void plain(double* y, char c, short s) { y[0] = c + s; }
-"""
-EXPRS = [f"t<{i}>" for i in range(4)]
-
-
-@pytest.fixture
-def hit(cache, compiler):
-    opts = options_from_args([], EXPRS)
-    build_module(SOURCE, opts, cache=cache, compiler=compiler)
-    mod = build_module(SOURCE, opts, cache=cache, compiler=compiler)
-    assert mod.hit
-    return mod
-
+from .test_lazy_restore import hit  # noqa: F401  (the fixture: a module served from the cache)
 
 def _held(monkeypatch, name: str):
     """Replace report.``name`` by one whose first call waits until released."""
@@ -45,10 +29,6 @@ def _held(monkeypatch, name: str):
 
     monkeypatch.setattr(report_module, name, held)
     return entered, release
-
-
-
-
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
