@@ -46,6 +46,8 @@ __all__ = ["CellBuild", "History", "Miss", "MissKind", "cell_id", "describe", "e
 FOLDER = "history"
 #: Cells (module name and folder) remembered per cache folder.
 MAX_CELLS = 200
+#: Names a changed list shows (the rest are counted: a line of 5000 -n).
+MAX_LISTED = 10
 #: Builds remembered per cell, newest first.
 PER_CELL = 4
 #: Characters of a source kept for a diff (a longer one is remembered by its hash alone).
@@ -293,8 +295,10 @@ def source_diff(old: str, new: str, line_offset: int = 0) -> tuple[str, tuple[st
     return _lines(ranges), tuple(diff)
 
 
-def _listed(items) -> str:
-    return ", ".join(repr(x) for x in items)
+def _listed(items: list[str]) -> str:
+    """The first :data:`MAX_LISTED` items, and how many more (a line of 5000 ``-n``)."""
+    shown = ", ".join(repr(x) for x in items[:MAX_LISTED])
+    return shown if len(items) <= MAX_LISTED else f"{shown} and {len(items) - MAX_LISTED} more"
 
 
 def _set_change(what: str, old: tuple[str, ...], new: tuple[str, ...],
@@ -303,8 +307,9 @@ def _set_change(what: str, old: tuple[str, ...], new: tuple[str, ...],
     key) an order alone is no change."""
     if old == new or (not ordered and set(old) == set(new)):
         return None
-    added = [x for x in new if x not in old]
-    removed = [x for x in old if x not in new]
+    before, after = set(old), set(new)
+    added = [x for x in new if x not in before]
+    removed = [x for x in old if x not in after]
     parts = ([f"added {_listed(added)}"] if added else []) \
         + ([f"removed {_listed(removed)}"] if removed else [])
     return f"{what} changed: " + ("; ".join(parts) if parts else "the same ones, in another order")
