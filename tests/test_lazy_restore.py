@@ -436,3 +436,22 @@ def test_a_hit_starts_no_demangler_process(tmp_path, cache, compiler):
                                  demangler=demangler)
             assert again.hit and again["t<1>"].symbol == first["t<1>"].symbol
     assert len(started) == 1 and log.read_text() == "x"  # none more
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_section_name_kept_as_the_tail_of_another_is_found(indexed):
+    """ELF lets a name be the tail of a longer one (.text.k inside .rela.text.k); searched or
+    indexed, a section is found by its name, and of two with one name the last is."""
+    from cudamagic.toolchain import image
+
+    table = b"\0.rela.text.k\0.nv.info\0"
+    at = {"": 0, ".rela.text.k": 1, ".text.k": 6, ".nv.info": 14}
+    names = ["", ".rela.text.k", ".text.k", ".nv.info", ".text.k"]
+    elf = image._Elf(b"", 0, 0, (), {"name": [at[n] for n in names], "type": [0] * 5,
+                                      "offset": [0] * 5, "size": [0] * 5, "link": [0] * 5})
+    elf.__dict__["_shstr"] = table
+    if indexed:
+        elf._lookups = image._SEARCHED_LOOKUPS
+    want = {"": 0, ".rela.text.k": 1, ".text.k": 4, ".nv.info": 3, "text.k": None, ".text": None,
+            ".nv.info.k": None}
+    assert {n: elf._index(n) for n in want} == want

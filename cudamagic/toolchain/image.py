@@ -266,6 +266,7 @@ class CubinImage:
 
 
 _RESERVED_SHARED = 1024  # shared memory the system reserves per block (sm_80 and later)
+_SEARCHED_LOOKUPS = 16  # sections found by searching the name table before it is indexed
 
 
 class _Elf:
@@ -278,6 +279,7 @@ class _Elf:
         self._shoff, self._shnum, self._shstrndx = e_shoff, len(spans["offset"]), e_shstrndx
         self._symtabs = symtabs
         self._spans = spans  # per section, as _read found them: name, type, offset, size, link
+        self._lookups = 0  # sections looked up by name (a count: a race only miscounts)
 
     def _span(self, i: int) -> bytes:
         """Section ``i``'s bytes, without the full table."""
@@ -300,11 +302,36 @@ class _Elf:
         where two share it)."""
         return {at: i for i, at in enumerate(self._spans["name"])}
 
+    @once
+    def _by_name(self) -> dict[bytes, int]:
+        """Section name -> the section (the last of a name), from one pass over the table."""
+        table = self._shstr
+        starts: dict[int, bytes] = {}
+        at = 0
+        for raw in table.split(b"\0")[:-1]:  # each NUL-terminated name and where it starts
+            starts[at] = raw
+            at += len(raw) + 1
+        out: dict[bytes, int] = {}
+        for i, at in enumerate(self._spans["name"]):
+            name = starts.get(at)
+            if name is None:  # a name kept as the tail of a longer one
+                end = table.find(b"\0", at)
+                if end < 0:
+                    continue
+                name = table[at:end]
+            out[name] = i
+        return out
+
     def _index(self, name: str) -> int | None:
-        """The section with this name, found in the section-name table without reading every
-        name (a CUBIN of 1000 kernels has 3000 sections): each place the name ends with a NUL
-        there, that a section's name starts at. The last such section, as a table by name."""
-        want = name.encode("utf-8", "surrogateescape") + b"\0"
+        """The section with this name (the last, as in a table by name). The first few lookups
+        search the section-name table (a CUBIN of 1000 kernels has 3000 sections, and a launch
+        asks for one or two): each place the name ends with a NUL there, that a section's name
+        starts at; more lookups (a report's rows) build the table by name once."""
+        want = name.encode("utf-8", "surrogateescape")
+        self._lookups += 1
+        if self._lookups > _SEARCHED_LOOKUPS:
+            return self._by_name.get(want)
+        want += b"\0"
         table, found = self._shstr, None
         at = table.find(want)
         while at >= 0:
