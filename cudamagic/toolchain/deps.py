@@ -254,35 +254,20 @@ class Manifest:
         return self._check_files() or self._check_folders() or self._check_present()
 
     def _check_files(self) -> str | None:
-        # each folder opened once and its headers stat'ed relative to it: the kernel walks the
-        # folder's path once, not once per header (a CCCL cell reads some 600 headers from 50
-        # folders); the same answer as stat(join(folder, name)), names with ".." included
         stat, join, data = os.stat, os.path.join, self._data
         folders = data["folders"]
-        opened: dict[int, int | None] = {}
-        try:
-            for i, name, size, mtime_ns, ctime_ns, inode, digest in data["files"]:
-                if i not in opened:
-                    opened[i] = _open_folder(folders[i])
-                fd = opened[i]
-                if type(name) is not str:  # a crafted entry (stat would take an int for an fd)
-                    raise TypeError(f"a header's name is {type(name).__name__}, not text")
-                try:
-                    st = stat(join(folders[i], name)) if fd is None else stat(name, dir_fd=fd)
-                except OSError:
-                    return (f"the header {join(folders[i], name)} was read by the last compile "
-                            "and is gone")
-                if digest is not None:
-                    path = join(folders[i], name)
-                    if _digest(path) != digest:
-                        return f"the header {path} changed since the last compile"
-                elif (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != (
-                        size, mtime_ns, ctime_ns, inode):
-                    return f"the header {join(folders[i], name)} changed since the last compile"
-        finally:
-            for fd in opened.values():
-                if fd is not None:
-                    os.close(fd)
+        for i, name, size, mtime_ns, ctime_ns, inode, digest in data["files"]:
+            path = join(folders[i], name)
+            try:
+                st = stat(path)
+            except OSError:
+                return f"the header {path} was read by the last compile and is gone"
+            if digest is not None:
+                if _digest(path) != digest:
+                    return f"the header {path} changed since the last compile"
+            elif (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != (
+                    size, mtime_ns, ctime_ns, inode):
+                return f"the header {path} changed since the last compile"
         return None
 
     def _check_folders(self) -> str | None:
@@ -328,19 +313,6 @@ class Manifest:
         how = "read off NVRTC's trace" if self.complete else \
             "from a scan of quoted includes (this NVRTC cannot list what it read)"
         return f"{n} header{'s' if n != 1 else ''}, {how}"
-
-
-def _open_folder(folder: str) -> int | None:
-    """A folder opened for ``dir_fd`` lookups, or None where it cannot be (gone, not a folder,
-    no permission, no ``dir_fd`` on this system): its headers are then stat'ed by full path,
-    which says what became of them."""
-    if os.stat not in os.supports_dir_fd:
-        return None
-    try:
-        return os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-                       | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
 
 
 def _digest(path: str) -> str | None:
