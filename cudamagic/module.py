@@ -7,12 +7,13 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator, Mapping
 
-from .forksafe import ForkSafeLock
+from .forksafe import ForkSafeLock, once
 from .errors import ImageError, NameResolutionError
 from .launch import Kernel
 from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_digest
 from .toolchain import driver
 from .toolchain.image import CubinImage, read_cubin
+from .toolchain.link import device_runtime_kernels
 from .toolchain.variables import DeviceGlobal, Variable, find, variables
 from .cxx import Signatures, similar_names
 from .units import counted
@@ -30,6 +31,11 @@ class Binary:
         self.image = image
         self._lib: driver.Library | None = None
         self._lock = ForkSafeLock()
+
+    @once
+    def runtime_kernels(self) -> frozenset[str]:
+        """The device runtime's own kernels in a linked CUBIN: not the user's to call."""
+        return device_runtime_kernels(self.image.symbols)
 
     def _library(self) -> "driver.Library":
         with self._lock:

@@ -41,7 +41,7 @@ from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_
                              trace_headers)
 from .toolchain.image import read_cubin
 from .toolchain.fatbin import loadable_cubin
-from .toolchain.link import ET_REL, elf_type, from_device_runtime, link_compiled, relocatable
+from .toolchain.link import ET_REL, elf_type, link_compiled, relocatable
 from .toolchain.nvrtc import (CompileResult, compile_cubin, declared_signatures, nvrtc_version,
                               shift_lines, supported_archs)
 from .toolkit import toolkit
@@ -468,7 +468,7 @@ def _signatures(ctx: BuildContext, binary: Binary, pending: Pending | None,
     demangling the caller started, else one is started here where it is needed."""
     t = time.perf_counter()
     # a linked CUBIN also holds the device runtime's own helper kernels: not the user's to call
-    runtime = _runtime_kernels(binary)
+    runtime = binary.runtime_kernels
     symbols = [s for s in binary.image.symbols if s not in runtime] if runtime \
         else list(binary.image.symbols)
     sigs = stored_signatures(stored, symbols, ctx.demangler.name)
@@ -478,15 +478,6 @@ def _signatures(ctx: BuildContext, binary: Binary, pending: Pending | None,
             sigs = Signatures(dict(zip(symbols, running(symbols))), ctx.demangler.placeholders)
     ctx.lap("demangle", t)
     return sigs
-
-
-def _runtime_kernels(binary: Binary) -> set[str]:
-    """The device runtime's own kernels in a linked CUBIN; all the names searched at once
-    first, as a CUBIN nearly always has none."""
-    symbols = binary.image.symbols
-    if "__nv_static_" not in "\0".join(symbols):
-        return set()
-    return {s for s in symbols if from_device_runtime(s)}
 
 
 def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
@@ -569,7 +560,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
         module_name=ctx.opts.module, globals=binary.image.globals,
         linked=linked or relocatable(ctx.options),
-        device_runtime=bool(_runtime_kernels(binary)))
+        device_runtime=bool(binary.runtime_kernels))
     return Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders,
                   source=ctx.source)
 

@@ -71,6 +71,12 @@ def test_the_device_runtime_is_linked_only_where_it_is_needed(tmp_path):
     assert any(link_mod.from_device_runtime(s) for s in dynamic.image.symbols)
     assert not any(link_mod.from_device_runtime(s) for s in plain.image.symbols)
     assert plain.image.symbols == ("plain",)
+    # the one search over all the names finds what the symbol-by-symbol rule finds
+    assert link_mod.device_runtime_kernels(dynamic.image.symbols) == {
+        s for s in dynamic.image.symbols if link_mod.from_device_runtime(s)}
+    assert link_mod.device_runtime_kernels(plain.image.symbols) == frozenset()
+    assert not set(dynamic.kernels) & {s for s in dynamic.image.symbols
+                                       if link_mod.from_device_runtime(s)}
     assert any("LaunchDevice" in s for s in link_mod.undefined_symbols(
         _nvrtc_only(DYNAMIC, ["-rdc=true"])))
     assert link_mod.undefined_symbols(_nvrtc_only(NO_RUNTIME, ["-rdc=true"])) == []

@@ -24,7 +24,7 @@ from ..errors import ImageError, LinkError
 
 __all__ = ["LinkInput", "LinkResult", "link", "link_compiled", "link_needing_runtime", "relocatable", "lto",
            "device_runtime", "nvjitlink_version", "elf_type", "undefined_symbols",
-           "from_device_runtime", "ET_REL", "ET_EXEC"]
+           "from_device_runtime", "device_runtime_kernels", "ET_REL", "ET_EXEC"]
 
 ET_REL, ET_EXEC = 1, 2
 
@@ -235,6 +235,15 @@ _DEVRT_KERNEL = "_cuda_device_runtime_cu_"
 def from_device_runtime(symbol: str) -> bool:
     """A kernel the device runtime library brought into the link (not the user's)."""
     return symbol.startswith("__nv_static_") and _DEVRT_KERNEL in symbol
+
+
+def device_runtime_kernels(symbols: Sequence[str]) -> frozenset[str]:
+    """The kernels among ``symbols`` that the device runtime brought in
+    (:func:`from_device_runtime`); all the names searched at once first, as a CUBIN nearly
+    always has none."""
+    if _DEVRT_KERNEL not in "\0".join(symbols):
+        return frozenset()
+    return frozenset(s for s in symbols if from_device_runtime(s))
 
 
 _UNRESOLVED = ("Unresolved extern", "Undefined reference")
