@@ -108,9 +108,10 @@ def eager_context() -> bool:
     import warnings
 
     value = os.environ.get(EAGER_CONTEXT_ENV, "1")
-    if value.strip().lower() in _OFF:
+    word = value.strip().lower()
+    if word in _OFF:
         return False
-    if value.strip().lower() not in _ON:
+    if word not in _ON:
         warnings.warn(f"{EAGER_CONTEXT_ENV}={value!r} is neither on (1, true, yes, on) nor off "
                       f"(0, false, no, off): device 0's primary context is made now, as without "
                       f"it; set {EAGER_CONTEXT_ENV}=0 before %load_ext to leave it to the first "

@@ -181,6 +181,13 @@ def _run_all(page) -> None:
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
 
 
+def _run_quickstart(page) -> None:
+    """Run every cell of the quickstart and wait for its last one (%cuda_info) to show."""
+    _run_all(page)
+    page.wait_for_selector(".jp-OutputArea-output:has-text('cudamagic environment')",
+                           timeout=300_000)
+
+
 def _shot(locator, name: str) -> None:
     locator.scroll_into_view_if_needed()
     locator.screenshot(path=str(ARTIFACTS / name))
@@ -194,10 +201,7 @@ def test_widget_view_renders_the_report_in_jupyterlab(lab):
     with sync_playwright() as p:
         browser, page = _open(p, base, token, tmp_path)
         try:
-            _run_all(page)
-            # the last cell (%cuda_info) has run once its text is there
-            page.wait_for_selector(".jp-OutputArea-output:has-text('cudamagic environment')",
-                                   timeout=300_000)
+            _run_quickstart(page)
             widgets = page.locator(WIDGET)
             assert widgets.count() == 4, widgets.count()  # miss, miss, changed, hit
             first, fractal, changed, hit = (widgets.nth(i) for i in range(4))

@@ -5,7 +5,7 @@ one line per kernel of the cell. Its screenshot is ``artifacts/browser/occupancy
 
 from __future__ import annotations
 
-from .test_browser import ARTIFACTS, WIDGET, _open, _run_all, _shot, lab  # noqa: F401 - fixture
+from .test_browser import ARTIFACTS, WIDGET, _open, _run_quickstart, _shot, lab  # noqa: F401 - fixture
 
 
 def test_the_occupancy_fold_draws_its_plot_in_the_widget(lab):  # noqa: F811 - the fixture
@@ -16,9 +16,7 @@ def test_the_occupancy_fold_draws_its_plot_in_the_widget(lab):  # noqa: F811 - t
     with sync_playwright() as p:
         browser, page = _open(p, base, token, tmp_path)
         try:
-            _run_all(page)
-            page.wait_for_selector(".jp-OutputArea-output:has-text('cudamagic environment')",
-                                   timeout=300_000)
+            _run_quickstart(page)
             first = page.locator(WIDGET).first
             fold = first.locator(".cudamagic-fold")
             hidden = fold.locator("svg").first.bounding_box()  # closed: not drawn
