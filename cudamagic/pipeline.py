@@ -546,8 +546,9 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
 
     def row(entry: tuple[str, str, str, str]) -> KernelRow:  # made when the report shows it
         label, symbol, name, how = entry
-        return KernelRow(name, label, symbol, text(symbol), how, placeholders=placeholders,
-                         param_sizes=sizes(symbol, text(symbol)), image=_image(binary, symbol))
+        signature = text(symbol)
+        return KernelRow(name, label, symbol, signature, how, placeholders=placeholders,
+                         param_sizes=sizes(symbol, signature), image=_image(binary, symbol))
 
     rows = KernelRows(tuple(kernels.entries()), row)
     report = BuildReport(
