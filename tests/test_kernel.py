@@ -617,7 +617,7 @@ LIBCUDACXX = "cuda::std::__4::complex<double>"
 def _library_typed_kernel() -> Kernel:
     """A kernel whose parameters are of CCCL's versioned types (no GPU, no CUBIN: its records)."""
     from cudamagic.toolchain.image import Param
-    from cudamagic.cxx.names import Signatures
+    from cudamagic.cxx.signatures import Signatures
 
     symbol = "_Z1kIN6thrust23THRUST_300102_SM_900_NS7complexIfEEEvT_PKN4cuda3std3__47complexIdEEi"
     text = f"void k<{THRUST} >({THRUST}, {LIBCUDACXX} const*, int)"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic.cxx import names
-from cudamagic.cxx.names import (canonical, compare, parse_demangled, parse_expression, python_name,
-                             quick_equal, valid_python_name)
+from cudamagic.cxx import parse
+from cudamagic.cxx.compare import compare, quick_equal
+from cudamagic.cxx.parse import canonical, parse_demangled, parse_expression
+from cudamagic.cxx.pyname import python_name, valid_python_name
 
 # Spellings the text cannot decide (DESIGN.md): enumerator vs cast, default template arguments,
 # and a value of another type than the demangled one: ``flags<double, 0, false>`` gives int 0 where
@@ -220,10 +221,10 @@ def _shape(sig):
 
 def _fast_and_full_agree(text, demangled=False, placeholders=False):
     if demangled:
-        fast = names._fast_demangled(text, placeholders)
-        full = names._full_demangled(text, placeholders)
+        fast = parse._fast_demangled(text, placeholders)
+        full = parse._full_demangled(text, placeholders)
     else:
-        fast, full = names._fast_expression(text), names._full_expression(text)
+        fast, full = parse._fast_expression(text), parse._full_expression(text)
     if fast is not None:
         assert _shape(fast) == _shape(full), text
     return fast is not None
@@ -281,7 +282,8 @@ HUGE = ["1" * 5000, "9" * 4301, "-" + "1" * 5000, "1" + "0" * 5000 + "ull", "(lo
 
 @pytest.mark.parametrize("literal", HUGE, ids=lambda s: f"{s[:14]}..{len(s)}")
 def test_a_literal_of_thousands_of_digits_is_unknown_not_an_exception(literal):
-    from cudamagic.cxx.names import canonical, parse_demangled, parse_expression, python_name
+    from cudamagic.cxx.parse import canonical, parse_demangled, parse_expression
+    from cudamagic.cxx.pyname import python_name
 
     for expr in (f"k<{literal}>", f"k<S<{literal}>, float>", f"(void(*)(int))k<{literal}>"):
         sig = parse_expression(expr)

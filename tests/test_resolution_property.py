@@ -32,9 +32,10 @@ from hypothesis import strategies as st  # noqa: E402
 from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt  # noqa: E402
 from cudamagic.errors import CompileError  # noqa: E402
 from cudamagic.toolchain.image import read_cubin  # noqa: E402
-from cudamagic.cxx import names# noqa: E402
-from cudamagic.cxx.names import (  # noqa: E402
-    CONTRADICTION, EQUAL, Signatures, compare, parse_expression, quick_equal)
+from cudamagic.cxx import compare as comparing  # noqa: E402
+from cudamagic.cxx.compare import CONTRADICTION, EQUAL, compare, quick_equal  # noqa: E402
+from cudamagic.cxx.parse import parse_expression  # noqa: E402
+from cudamagic.cxx.signatures import Signatures  # noqa: E402
 from cudamagic.cxx.resolve import resolve  # noqa: E402
 
 # a parameter of each integer type, by tag
@@ -281,7 +282,7 @@ def test_demangled_resolution_is_never_wrong():
         # the text-only check a warm cell uses says "equal" only for NVRTC's own symbol
         by_quick_name: dict[str, list[str]] = {}
         for s in symbols:
-            by_quick_name.setdefault(names._quick_name(sigs.text(s)), []).append(s)
+            by_quick_name.setdefault(comparing._quick_name(sigs.text(s)), []).append(s)
         quick = [(e, s) for e in kept for s in by_quick_name.get(e, ())
                  if quick_equal(e, sigs.text(s))]
         failures += [f"{demangler.name}: {e!r} said equal by text to {sigs.text(s)}; NVRTC: "

@@ -19,7 +19,7 @@ import cudamagic
 from cudamagic.toolchain.nvrtc import compile_cubin
 from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt
 from cudamagic.errors import NameResolutionError
-from cudamagic.cxx.names import python_name
+from cudamagic.cxx.pyname import python_name
 
 SOURCE = r"""
 template <int V> __global__ void t() {}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic.cxx.names import Signatures, parse_demangled
+from cudamagic.cxx.parse import parse_demangled
+from cudamagic.cxx.signatures import Signatures
 from cudamagic.cxx.resolve import plain_kernels, resolve
 
 from .test_names import UNDECIDABLE
@@ -147,7 +148,8 @@ def test_alias_in_a_stored_map_is_accepted_unverified(small_cubin):
 def test_size_t_is_what_this_target_makes_it(expr, verdict):
     """size_t is unsigned long on 64-bit Linux (NVRTC declares it so): never 'may be an alias of
     unsigned int', and an instance for unsigned int is not the kernel add<size_t> names."""
-    from cudamagic.cxx.names import compare, parse_demangled, parse_expression
+    from cudamagic.cxx.compare import compare
+    from cudamagic.cxx.parse import parse_demangled, parse_expression
 
     got, why = compare(parse_expression(expr), parse_demangled("void add<unsigned int>(unsigned int*)"))
     assert got == verdict

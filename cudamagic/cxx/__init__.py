@@ -2,8 +2,9 @@
 
 from . import types
 from .display import tidy_name
-from .names import (Signature, Signatures, parse_demangled, python_name, stored_signatures,
-                    symbol_record, valid_python_name)
+from .parse import Signature, parse_demangled
+from .pyname import python_name, valid_python_name
+from .signatures import Signatures, stored_signatures, symbol_record
 from .resolve import NVRTC, Resolved, plain_kernels, resolve, similar_names
 from .types import INTEGERS, SCALARS, TARGET, TYPEDEFS, DataModel, Scalar, integer, scalar
 

@@ -25,8 +25,9 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .names import (CONTRADICTION, EQUAL, UNDECIDABLE, Signature, Signatures, compare,
-                    parse_expression, quick_equal)
+from .compare import CONTRADICTION, EQUAL, UNDECIDABLE, compare, quick_equal
+from .parse import Signature, parse_expression
+from .signatures import Signatures
 
 __all__ = ["Resolved", "Unresolved", "Resolution", "resolve", "plain_kernels", "similar_names",
            "NVRTC", "STORED", "STORED_UNVERIFIED", "DEMANGLED", "EXTERN_C"]
