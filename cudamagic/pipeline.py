@@ -25,8 +25,8 @@ from typing import Any, ContextManager
 
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
                   stored_signatures, symbol_record)
-from .errors import (CompileError, ImageError, InputWarning, NameResolutionError, OptionError,
-                     SourceError)
+from .errors import (CompileError, CudaMagicError, ImageError, InputWarning,
+                     NameResolutionError, OptionError, SourceError)
 from .files import NotAFile, TooLarge, read_regular
 from .keys import cache_key
 from .miss import Miss, MissKind
@@ -332,9 +332,11 @@ def _restore(ctx: BuildContext, record: EntryRecord) -> "Module | Miss":
 
 
 class _Interrupts:
-    """Ctrl-C held back while NVRTC compiles: NVRTC cannot be stopped inside a compile (Python
-    sees the signal only once it returns), so the compile ends and its result is kept; the
-    interrupt is raised after that (:meth:`raise_if_asked`). Only where Ctrl-C would raise
+    """Ctrl-C held back from a compile's start to its stored entry: NVRTC cannot be stopped
+    inside a compile (Python sees the signal only once it returns), and what follows it (the
+    nvJitLink link, the manifest, the type-reading compile, the store) would lose a finished
+    compile if it were interrupted; so the build runs to its end and its result is kept, and
+    the interrupt is raised after that (:meth:`raise_if_asked`). Only where Ctrl-C would raise
     KeyboardInterrupt (Python's own handler, on the main thread: IPython's during a cell); an
     ignored signal or a handler of the program's own is left alone."""
 
@@ -358,36 +360,44 @@ class _Interrupts:
     def raise_if_asked(self, seconds: float, kept: str) -> None:
         """Raise the held interrupt, saying what became of the compile's result.
 
-        :raises KeyboardInterrupt: Ctrl-C came during the compile.
+        :raises KeyboardInterrupt: Ctrl-C came during the build.
         """
         if self.asked:
             raise KeyboardInterrupt(f"compiling {PROGRAM_NAME} was interrupted after "
-                                    f"{seconds:.1f} s; NVRTC cannot stop inside a compile, so it "
-                                    f"ran to its end: {kept}")
+                                    f"{seconds:.1f} s; a compile cannot be stopped half way, "
+                                    f"so the build ran to its end: {kept}")
 
 
 def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
-    """The miss: compile, assemble from NVRTC's exact map, store with the manifest."""
+    """The miss: compile, assemble from NVRTC's exact map, store with the manifest; Ctrl-C
+    from the compile's start to the stored entry is raised after it (:class:`_Interrupts`)."""
     t = time.perf_counter()
     _check_arch(ctx.arch)  # the first in a process loads NVRTC (100-200 ms)
     t = ctx.lap("nvrtc", t)
+    with _Interrupts() as interrupts:
+        try:
+            module, kept = _compile_held(ctx, pending, miss, t)
+        except CudaMagicError:
+            interrupts.raise_if_asked(time.perf_counter() - t, "it failed, so nothing is kept")
+            raise
+    interrupts.raise_if_asked(time.perf_counter() - t, kept)
+    return module
+
+
+def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
+                  ) -> tuple[Module, str]:
+    """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
     no_files = reads_no_file(ctx.source, ctx.opts.options)
     started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
     notice = ctx.settings.compile_notice or contextlib.nullcontext
-    with _Interrupts() as interrupts:
-        try:
-            with notice():
-                result = ctx.settings.compiler(ctx.source, ctx.opts.name_expressions,
-                                               ctx.options, program_name=PROGRAM_NAME,
-                                               line_offset=ctx.line_offset, trace=not no_files)
-        except CompileError:
-            interrupts.raise_if_asked(time.perf_counter() - t, "it failed, so nothing is kept")
-            raise
+    with notice():
+        result = ctx.settings.compiler(ctx.source, ctx.opts.name_expressions,
+                                       ctx.options, program_name=PROGRAM_NAME,
+                                       line_offset=ctx.line_offset, trace=not no_files)
     t = ctx.lap("compile", t)
     if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
         result = link_compiled(result, ctx.arch, ctx.options)
         t = ctx.lap("link", t)
-    seconds = result.seconds
     manifest = _manifest(ctx, result, no_files, started_ns)
     t = ctx.lap("manifest", t)
     try:
@@ -422,8 +432,7 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
                          python_names={e: python_name(e) for e in ctx.opts.name_expressions},
                          symbols=symbol_record(sigs, ctx.demangler.name))
     kept = _store(ctx, record, manifest)
-    interrupts.raise_if_asked(seconds, kept)
-    return _module(ctx, binary, made, origin="compiled", miss=miss, record=record)
+    return _module(ctx, binary, made, origin="compiled", miss=miss, record=record), kept
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
