@@ -235,13 +235,12 @@ def test_lazy_rows_read_like_the_tuple_of_the_same_rows():
 
 
 def test_a_shown_report_of_many_kernels_makes_the_rows_it_shows(monkeypatch):
-    from cudamagic.view import render
-    from cudamagic.view.report import SHOWN_ROWS
+    from cudamagic.view.report import SHOWN_ROWS, html_body, text_body
 
     rows, made = _rows(1000)
     report = _report(rows)
-    render.text_body(report, SHOWN_ROWS)
-    render.html_body(report, SHOWN_ROWS)
+    text_body(report, SHOWN_ROWS)
+    html_body(report, SHOWN_ROWS)
     assert report.columns and sorted(set(made)) == list(range(SHOWN_ROWS))
     assert str(report).count("\n  k_") == 1000  # print(report) lists them all
 

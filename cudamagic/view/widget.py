@@ -1,7 +1,7 @@
 """The report in a notebook: a Jupyter widget, and how a report is shown.
 
 The report is one ipywidgets ``HTML`` model in the front end (carrying the CSS class
-``cudamagic-widget``) whose value is the record's HTML view (:mod:`.render`): one comm message.
+``cudamagic-widget``) whose value is the record's HTML view (:mod:`.report`): one comm message.
 A report of more than :data:`~cudamagic.view.report.SHOWN_ROWS` kernels adds an Accordion,
 *show the other N kernels*, in a VBox with it; the hidden rows are made only when it is opened.
 
@@ -21,9 +21,9 @@ import time
 from typing import Any, Callable
 
 from ..units import counted
-from .render import (html_body, html_head, html_rows, html_table, text_body, text_head,
-                     text_phases, wrap_html)
-from .report import SHOWN_ROWS, BuildReport
+from .render import wrap_html
+from .report import (SHOWN_ROWS, BuildReport, html_body, html_head, html_rows, html_table,
+                     text_body, text_head, text_phases)
 
 __all__ = ["ReportWidget", "show_report", "show_warnings", "WIDGET_CLASS", "MORE_CLASS"]
 
