@@ -16,7 +16,7 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import (Magics, line_cell_magic, line_magic, magics_class,
@@ -27,6 +27,9 @@ from .forksafe import ForkSafeLock
 from .errors import OptionError
 from .options import DEFAULT_MODULE, PROGRAM_NAME, magic_parser, parse_magic_line
 from .units import counted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .view.widget import Frontend
 
 __all__ = ["CudaMagics"]
 
@@ -127,6 +130,21 @@ class _Notice:
             text = (f"compiling {self.program} failed after {took}" if failed
                     else f"compiled {self.program} in {took}")
             self._say(text, f"<i>{text}</i>")
+
+
+def frontend(shell: Any) -> "Frontend":
+    """Where this shell shows a report: IPython's ``display``, and in a Jupyter kernel the
+    widget protocol's comms (``comm.create_comm``); a terminal has no comm, so text. The one
+    place the views' displays meet IPython and comm."""
+    from IPython.display import display
+
+    from .view.widget import Frontend
+
+    if getattr(shell, "kernel", None) is None:
+        return Frontend(display=lambda bundle: display(bundle, raw=True))
+    from comm import create_comm
+
+    return Frontend(display=lambda bundle: display(bundle, raw=True), open_comm=create_comm)
 
 
 def _shell_names(shell) -> tuple[str, ...]:
@@ -297,17 +315,19 @@ class CudaMagics(Magics):
         from .info import report_with_attributes
         from .view.widget import show_report, show_warnings
 
+        front = frontend(self.shell)
+
         if not quiet:
             t = time.perf_counter()
             report = report_with_attributes(module, report)
             report = report.with_timings(resources=time.perf_counter() - t)
         report = report.with_timings(cell_seconds=time.perf_counter() - started)
         if quiet:
-            show_warnings(report)
+            show_warnings(report, front)
         else:
             from .view.bench import timing_fold
 
-            report = show_report(report, extra=lambda: timing_fold(module))
+            report = show_report(report, front, extra=lambda: timing_fold(module))
         module.set_report(report)
 
     def _warn_shadowing(self, names: dict[str, object]) -> list[str]:

@@ -117,11 +117,10 @@ _HIT_CELL = textwrap.dedent("""\
     import json, sys
     import cudamagic
     from IPython.core.interactiveshell import InteractiveShell
-    from cudamagic.view import widget
 
     ip = InteractiveShell.instance()
     cudamagic.load_ipython_extension(ip)
-    widget._in_kernel = lambda: True  # the notebook's report: widget, HTML and the fold
+    ip.kernel = object()  # shown as in a notebook (widget, HTML and the fold), on comm's stand-in
     before = set(sys.modules)
     ip.run_cell_magic("cuda", "-n same<1> -n same<2>", sys.argv[1])
     shown = ip.user_ns["cuda_module"].report

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from comm import create_comm  # no kernel here: comm's own stand-in
 
 import cudamagic
 from cudamagic.toolchain.image import GlobalImage
@@ -38,7 +39,7 @@ VARIABLES = ("coeffs (64 B, constant)", "counter (4 B, global)", "ns::scale (8 B
 
 def _views(report: BuildReport) -> tuple[str, str, str]:
     """The text, the HTML, and the widget's one model's value."""
-    return report.text(), report.html(), W.ReportWidget(report).main.state["value"]
+    return report.text(), report.html(), W.ReportWidget(report, create_comm).main.state["value"]
 
 
 @pytest.fixture(scope="module")

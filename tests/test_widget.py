@@ -13,6 +13,7 @@ import textwrap
 import time
 
 import pytest
+from comm import create_comm  # no kernel here: comm's own stand-in, no front end
 
 from cudamagic.view import report as R
 from cudamagic.view import widget as W
@@ -67,7 +68,7 @@ def test_the_models_state_is_what_ipywidgets_sends():
 def test_a_miss_widget_shows_the_badge_the_rows_and_why():
     report = make(3, "compiled", explanation=Explanation(
         ("source",), ("the source changed (line 5)",), ("line 5 - old", "line 5 + new")))
-    view = W.ReportWidget(report)
+    view = W.ReportWidget(report, create_comm)
     value = view.top.state["value"]
     assert view.top is view.main and W.WIDGET_CLASS in view.main.state["_dom_classes"]
     assert _badge(value) == ("cache miss", "cudamagic-miss")
@@ -80,7 +81,7 @@ def test_a_miss_widget_shows_the_badge_the_rows_and_why():
 
 
 def test_a_hit_widget_says_hit_and_no_why():
-    value = W.ReportWidget(make(2, "cache", cell_seconds=0.003)).main.state["value"]
+    value = W.ReportWidget(make(2, "cache", cell_seconds=0.003), create_comm).main.state["value"]
     assert _badge(value) == ("cache hit", "cudamagic-hit")
     assert "cudamagic-why" not in value
     assert "3.0 ms · 2 kernels · sm_90" in value
@@ -88,7 +89,7 @@ def test_a_hit_widget_says_hit_and_no_why():
 
 @pytest.mark.parametrize("n", [1, SHOWN_ROWS - 1, SHOWN_ROWS, SHOWN_ROWS + 1, SHOWN_ROWS + 2, 120])
 def test_show_the_other_kernels_only_past_fifty(n):
-    view = W.ReportWidget(make(n))
+    view = W.ReportWidget(make(n), create_comm)
     shown = KERNEL_ROW.findall(view.main.state["value"])
     assert len(shown) == min(n, SHOWN_ROWS)
     if n <= SHOWN_ROWS:  # one model: nothing hidden, nothing to open
@@ -114,7 +115,7 @@ def test_the_hidden_rows_cost_nothing_until_opened(monkeypatch):
     calls = []
     real = R.display_signature
     monkeypatch.setattr(R, "display_signature", lambda *a: calls.append(a) or real(*a))
-    view = W.ReportWidget(make(1000))
+    view = W.ReportWidget(make(1000), create_comm)
     assert len(calls) == SHOWN_ROWS  # the rows shown, and no more
     _frontend_opens(view.more)
     _frontend_opens(view.more)  # opened twice: made once
@@ -122,7 +123,7 @@ def test_the_hidden_rows_cost_nothing_until_opened(monkeypatch):
 
 
 def test_a_reloaded_front_end_gets_the_whole_state():
-    model = W.ReportWidget(make(1)).main
+    model = W.ReportWidget(make(1), create_comm).main
     sent = []
     model.comm.send = lambda data=None, **kw: sent.append(data)
     model._receive({"content": {"data": {"method": "request_state"}}})
@@ -132,16 +133,13 @@ def test_a_reloaded_front_end_gets_the_whole_state():
 # --- what show_report displays -----------------------------------------------------------------
 
 @pytest.fixture
-def shown(monkeypatch):
-    out = []
-    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False, **kw: out.append(obj))
-    return out
+def shown():
+    return []
 
 
-def test_show_report_in_a_kernel_gives_the_widget_with_its_fallbacks(monkeypatch, shown):
-    monkeypatch.setattr(W, "_in_kernel", lambda: True)
+def test_show_report_in_a_kernel_gives_the_widget_with_its_fallbacks(shown):
     before = make(2, "cache", cell_seconds=0.002)
-    after = W.show_report(before)
+    after = W.show_report(before, W.Frontend(shown.append, create_comm))
     (bundle,) = shown
     assert set(bundle) == {W.VIEW_MIME, "text/plain", "text/html"}
     assert bundle[W.VIEW_MIME]["version_major"] == 2
@@ -153,17 +151,16 @@ def test_show_report_in_a_kernel_gives_the_widget_with_its_fallbacks(monkeypatch
     assert "display (render)" in bundle["text/plain"]
 
 
-def test_show_report_in_a_terminal_is_text(monkeypatch, shown):
-    monkeypatch.setattr(W, "_in_kernel", lambda: False)
-    W.show_report(make(2))
+def test_show_report_in_a_terminal_is_text(shown):
+    W.show_report(make(2), W.Frontend(shown.append))
     assert shown == [{"text/plain": shown[0]["text/plain"]}]
     assert shown[0]["text/plain"].startswith("cudamagic: cache miss")
 
 
 def test_show_warnings_alone_for_quiet_cells(shown):
-    W.show_warnings(make(1))
+    W.show_warnings(make(1), W.Frontend(shown.append))
     assert shown == []
-    W.show_warnings(make(1, warnings=("a <b>",)))
+    W.show_warnings(make(1, warnings=("a <b>",)), W.Frontend(shown.append))
     assert shown[0]["text/plain"] == "cudamagic: warning: a <b>"
     assert "a &lt;b&gt;" in shown[0]["text/html"]
 

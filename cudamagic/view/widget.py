@@ -13,11 +13,15 @@ none of which a report uses. The front end (JupyterLab's widget manager, from
 
 Where widgets cannot render (terminal IPython, an HTML export), the same record shows as text
 or HTML: the widget's display bundle carries both beside it.
+
+Nothing here imports IPython or comm: the shell hands a :class:`Frontend` down (how to display a
+bundle, how to open a model's comm), made by :func:`cudamagic.magic.frontend`.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..units import counted
@@ -25,7 +29,8 @@ from .render import wrap_html
 from .report import (SHOWN_ROWS, BuildReport, html_body, html_head, html_rows, html_table,
                      text_body, text_head, text_phases)
 
-__all__ = ["ReportWidget", "show_report", "show_warnings", "WIDGET_CLASS", "MORE_CLASS"]
+__all__ = ["Frontend", "ReportWidget", "show_report", "show_warnings", "WIDGET_CLASS",
+           "MORE_CLASS"]
 
 #: The CSS class of the widget's own element (the HTML fallback never carries it).
 WIDGET_CLASS = "cudamagic-widget"
@@ -67,19 +72,39 @@ def vbox_state(children: list[str], classes: tuple[str, ...] = ()) -> dict[str, 
     return _state("VBox", _dom_classes=list(classes), box_style="", children=children)
 
 
+#: ``open_comm(target_name=, data=, metadata=)``: opens a comm to the front end and returns it
+#: (``comm.create_comm``'s signature; the object has ``comm_id``, ``send`` and ``on_msg``)
+OpenComm = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """Where a report is shown, as the shell knows it.
+
+    Attributes
+    ----------
+    display : callable
+        ``display(bundle)`` shows a raw mime bundle (IPython's ``display(bundle, raw=True)``).
+    open_comm : callable or None
+        Opens a widget model's comm (:data:`OpenComm`); None where no front end draws widgets
+        (terminal IPython): the report is text there.
+    """
+
+    display: Callable[[dict[str, Any]], None]
+    open_comm: OpenComm | None = None
+
+
 class _Model:
     """One widget model in the front end, kept in step over its comm: what ipywidgets' ``Widget``
     does, for the few plain models a report uses."""
 
-    def __init__(self, state: dict[str, Any],
+    def __init__(self, state: dict[str, Any], open_comm: OpenComm,
                  on_change: Callable[[dict[str, Any]], None] | None = None) -> None:
-        from comm import create_comm
-
         self.state = state
         self.on_change = on_change
-        self.comm = create_comm(target_name="jupyter.widget",
-                                data={"state": state, "buffer_paths": []},
-                                metadata={"version": PROTOCOL_VERSION})
+        self.comm = open_comm(target_name="jupyter.widget",
+                              data={"state": state, "buffer_paths": []},
+                              metadata={"version": PROTOCOL_VERSION})
         self.comm.on_msg(self._receive)
 
     @property
@@ -106,23 +131,27 @@ class _Model:
 class ReportWidget:
     """A report as a widget: the models are opened in the front end when it is made.
 
-    ``body`` is the report's HTML body when the caller rendered it already.
+    ``open_comm`` opens each model's comm (:attr:`Frontend.open_comm`); ``body`` is the
+    report's HTML body when the caller rendered it already.
     """
 
-    def __init__(self, report: BuildReport, body: str | None = None) -> None:
+    def __init__(self, report: BuildReport, open_comm: OpenComm,
+                 body: str | None = None) -> None:
         if body is None:
             body = html_body(report, SHOWN_ROWS)
         self.report = report
-        self.main = _Model(html_state(wrap_html(html_head(report) + body), (WIDGET_CLASS,)))
+        self.main = _Model(html_state(wrap_html(html_head(report) + body), (WIDGET_CLASS,)),
+                           open_comm)
         self.top = self.main
         self.rest = self.more = None  # past SHOWN_ROWS: the hidden rows, and what opens them
         hidden = len(report.rows) - SHOWN_ROWS
         if hidden > 0:
-            self.rest = _Model(html_state(""))
+            self.rest = _Model(html_state(""), open_comm)
             title = f"show the other {counted(hidden, 'kernel')}"
-            self.more = _Model(accordion_state(self.rest.ref, title, (MORE_CLASS,)), self._opened)
+            self.more = _Model(accordion_state(self.rest.ref, title, (MORE_CLASS,)), open_comm,
+                               self._opened)
             self.top = _Model(vbox_state([self.main.ref, self.more.ref],
-                                         ("cudamagic-report-box",)))
+                                         ("cudamagic-report-box",)), open_comm)
 
     def _opened(self, changed: dict[str, Any]) -> None:
         """The Accordion was opened: make the hidden rows now, once."""
@@ -135,28 +164,18 @@ class ReportWidget:
                 "text/plain": repr(self.report)}
 
 
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython is a dependency
-        return False
-    ip = get_ipython()
-    return ip is not None and getattr(ip, "kernel", None) is not None
-
-
-def show_report(report: BuildReport, extra: Callable[[], str] | None = None) -> BuildReport:
-    """Display the report: a widget in a Jupyter front end (with its text and HTML beside it for
-    front ends and exports that cannot render widgets), text in a terminal.
+def show_report(report: BuildReport, front: Frontend,
+                extra: Callable[[], str] | None = None) -> BuildReport:
+    """Display the report on ``front``: a widget in a Jupyter front end (with its text and HTML
+    beside it for front ends and exports that cannot render widgets), text in a terminal.
 
     The time rendering takes (the table, as text and HTML) is the ``display`` phase and part of
     the time shown; opening the widget and sending it come after and are not. Returns the
     record as shown. ``extra`` makes more HTML for the end of the report in a notebook (the
     timing and occupancy fold), timed with the rest.
     """
-    from IPython.display import display
-
     t = time.perf_counter()
-    kernel = _in_kernel()
+    kernel = front.open_comm is not None
     text = text_body(report, SHOWN_ROWS)
     body = html_body(report, SHOWN_ROWS) + (extra() if extra else "") if kernel else ""
     spent = time.perf_counter() - t
@@ -164,27 +183,25 @@ def show_report(report: BuildReport, extra: Callable[[], str] | None = None) -> 
         cell_seconds=None if report.cell_seconds is None else report.cell_seconds + spent,
         display=spent)
     plain = "\n".join([*text_head(report), *text, text_phases(report)])
-    if not kernel:
-        display({"text/plain": plain}, raw=True)
+    if front.open_comm is None:
+        front.display({"text/plain": plain})
         return report
-    bundle = ReportWidget(report, body)._repr_mimebundle_()
+    bundle = ReportWidget(report, front.open_comm, body)._repr_mimebundle_()
     bundle["text/plain"] = plain
     bundle["text/html"] = wrap_html(html_head(report) + body)
-    display(bundle, raw=True)
+    front.display(bundle)
     return report
 
 
-def show_warnings(report: BuildReport) -> None:
-    """Say a report's warnings alone (``%%cuda -q``: no report, but a warning is still said,
-    once)."""
+def show_warnings(report: BuildReport, front: Frontend) -> None:
+    """Say a report's warnings alone on ``front`` (``%%cuda -q``: no report, but a warning is
+    still said, once)."""
     if not report.warnings:
         return
     import html
 
-    from IPython.display import display
-
     lines = [f"cudamagic: warning: {w}" for w in report.warnings]
-    display({"text/plain": "\n".join(lines),
-             "text/html": '<div class="cudamagic-report">' + "".join(
-                 f'<div class="cudamagic-warning">&#9888; {html.escape(x)}</div>'
-                 for x in lines) + "</div>"}, raw=True)
+    front.display({"text/plain": "\n".join(lines),
+                   "text/html": '<div class="cudamagic-report">' + "".join(
+                       f'<div class="cudamagic-warning">&#9888; {html.escape(x)}</div>'
+                       for x in lines) + "</div>"})
