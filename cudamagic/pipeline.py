@@ -40,8 +40,8 @@ from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
                              trace_headers)
 from .toolchain.image import read_cubin
-from .toolchain.fatbin import loadable_cubin
-from .toolchain.link import ET_REL, elf_type, link_compiled, relocatable
+from .toolchain.fatbin import LinkCache, loadable_cubin
+from .toolchain.link import ET_REL, LinkResult, elf_type, link_compiled, relocatable
 from .toolchain.nvrtc import (CompileResult, compile_cubin, declared_signatures, nvrtc_version,
                               shift_lines, supported_archs)
 from .toolkit import toolkit
@@ -681,6 +681,20 @@ def _read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
         raise ImageError(f"{label} cannot be read: {exc.strerror or exc}") from None
 
 
+def _link_cache(store: KernelCache) -> LinkCache:
+    """The cache ``loadable_cubin`` keeps nvJitLink's CUBINs in: entries of ``store`` holding the
+    CUBIN alone (no name map, no manifest: what was linked is the key)."""
+    def find(key: str) -> bytes | None:
+        record, _ = store.get(key)
+        return None if record is None else record.cubin
+
+    def keep(key: str, result: LinkResult, arch: str) -> None:
+        store.put(key, EntryRecord(cubin=result.cubin, lowered=None, log=result.log, arch=arch,
+                                   nvrtc_version="-", compile_seconds=result.seconds,
+                                   manifest={}))
+    return LinkCache(find, keep)
+
+
 def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Sequence[str] = (),
                *, module: str | None = None, demangler: Demangler | None = None,
                reserved: Sequence[str] = (), arch: str | None = None,
@@ -705,7 +719,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     cubin, label = _read_cubin_arg(path_or_bytes)
     linked_from = time.perf_counter()
     loaded = loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),
-                            label=label, store=lambda: KernelCache.wrap(cache))
+                            label=label, store=lambda: _link_cache(KernelCache.wrap(cache)))
     original, cubin = cubin, loaded.cubin
     binary = Binary(cubin, read_cubin(cubin))
     ctx = BuildContext(source="", opts=opts,

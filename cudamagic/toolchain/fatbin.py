@@ -15,13 +15,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import ImageError
-from .link import ET_REL, LinkInput, elf_type, link_needing_runtime, nvjitlink_version
+from .link import ET_REL, LinkInput, LinkResult, elf_type, link_needing_runtime, nvjitlink_version
 
-__all__ = ["FatbinEntry", "Loaded", "read_fatbin", "is_fatbin", "is_ptx", "loadable_cubin"]
+__all__ = ["FatbinEntry", "Loaded", "LinkCache", "read_fatbin", "is_fatbin", "is_ptx",
+           "loadable_cubin"]
 
 _MAGICS = (0xBA55ED50, 0x466243B1)  # a fatbin; the second in relocatable objects
 _HEADER = struct.Struct("<IHHQ")
@@ -202,32 +203,46 @@ def _key(kind: str, data: bytes, arch: str) -> str:
     return "link-" + h.hexdigest()
 
 
-def _linked(item: LinkInput, arch: str, store: Any, what: str) -> Loaded:
-    """nvJitLink's CUBIN for one input, from the cache where it is there."""
-    store = store() if callable(store) else store  # opened only for what needs a link
-    key = _key(item.kind, item.data, arch)
-    if store is not None:
-        record, _ = store.get(key)
-        if record is not None and elf_type(record.cubin) == 2:
-            return Loaded(record.cubin, item.kind, f"{what} (from the cache)", cached=True)
-    result = link_needing_runtime([item], arch)
-    if store is not None:
-        from ..store import EntryRecord
+@dataclass(frozen=True)
+class LinkCache:
+    """Where :func:`loadable_cubin` keeps what nvJitLink made, given by its caller (the pipeline
+    puts it over its :class:`~cudamagic.store.KernelCache`): the toolchain knows no store.
 
-        store.put(key, EntryRecord(cubin=result.cubin, lowered=None, log=result.log,
-                                   arch=arch, nvrtc_version="-",
-                                   compile_seconds=result.seconds, manifest={}))
+    Attributes
+    ----------
+    find : callable
+        ``find(key)``: the CUBIN kept under ``key``, or None.
+    keep : callable
+        ``keep(key, result, arch)``: keep a link's result for ``arch`` under ``key``.
+    """
+
+    find: Callable[[str], bytes | None]
+    keep: Callable[[str, LinkResult, str], None]
+
+
+def _linked(item: LinkInput, arch: str, store: Callable[[], LinkCache | None] | None,
+            what: str) -> Loaded:
+    """nvJitLink's CUBIN for one input, from the cache where it is there."""
+    cache = store() if store is not None else None  # opened only for what needs a link
+    key = _key(item.kind, item.data, arch)
+    if cache is not None:
+        cubin = cache.find(key)
+        if cubin is not None and elf_type(cubin) == 2:
+            return Loaded(cubin, item.kind, f"{what} (from the cache)", cached=True)
+    result = link_needing_runtime([item], arch)
+    if cache is not None:
+        cache.keep(key, result, arch)
     return Loaded(result.cubin, item.kind, what)
 
 
 def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
-                   store: Any = None) -> Loaded:
+                   store: Callable[[], LinkCache | None] | None = None) -> Loaded:
     """The CUBIN the driver can load for ``arch``, from a CUBIN, PTX text or a fatbin.
 
     A CUBIN is taken as it is (a relocatable one is linked); PTX is compiled by nvJitLink; from
     a fatbin its CUBIN for ``arch`` is taken, else its PTX for the newest target not above
-    ``arch`` is compiled. ``store`` (a :class:`~cudamagic.store.KernelCache`, or a function
-    returning one, called only where a link is needed) keeps what nvJitLink made.
+    ``arch`` is compiled. ``store`` (a function returning a :class:`LinkCache` or None, called
+    only where a link is needed) keeps what nvJitLink made.
 
     :raises ImageError: none of those, or nothing in a fatbin that can serve ``arch``.
     :raises LinkError: nvJitLink refused the PTX (its log says where).
@@ -248,7 +263,7 @@ def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
 
 
 def _from_fatbin(entries: tuple[FatbinEntry, ...], data: bytes, sm: int, arch: str, label: str,
-                 store: Any) -> Loaded:
+                 store: Callable[[], LinkCache | None] | None) -> Loaded:
     """The code a fatbin holds for ``sm``: its CUBIN for that target, else its PTX for the
     newest target not above it compiled by nvJitLink, else whatever nvJitLink makes of it
     (relocatable code).
