@@ -11,6 +11,7 @@ driver loads like any other; that is what the cache keeps.
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import struct
@@ -24,7 +25,8 @@ from ..errors import ImageError, LinkError
 
 __all__ = ["LinkInput", "LinkResult", "link", "link_compiled", "link_needing_runtime", "relocatable", "lto",
            "device_runtime", "nvjitlink_version", "elf_type", "undefined_symbols",
-           "from_device_runtime", "device_runtime_kernels", "ET_REL", "ET_EXEC"]
+           "from_device_runtime", "device_runtime_kernels", "ET_REL", "ET_EXEC",
+           "Flag", "CodeGeneration", "code_generation"]
 
 ET_REL, ET_EXEC = 1, 2
 
@@ -263,8 +265,82 @@ def link_needing_runtime(inputs: Sequence[LinkInput], arch: str, **options: Any)
     return link(inputs, arch, **options)
 
 
-_LINK_OPTION = {"-G": "-g", "--device-debug": "-g", "-lineinfo": "-lineinfo",
-                "--generate-line-info": "-lineinfo"}
+class Flag(enum.Enum):
+    """A code-generation switch NVRTC and nvJitLink both take (nvJitLink spells it ``-NAME=0/1``,
+    NVRTC ``--NAME=true/false``)."""
+
+    FMA = "fma"
+    FTZ = "ftz"
+    PREC_DIV = "prec-div"
+    PREC_SQRT = "prec-sqrt"
+
+
+# NVRTC's spellings of each switch (NVRTC's own option list: --fmad is nvJitLink's -fma)
+_FLAG_SPELLING = {"fmad": Flag.FMA, "ftz": Flag.FTZ, "prec-div": Flag.PREC_DIV,
+                  "prec-sqrt": Flag.PREC_SQRT}
+# what -use_fast_math sets where the options do not set it themselves (NVRTC: an explicit
+# switch wins over -use_fast_math wherever it stands)
+_FAST_MATH = {Flag.FTZ: True, Flag.PREC_DIV: False, Flag.PREC_SQRT: False, Flag.FMA: True}
+_BOOLS = {"true": True, "false": False}
+
+
+@dataclass(frozen=True)
+class CodeGeneration:
+    """What an NVRTC option list says about the machine code, for a link that makes it: with
+    ``-dlto`` NVRTC makes LTO IR and nvJitLink generates the code, so each of these must reach
+    nvJitLink or the link makes the default code.
+
+    Attributes
+    ----------
+    flags : tuple of (Flag, bool)
+        Each switch the options set, explicitly or through ``-use_fast_math``, in Flag order.
+    max_registers : int or None
+        ``-maxrregcount=N`` (the last one given).
+    debug, lineinfo : bool
+        ``-G`` (nvJitLink's ``-g``), ``-lineinfo``.
+    ptxas : tuple of str
+        The ``-Xptxas`` values, in order (nvJitLink runs ptxas itself).
+    """
+
+    flags: tuple[tuple[Flag, bool], ...] = ()
+    max_registers: int | None = None
+    debug: bool = False
+    lineinfo: bool = False
+    ptxas: tuple[str, ...] = ()
+
+    def nvjitlink_options(self) -> tuple[str, ...]:
+        """The nvJitLink options that make the same code (nvJitLink's documented spellings)."""
+        out = [f"-{flag.value}={int(on)}" for flag, on in self.flags]
+        if self.max_registers is not None:
+            out.append(f"-maxrregcount={self.max_registers}")
+        out += ["-g"] * self.debug + ["-lineinfo"] * self.lineinfo
+        return (*out, *(f"-Xptxas={v}" for v in self.ptxas))
+
+
+def code_generation(options: Sequence[str]) -> CodeGeneration:
+    """The code-generation options of an NVRTC option list (:class:`CodeGeneration`); the
+    other options (``-D``, ``-I``, ``-std``...) say nothing about it."""
+    explicit: dict[Flag, bool] = {}
+    fast = debug = lineinfo = False
+    registers: int | None = None
+    ptxas: list[str] = []
+    for opt in options:
+        name, _, value = opt.lstrip("-").partition("=")
+        if name in _FLAG_SPELLING and value in _BOOLS:
+            explicit[_FLAG_SPELLING[name]] = _BOOLS[value]  # the last one given wins
+        elif name in ("use_fast_math", "use-fast-math") and not value:
+            fast = True
+        elif name == "maxrregcount" and value.isdigit():
+            registers = int(value)
+        elif opt in ("-G", "--device-debug"):
+            debug = True
+        elif opt in ("-lineinfo", "--generate-line-info"):
+            lineinfo = True
+        elif name in ("Xptxas", "ptxas-options") and value:
+            ptxas.append(value)
+    implied = {**(_FAST_MATH if fast else {}), **explicit}
+    flags = tuple((f, implied[f]) for f in Flag if f in implied)
+    return CodeGeneration(flags, registers, debug, lineinfo, tuple(ptxas))
 
 
 def link_compiled(result, arch: str, options: Sequence[str]):
@@ -284,14 +360,16 @@ def link_compiled(result, arch: str, options: Sequence[str]):
     if not is_lto and elf_type(result.cubin) != ET_REL:
         return result  # -rdc=false after -rdc=true, or whole-program code after all
     item = LinkInput(result.cubin, "ltoir" if is_lto else "cubin", "cell.cu")
-    # debug and line information carry into the link, which compiles LTO IR itself (NVRTC's
-    # -G is nvJitLink's -g)
-    passed = sorted({_LINK_OPTION[o] for o in options if o in _LINK_OPTION})
+    # nvJitLink generates the code of LTO IR itself: every option that shapes it goes along;
+    # relocatable code is machine code already, and its link keeps debug and line information
+    codegen = code_generation(options)
     if is_lto:
-        linked = link_needing_runtime([item], arch, lto_ir=True, options=passed)
+        linked = link_needing_runtime([item], arch, lto_ir=True,
+                                      options=codegen.nvjitlink_options())
     else:
+        kept = ["-g"] * codegen.debug + ["-lineinfo"] * codegen.lineinfo
         linked = link([item], arch, device_runtime_library=bool(undefined_symbols(result.cubin)),
-                      options=passed)
+                      options=kept)
     # nvJitLink's INFO lines (an LTO container's size) are no warning about the cell
     said = "\n".join(x for x in linked.log.splitlines() if not x.startswith("INFO:"))
     log = "\n".join(x for x in (result.log, said) if x)
