@@ -752,7 +752,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     made = _kernels(ctx, binary, resolution.resolved, sigs, {}, strict=False, extra=instances)
     record = EntryRecord(cubin=cubin, lowered=None, arch=ctx.arch, nvrtc_version="-")
     return _warn(_module(ctx, binary, made, origin="cubin", miss=None, record=record,
-                         linked="nvJitLink" in loaded.how))
+                         linked=loaded.linked))
 
 
 def _template_instances(sigs: Signatures) -> tuple[list[Resolved], list[str]]:

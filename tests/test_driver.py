@@ -78,7 +78,8 @@ def test_launch_config_is_laid_out_as_cuda_bindings_lays_it_out(cluster, coopera
 
     from cuda.bindings import driver as cu
 
-    config = driver.launch_config((7, 5, 3), (32, 4, 2), 4096, 0x1234, cluster, cooperative)
+    config = driver.launch_config(driver.ExtendedLaunch((7, 5, 3), (32, 4, 2), 4096, 0x1234,
+                                                         cluster, cooperative))
     ref = cu.CUlaunchConfig()
     ref.gridDimX, ref.gridDimY, ref.gridDimZ = 7, 5, 3
     ref.blockDimX, ref.blockDimY, ref.blockDimZ = 32, 4, 2

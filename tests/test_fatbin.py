@@ -14,6 +14,7 @@ from cudamagic.store import KernelCache
 from cudamagic.toolchain import fatbin as fatbin_mod
 from cudamagic.toolchain.fatbin import read_fatbin
 from cudamagic.toolchain.image import read_cubin
+from cudamagic.toolchain.link import CodeKind
 
 from .conftest import FIXTURES
 
@@ -31,7 +32,7 @@ def _names(module) -> dict[str, str]:
 def test_a_fatbin_is_unpacked():
     entries = read_fatbin(FATBIN.read_bytes())
     assert [(e.kind, e.sm, e.compressed) for e in entries] == [
-        ("cubin", 80, False), ("cubin", 90, False), ("ptx", 90, True)]
+        (CodeKind.CUBIN, 80, False), (CodeKind.CUBIN, 90, False), (CodeKind.PTX, 90, True)]
     for e in entries[:2]:
         image = read_cubin(e.data)
         assert image.sm == e.sm and set(image.symbols) == set(NAMES.values())
@@ -61,7 +62,7 @@ def test_fatbins_and_ptx_load_with_every_name_resolved(tmp_path, path):
 
 def test_the_cubin_for_the_target_is_taken_as_nvcc_made_it(tmp_path):
     entries = read_fatbin(FATBIN.read_bytes())
-    for e in (x for x in entries if x.kind == "cubin"):
+    for e in (x for x in entries if x.kind is CodeKind.CUBIN):
         module = cudamagic.load_cubin(FATBIN, arch=f"sm_{e.sm}", cache=tmp_path)
         assert module.cubin == e.data
     assert len(KernelCache.wrap(tmp_path)) == 0  # nothing was linked, nothing cached

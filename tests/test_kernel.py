@@ -114,11 +114,11 @@ class StandInDevice:
             self.launches.append(Launch(fn, (gx, gy, gz), (bx, by, bz), shared_mem, st,
                                         read(params)))
 
-        def launch_ex(fn, device, grid, block, shared_mem, st, params, cluster, cooperative,
-                      what):
+        def launch_ex(fn, device, params, call, what):
             assert device == 0 and what == f"launching {kernel.name_expression}"
-            self.launches.append(Launch(fn, grid, block, shared_mem, st, read(params),
-                                        "cuLaunchKernelEx", cluster, cooperative))
+            self.launches.append(Launch(fn, call.grid, call.block, call.shared_mem, call.stream,
+                                        read(params), "cuLaunchKernelEx", call.cluster,
+                                        call.cooperative))
 
         def occupancy(device, fn, threads, shared_mem):
             self.occupancy_asked.append((device, fn, threads, shared_mem))

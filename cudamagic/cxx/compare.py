@@ -1,4 +1,4 @@
-"""Whether a name expression names a demangled kernel: :func:`compare` two :class:`Signature`\ s.
+"""Whether a name expression names a demangled kernel: :func:`compare` two signatures.
 
 The rules are the model of :mod:`cudamagic.cxx.parse` (its docstring). Pure: no CUDA, no IPython.
 """

@@ -373,11 +373,12 @@ class _Reader:
     def type(self) -> int:
         self.nest()
         try:
-            return self._type()
+            size = self._type()  # None: one of the rest (no frame left between the two)
+            return self._compound_type() if size is None else size
         finally:
             self.depth -= 1
 
-    def _type(self) -> int:
+    def _type(self) -> int | None:
         c = self.peek()
         if not c:
             raise Unreadable("a type missing at the end")
@@ -411,6 +412,12 @@ class _Reader:
             size = self.function_type()
             self.subs.append(size)
             return size
+        return None
+
+    def _compound_type(self) -> int:
+        """The rest of :meth:`_type`: arrays, members, template parameters, substitutions and
+        class names."""
+        c = self.peek()
         if c == "A":
             self.pos += 1
             if self.peek() == "_":
@@ -524,11 +531,12 @@ class _Reader:
     def expression(self) -> int:
         self.nest()
         try:
-            return self._expression()
+            size = self._expression()  # None: an operation (no frame left between the two)
+            return self._operation() if size is None else size
         finally:
             self.depth -= 1
 
-    def _expression(self) -> int:
+    def _expression(self) -> int | None:
         s = self.s
         c = self.peek()
         if not c:
@@ -578,6 +586,11 @@ class _Reader:
                     size += self.expression() + 2
                 return size
             return size + self.expression()
+        return None
+
+    def _operation(self) -> int:
+        """The rest of :meth:`_expression`: sizeof and casts, member access, folds, operators."""
+        c = self.peek()
         if self.peek(2) in ("st", "at", "ti") and self.take(self.peek(2)):
             return self.type() + _NODE
         if self.peek(2) in ("sZ",) and self.take("sZ"):

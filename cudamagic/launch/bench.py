@@ -495,13 +495,7 @@ def compare(variants: Sequence[Variant], *, baseline: str | int = 0,
     settings = settings or Settings()
     _check_settings(settings)
     base = _check_variants(variants, baseline)
-    if device is None:
-        from ..toolchain import driver
-
-        if not driver.available():
-            raise NoDeviceError("timing needs a GPU: no CUDA device is available here. "
-                                "Occupancy (kernel.occupancy()) works without one.")
-        device = CupyDevice()
+    device = _timing_device() if device is None else device
     st = device.stream(stream)
     getattr(device, "prepare", lambda: None)()  # the hold kernel built before any round
     verdicts = _check_outputs(variants, base, reference, check, device, st)
@@ -528,6 +522,19 @@ def compare(variants: Sequence[Variant], *, baseline: str | int = 0,
                             device) for v in variants)
     return BenchResult(timings=timings, baseline=base, device=device.name, settings=settings,
                        order=tuple(order))
+
+
+def _timing_device() -> Any:
+    """The GPU that times launches (through CuPy).
+
+    :raises NoDeviceError: no GPU.
+    """
+    from ..toolchain import driver
+
+    if not driver.available():
+        raise NoDeviceError("timing needs a GPU: no CUDA device is available here. "
+                            "Occupancy (kernel.occupancy()) works without one.")
+    return CupyDevice()
 
 
 def _more(settings: Settings, rounds: int, elapsed: float) -> bool:

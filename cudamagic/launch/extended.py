@@ -14,10 +14,12 @@ comes here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from ..errors import ArgumentTypeError, ArgumentValueError, LaunchError
+from ..toolchain.driver import ExtendedLaunch
 from ..toolchain.image import LaunchNeeds
 from .encode import _show, check_dims
 
@@ -78,8 +80,7 @@ def _cluster_error(name: str, grid: Dims, cluster: Dims, where: str) -> Argument
 
 def launch_extended(name: str, needs: LaunchNeeds, hooks: Any, params: int,
                     occupancy: dict[tuple[int, int, int], int], fn: int, device: int,
-                    grid: Dims, block: Dims, shared_mem: int, stream: int,
-                    cluster: Dims | None, cooperative: bool | None) -> None:
+                    call: ExtendedLaunch) -> None:
     """Launch with what the CUBIN and the call ask for: cooperative where the kernel syncs its
     grid (or the call says so), in clusters where it was compiled with them or the call gives
     ``cluster``; every refusal made before the launch.
@@ -91,8 +92,9 @@ def launch_extended(name: str, needs: LaunchNeeds, hooks: Any, params: int,
     :raises LaunchError: a cooperative grid larger than the device holds at once; a device
         that cannot make the launch; the driver's refusal.
     """
+    grid, block, shared_mem, cluster = call.grid, call.block, call.shared_mem, call.cluster
     # a debug CUBIN whose grid sync cannot be told (grid_sync None) is launched as asked
-    cooperative = bool(needs.grid_sync) if cooperative is None else cooperative
+    cooperative = bool(needs.grid_sync) if call.cooperative is None else call.cooperative
     compiled = needs.cluster_dims
     if cluster is not None and compiled is not None and cluster != compiled:
         raise ArgumentValueError(f"{name}: cluster={cluster}, but the kernel was compiled with "
@@ -123,5 +125,5 @@ def launch_extended(name: str, needs: LaunchNeeds, hooks: Any, params: int,
                                    limits.describe())
         if error is not None:
             raise error
-    hooks.launch_ex(fn, device, grid, block, shared_mem, stream, params, cluster, cooperative,
+    hooks.launch_ex(fn, device, params, dataclasses.replace(call, cooperative=cooperative),
                     f"launching {name}")

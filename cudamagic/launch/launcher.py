@@ -69,8 +69,9 @@ class LaunchHooks:
         ``(kernel, grid, block, args, shared_mem, stream, cluster, cooperative)``: a launch
         from another thread than the launcher's (each thread packs into its own buffer).
     launch_ex : callable
-        ``(fn, device, grid, block, shared_mem, stream, params, cluster, cooperative, what)``:
-        ``cuLaunchKernelEx`` with the cluster-dimension and cooperative attributes, checked.
+        ``(fn, device, params, launch, what)`` (``launch`` an
+        :class:`~cudamagic.toolchain.driver.ExtendedLaunch`): ``cuLaunchKernelEx`` with the
+        cluster-dimension and cooperative attributes, checked.
     occupancy : callable
         ``(device, fn, threads, shared_mem) -> int``: blocks of this kernel one SM holds at
         once (the driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor``).
@@ -221,7 +222,7 @@ def _launcher_globals(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
         "name": name, "ND": hooks.array_type, "ST": hooks.stream_type,
         "buf": buf, "handles": hooks.handles, "load": hooks.load,
         "current_device": hooks.current_device, "current_stream": hooks.current_stream,
-        "relaunch": hooks.relaunch, "ZERO": 0,
+        "relaunch": hooks.relaunch, "ZERO": 0, "Extended": driver.ExtendedLaunch,
         "with_shared": functools.partial(_with_shared, name, hooks),
         "check_extended": functools.partial(check_extended, name),
         "struct_error": struct.error, "dims": check_dims,
@@ -298,8 +299,8 @@ def _extended_lines() -> list[str]:
     return [
         "    cluster, cooperative = check_extended(cluster, cooperative)",
         "    shared_mem, st, device, fn = with_shared(shared_mem, stream)",
-        "    return extended(fn, device, (gx, gy, gz), (bx, by, bz), shared_mem, st, cluster,",
-        "                    cooperative)",
+        "    return extended(fn, device, Extended((gx, gy, gz), (bx, by, bz), shared_mem, st,",
+        "                                         cluster, cooperative))",
     ]
 
 

@@ -25,7 +25,8 @@ from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 __all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
            "launch", "fast_launch", "compute_capability", "driver_version", "device_name",
            "kernel_attributes", "kernel_function", "set_max_dynamic_shared", "device_getter",
-           "DeviceLimits", "device_limits", "max_active_blocks", "launch_ex", "retain_primary"]
+           "DeviceLimits", "device_limits", "max_active_blocks", "ExtendedLaunch", "launch_ex",
+           "retain_primary"]
 
 # Errors after which the context is unusable until the process ends (CUDA's "sticky" errors).
 _STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_MISALIGNED_ADDRESS",
@@ -348,9 +349,9 @@ def fast_launch():
 
     launch_kernel, success, function = cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS, cu.CUfunction
 
-    def bindings_launch(fn, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra):
-        status = launch_kernel(function(fn), gx, gy, gz, bx, by, bz, shared_mem, stream, params,
-                               extra)
+    def bindings_launch(fn, *rest):
+        # rest: cuLaunchKernel's own arguments after the function, as launchKernel takes them
+        status = launch_kernel(function(fn), *rest)
         if status[0] is not success:
             raise LaunchError(getattr(status[0], "name", str(status[0])))
     return bindings_launch
@@ -421,10 +422,36 @@ def max_active_blocks(device: int, kernel: int, threads: int, shared_mem: int) -
                 threads, shared_mem, what="cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
 
-def launch_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
-                  stream: int, cluster: tuple[int, int, int] | None,
-                  cooperative: bool) -> _LaunchConfig:
+@dataclass(frozen=True)
+class ExtendedLaunch:
+    """What one ``cuLaunchKernelEx`` call launches: the shape, the stream and the attributes.
+
+    Attributes
+    ----------
+    grid, block : tuple of 3 int
+    shared_mem : int
+        Dynamic shared memory, in bytes.
+    stream : int
+        The ``CUstream`` handle (0: the legacy default stream).
+    cluster : tuple of 3 int or None
+        Thread-block cluster dimensions (None: no cluster attribute).
+    cooperative : bool or None
+        A cooperative launch; None (only before :func:`cudamagic.launch.extended.launch_extended`
+        decides) takes what the kernel's CUBIN says.
+    """
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    stream: int
+    cluster: tuple[int, int, int] | None = None
+    cooperative: bool | None = None
+
+
+def launch_config(launch: ExtendedLaunch) -> _LaunchConfig:
     """The ``CUlaunchConfig`` of a ``cuLaunchKernelEx`` call, its attributes kept alive on it."""
+    grid, block, cluster = launch.grid, launch.block, launch.cluster
+    cooperative, shared_mem, stream = launch.cooperative, launch.shared_mem, launch.stream
     attrs = []
     if cooperative:
         attrs.append(_LaunchAttribute(id=_ATTR_COOPERATIVE, value=(_u * 16)(1)))
@@ -438,9 +465,8 @@ def launch_config(grid: tuple[int, int, int], block: tuple[int, int, int], share
     return config
 
 
-def launch_ex(kernel: int, device: int, grid: tuple[int, int, int],
-              block: tuple[int, int, int], shared_mem: int, stream: int, params_address: int,
-              cluster: tuple[int, int, int] | None, cooperative: bool, what: str) -> None:
+def launch_ex(kernel: int, device: int, params_address: int, launch: ExtendedLaunch,
+              what: str) -> None:
     """``cuLaunchKernelEx`` of a ``CUkernel``, with the cluster-dimension and cooperative
     attributes where given; checked, with a context made current and one retry for a thread
     that had none (as :func:`launch`).
@@ -448,10 +474,11 @@ def launch_ex(kernel: int, device: int, grid: tuple[int, int, int],
     :raises ContextPoisonedError, LaunchError: the driver refused the launch.
     """
     lib = _require()
-    config = launch_config(grid, block, shared_mem, stream, cluster, cooperative)
+    config = launch_config(launch)
     status = lib.cuLaunchKernelEx(ctypes.byref(config), kernel, params_address, None)
     if status == _INVALID_CONTEXT:
         ensure_context(device)
         status = lib.cuLaunchKernelEx(ctypes.byref(config), kernel, params_address, None)
-    how = " cooperatively" if cooperative else ""
+    how = " cooperatively" if launch.cooperative else ""
+    cluster = launch.cluster
     check(status, f"{what}{how}{f' in clusters of {cluster}' if cluster else ''}")

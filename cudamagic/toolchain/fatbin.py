@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ImageError
-from .link import ET_REL, LinkInput, LinkResult, elf_type, link_needing_runtime, nvjitlink_version
+from .link import ET_REL, CodeKind, LinkInput, LinkResult, elf_type, link_needing_runtime
+from .link import nvjitlink_version
 
 __all__ = ["FatbinEntry", "Loaded", "LinkCache", "read_fatbin", "is_fatbin", "is_ptx",
            "loadable_cubin"]
@@ -29,7 +30,7 @@ _HEADER = struct.Struct("<IHHQ")
 # kind, ?, header size, payload size (padded), compressed size, ?, minor, major, sm,
 # object-name offset and length, flags, ?, uncompressed size
 _ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")
-_KINDS = {1: "ptx", 2: "cubin"}
+_KINDS = {1: CodeKind.PTX, 2: CodeKind.CUBIN}
 _FLAG_LZ4, _FLAG_ZSTD = 0x2000, 0x8000  # payload compression: older nvcc, nvcc 12.x and later
 _FLAG_COMPRESSED = _FLAG_LZ4 | _FLAG_ZSTD
 
@@ -78,8 +79,8 @@ class FatbinEntry:
 
     Attributes
     ----------
-    kind : str
-        ``"ptx"``, ``"cubin"``, or ``"kind N"`` for one this reader does not know.
+    kind : CodeKind or None
+        PTX or CUBIN; None for a kind this reader does not know.
     sm : int
         The target (``90``: ``sm_90`` for a CUBIN, ``compute_90`` for PTX).
     compressed : bool
@@ -92,7 +93,7 @@ class FatbinEntry:
         ``(major, minor)``: the CUBIN's ELF version or the PTX ISA version.
     """
 
-    kind: str
+    kind: CodeKind | None
     sm: int
     compressed: bool
     payload: bytes
@@ -104,7 +105,7 @@ class FatbinEntry:
     @property
     def label(self) -> str:
         """``sm_90`` for a CUBIN, ``compute_90`` for PTX."""
-        return f"{'compute' if self.kind == 'ptx' else 'sm'}_{self.sm}"
+        return f"{'compute' if self.kind is CodeKind.PTX else 'sm'}_{self.sm}"
 
     @property
     def data(self) -> bytes:
@@ -163,7 +164,7 @@ def read_fatbin(data: bytes) -> tuple[FatbinEntry, ...]:
                 compressed = bool(flags & _FLAG_COMPRESSED)
                 stored = csize if compressed and csize else psize
                 entries.append(FatbinEntry(
-                    kind=_KINDS.get(kind, f"kind {kind}"), sm=sm, compressed=compressed,
+                    kind=_KINDS.get(kind), sm=sm, compressed=compressed,
                     payload=bytes(data[at + ehs:at + ehs + stored]),
                     size=usize if compressed else stored, version=(major, minor),
                     flags=flags))
@@ -181,23 +182,26 @@ class Loaded:
     Attributes
     ----------
     cubin : bytes
-    source : str
-        ``"cubin"``, ``"ptx"`` or ``"fatbin"``: what the input was.
+    source : CodeKind
+        What the input was: a CUBIN, PTX or a fatbin.
     how : str
         In words: taken as it was, which fatbin entry, or what nvJitLink compiled.
+    linked : bool
+        nvJitLink made the CUBIN (now or, where ``cached``, earlier).
     cached : bool
         The CUBIN came from the cache (no link ran).
     """
 
     cubin: bytes
-    source: str
+    source: CodeKind
     how: str
+    linked: bool = False
     cached: bool = False
 
 
-def _key(kind: str, data: bytes, arch: str) -> str:
+def _key(kind: CodeKind, data: bytes, arch: str) -> str:
     h = hashlib.sha256()
-    for part in (kind.encode(), arch.encode(), nvjitlink_version().encode(), data):
+    for part in (kind.value.encode(), arch.encode(), nvjitlink_version().encode(), data):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     return "link-" + h.hexdigest()
@@ -228,11 +232,11 @@ def _linked(item: LinkInput, arch: str, store: Callable[[], LinkCache | None] | 
     if cache is not None:
         cubin = cache.find(key)
         if cubin is not None and elf_type(cubin) == 2:
-            return Loaded(cubin, item.kind, f"{what} (from the cache)", cached=True)
+            return Loaded(cubin, item.kind, f"{what} (from the cache)", linked=True, cached=True)
     result = link_needing_runtime([item], arch)
     if cache is not None:
         cache.keep(key, result, arch)
-    return Loaded(result.cubin, item.kind, what)
+    return Loaded(result.cubin, item.kind, what, linked=True)
 
 
 def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
@@ -250,13 +254,13 @@ def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
     sm = int("".join(ch for ch in arch if ch.isdigit()))
     if data[:4] == b"\x7fELF":
         if elf_type(data) == ET_REL:
-            return _linked(LinkInput(data, "cubin", label), arch, store,
+            return _linked(LinkInput(data, CodeKind.CUBIN, label), arch, store,
                            f"relocatable CUBIN linked by nvJitLink for {arch}")
-        return Loaded(data, "cubin", "taken as it was")
+        return Loaded(data, CodeKind.CUBIN, "taken as it was")
     if is_fatbin(data):
         return _from_fatbin(read_fatbin(data), data, sm, arch, label, store)
     if is_ptx(data):
-        return _linked(LinkInput(data.rstrip(b"\0"), "ptx", label), arch, store,
+        return _linked(LinkInput(data.rstrip(b"\0"), CodeKind.PTX, label), arch, store,
                        f"PTX compiled by nvJitLink for {arch}")
     raise ImageError(f"{label} is not a CUBIN (an ELF file), nor PTX text, nor a fatbin: "
                      "give the output of nvcc -cubin, -ptx or -fatbin")
@@ -271,16 +275,16 @@ def _from_fatbin(entries: tuple[FatbinEntry, ...], data: bytes, sm: int, arch: s
     :raises ImageError: nothing in it runs on ``sm``.
     """
     held = ", ".join(e.label for e in entries) or "nothing"
-    exact = [e for e in entries if e.kind == "cubin" and e.sm == sm]
+    exact = [e for e in entries if e.kind is CodeKind.CUBIN and e.sm == sm]
     if exact:
         cubin = exact[0].data
         if elf_type(cubin) == ET_REL:
-            return _linked(LinkInput(cubin, "cubin", label), arch, store,
+            return _linked(LinkInput(cubin, CodeKind.CUBIN, label), arch, store,
                            f"its relocatable sm_{sm} CUBIN linked (it holds {held})")
-        return Loaded(cubin, "fatbin", f"its sm_{sm} CUBIN (it holds {held})")
-    ptx = sorted((e for e in entries if e.kind == "ptx" and e.sm <= sm), key=lambda e: e.sm)
+        return Loaded(cubin, CodeKind.FATBIN, f"its sm_{sm} CUBIN (it holds {held})")
+    ptx = sorted((e for e in entries if e.kind is CodeKind.PTX and e.sm <= sm), key=lambda e: e.sm)
     if ptx:
-        return _linked(LinkInput(ptx[-1].data.rstrip(b"\0"), "ptx", label), arch, store,
+        return _linked(LinkInput(ptx[-1].data.rstrip(b"\0"), CodeKind.PTX, label), arch, store,
                        f"its {ptx[-1].label} PTX compiled for {arch} (it holds {held})")
     raise ImageError(f"{label}: nothing in the fatbin runs on {arch}: it holds {held} (a "
                      f"CUBIN runs on its own target only here, PTX on its target and newer); "

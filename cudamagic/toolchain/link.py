@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import ImageError, LinkError
 
-__all__ = ["LinkInput", "LinkResult", "link", "link_compiled", "link_needing_runtime", "relocatable", "lto",
+__all__ = ["CodeKind", "LinkInput", "LinkResult", "link", "link_compiled", "link_needing_runtime", "relocatable", "lto",
            "device_runtime", "nvjitlink_version", "elf_type", "undefined_symbols",
            "from_device_runtime", "device_runtime_kernels", "ET_REL", "ET_EXEC",
            "Flag", "CodeGeneration", "code_generation"]
@@ -52,6 +52,15 @@ def elf_type(image: bytes) -> int | None:
     return struct.unpack_from("<H", image, 16)[0]
 
 
+class CodeKind(enum.Enum):
+    """What a piece of device code is; the value names it in a link cache key."""
+
+    CUBIN = "cubin"    # a relocatable or executable CUBIN
+    LTOIR = "ltoir"    # NVRTC's -dlto output
+    PTX = "ptx"
+    FATBIN = "fatbin"
+
+
 @dataclass(frozen=True)
 class LinkInput:
     """One input to a link: its bytes, what they are, and a name for the linker's messages.
@@ -59,13 +68,12 @@ class LinkInput:
     Attributes
     ----------
     data : bytes
-    kind : str
-        ``"cubin"`` (a relocatable or executable CUBIN), ``"ltoir"``, ``"ptx"`` or ``"fatbin"``.
+    kind : CodeKind
     name : str
     """
 
     data: bytes
-    kind: str
+    kind: CodeKind
     name: str = "cell"
 
 
@@ -162,8 +170,6 @@ def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
         message), or a device-runtime call is left unresolved without ``libcudadevrt.a``.
     """
     nvjitlink = _nvjitlink()
-    kinds = {"cubin": nvjitlink.InputType.CUBIN, "ltoir": nvjitlink.InputType.LTOIR,
-             "ptx": nvjitlink.InputType.PTX, "fatbin": nvjitlink.InputType.FATBIN}
     start = time.perf_counter()
     opts = [f"-arch={arch}", *(["-lto"] if lto_ir else []), *options]
     try:
@@ -175,7 +181,7 @@ def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
     try:
         step = "adding the inputs"
         for item in inputs:
-            nvjitlink.add_data(handle, kinds[item.kind], item.data, len(item.data), item.name)
+            nvjitlink.add_data(handle, getattr(nvjitlink.InputType, item.kind.name), item.data, len(item.data), item.name)
         devrt = device_runtime() if device_runtime_library else None
         if devrt is not None:
             nvjitlink.add_file(handle, nvjitlink.InputType.LIBRARY, str(devrt))
@@ -187,13 +193,7 @@ def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
     except nvjitlink.nvJitLinkError as exc:
         error, info = _logs(nvjitlink, handle)
         text = error or info or str(exc)
-        hint = ""
-        if device_runtime_library and devrt is None and "cudaLaunchDevice" in text:
-            hint = ("\nthe device runtime library (libcudadevrt.a) was not found: it comes "
-                    "with the nvidia-cuda-runtime wheel (pip install nvidia-cuda-runtime)")
-        elif lto_ir and "version" in text.lower():
-            hint = (f"\nLTO IR must come from an NVRTC no newer than nvJitLink "
-                    f"{nvjitlink_version()}: upgrade nvidia-nvjitlink")
+        hint = _failure_hint(text, device_runtime_library and devrt is None, lto_ir)
         raise LinkError(f"nvJitLink could not link the device code for {arch} ({step}):\n"
                         f"{text}{hint}", text) from None
     finally:
@@ -203,6 +203,17 @@ def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
         raise LinkError(f"nvJitLink's output is not an executable CUBIN (ELF type "
                         f"{elf_type(linked)}); it is not loaded or cached")
     return LinkResult(linked, info, time.perf_counter() - start)
+
+
+def _failure_hint(log: str, runtime_missing: bool, lto_ir: bool) -> str:
+    """What to do about a failed link, where nvJitLink's log names a likely cause."""
+    if runtime_missing and "cudaLaunchDevice" in log:
+        return ("\nthe device runtime library (libcudadevrt.a) was not found: it comes "
+                "with the nvidia-cuda-runtime wheel (pip install nvidia-cuda-runtime)")
+    if lto_ir and "version" in log.lower():
+        return (f"\nLTO IR must come from an NVRTC no newer than nvJitLink "
+                f"{nvjitlink_version()}: upgrade nvidia-nvjitlink")
+    return ""
 
 
 def undefined_symbols(cubin: bytes) -> list[str]:
@@ -359,7 +370,7 @@ def link_compiled(result, arch: str, options: Sequence[str]):
     is_lto = lto(options)
     if not is_lto and elf_type(result.cubin) != ET_REL:
         return result  # -rdc=false after -rdc=true, or whole-program code after all
-    item = LinkInput(result.cubin, "ltoir" if is_lto else "cubin", "cell.cu")
+    item = LinkInput(result.cubin, CodeKind.LTOIR if is_lto else CodeKind.CUBIN, "cell.cu")
     # nvJitLink generates the code of LTO IR itself: every option that shapes it goes along;
     # relocatable code is machine code already, and its link keeps debug and line information
     codegen = code_generation(options)
