@@ -393,3 +393,45 @@ def test_the_hold_covers_the_last_rounds_enqueueing_not_the_slowest(gpu, monkeyp
             settings=Settings(warmup=3, repeat=5), device=gpu)
     assert holds[1] > 0.04  # right after the slow round
     assert max(holds[3:]) < 0.01  # and back down once rounds are quick again
+
+
+class _TorchLikeStream:
+    """A stream of another library: a PyTorch stream gives its handle as ``.cuda_stream``."""
+
+    def __init__(self, handle: int) -> None:
+        self.cuda_stream = handle
+
+
+class _ProtocolStream:
+    """A stream speaking the CUDA stream protocol: ``__cuda_stream__() -> (version, handle)``."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return 0, self.handle
+
+
+@pytest.mark.parametrize("stream", [_TorchLikeStream(0x1234), _ProtocolStream(0x1234), 0x1234],
+                         ids=["torch-like", "cuda-stream-protocol", "raw-handle"])
+def test_bench_times_on_a_stream_that_is_not_cupys(stream):
+    """Kernel.bench(stream=...) with a stream CuPy did not make: the timing device wraps its
+    handle for its events (the wrapping needs no GPU; making the device does, so it is made
+    without its GPU queries)."""
+    import cupy
+
+    device = bench_module.CupyDevice.__new__(bench_module.CupyDevice)
+    device.cupy = cupy
+    wrapped = device.stream(stream)
+    assert isinstance(wrapped, cupy.cuda.ExternalStream) and wrapped.ptr == 0x1234
+    given = cupy.cuda.Stream.null
+    assert device.stream(given) is given
+
+
+def test_bench_refuses_an_object_that_is_no_stream_and_says_where():
+    import cupy
+
+    device = bench_module.CupyDevice.__new__(bench_module.CupyDevice)
+    device.cupy = cupy
+    with pytest.raises(cudamagic.errors.ArgumentTypeError, match="bench: stream"):
+        device.stream(object())

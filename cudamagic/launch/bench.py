@@ -272,9 +272,9 @@ class CupyDevice:
             return self.cupy.cuda.get_current_stream()
         if isinstance(stream, self.cupy.cuda.Stream):
             return stream
-        from .kernel import _stream_handle
+        from .encode import stream_handle
 
-        return self.cupy.cuda.ExternalStream(_stream_handle("bench", stream))
+        return self.cupy.cuda.ExternalStream(stream_handle("bench", stream))
 
     def event(self) -> Any:
         """A timing event."""
