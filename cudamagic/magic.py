@@ -296,8 +296,9 @@ class CudaMagics(Magics):
         interleaved round-robin (docs/timing.md). Returns the result: a table and a plot.
         """
         from .launch.bench import run_line
+        from .view.shown import show_bench
 
-        return run_line(line, self.shell.user_ns)
+        return show_bench(run_line(line, self.shell.user_ns))
 
     def _push(self, module_name: str, module: Any) -> list[str]:
         """Put the module and its kernels into the notebook; the shadowing warnings, to be said

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from .forksafe import ForkSafeLock, once
 from .errors import ImageError, NameResolutionError
 from .launch import Kernel
+from .launch.kernel import KernelTools
 from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_digest
 from .toolchain import driver
 from .toolchain.image import CubinImage, read_cubin
@@ -50,6 +52,22 @@ class Binary:
             return self._lib
 
 
+def _bench(kernel: Kernel, *args: Any, **options: Any) -> Any:
+    from .view.shown import kernel_bench  # the timing harness: imported by the first bench
+
+    return kernel_bench(kernel, *args, **options)
+
+
+def _occupancy(kernel: Kernel, *args: Any, **options: Any) -> Any:
+    from .view.shown import kernel_occupancy
+
+    return kernel_occupancy(kernel, *args, **options)
+
+
+#: what every module's kernels time and size themselves with: results shown by the views
+KERNEL_TOOLS = KernelTools(bench=_bench, occupancy=_occupancy)
+
+
 class KernelTable(Mapping[str, Kernel]):
     """A module's kernels by the name each answers to, each :class:`Kernel` made on first use
     (a restore of 1000 kernels makes those that are looked up, called or pushed).
@@ -88,7 +106,7 @@ class KernelTable(Mapping[str, Kernel]):
         if kern is None:
             symbol, name, how = self._entries[label]
             kern = Kernel(self._binary, name_expression=label, symbol=symbol, python_name=name,
-                          signatures=self._signatures, resolved_by=how)
+                          signatures=self._signatures, resolved_by=how, tools=KERNEL_TOOLS)
             kern.module = self._module
             kern = self._made.setdefault(label, kern)
         return kern

@@ -15,6 +15,7 @@ import cudamagic
 from cudamagic.errors import ArgumentValueError, NoDeviceError, OptionError
 from cudamagic.launch import bench as bench_module
 from cudamagic.launch.bench import BenchResult, Settings, Variant, compare, run_line
+from cudamagic.view.bench import timing_html, timing_text
 
 from .conftest import FIXTURES
 
@@ -205,7 +206,7 @@ def test_a_variant_whose_output_differs_is_marked_not_ranked(gpu):
     wrong = result["fast but wrong"]
     assert wrong.ratio is None and "4 of 4 values" in wrong.mismatch
     assert [t.label for t in result.ranked()] == ["same", "base", "fast but wrong"]
-    text = str(result)
+    text = timing_text(result)
     assert "differs" in text and "output differs: 4 of 4 values" in text
     assert text.index("same") < text.index("base") < text.index("fast but wrong")
 
@@ -260,20 +261,53 @@ def test_timing_without_a_gpu_is_no_device_error():
         mod["fill<float>"].bench((1,), (32,), (None, 1.0, 4))
 
 
-def test_kernel_bench_and_occupancy_are_thin_methods(gpu, monkeypatch):
+def test_kernel_bench_and_occupancy_are_thin_methods_whose_results_print_as_tables(gpu,
+                                                                                    monkeypatch):
+    """A module's kernel times and sizes itself through the tools its module gave it: the
+    harness gets the call as made, and what comes back prints as a table (the record's words are
+    the view's, the launch layer has none)."""
     mod = cudamagic.load_cubin(FIXTURES / "fixture.cubin", ["fill<float>"])
     k = mod["fill<float>"]
     seen = {}
 
     def fake_bench(kernel, grid, block, args, **kw):
         seen.update(kernel=kernel, grid=grid, block=block, args=args, **kw)
-        return "timed"
+        return compare(variants(gpu, {"fill": 1.0}), settings=Settings(warmup=0, repeat=2),
+                       device=gpu)
 
     monkeypatch.setattr(bench_module, "bench", fake_bench)
-    assert k.bench((2,), (64,), (None, 1.0, 4), repeat=7, flush_l2=True) == "timed"
+    timed = k.bench((2,), (64,), (None, 1.0, 4), repeat=7, flush_l2=True)
     assert seen["kernel"] is k and seen["repeat"] == 7 and seen["flush_l2"] is True
+    assert isinstance(timed, BenchResult) and timed.timings[0].label == "fill"
+    assert str(timed).startswith("Stand-in GPU: 0 warm-up, 2 timed launches")
+    assert "<svg" in timed._repr_html_()
     t = k.occupancy(block_sizes=(128, 256), sm=90)
     assert [r.block_size for r in t.rows] == [128, 256] and t.source == "computed"
+    assert "best block size" in str(t) and "<svg" in t._repr_html_()
+
+
+def test_a_kernel_made_on_its_own_says_it_has_no_tools():
+    from cudamagic.errors import LaunchError
+    from cudamagic.launch import Kernel
+
+    k = cudamagic.load_cubin(FIXTURES / "fixture.cubin", ["fill<float>"])["fill<float>"]
+    alone = Kernel(k.binary, k.name_expression, k.symbol, k.python_name, k._signatures,
+                   k.resolved_by)
+    for call in (lambda: alone.bench((1,), (32,), ()), alone.occupancy):
+        with pytest.raises(LaunchError, match="made on its own"):
+            call()
+
+
+def test_the_hold_kernel_compiles_without_a_gpu_to_one_8_byte_parameter():
+    """The hold kernel is compiled by NVRTC and loaded by the driver (no pipeline build): its
+    CUBIN holds the kernel the launch names, taking the one 8-byte count of nanoseconds the
+    launch packs."""
+    from cudamagic.toolchain.image import read_cubin
+
+    image = read_cubin(bench_module.hold_cubin(90))
+    assert image.sm == 90
+    (kernel,) = [k for k in image.kernels if k.symbol == bench_module._HOLD_NAME]
+    assert [p.size for p in kernel.params] == [8]
 
 
 # --- views -------------------------------------------------------------------------------------
@@ -281,7 +315,7 @@ def test_kernel_bench_and_occupancy_are_thin_methods(gpu, monkeypatch):
 def test_the_html_view_has_the_distribution_plot_and_table(gpu):
     r = compare(variants(gpu, {"a": 1.0, "b": 2.0}), settings=Settings(warmup=0, repeat=5),
                 device=gpu)
-    page = r._repr_html_()
+    page = timing_html(r)
     assert page.count("<svg") == 1 and page.count("<circle") == 10
     assert "<table" in page and "2.00x" in page
 
@@ -289,7 +323,7 @@ def test_the_html_view_has_the_distribution_plot_and_table(gpu):
 def test_the_text_view_reads_in_a_terminal(gpu):
     r = compare(variants(gpu, {"a": 0.004, "b": 2.0}), settings=Settings(warmup=0, repeat=5),
                 device=gpu)
-    lines = str(r).splitlines()
+    lines = timing_text(r).splitlines()
     assert lines[0].startswith("Stand-in GPU: 0 warm-up, 5 timed launches each, round-robin")
     assert lines[2].split()[:2] == ["a", "4"] and lines[2].split()[2] == "us"
     assert "500.00x" in lines[3]
@@ -349,6 +383,7 @@ def test_the_magic_is_registered_and_reaches_the_timing(gpu, monkeypatch):
     ip.user_ns["k"] = StandInKernel(gpu, "k", 1.5)
     result = ip.run_line_magic("cuda_bench", "-n 3 -w 0 k((1,), (32,), ())")
     assert result["k((1,), (32,), ())"].samples_ms == (1.5,) * 3
+    assert str(result).startswith("Stand-in GPU: 0 warm-up, 3 timed")  # shown as a table
 
 
 # --- the report's fold -------------------------------------------------------------------------

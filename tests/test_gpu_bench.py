@@ -131,3 +131,28 @@ def test_every_recorded_kind_of_kernel_agrees_with_the_driver_now(tmp_path):
     out = tmp_path / "occupancy.json"
     assert script.main([str(out)]) == 0
     assert check_recording(json.loads(out.read_text())) > 10000
+
+
+def test_a_kernels_timing_runs_behind_the_hold_kernel_and_prints_as_its_table(mod):
+    """Rounds after the warm-up start behind the hold kernel (NVRTC-compiled and loaded by the
+    driver, launched with its nanoseconds packed by hand); the result a kernel gives prints as
+    the table and shows as the plot."""
+    import cupy as cp
+
+    from cudamagic.launch import bench as timing
+
+    n = 1 << 20
+    x, y = cp.ones(n, cp.float32), cp.empty(n, cp.float32)
+    device = timing.CupyDevice()
+    stream = device.stream(None)
+    device.prepare()
+    start, end = device.event(), device.event()
+    device.record(start, stream)
+    device.hold(stream, 0.01)
+    device.record(end, stream)
+    device.synchronize(stream)
+    assert device.elapsed_ms(start, end) >= 9.0  # it held the stream ~10 ms
+    result = mod["copy<float>"].bench(((n + 255) // 256,), (256,), (x, y, n), repeat=20,
+                                      warmup=3)
+    assert str(result).splitlines()[0].startswith(f"{device.name}: 3 warm-up, 20 timed")
+    assert "<svg" in result._repr_html_()

@@ -29,6 +29,7 @@ import cudamagic
 from cudamagic.toolchain import occupancy as occ
 from cudamagic.toolchain.image import read_cubin
 from cudamagic.toolchain.occupancy import KernelUsage, OccupancyError, compute
+from cudamagic.view.bench import occupancy_html, occupancy_text
 
 from .conftest import FIXTURES, REPO
 
@@ -367,7 +368,7 @@ def test_the_record_script_writes_what_the_check_reads(tmp_path, monkeypatch):
 
 def test_text_view_names_the_limit_and_the_best_block():
     t = occ.table(KernelUsage(registers=254), sm=90, dynamic_shared=(0, 8 * KIB))
-    text = str(t)
+    text = occupancy_text(t)
     assert "sm_90" in text and "computed" in text
     assert "best block size 256" in text
     assert "registers" in text
@@ -376,7 +377,7 @@ def test_text_view_names_the_limit_and_the_best_block():
 
 def test_html_view_has_the_plot_and_the_table():
     t = occ.table(KernelUsage(registers=64, static_shared_bytes=20 * KIB), sm=80)
-    html = t._repr_html_()
+    html = occupancy_html(t)
     assert html.count("<svg") == 1 and "</svg>" in html
     assert "<table" in html and "shared memory" in html
 

@@ -55,7 +55,7 @@ def _kernels(mod) -> list:
 def _note_of(kernel) -> str:
     """What the fold must say of one kernel: worked out from its own table, as a user gets it
     from ``kernel.occupancy(sm=...)``."""
-    t = occ.table(kernel, sm=occ._cubin_sm(kernel))
+    t = occ.table(kernel, sm=occ.cubin_sm(kernel))
     best = t.best.get(0, 0)
     if not best:
         return f"{kernel.python_name}: no block size launches"
@@ -83,7 +83,7 @@ def test_kernels_that_ask_alike_share_one_table(module, monkeypatch):
     monkeypatch.setattr(occ, "table", lambda *a, **kw: asked.append(a[0]) or real(*a, **kw))
     bench.timing_fold(module)
     shown = _kernels(module)[:bench.FOLD_KERNELS]
-    distinct = {(occ.usage_of(k), occ._cubin_sm(k)) for k in shown}
+    distinct = {(occ.usage_of(k), occ.cubin_sm(k)) for k in shown}
     assert len(asked) == len(distinct) < len(shown)
 
 

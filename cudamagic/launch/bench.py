@@ -17,6 +17,7 @@ the ranking.
 from __future__ import annotations
 
 import ast
+import ctypes
 import math
 import re
 import statistics
@@ -37,6 +38,7 @@ _FP32_LANES = {70: 64, 72: 64, 75: 64, 80: 64, 86: 128, 87: 128, 88: 128, 89: 12
 
 # the hold kernel: sleeps on the GPU for a given number of nanoseconds (globaltimer), so the
 # stream is busy while the host enqueues a round
+_HOLD_NAME = "cudamagic_hold"
 _HOLD_SOURCE = r"""
 extern "C" __global__ void cudamagic_hold(unsigned long long ns) {
   unsigned long long start, now;
@@ -213,6 +215,9 @@ class BenchResult:
     settings : Settings
     order : tuple of str
         The labels in the order their launches were enqueued (every round, one after another).
+
+    A record: its text and HTML are :mod:`cudamagic.view.bench`'s; ``kernel.bench()`` and
+    ``%cuda_bench`` give it with them (:class:`cudamagic.view.shown.ShownBench`).
     """
 
     timings: tuple[Timing, ...]
@@ -231,19 +236,6 @@ class BenchResult:
         """Fastest median first; variants whose output differs after all, unranked."""
         good = sorted((t for t in self.timings if t.matches is not False), key=lambda t: t.median)
         return good + [t for t in self.timings if t.matches is False]
-
-    def __str__(self) -> str:
-        from ..view.bench import timing_text
-
-        return timing_text(self)
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(str(self))
-
-    def _repr_html_(self) -> str:
-        from ..view.bench import timing_html
-
-        return timing_html(self)
 
 
 class CupyDevice:
@@ -300,23 +292,50 @@ class CupyDevice:
                                            self._flush_buffer.nbytes, stream.ptr)
 
     def prepare(self) -> None:
-        """Build the hold kernel (a cache hit after the first time), so that no round's
-        enqueueing time holds a compile."""
+        """Make the hold kernel, so that no round's enqueueing time holds a compile."""
         if self._hold is None:
-            from ..pipeline import build
-
-            self._hold = build(_HOLD_SOURCE, options=["-std=c++17"])["cudamagic_hold"]
+            self._hold = _HoldKernel(self.sm, self.index)
 
     def hold(self, stream: Any, seconds: float) -> None:
         """Keep the stream busy for ``seconds`` on the GPU (the round enqueues meanwhile)."""
         self.prepare()
-        self._hold((1,), (1,), (int(seconds * 1e9),), stream=stream)
+        self._hold(stream.ptr, int(seconds * 1e9))
 
     def to_host(self, array: Any) -> np.ndarray:
         """An output array's values on the host."""
         if hasattr(array, "__cuda_array_interface__"):
             return self.cupy.asnumpy(self.cupy.asarray(array))
         return np.asarray(array)
+
+
+def hold_cubin(sm: int) -> bytes:
+    """The hold kernel's CUBIN for ``sm_{sm}``, compiled by NVRTC (a small kernel, no header).
+    No cudamagic build: the launch layer builds nothing through the pipeline or its cache."""
+    from ..toolchain.nvrtc import compile_cubin
+
+    return compile_cubin(_HOLD_SOURCE, (), (f"-arch=sm_{sm}",), program_name="hold.cu",
+                         trace=False).cubin
+
+
+class _HoldKernel:
+    """The hold kernel on one device: :func:`hold_cubin` loaded by the driver, once per
+    :class:`CupyDevice`, before any round (docs/timing.md says what that costs)."""
+
+    def __init__(self, sm: int, device: int) -> None:
+        from ..toolchain import driver
+
+        self.library = driver.Library.load(hold_cubin(sm))  # kept: the kernel lives as long as it
+        self.kernel = self.library.kernel(_HOLD_NAME)
+        self.device = device
+
+    def __call__(self, stream: int, ns: int) -> None:
+        """Launch it on ``stream`` (a ``CUstream`` handle) for ``ns`` nanoseconds."""
+        from ..toolchain import driver
+
+        arg = ctypes.c_uint64(ns)
+        params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+        driver.launch(self.kernel, (1, 1, 1), (1, 1, 1), 0, stream, ctypes.addressof(params),
+                      self.device, _HOLD_NAME)
 
 
 _ATTRIBUTES = ("L2_CACHE_SIZE", "MEMORY_CLOCK_RATE", "GLOBAL_MEMORY_BUS_WIDTH", "CLOCK_RATE",

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 import threading
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..forksafe import ForkSafeLock, once
@@ -22,12 +23,35 @@ from .launcher import (SHARED_PER_BLOCK_DEFAULT, Launcher, LaunchHooks, _NoSuchT
                        generate_launcher)
 from .params import ParamSpec, param_specs
 
-__all__ = ["Kernel"]
+__all__ = ["Kernel", "KernelTools"]
 
 _get_ident = threading.get_ident
 # guards a kernel's first handle per device and its first launcher; one for every kernel (each
 # is held for a dictionary update), so that a restore of 1000 kernels makes no lock per kernel
 _SETUP = ForkSafeLock()
+
+
+@dataclass(frozen=True)
+class KernelTools:
+    """What a kernel's tools need from the layers above launch, given to each kernel by whoever
+    makes it (:class:`cudamagic.module.KernelTable`): the launch layer times and sizes kernels
+    but neither builds nor words a result.
+
+    Attributes
+    ----------
+    bench : callable or None
+        ``bench(kernel, grid, block, args, **options)``: :meth:`Kernel.bench`'s result, shown.
+    occupancy : callable or None
+        ``occupancy(kernel, block_sizes, dynamic_shared, **options)``: :meth:`Kernel.occupancy`'s
+        table, shown.
+    """
+
+    bench: Callable[..., Any] | None = None
+    occupancy: Callable[..., Any] | None = None
+
+
+#: a kernel made on its own (no module): no tools
+NO_TOOLS = KernelTools()
 
 
 class Kernel:
@@ -72,13 +96,15 @@ class Kernel:
     module : Module or None
         The module the kernel belongs to (set by the module that takes it; it travels with a
         pickled kernel); None for a kernel made on its own.
+    tools : KernelTools
+        What :meth:`bench` and :meth:`occupancy` run, given by the kernel's maker.
     """
 
     __slots__ = ("__call__", "__dict__", "__weakref__")
 
     def __init__(self, binary: Any, name_expression: str, symbol: str, python_name: str,
                  signatures: Signatures, resolved_by: str,
-                 image: KernelImage | None = None) -> None:
+                 image: KernelImage | None = None, tools: KernelTools = NO_TOOLS) -> None:
         # a restore makes one per name expression: only what a call needs at once is set here,
         # the rest (signature, CUBIN records, parameter table) is read on first use
         self.binary = binary
@@ -91,6 +117,7 @@ class Kernel:
         self.__name__ = self.__qualname__ = python_name
         self.resolved_by = resolved_by
         self._signatures = signatures
+        self.tools = tools
         if image is not None:  # else read from the binary's CUBIN on first use
             self.__dict__["_image"] = image
         self._handles: dict[int, int] = {}  # device -> CUkernel (launches take it as it is)
@@ -176,23 +203,34 @@ class Kernel:
     def bench(self, grid: Any, block: Any, args: Sequence[Any] = (), shared_mem: int = 0,
               stream: Any = None, **options: Any) -> Any:
         """Time this launch on the GPU with CUDA events (:func:`cudamagic.launch.bench.bench`:
-        ``repeat``, ``budget_s``, ``warmup``, ``flush_l2``, ``bytes``, ``flops``).
+        ``repeat``, ``budget_s``, ``warmup``, ``flush_l2``, ``bytes``, ``flops``), through the
+        kernel's :class:`KernelTools`.
 
         :raises NoDeviceError: no GPU.
+        :raises LaunchError: a kernel made outside a module (it has no tools).
         """
-        from . import bench as timing
-
-        return timing.bench(self, grid, block, args, shared_mem=shared_mem, stream=stream,
-                            **options)
+        return self._tool(self.tools.bench, "bench")(self, grid, block, args,
+                                                     shared_mem=shared_mem, stream=stream,
+                                                     **options)
 
     def occupancy(self, block_sizes: Sequence[int] | None = None,
                   dynamic_shared: Sequence[int] = (0,), **options: Any) -> Any:
         """Blocks per SM against block size (:func:`cudamagic.toolchain.occupancy.table`: the
-        driver's answer on a GPU, computed from the CUBIN without one; ``sm``, ``carveout``)."""
-        from ..toolchain import occupancy
+        driver's answer on a GPU, computed from the CUBIN without one; ``sm``, ``carveout``),
+        through the kernel's :class:`KernelTools`.
 
-        return occupancy.table(self, block_sizes or occupancy.DEFAULT_BLOCK_SIZES,
-                               dynamic_shared, **options)
+        :raises LaunchError: a kernel made outside a module (it has no tools).
+        """
+        return self._tool(self.tools.occupancy, "occupancy")(self, block_sizes, dynamic_shared,
+                                                             **options)
+
+    def _tool(self, tool: Callable[..., Any] | None, what: str) -> Callable[..., Any]:
+        if tool is None:
+            raise LaunchError(f"{self.name_expression}: kernel.{what}() needs a kernel of a "
+                              f"module (cudamagic.build, %%cuda); this one was made on its own: "
+                              f"call cudamagic.launch.bench.bench or "
+                              f"cudamagic.toolchain.occupancy.table with it")
+        return tool
 
     def _any_thread(self, grid: Any, block: Any, args: Sequence[Any] = (),
                     shared_mem: int = 0, stream: Any = None, cluster: Any = None,

@@ -34,7 +34,7 @@ from ..errors import CudaMagicError
 
 __all__ = ["ArchLimits", "KernelUsage", "Occupancy", "OccupancyTable", "OccupancyError",
            "arch_limits", "known_archs", "compute", "usage_of", "table", "best_block_size",
-           "DEFAULT_BLOCK_SIZES", "LIMIT_NAMES"]
+           "cubin_sm", "DEFAULT_BLOCK_SIZES", "LIMIT_NAMES"]
 
 _KIB = 1024
 _WARP = 32
@@ -312,6 +312,9 @@ class OccupancyTable:
         device: the SM count is the device's).
     source : str
         ``"driver"`` or ``"computed"``.
+
+    A record: its text and HTML are :mod:`cudamagic.view.bench`'s, and ``kernel.occupancy()``
+    gives it with them (:class:`cudamagic.view.shown.ShownOccupancy`).
     """
 
     kernel: str
@@ -336,19 +339,6 @@ class OccupancyTable:
             if r.block_size == block_size and r.dynamic_shared_bytes == dynamic_shared_bytes:
                 return r
         raise KeyError((block_size, dynamic_shared_bytes))
-
-    def __str__(self) -> str:
-        from ..view.bench import occupancy_text
-
-        return occupancy_text(self)
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(str(self))  # a terminal (and a notebook's text/plain) shows the table, not the record
-
-    def _repr_html_(self) -> str:
-        from ..view.bench import occupancy_html
-
-        return occupancy_html(self)
 
 
 def _round_up(x: int, unit: int) -> int:
@@ -494,7 +484,7 @@ def table(kernel: Any, block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
     usage = usage_of(kernel)
     name = getattr(kernel, "name_expression", None) or getattr(kernel, "symbol", "kernel")
     ask = _driver_for(kernel, sm, device, carveout)
-    target = sm if sm is not None else (ask.sm if ask else _cubin_sm(kernel))
+    target = sm if sm is not None else (ask.sm if ask else cubin_sm(kernel))
     if target is None:
         raise OccupancyError(f"{name}: its CUBIN names no architecture; pass sm=")
     rows: list[Occupancy] = []
@@ -521,7 +511,7 @@ def _answered(row: Occupancy, blocks: int, most: int) -> Occupancy:
                    reason=row.reason or ("" if launches else "the driver finds no room"))
 
 
-def _cubin_sm(kernel: Any) -> int | None:
+def cubin_sm(kernel: Any) -> int | None:
     """The architecture the kernel's CUBIN was built for (its ELF header says)."""
     image = getattr(getattr(kernel, "module", None), "image", None)  # a Kernel's Binary
     if getattr(image, "sm", None) is not None:
@@ -591,6 +581,6 @@ def _driver_for(kernel: Any, sm: int | None, device: int | None,
     device = driver.current_device() if device is None else device
     major, minor = driver.compute_capability(device)
     here = major * 10 + minor
-    if (sm is not None and sm != here) or _cubin_sm(kernel) not in (None, here):
+    if (sm is not None and sm != here) or cubin_sm(kernel) not in (None, here):
         return None
     return _DriverOccupancy(kernel, device, here)

@@ -283,11 +283,11 @@ def _fold_line(module_kernel: Any, tables: dict) -> tuple[list | None, str]:
     """One kernel's occupancy curve (None where it has none) and its note in the fold; kernels
     that ask an SM for the same (their usage and architecture alike) share one table."""
     from ..errors import CudaMagicError
-    from ..toolchain.occupancy import _cubin_sm, table, usage_of
+    from ..toolchain.occupancy import cubin_sm, table, usage_of
 
     k = module_kernel
     try:
-        usage, sm = usage_of(k), _cubin_sm(k)
+        usage, sm = usage_of(k), cubin_sm(k)
         key = (usage, sm)
         if key not in tables:
             t = table(usage, sm=sm)
