@@ -104,7 +104,7 @@ class Kernel:
 
     def __init__(self, binary: Any, name_expression: str, symbol: str, python_name: str,
                  signatures: Signatures, resolved_by: str,
-                 image: KernelImage | None = None, tools: KernelTools = NO_TOOLS) -> None:
+                 image: KernelImage | None = None, *, tools: KernelTools = NO_TOOLS) -> None:
         # a restore makes one per name expression: only what a call needs at once is set here,
         # the rest (signature, CUBIN records, parameter table) is read on first use
         self.binary = binary
