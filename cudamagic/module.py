@@ -156,6 +156,9 @@ class Module(Mapping[str, Kernel]):
         self._report = report
         self._placeholders = placeholders  # how the kernels' demangled texts name T1, T2...
         self._payload_bytes: bytes | None = None
+        # what tool runs (kernel.sanitize, kernel.profile) get from the pipeline: the -lineinfo
+        # build and the view; None for a module that arrived from another process
+        self.debug: Any = None
         if isinstance(kernels, KernelTable):
             kernels.bind(self)
         else:

@@ -148,6 +148,12 @@ class Kernel:
         return getattr(self._image, "launch", None) or LaunchNeeds()
 
     @property
+    def prints(self) -> bool:
+        """The kernel (or a function it calls) calls ``printf``: its CUBIN's call graph reaches
+        ``vprintf`` (no GPU)."""
+        return bool(getattr(self._image, "prints", False))
+
+    @property
     def resources(self) -> KernelResources | None:
         """Registers, shared, constant and local memory as the CUBIN records them (no GPU)."""
         return self._image.resources
@@ -232,6 +238,34 @@ class Kernel:
                               f"cudamagic.toolchain.occupancy.table with it")
         return tool
 
+    def sanitize(self, grid: Any, block: Any, args: Sequence[Any] = (), tool: str = "memcheck",
+                 **launch_options: Any) -> Any:
+        """Run this launch once in a child process under compute-sanitizer (``memcheck``,
+        ``racecheck``, ``initcheck`` or ``synccheck``); the notebook's arrays are copied, never
+        written, and its context never runs the kernel (:func:`cudamagic.launch.tool_run.
+        sanitize`: ``shared_mem``, ``uninitialized=(i, ...)`` leaves array i fresh for
+        initcheck). Returns the findings, each at its cell line.
+
+        :raises ArgumentError: a bad argument or tool (checked first).
+        :raises NoDeviceError: no GPU.
+        """
+        from .tool_run import sanitize
+
+        return sanitize(self, grid, block, args, tool, **launch_options)
+
+    def profile(self, grid: Any, block: Any, args: Sequence[Any] = (),
+                **launch_options: Any) -> Any:
+        """Run this launch once in a child process under Nsight Compute (``ncu``) and return
+        its figures: duration, throughput, DRAM traffic, occupancy, stall reasons, hot lines.
+
+        :raises ArgumentError: a bad argument (checked first).
+        :raises NoDeviceError: no GPU.
+        :raises ToolMissingError: no ncu (the message says how to install it).
+        """
+        from .tool_run import profile
+
+        return profile(self, grid, block, args, **launch_options)
+
     def _any_thread(self, grid: Any, block: Any, args: Sequence[Any] = (),
                     shared_mem: int = 0, stream: Any = None, cluster: Any = None,
                     cooperative: Any = None) -> None:
@@ -254,7 +288,7 @@ class Kernel:
                               f"for {self.symbol}; cudamagic cannot pack its arguments safely")
         sample = sample if isinstance(sample, (tuple, list)) else ()
         launcher = generate_launcher(self.name_expression, self.params, self._launch_hooks(),
-                                     sample, shape, self.launch_needs)
+                                     sample, shape, self.launch_needs, self.prints)
         with _SETUP:
             first = not self._launchers
             # by thread: a thread id reused after a thread ends takes over a dead thread's buffer

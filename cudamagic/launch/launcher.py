@@ -167,9 +167,17 @@ def _dims_lines(what: str, names: str, first: int = 1) -> list[str]:
             "        case _:", f"            {names} = dims(name, '{what}', {what})"]
 
 
+#: the last launch a generated launcher made, ``(kernel, grid, block)``: the crash advice names
+#: it (one store per launch)
+LAST_LAUNCH: list[Any] = [None]
+#: set by a launch of a kernel whose CUBIN calls ``vprintf``: the shell synchronizes after the
+#: cell, so that the device's printf buffer is flushed into that cell's output
+PRINT_PENDING: list[bool] = [False]
+
+
 def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
                       sample: Sequence[Any] = (), shape: tuple[int, int] = (1, 1),
-                      needs: LaunchNeeds = LaunchNeeds()) -> Launcher:
+                      needs: LaunchNeeds = LaunchNeeds(), prints: bool = False) -> Launcher:
     """The launch function of one kernel, generated from its parameter table.
 
     Where every argument is of a type its slot packs as it is (``ParamSpec.direct``), one type test each and
@@ -210,7 +218,7 @@ def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
     env["pack"] = struct.Struct(fmt).pack_into
     source = _launcher_source(len(specs), shape, " and ".join(tests) or "True",
                               [f"pack(buf, 0{''.join(', ' + v for v in values)})", *converted],
-                              always_extended(needs))
+                              always_extended(needs), prints)
     exec(compile(source, f"<cudamagic launcher for {name}>", "exec"), env)
     return Launcher(env["launch_kernel"], buf, ptrs, source)
 
@@ -228,13 +236,14 @@ def _launcher_globals(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
         "struct_error": struct.error, "dims": check_dims,
         "get_ident": _get_ident, "OWNER": _get_ident(), "other_thread": hooks.other_thread,
         "repack": functools.partial(_write, name, specs, buf=buf),
+        "LAST": LAST_LAUNCH, "PRINTED": PRINT_PENDING,
     }
     env["launch"] = hooks.launch or _first_launch(env)
     return env
 
 
 def _launcher_source(nargs: int, shape: tuple[int, int], fast_test: str, packs: list[str],
-                     special: bool = False) -> str:
+                     special: bool = False, prints: bool = False) -> str:
     """The text of a generated launcher (see :func:`generate_launcher`)."""
     names = f"{', '.join(f'a{i}' for i in range(nargs))}{',' if nargs == 1 else ''}"
     # a tuple of another length fails to unpack (no len() call on the common path)
@@ -261,6 +270,8 @@ def _launcher_source(nargs: int, shape: tuple[int, int], fast_test: str, packs: 
         *_dims_lines("grid", "gx, gy, gz", shape[0]),
         *_dims_lines("block", "bx, by, bz", shape[1]),
         *(_extended_lines() if special else _dispatch_lines()),
+        "    LAST[0] = (self, grid, block)",
+        *(["    PRINTED[0] = True"] if prints else []),
         "",
     ])
 

@@ -26,7 +26,8 @@ __all__ = ["check", "available", "device_count", "current_device", "ensure_conte
            "launch", "fast_launch", "compute_capability", "driver_version", "device_name",
            "kernel_attributes", "kernel_function", "set_max_dynamic_shared", "device_getter",
            "DeviceLimits", "device_limits", "max_active_blocks", "ExtendedLaunch", "launch_ex",
-           "retain_primary"]
+           "retain_primary", "mem_alloc", "mem_free", "copy_to_device", "copy_to_host",
+           "synchronize"]
 
 # Errors after which the context is unusable until the process ends (CUDA's "sticky" errors).
 _STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_MISALIGNED_ADDRESS",
@@ -67,6 +68,11 @@ _PROTOTYPES = {
     "cuLaunchKernelEx": [_p, _p, _p, _p],
     "cuOccupancyMaxActiveBlocksPerMultiprocessor": [ctypes.POINTER(_i), _p, _i, ctypes.c_size_t],
     "cuLibraryGetGlobal": [_p, _p, _p, ctypes.c_char_p],
+    "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
+    "cuMemFree_v2": [ctypes.c_uint64],
+    "cuMemcpyHtoD_v2": [ctypes.c_uint64, _p, ctypes.c_size_t],
+    "cuMemcpyDtoH_v2": [_p, ctypes.c_uint64, ctypes.c_size_t],
+    "cuCtxSynchronize": [],
 }
 
 
@@ -482,3 +488,36 @@ def launch_ex(kernel: int, device: int, params_address: int, launch: ExtendedLau
     how = " cooperatively" if launch.cooperative else ""
     cluster = launch.cluster
     check(status, f"{what}{how}{f' in clusters of {cluster}' if cluster else ''}")
+
+
+def mem_alloc(nbytes: int) -> int:
+    """A device allocation of exactly ``nbytes`` (at least 1) in the current context: the
+    address."""
+    ptr = ctypes.c_uint64(0)
+    check(_require().cuMemAlloc_v2(ctypes.byref(ptr), max(int(nbytes), 1)), "cuMemAlloc")
+    return int(ptr.value)
+
+
+def mem_free(ptr: int) -> None:
+    """Free a :func:`mem_alloc` allocation."""
+    check(_require().cuMemFree_v2(ptr), "cuMemFree")
+
+
+def copy_to_device(ptr: int, data: bytes) -> None:
+    """Copy host bytes to device memory at ``ptr`` (synchronous)."""
+    if data:
+        check(_require().cuMemcpyHtoD_v2(ptr, data, len(data)), "cuMemcpyHtoD")
+
+
+def copy_to_host(ptr: int, nbytes: int) -> bytes:
+    """``nbytes`` of device memory at ``ptr`` as host bytes (synchronous: it waits for the
+    work before it on the legacy stream)."""
+    buf = ctypes.create_string_buffer(nbytes)
+    if nbytes:
+        check(_require().cuMemcpyDtoH_v2(buf, ptr, nbytes), "cuMemcpyDtoH")
+    return buf.raw
+
+
+def synchronize() -> None:
+    """Wait for the current context's work (a kernel's fault surfaces here)."""
+    check(_require().cuCtxSynchronize(), "cuCtxSynchronize")

@@ -203,6 +203,13 @@ class KernelImage:
         return self.elf.resources(self.symbol, self.symbol_index) if self.elf else None
 
     @once
+    def prints(self) -> bool:
+        """The kernel or a function it calls calls ``printf`` (the device runtime's
+        ``vprintf``, an undefined symbol the CUBIN's call graph reaches)."""
+        return self.elf is not None and "vprintf" in self.elf.externals_reached(
+            self.symbol_index)
+
+    @once
     def launch(self) -> LaunchNeeds:
         """How the kernel must be launched (grid synchronisation, clusters), read on first use.
 
@@ -425,15 +432,40 @@ class _Elf:
                         out.setdefault(caller, set()).add(callee)
         return out
 
-    def reachable(self, symbol_index: int) -> list[str]:
-        """The names of a kernel and of every function it calls, directly or not."""
+    @once
+    def externals(self) -> dict[int, str]:
+        """symbol index -> name of every undefined FUNC symbol (``vprintf``, ``malloc``): the
+        device runtime's functions the code calls."""
+        sec = self.section(".symtab")
+        if sec is None:
+            return {}
+        symtab, strtab = _section_bytes(self.data, sec), self._span(sec[4])
+        entries = [(j, e[0]) for j, e in enumerate(
+            struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24]))
+            if e[1] & 0xF == _STT_FUNC and e[3] == 0 and e[0]]
+        return dict(zip((j for j, _ in entries), _strings(strtab, [o for _, o in entries])))
+
+    def externals_reached(self, symbol_index: int) -> set[str]:
+        """The undefined functions a kernel calls, directly or through its callees (the
+        call graph's edges, ``.nv.callgraph``)."""
+        if not self.callees:
+            return set()
+        return {self.externals[i] for i in self._reached(symbol_index) if i in self.externals}
+
+    def _reached(self, symbol_index: int) -> set[int]:
+        """A function and every function it calls, directly or not, by symbol index."""
         seen, todo = {symbol_index}, [symbol_index]
         while todo:
             for callee in self.callees.get(todo.pop(), ()):
                 if callee not in seen:
                     seen.add(callee)
                     todo.append(callee)
-        return [self.functions[i] for i in sorted(seen) if i in self.functions]
+        return seen
+
+    def reachable(self, symbol_index: int) -> list[str]:
+        """The names of a kernel and of every function it calls, directly or not."""
+        return [self.functions[i] for i in sorted(self._reached(symbol_index))
+                if i in self.functions]
 
     def _traps(self, name: str) -> bool:
         text = self.section(".text." + name)
@@ -505,6 +537,13 @@ class _Elf:
         return KernelResources(registers=registers, static_shared_bytes=static,
                                const_bytes=const[3] if const is not None else 0,
                                local_bytes=attrs.get(_EIATTR_FRAME_SIZE, 0))
+
+
+def has_line_info(image: CubinImage) -> bool:
+    """The CUBIN carries line information (``-lineinfo`` or ``-G``: a ``.nv_debug_line_sass``
+    or ``.debug_line`` section): tools can name source lines."""
+    elf = image._elf
+    return elf.section(".debug_line") is not None or elf.section(".nv_debug_line_sass") is not None
 
 
 def read_cubin(data: bytes) -> CubinImage:

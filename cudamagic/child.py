@@ -1,0 +1,55 @@
+"""The child process a tool run starts (``python -m cudamagic.child FOLDER DEVICE``), under
+compute-sanitizer or ncu: it takes the module as a Dask worker does (its travelling record,
+never a compile), rebuilds the launch's arguments in buffers of its own (each of exactly its
+size, so the tool sees each allocation's bounds), launches the kernel once and synchronises.
+
+It writes ``placed.json`` in FOLDER: where each array argument lies in this process (the parent
+names the tool's addresses against them) and, where the launch or the synchronize failed, the
+driver's error. The exit status is 0 for a launch that ran to its end, 3 otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+from pathlib import Path
+
+
+def run(folder: Path, device: int) -> int:
+    from .errors import CudaMagicError
+    from .launch.capture import decode_capture, rebuild
+    from .module import arrive
+    from .toolchain import driver
+
+    module = arrive((folder / "module.bin").read_bytes(), None)  # type: ignore[arg-type]
+    c = decode_capture((folder / "capture.bin").read_bytes())
+    kernel = module.kernels[c.kernel]
+    placed: list = []
+    error = ""
+    try:
+        driver.ensure_context(device)
+        slots, where = rebuild(c, driver.mem_alloc, driver.copy_to_device)
+        placed = [(p.index, p.base, p.nbytes) for p in where]
+        _save(folder, placed, "")  # written before the launch: a fault may end the process
+        buffers = [ctypes.create_string_buffer(s, len(s)) for s in slots]
+        params = (ctypes.c_void_p * max(len(buffers), 1))(
+            *[ctypes.cast(b, ctypes.c_void_p) for b in buffers])
+        handle = kernel._handle(device, context_ready=True)
+        if c.shared_mem > kernel.dynamic_shared_default:
+            kernel._raise_shared_limit(device, c.shared_mem)
+        driver.launch(handle, c.grid, c.block, c.shared_mem, 0, ctypes.addressof(params),
+                      device=device, what=f"launching {c.kernel}")
+        driver.synchronize()
+    except CudaMagicError as exc:
+        error = str(exc)
+    _save(folder, placed, error)
+    return 3 if error else 0
+
+
+def _save(folder: Path, placed: list, error: str) -> None:
+    (folder / "placed.json").write_text(json.dumps({"placed": placed, "error": error}))
+
+
+if __name__ == "__main__":  # pragma: no cover - run by the tools, in a process of its own
+    sys.exit(run(Path(sys.argv[1]), int(sys.argv[2])))

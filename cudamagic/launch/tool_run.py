@@ -1,0 +1,307 @@
+"""One launch run again in a child process under compute-sanitizer or Nsight Compute, never in
+the notebook's own process: :func:`sanitize` and :func:`profile` (``Kernel.sanitize`` /
+``Kernel.profile`` are these).
+
+The child gets what a Dask worker gets, the module's travelling record (the ``-lineinfo`` build
+of the same cell, which the pipeline hands the module as a callable: :class:`DebugSupport`), and
+the launch by value (:mod:`.capture`). It rebuilds the arguments in buffers of its own,
+launches once and synchronises; the tool watches it. The notebook's arrays are only read (one
+device-to-host copy each) and its context is not otherwise used.
+
+The results are frozen records (:class:`SanitizeReport`, and the profile's in
+:mod:`cudamagic.toolchain.profiler`); their words are the view's (:mod:`cudamagic.view.debug`),
+which the module's :class:`DebugSupport` passes in as ``present``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ArgumentValueError, LaunchError
+from ..toolchain import driver, tools
+from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, parse_xml,
+                                   sanitizer_argv)
+from .capture import (ArgAddress, Capture, Placement, capture, encode_capture, name_address,
+                      refuse_stream)
+from .params import layout_error
+
+__all__ = ["LineinfoBuild", "DebugSupport", "CellFinding", "SanitizeReport", "sanitize",
+           "profile", "prepare_run", "CHILD_MODULE"]
+
+#: the module a child runs (``python -m``): it imports the pipeline's arrival of a module
+CHILD_MODULE = "cudamagic.child"
+
+
+@dataclass(frozen=True)
+class LineinfoBuild:
+    """What a child needs of the cell: the module's travelling record (built with
+    ``-lineinfo``), and the source its line numbers refer to.
+
+    Attributes
+    ----------
+    payload : bytes
+        The module's record (:meth:`cudamagic.Module.__reduce__`'s).
+    source : str
+        The cell's source as NVRTC compiled it ("" for a CUBIN from elsewhere).
+    line_offset : int
+        NVRTC's line numbers plus this are the cell's (1 below the ``%%cuda`` line).
+    program : str
+        The file name NVRTC gave the source (``cell.cu``).
+    lineinfo : bool
+        The record's CUBIN has line information.
+    """
+
+    payload: bytes
+    source: str = ""
+    line_offset: int = 0
+    program: str = "cell.cu"
+    lineinfo: bool = False
+
+
+@dataclass(frozen=True)
+class DebugSupport:
+    """What a module gives its kernels for tool runs: its ``-lineinfo`` build (a callable: made
+    and cached on first use) and the view that shows a result."""
+
+    lineinfo: Callable[[], LineinfoBuild]
+    present: Callable[[Any], Any] = lambda record: record
+
+
+@dataclass(frozen=True)
+class CellFinding:
+    """Findings of one kind at one place, folded: the first of them, and how many.
+
+    Attributes
+    ----------
+    finding : Finding
+        The first record (its thread, block and address).
+    count : int
+    cell_line : int or None
+        The line in the cell (NVRTC's line plus the cell's offset).
+    source_line : str or None
+        That line's text.
+    place : ArgAddress or None
+        The first record's address named against the launch's arguments.
+    """
+
+    finding: Finding
+    count: int = 1
+    cell_line: int | None = None
+    source_line: str | None = None
+    place: ArgAddress | None = None
+
+
+@dataclass(frozen=True)
+class SanitizeReport:
+    """The result of one launch under compute-sanitizer.
+
+    ``findings`` are folded (one per kind and cell line); ``failed`` is the child's own
+    account where it ended badly without a finding that says why.
+    """
+
+    tool: SanitizerTool
+    tool_version: str
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    findings: tuple[CellFinding, ...] = ()
+    total: int = 0
+    lineinfo: bool = False
+    failed: str = ""
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings and not self.failed
+
+
+def fold(findings: Sequence[Finding], build: LineinfoBuild, c: Capture,
+         placed: Sequence[Placement]) -> tuple[CellFinding, ...]:
+    """One :class:`CellFinding` per kind and place, in the order first seen, each with the
+    cell's own line and its text, and the first address named against the arguments."""
+    lines = build.source.splitlines()
+    groups: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.kind, f.file, f.line, f.space, f.access), []).append(f)
+    out = []
+    for (kind, file, line, _, _), group in groups.items():
+        first = group[0]
+        ours = line is not None and file in (build.program, None) and bool(build.source)
+        cell_line = line + build.line_offset if ours and line is not None else None
+        text = lines[line - 1] if ours and line is not None and 0 < line <= len(lines) else None
+        place = name_address(first.address, c, placed) if first.address is not None else None
+        out.append(CellFinding(first, len(group), cell_line, text, place))
+    return tuple(out)
+
+
+def _check_tool(name: str, tool: Any) -> SanitizerTool:
+    try:
+        return SanitizerTool.of(tool)
+    except ValueError as exc:
+        raise ArgumentValueError(f"{name}: {exc}") from None
+
+
+def prepare_run(kernel: Any, grid: Any, block: Any, args: Sequence[Any],
+                launch_options: dict[str, Any], *, labels: Sequence[str] = (),
+                uninitialized: Sequence[int] = ()) -> tuple[Capture, LineinfoBuild, int]:
+    """Check the launch, then (with a GPU only) capture it by value and get the module's
+    ``-lineinfo`` build: ``(capture, build, device)``.
+
+    :raises ArgumentError: an argument the launch would refuse (checked first, no GPU needed).
+    :raises NoDeviceError: after the checks, without a GPU.
+    """
+    name = kernel.name_expression
+    refuse_stream(name, launch_options)
+    specs = kernel.params
+    if specs is None:
+        raise LaunchError(f"{name}: the CUBIN carries no parameter records for "
+                          f"{kernel.symbol}; its arguments cannot be captured")
+    bad = layout_error(name, specs)
+    if bad is not None:
+        raise bad
+    device: list[int] = []
+
+    def copy(ptr: int, nbytes: int) -> bytes:
+        return driver.copy_to_host(ptr, nbytes)
+
+    def ready() -> None:  # the arguments are checked: from here on a GPU is needed
+        driver._require()
+        device.append(driver.current_device())
+        driver.ensure_context(device[0])
+
+    c = capture(name, specs, grid, block, args, launch_options.get("shared_mem", 0),
+                copy=copy, labels=labels, uninitialized=uninitialized, ready=ready)
+    support = getattr(kernel.module, "debug", None)
+    build = support.lineinfo() if support is not None else \
+        LineinfoBuild(kernel.module._payload()) if kernel.module is not None else None
+    if build is None:
+        raise LaunchError(f"{name}: a kernel made outside a module cannot be sent to a child "
+                          "process")
+    return c, build, device[0]
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env.pop("CUDAMAGIC_EAGER_CONTEXT", None)
+    return env
+
+
+def write_run(folder: Path, c: Capture, build: LineinfoBuild, device: int) -> list[str]:
+    """The child's files in ``folder``, and its command line."""
+    (folder / "module.bin").write_bytes(build.payload)
+    (folder / "capture.bin").write_bytes(encode_capture(c))
+    return [sys.executable, "-m", CHILD_MODULE, os.fspath(folder), str(device)]
+
+
+def read_placed(folder: Path) -> tuple[list[Placement], str]:
+    """Where the child put each array, and its own account of how it ended."""
+    try:
+        data = json.loads((folder / "placed.json").read_text())
+    except (OSError, ValueError):
+        return [], ""
+    return [Placement(int(i), int(b), int(n)) for i, b, n in data.get("placed", [])], \
+        str(data.get("error", ""))
+
+
+def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
+             tool: Any = "memcheck", *, labels: Sequence[str] = (),
+             uninitialized: Sequence[int] = (), save_report: "str | os.PathLike | None" = None,
+             **launch_options: Any) -> Any:
+    """Run the launch once in a child process under compute-sanitizer's ``tool``
+    (``save_report``: a file to keep the tool's XML report in).
+
+    :raises ArgumentError: a bad argument or tool name (before anything starts).
+    :raises NoDeviceError: no GPU (after the checks).
+    :raises ToolMissingError: no compute-sanitizer.
+    """
+    which = _check_tool(kernel.name_expression, tool)
+    t0 = time.perf_counter()
+    c, build, device = prepare_run(kernel, grid, block, args, launch_options, labels=labels,
+                                   uninitialized=uninitialized)
+    program = tools.require(tools.ToolKind.SANITIZER)
+    t1 = time.perf_counter()
+    folder = tools.scratch_folder()
+    try:
+        child = write_run(folder, c, build, device)
+        report = folder / "report.xml"
+        done = tools.run_child(sanitizer_argv(program.path, which, report, child),
+                               env=_child_env(), cwd=folder)
+        t2 = time.perf_counter()
+        try:
+            findings = parse_xml(report.read_bytes(), which) if report.exists() else ()
+        except SanitizerOutputError as exc:
+            findings, done = (), tools.ChildResult(done.returncode, done.stdout,
+                                                   f"{done.stderr}\n{exc}", done.seconds)
+        placed, said = read_placed(folder)
+        if save_report is not None and report.exists():
+            shutil.copyfile(report, save_report)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    folded = fold(findings, build, c, placed)
+    failed = "" if folded or (done.returncode == 0 and not said) else \
+        (said or _tail(done.stderr or done.stdout) or f"the child exited with {done.returncode}")
+    record = SanitizeReport(which, program.version, kernel.name_expression, c.grid, c.block,
+                            folded, len(findings), build.lineinfo, failed,
+                            {"capture": t1 - t0, "child": t2 - t1})
+    return _present(kernel, record)
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _present(kernel: Any, record: Any) -> Any:
+    support = getattr(kernel.module, "debug", None)
+    return support.present(record) if support is not None else record
+
+
+def profile(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (), *,
+            labels: Sequence[str] = (), **launch_options: Any) -> Any:
+    """Run the launch once in a child process under Nsight Compute and read its report.
+
+    :raises ArgumentError: a bad argument (before anything starts).
+    :raises NoDeviceError: no GPU (after the checks).
+    :raises ToolMissingError: no ncu (the message says how to install it).
+    """
+    from ..toolchain import profiler
+
+    records = profile_many([(kernel, grid, block, args, launch_options, labels)])
+    return _present(kernel, records[0] if len(records) == 1 else profiler.Comparison(
+        tuple(records)))
+
+
+def profile_many(launches: Sequence[tuple]) -> list[Any]:
+    """Each ``(kernel, grid, block, args, launch_options, labels)`` profiled in a child of its
+    own (one ncu run each); every launch is checked before the first starts."""
+    from ..toolchain import profiler
+
+    prepared = [(k, prepare_run(k, g, b, a, o, labels=lab)) for k, g, b, a, o, lab in launches]
+    program = tools.require(tools.ToolKind.NCU)
+    out = []
+    for k, (c, build, device) in prepared:
+        folder = tools.scratch_folder()
+        try:
+            child = write_run(folder, c, build, device)
+            report = folder / "profile.ncu-rep"
+            done = tools.run_child(profiler.ncu_argv(program.path, k.symbol, report, child),
+                                   env=_child_env(), cwd=folder)
+            if not report.exists():
+                raise LaunchError(f"{k.name_expression}: ncu wrote no report (exit "
+                                  f"{done.returncode}):\n{_tail(done.stdout + done.stderr)}")
+            out.append(profiler.read_report(report, label=k.name_expression,
+                                            source=build.source,
+                                            line_offset=build.line_offset,
+                                            program=build.program, tool=program.version,
+                                            seconds=done.seconds))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return out

@@ -1,0 +1,334 @@
+"""The debugging loop without a GPU: finding compute-sanitizer and ncu, their command lines,
+compute-sanitizer's reports read into records and mapped to cell lines, addresses named against
+the launch's arguments, the launch captured by value and rebuilt, the child process, and the
+order of refusals (arguments first, then NoDeviceError).
+
+The compute-sanitizer reports are read from tests/fixtures/tools: ``recorded/`` (made on the
+GPU machine by scripts/record_tool_fixtures.py) where it exists, else ``documented/`` (written
+by hand from NVIDIA's documented XML format; see that folder's README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cudamagic
+from cudamagic.errors import ArgumentTypeError, ArgumentValueError, NoDeviceError
+from cudamagic.launch import capture as cap
+from cudamagic.launch.tool_run import LineinfoBuild, SanitizeReport, fold, write_run
+from cudamagic.toolchain import profiler, tools
+from cudamagic.toolchain.sanitizer import (Access, FindingKind, SanitizerOutputError,
+                                           SanitizerTool, Space, parse_xml, sanitizer_argv)
+from cudamagic.view.debug import sanitize_html, sanitize_text
+
+from .planted import LINE_OFFSET, PLANTED
+
+TOOLS = Path(__file__).parent / "fixtures" / "tools"
+NO_GPU = not cudamagic.gpu_available()
+
+
+def _report(name: str) -> bytes:
+    recorded = TOOLS / "recorded" / f"{name}.xml"
+    return (recorded if recorded.exists() else TOOLS / "documented" / f"{name}.xml").read_bytes()
+
+
+# --- finding the tools --------------------------------------------------------------------------
+
+def test_the_wheels_compute_sanitizer_is_found_with_its_version(monkeypatch):
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    tool = tools.find.__wrapped__(tools.ToolKind.SANITIZER)
+    assert isinstance(tool, tools.Tool), tool
+    assert tool.found is tools.Found.WHEEL
+    assert "compute-sanitizer" in tool.path and tool.version.startswith("Version ")
+
+
+def _fake_tool(folder: Path, name: str, version: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho 'NVIDIA (R) fake'\necho '{version}'\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_cuda_home_comes_before_the_wheel_and_ncu_is_found_there(monkeypatch, tmp_path):
+    sanitizer = _fake_tool(tmp_path / "compute-sanitizer", "compute-sanitizer", "Version 9.9")
+    ncu = _fake_tool(tmp_path / "bin", "ncu", "Version 2099.1.0")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    found = tools.find.__wrapped__(tools.ToolKind.SANITIZER)
+    assert (found.path, found.found, found.version) == (str(sanitizer), tools.Found.CUDA_HOME,
+                                                        "Version 9.9")
+    found = tools.find.__wrapped__(tools.ToolKind.NCU)
+    assert (found.path, found.version) == (str(ncu), "Version 2099.1.0")
+
+
+def test_a_tool_that_does_not_run_is_passed_over(monkeypatch, tmp_path):
+    broken = tmp_path / "bin" / "ncu"
+    broken.parent.mkdir()
+    broken.write_text("#!/bin/sh\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    found = tools.find.__wrapped__(tools.ToolKind.NCU)
+    if isinstance(found, tools.Tool):  # a machine with Nsight Compute installed
+        assert found.path != str(broken)
+    else:
+        assert str(broken) in found.looked
+        assert "not pip-installable" in found.describe() and "CUDA_HOME" in found.describe()
+
+
+def test_missing_ncu_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(tools, "find", lambda kind: tools.Missing(kind, ("/x/ncu",),
+                                                                   tools._INSTALL[kind]))
+    with pytest.raises(tools.ToolMissingError, match="Nsight Compute.*CUDA toolkit"):
+        tools.require(tools.ToolKind.NCU)
+
+
+# --- command lines ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tool", list(SanitizerTool))
+def test_the_sanitizer_command_saves_xml_and_runs_the_child_last(tool):
+    argv = sanitizer_argv("/cs", tool, "/r.xml", ["python", "-m", "cudamagic.child", "d", "0"])
+    assert argv[0] == "/cs" and argv[-5:] == ["python", "-m", "cudamagic.child", "d", "0"]
+    assert argv[argv.index("--tool") + 1] == tool.value
+    assert "--xml" in argv and argv[argv.index("--save") + 1] == "/r.xml"
+
+
+def test_the_ncu_command_picks_the_kernel_by_its_symbol_and_exports_a_report():
+    argv = profiler.ncu_argv("/ncu", "_Z4copyPKfPfi", "/r.ncu-rep", ["python", "c"])
+    assert argv[argv.index("--kernel-name") + 1] == "_Z4copyPKfPfi"
+    assert argv[argv.index("--kernel-name-base") + 1] == "mangled"
+    assert argv[argv.index("--export") + 1] == "/r.ncu-rep" and argv[-2:] == ["python", "c"]
+    metrics = argv[argv.index("--metrics") + 1].split(",")
+    assert set(profiler.METRICS.values()) <= set(metrics)
+
+
+# --- reports into records -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("planted", PLANTED, ids=lambda p: p.name)
+def test_each_planted_bug_is_read_with_its_kind_and_line(planted):
+    tool = SanitizerTool(planted.tool)
+    findings = parse_xml(_report(planted.name), tool)
+    ours = [f for f in findings if f.kind is not FindingKind.API]
+    assert ours, "the report holds the planted bug"
+    first = ours[0]
+    assert first.kind is FindingKind[planted.kind]
+    assert (first.file, first.line) == ("cell.cu", planted.line)
+    assert first.thread is not None and first.block is not None
+    if planted.space:
+        assert first.space is Space[planted.space]
+    if planted.access:
+        assert first.access is Access[planted.access]
+
+
+def test_a_clean_report_has_no_findings():
+    assert parse_xml(_report("clean"), SanitizerTool.MEMCHECK) == ()
+
+
+@pytest.mark.parametrize("data, says", [
+    (b"", "not well-formed"),
+    (b"<ComputeSanitizerOutput><record>", "not well-formed"),
+    (b"<other/>", "root element is <other>"),
+    (b'<!DOCTYPE x [<!ENTITY a "aaaa">]><ComputeSanitizerOutput/>', "DTD"),
+])
+def test_a_report_that_is_not_the_tools_is_refused(data, says):
+    with pytest.raises(SanitizerOutputError, match=says):
+        parse_xml(data, SanitizerTool.MEMCHECK)
+
+
+def _oob_capture() -> cap.Capture:
+    x = cap.CapturedArg(0, cap.ArgKind.ARRAY, bytes(8), "float*", "x", "<f4", (256,), (4,), 0,
+                        bytes(1024), 0x5000)
+    n = cap.CapturedArg(1, cap.ArgKind.BYTES, (4096).to_bytes(4, "little"), "int", "n")
+    return cap.Capture("oob_write", (1, 1, 1), (256, 1, 1), 0, (x, n))
+
+
+def test_findings_fold_by_kind_and_line_and_map_to_the_cell():
+    planted = PLANTED[0]
+    findings = parse_xml(_report("oob_write"), SanitizerTool.MEMCHECK)
+    base = min(f.address for f in findings if f.address is not None) - 4 * 4096
+    build = LineinfoBuild(b"", planted.source, LINE_OFFSET, "cell.cu", True)
+    folded = fold(findings, build, _oob_capture(), [cap.Placement(0, base, 1024)])
+    ours = [cf for cf in folded if cf.finding.kind is FindingKind.OUT_OF_BOUNDS]
+    assert len(ours) == 1
+    cf = ours[0]
+    writes = [f for f in findings if f.kind is FindingKind.OUT_OF_BOUNDS]
+    assert cf.count == len(writes)
+    assert cf.cell_line == planted.line + LINE_OFFSET
+    assert cf.source_line.strip() == "x[i + n] = 1.0f;"
+    # the first write is x[4096]: 4096 * 4 - 1024 bytes past the end of the 1 KiB array
+    assert cf.place.describe() == "15 360 bytes past the end of argument 0, x: float32[256]"
+    report = SanitizeReport(SanitizerTool.MEMCHECK, "Version 1", "oob_write", (1, 1, 1),
+                            (256, 1, 1), folded, len(findings), True)
+    text = sanitize_text(report)
+    assert f"at cell line {planted.line + LINE_OFFSET} ({len(writes)} times)" in text
+    assert "__global__ write of 4 bytes" in text and "thread (0,0,0) in block (0,0,0)" in text
+    assert "15 360 bytes past the end of argument 0, x: float32[256]" in sanitize_html(report)
+
+
+def test_a_clean_run_says_so_with_the_tools_name():
+    report = SanitizeReport(SanitizerTool.RACECHECK, "Version 2026.4.0.0", "race", (1, 1, 1),
+                            (256, 1, 1))
+    assert report.clean
+    assert sanitize_text(report) == ("racecheck: no errors in race(1,1,1)(256,1,1) "
+                                     "(Version 2026.4.0.0)")
+    assert "clean" in sanitize_html(report)
+
+
+@pytest.mark.parametrize("address, says", [
+    (0x1000, "byte 0 of argument 0, x: float32[256]"),
+    (0x13FF, "byte 1 023 of argument 0, x: float32[256]"),
+    (0x1400, "0 bytes past the end of argument 0, x: float32[256]"),
+    (0x0FFC, "4 bytes before the start of argument 0, x: float32[256]"),
+    (0x9000 + 512 * 8 + 8, "8 bytes past the end of argument 2: float64[16, 32]"),
+])
+def test_an_address_is_named_against_the_nearest_argument(address, says):
+    x = cap.CapturedArg(0, cap.ArgKind.ARRAY, bytes(8), "float*", "x", "<f4", (256,), (4,))
+    m = cap.CapturedArg(2, cap.ArgKind.ARRAY, bytes(8), "double*", "", "<f8", (16, 32),
+                        (256, 8))
+    c = cap.Capture("k", (1, 1, 1), (1, 1, 1), 0, (x, m))
+    placed = [cap.Placement(0, 0x1000, 1024), cap.Placement(2, 0x9000, 4096)]
+    assert cap.name_address(address, c, placed).describe() == says
+
+
+# --- the capture record ---------------------------------------------------------------------------
+
+def _capture_of_every_kind() -> cap.Capture:
+    rng = np.random.default_rng(1)
+    a = rng.random(12).astype(np.float32)
+    rev = np.arange(6, dtype=np.int16)
+    args = (cap.CapturedArg(0, cap.ArgKind.ARRAY, bytes(8), "float*", "a", "<f4", (3, 4),
+                            (16, 4), 0, a.tobytes(), 0x7000),
+            cap.CapturedArg(1, cap.ArgKind.NULL, bytes(8), "int*"),
+            cap.CapturedArg(2, cap.ArgKind.BYTES, np.float64(2.5).tobytes(), "double", "s"),
+            cap.CapturedArg(3, cap.ArgKind.ARRAY, bytes(8), "short*", "r", "<i2", (6,), (-2,),
+                            10, rev.tobytes(), 0x8000),
+            cap.CapturedArg(4, cap.ArgKind.ARRAY, bytes(8), "float*", "fresh", "<f4", (5,),
+                            (4,), 0, b"", 0x9000, copied=False),
+            cap.CapturedArg(5, cap.ArgKind.BYTES, bytes(range(24)), "S", "st"))
+    return cap.Capture("k<int>", (2, 3, 1), (32, 4, 1), 96, args)
+
+
+def test_a_capture_comes_back_whole_from_its_bytes():
+    c = _capture_of_every_kind()
+    assert cap.decode_capture(cap.encode_capture(c)) == c
+
+
+def test_a_damaged_capture_is_refused():
+    data = cap.encode_capture(_capture_of_every_kind())
+    for bad in (data[:-1], data + b"x", b"PICKLE" + data[6:], data[:20]):
+        with pytest.raises(ValueError):
+            cap.decode_capture(bad)
+
+
+def test_the_child_rebuilds_each_array_in_its_own_buffer_and_points_the_slots_there():
+    c = _capture_of_every_kind()
+    memory: dict[int, bytearray] = {}
+    next_base = [0x100000]
+
+    def alloc(n):
+        base = next_base[0]
+        next_base[0] += 0x10000
+        memory[base] = bytearray(n)
+        return base
+
+    def write(ptr, data):
+        memory[ptr][:len(data)] = data
+
+    slots, placed = cap.rebuild(c, alloc, write)
+    assert [p.nbytes for p in placed] == [48, 12, 20]
+    assert slots[1] == bytes(8) and slots[2] == c.args[2].packed and slots[5] == bytes(range(24))
+    # the reversed array's pointer is its first element, 10 bytes into its buffer
+    assert int.from_bytes(slots[3], "little") == placed[1].base + 10
+    assert bytes(memory[placed[0].base]) == c.args[0].contents
+    assert bytes(memory[placed[2].base]) == bytes(20)  # left fresh (initcheck)
+
+
+@pytest.mark.parametrize("shape, strides, itemsize, want", [
+    ((256,), (4,), 4, (0, 1024)), ((3, 4), (16, 4), 4, (0, 48)), ((6,), (-2,), 2, (-10, 12)),
+    ((4, 0), (4, 4), 4, (0, 0)), ((2, 3), (4, 8), 4, (0, 24)), ((5,), (0,), 8, (0, 8)),
+])
+def test_the_extent_of_an_array(shape, strides, itemsize, want):
+    assert cap.extent(shape, strides, itemsize) == want
+
+
+# --- the kernel's methods: arguments first, then the GPU ------------------------------------------
+
+@pytest.fixture(scope="module")
+def oob(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    return cudamagic.build(PLANTED[0].source, cache=str(cache))
+
+
+@pytest.mark.parametrize("call, error, says", [
+    (lambda k: k.sanitize((1,), (256,), (None, 1.5)), ArgumentTypeError, "parameter 1"),
+    (lambda k: k.sanitize((1,), (256,), (None,)), ArgumentTypeError, "takes 2 arguments"),
+    (lambda k: k.sanitize((0,), (256,), (None, 1)), ArgumentValueError, "at least 1"),
+    (lambda k: k.sanitize((1,), (256,), (None, 1), tool="valgrind"), ArgumentValueError,
+     "memcheck, racecheck"),
+    (lambda k: k.sanitize((1,), (256,), (None, 1), uninitialized=(1,)), ArgumentValueError,
+     "not the index of a pointer"),
+    (lambda k: k.sanitize((1,), (256,), (None, 1), cluster=(2, 1, 1)), ArgumentTypeError,
+     "cluster"),
+    (lambda k: k.profile((1,), (256,), (np.zeros(4, np.float32), 1)), ArgumentTypeError,
+     "host array"),
+])
+def test_bad_arguments_are_refused_before_anything_starts(oob, call, error, says):
+    with pytest.raises(error, match=says):
+        call(oob["oob_write"])
+
+
+@pytest.mark.skipif(not NO_GPU, reason="needs a machine without a GPU")
+@pytest.mark.parametrize("method", ["sanitize", "profile"])
+def test_without_a_gpu_good_arguments_get_no_device_error(oob, method):
+    with pytest.raises(NoDeviceError, match="no CUDA device"):
+        getattr(oob["oob_write"], method)((1,), (256,), (None, 4096))
+
+
+def test_the_lineinfo_build_is_the_same_cell_cached_under_its_own_key(tmp_path):
+    planted = PLANTED[2]
+    m = cudamagic.build(planted.source, cache=str(tmp_path))
+    build = m.debug.lineinfo()
+    assert build.lineinfo and build.source == planted.source
+    assert m.debug.lineinfo() is build  # once per module
+    again = cudamagic.build(planted.source, options=["-lineinfo"], cache=str(tmp_path))
+    assert again.hit and again.key != m.key
+    # a cell built with -lineinfo already is its own lineinfo build: nothing more is compiled
+    assert again.debug.lineinfo().payload == again._payload()
+
+
+def test_the_child_takes_the_module_and_the_capture_and_says_why_it_could_not_run(oob,
+                                                                                   tmp_path):
+    build = oob.debug.lineinfo()
+    c = _oob_capture()
+    argv = write_run(tmp_path, c, build, 0)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run(argv, capture_output=True, env=env, timeout=120)
+    said = json.loads((tmp_path / "placed.json").read_text())
+    if NO_GPU:
+        assert done.returncode == 3 and "no CUDA device" in said["error"], done.stderr
+    else:
+        assert done.returncode == 0 and len(said["placed"]) == 1, said
+
+
+# --- printf ---------------------------------------------------------------------------------------
+
+def test_the_cubin_says_which_kernels_call_printf(tmp_path):
+    from .planted import PRINTF_SOURCE
+
+    src = PRINTF_SOURCE + """
+__device__ __noinline__ void say(int v) { printf("%d\\n", v); }
+extern "C" __global__ void through_a_call(int v) { say(v); }
+"""
+    m = cudamagic.build(src, cache=str(tmp_path))
+    assert {k: m[k].prints for k in m} == {"hello": True, "silent": False,
+                                           "through_a_call": True}
