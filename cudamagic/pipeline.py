@@ -12,7 +12,6 @@ named for Python, :mod:`cudamagic.naming`; why a miss happened, :mod:`cudamagic.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import os
 import signal
@@ -30,7 +29,7 @@ from .errors import (CompileError, CudaMagicError, ImageError, InputWarning,
                      NameResolutionError, OptionError, SourceError)
 from .files import NotAFile, TooLarge, read_regular
 from .keys import cache_key
-from .launch.tool_run import DebugSupport, LineinfoBuild
+from .lineinfo import debug_support
 from .miss import Miss, MissKind
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
@@ -41,13 +40,12 @@ from .toolchain import driver
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
                              trace_headers)
-from .toolchain.image import has_line_info, read_cubin
+from .toolchain.image import read_cubin
 from .toolchain.fatbin import LinkCache, loadable_cubin
 from .toolchain.link import ET_REL, LinkResult, elf_type, link_compiled, relocatable
 from .toolchain.nvrtc import (CompileResult, compile_cubin, declared_signatures, nvrtc_version,
                               shift_lines, supported_archs)
 from .toolkit import toolkit
-from .view.debug import present
 from .view.report import BuildReport, KernelRow, KernelRows
 
 __all__ = ["Module", "BuildSettings", "BuildContext", "build", "build_module", "entry_key",
@@ -576,33 +574,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         device_runtime=bool(binary.runtime_kernels))
     module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders,
                     source=ctx.source)
-    module.debug = DebugSupport(lineinfo=_lineinfo_build(ctx, module), present=present)
+    module.debug = debug_support(ctx, module)
     return module
-
-
-def _lineinfo_build(ctx: BuildContext, module: Module) -> Callable[[], LineinfoBuild]:
-    """The callable a module's tool runs get their build from: the module itself where its
-    CUBIN has line information, else the same cell built again with ``-lineinfo`` (once, cached
-    under its own key, as a cell of its own in the miss history)."""
-    made: list[LineinfoBuild] = []
-
-    def lineinfo() -> LineinfoBuild:
-        if made:
-            return made[0]
-        target = module
-        if not has_line_info(module.image) and ctx.source:
-            opts = dataclasses.replace(ctx.opts, options=(*ctx.opts.options, "-lineinfo"),
-                                       force=False, quiet=True)
-            s = ctx.settings
-            target = build_module(ctx.source, opts, cache=ctx.store or s.cache,
-                                  base_dir=s.base_dir, line_offset=s.line_offset,
-                                  compiler=s.compiler, demangler=s.demangler,
-                                  reserved=s.reserved,
-                                  cell=f"{s.cell or ctx.opts.module}:lineinfo")
-        made.append(LineinfoBuild(target._payload(), ctx.source, ctx.line_offset, PROGRAM_NAME,
-                                  has_line_info(target.image)))
-        return made[0]
-    return lineinfo
 
 
 def _check_arch(arch: str) -> None:
