@@ -12,6 +12,7 @@ import pytest
 
 import cudamagic
 from cudamagic.launch.encode import pack_args
+from cudamagic.launch.params import SlotKind
 from cudamagic.store.disk import KernelCache
 
 SOURCE = r"""
@@ -66,7 +67,7 @@ def test_a_value_out_of_the_declared_range_is_refused(module):
 
 def test_a_name_the_probe_cannot_reach_falls_back_to_sizes(module):
     # ns::hidden is extern "C" inside a namespace: &hidden is not found at global scope
-    assert [p.kind for p in module["hidden"].params] == ["untyped"]
+    assert [p.kind for p in module["hidden"].params] == [SlotKind.UNTYPED]
     assert len(module) == 5
 
 
@@ -81,6 +82,6 @@ def test_a_hit_keeps_the_declared_types_and_an_older_entry_still_serves(tmp_path
         record, _ = cache.get(first.key)
         cache.put(first.key, dataclasses.replace(record, symbols=None))
         third = cudamagic.build(SOURCE, ["tfill<float>"], cache=cache)
-        assert third.hit and [p.kind for p in third["fill"].params][1] == "untyped"
+        assert third.hit and [p.kind for p in third["fill"].params][1] is SlotKind.UNTYPED
     finally:
         cache.close()

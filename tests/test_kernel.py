@@ -41,6 +41,7 @@ from cudamagic.errors import (
 from cudamagic.launch.encode import pack_args, stream_handle
 from cudamagic.launch.kernel import Kernel
 from cudamagic.launch.launcher import LaunchHooks
+from cudamagic.launch.params import SlotKind
 
 from .conftest import FIXTURES
 
@@ -642,7 +643,7 @@ def _library_typed_kernel() -> Kernel:
 ])
 def test_library_namespaces_are_left_out_of_messages(args, error, message):
     k = _library_typed_kernel()
-    assert k.params[0].kind == "complex" and k.params[1].dtype == np.complex128  # still read
+    assert k.params[0].kind is SlotKind.COMPLEX and k.params[1].dtype == np.complex128  # still read
     with pytest.raises(error, match=r"^k<thrust::complex<float>>:? .*" + message) as info:
         k((1,), (1,), args)
     assert "_NS" not in str(info.value) and "__4" not in str(info.value)
@@ -892,15 +893,15 @@ def test_a_huge_int_for_any_integer_slot_says_so(mod, expr):
     """Every integer, bool and 4-byte extern "C" slot of each kernel, given an int past the
     digit limit: the error names the slot and the value by its size (no launch)."""
     k = mod[expr]
-    slots = [s for s in k.params if s.kind in ("int", "bool") or s.kind == "untyped"
-             and s.size == 4]
+    slots = [s for s in k.params if s.kind in (SlotKind.INT, SlotKind.BOOL)
+             or s.kind is SlotKind.UNTYPED and s.size == 4]
     assert slots
     for spec in slots:
-        values = [None if s.kind == "pointer" or s.kind == "untyped" and s.size == 8
-                  else np.int32(1) if s.kind == "untyped" else 1 for s in k.params]
+        values = [None if s.kind is SlotKind.POINTER
+                  or s.kind is SlotKind.UNTYPED and s.size == 8 else np.int32(1) if s.kind is SlotKind.UNTYPED else 1 for s in k.params]
         # a 4-byte slot without types refuses any Python int (int or float?), by its size too
         error, said = ((ArgumentTypeError, r": got the Python int <int of 16610 bits> for a")
-                       if spec.kind == "untyped" else
+                       if spec.kind is SlotKind.UNTYPED else
                        (ArgumentValueError, r": <int of 16610 bits> does not fit"))
         for huge in (HUGE, -HUGE):
             values[spec.index] = huge
@@ -932,7 +933,7 @@ def test_a_pointer_record_of_another_size_is_refused(ctype, size):
     """A foreign CUBIN whose record gives a pointer 4 bytes: the address would be cut to its
     low half; refused, by the launch and by the checked path, naming the parameter."""
     k = _foreign_kernel(["int", ctype], [4, size])
-    assert k.params[1].kind == "pointer"
+    assert k.params[1].kind is SlotKind.POINTER
     message = (r"^k: parameter 1 \(.*\): the CUBIN's record gives this pointer "
                rf"{size} bytes, not 8: a device address would be cut")
     with StandInDevice().attached() as dev, pytest.raises(LaunchError, match=message):

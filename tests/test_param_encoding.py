@@ -27,6 +27,7 @@ import cudamagic
 from cudamagic.errors import ArgumentValueError
 from cudamagic.launch.encode import encode, pack_args
 from cudamagic.launch.kernel import Kernel
+from cudamagic.launch.params import SlotKind
 
 from .test_kernel import (COMPLEX, ECHO_EXPRS, ECHO_SOURCE, FLOATS, INT128,
                           INTEGERS, UNTYPED, CupyArrayStandIn, CupyStreamStandIn,
@@ -251,7 +252,7 @@ def test_bfloat16_from_a_python_float_is_round_to_nearest_even(echo):
 @given(data=st.data())
 def test_extern_c_slots_take_values_by_size(foreign_echo, expr, data):
     k, size = foreign_echo[expr], UNTYPED[expr]
-    assert k.params[0].kind == "untyped" and k.params[0].size == size
+    assert k.params[0].kind is SlotKind.UNTYPED and k.params[0].size == size
     value = data.draw(st.one_of(
         _ints_around(-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if size <= 8
         else st.integers(), st.booleans(),
@@ -319,9 +320,9 @@ def test_the_table_is_what_the_cubin_and_signature_say(echo):
         (0, 2**64 - 1)
     assert rows["echo<size_t>"].ctype == "unsigned long" and rows["echo<size_t>"].code == "Q"
     assert rows["echo<char>"].lo == -128  # char is signed on Linux
-    assert rows["echo<__nv_bfloat16>"].kind == "bfloat16"
-    assert rows["echo<float4>"].kind == "value" and rows["echo<Pair>"].size == 16
-    assert rows["echo<complex<double>>"].kind == "complex"
+    assert rows["echo<__nv_bfloat16>"].kind is SlotKind.BFLOAT16
+    assert rows["echo<float4>"].kind is SlotKind.VALUE and rows["echo<Pair>"].size == 16
+    assert rows["echo<complex<double>>"].kind is SlotKind.COMPLEX
     for e in ECHO_EXPRS:  # a direct type's struct code always packs the slot's size
         for typ, code in rows[e].direct:
             assert struct.calcsize("<" + code) == rows[e].size, (e, typ, code)

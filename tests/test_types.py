@@ -22,7 +22,7 @@ def _asserts() -> list[str]:
         if s.name in ("__half", "half", "__nv_bfloat16", "nv_bfloat16"):
             continue  # CUDA's headers' types: their size is checked by the launch tests
         out.append(f'static_assert(sizeof({name}) == {s.size}, "{name}: size {s.size}");')
-        if s.kind == "int" and s.signed is not None:
+        if s.kind is types.ScalarKind.INT and s.signed is not None:
             out.append(f'static_assert(({name})(-1) {"<" if s.signed else ">"} ({name})0, '
                        f'"{name}: signed={s.signed}");')
         if s.is_integer and s.promoted is not None:
@@ -50,7 +50,7 @@ def test_wrap_and_range_agree(name):
     assert s.fits(s.lo) and s.fits(s.hi) and not s.fits(s.hi + 1) and not s.fits(s.lo - 1)
     for v in (s.lo, s.hi, 0, 1):
         assert s.wrap(v) == v
-    if s.kind == "int":
+    if s.kind is types.ScalarKind.INT:
         assert s.wrap(s.hi + 1) == s.lo and s.wrap(s.lo - 1) == s.hi
 
 

@@ -20,13 +20,14 @@ NumPy dtype). Both look types up here by their canonical spelling (``unsigned lo
 
 from __future__ import annotations
 
+import enum
 import platform
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["DataModel", "Scalar", "TARGET", "SCALARS", "INTEGERS", "TYPEDEFS", "BUILTIN_WORDS",
+__all__ = ["DataModel", "Scalar", "ScalarKind", "TARGET", "SCALARS", "INTEGERS", "TYPEDEFS", "BUILTIN_WORDS",
            "scalar", "integer", "builtin_type"]
 
 
@@ -64,6 +65,15 @@ def _host_model() -> DataModel:
 TARGET = _host_model()
 
 
+class ScalarKind(enum.Enum):
+    """What a scalar type holds, as a value reaches it."""
+
+    BOOL = "bool"
+    INT = "int"            # every integer and character type
+    FLOAT = "float"        # half, float, double
+    BFLOAT16 = "bfloat16"
+
+
 @dataclass(frozen=True)
 class Scalar:
     """One C++ arithmetic type as the target holds it.
@@ -72,9 +82,7 @@ class Scalar:
     ----------
     name : str
         Canonical spelling (``unsigned long``, ``__nv_bfloat16``).
-    kind : str
-        ``"bool"``, ``"int"`` (every integer and character type), ``"float"`` (half, float,
-        double) or ``"bfloat16"``.
+    kind : ScalarKind
     bits : int
         Value bits: 1 for bool, else 8 x size.
     size : int
@@ -94,7 +102,7 @@ class Scalar:
     """
 
     name: str
-    kind: str
+    kind: ScalarKind
     bits: int
     size: int
     signed: bool | None = None
@@ -105,19 +113,19 @@ class Scalar:
     @property
     def is_integer(self) -> bool:
         """An integer, character or bool type (template arguments of it are typed values)."""
-        return self.kind in ("int", "bool")
+        return self.kind is ScalarKind.INT or self.kind is ScalarKind.BOOL
 
     @property
     def lo(self) -> int:
         """The least value (signed form where the sign is unknown)."""
-        if self.kind == "bool" or self.signed is False:
+        if self.kind is ScalarKind.BOOL or self.signed is False:
             return 0
         return -(1 << (self.bits - 1))
 
     @property
     def hi(self) -> int:
         """The greatest value (signed form where the sign is unknown)."""
-        if self.kind == "bool":
+        if self.kind is ScalarKind.BOOL:
             return 1
         return (1 << self.bits) - 1 if self.signed is False else (1 << (self.bits - 1)) - 1
 
@@ -127,7 +135,7 @@ class Scalar:
 
     def wrap(self, value: int) -> int:
         """``value`` converted to this integer type: C++'s modular wrap; to bool, ``!= 0``."""
-        if self.kind == "bool":
+        if self.kind is ScalarKind.BOOL:
             return int(value != 0)
         value &= (1 << self.bits) - 1
         if self.signed is not False and value >> (self.bits - 1):
@@ -139,7 +147,7 @@ def _int(name: str, bits: int, signed: bool | None, promoted: str | None,
          suffix: str | None = None) -> Scalar:
     sign = "u" if signed is False else "i"
     dtype = f"{sign}{bits // 8}" if bits <= 64 else None
-    return Scalar(name, "int", bits, bits // 8, signed, dtype, promoted, suffix)
+    return Scalar(name, ScalarKind.INT, bits, bits // 8, signed, dtype, promoted, suffix)
 
 
 def _integers(model: DataModel) -> dict[str, Scalar]:
@@ -147,7 +155,7 @@ def _integers(model: DataModel) -> dict[str, Scalar]:
     wchar_promoted = ("int" if model.wchar_bits < 32 or model.wchar_signed else
                       "unsigned int" if model.wchar_signed is False else None)
     return {s.name: s for s in (
-        Scalar("bool", "bool", 1, 1, False, "?", "int"),
+        Scalar("bool", ScalarKind.BOOL, 1, 1, False, "?", "int"),
         _int("char", 8, model.char_signed, "int"),
         _int("signed char", 8, True, "int"),
         _int("unsigned char", 8, False, "int"),
@@ -170,12 +178,12 @@ def _integers(model: DataModel) -> dict[str, Scalar]:
 
 def _floats() -> dict[str, Scalar]:
     return {s.name: s for s in (
-        Scalar("float", "float", 32, 4, True, "f4", "float"),
-        Scalar("double", "float", 64, 8, True, "f8", "double"),
-        Scalar("__half", "float", 16, 2, True, "f2", "__half"),
-        Scalar("half", "float", 16, 2, True, "f2", "half"),
-        Scalar("__nv_bfloat16", "bfloat16", 16, 2, True, None, "__nv_bfloat16"),
-        Scalar("nv_bfloat16", "bfloat16", 16, 2, True, None, "nv_bfloat16"),
+        Scalar("float", ScalarKind.FLOAT, 32, 4, True, "f4", "float"),
+        Scalar("double", ScalarKind.FLOAT, 64, 8, True, "f8", "double"),
+        Scalar("__half", ScalarKind.FLOAT, 16, 2, True, "f2", "__half"),
+        Scalar("half", ScalarKind.FLOAT, 16, 2, True, "f2", "half"),
+        Scalar("__nv_bfloat16", ScalarKind.BFLOAT16, 16, 2, True, None, "__nv_bfloat16"),
+        Scalar("nv_bfloat16", ScalarKind.BFLOAT16, 16, 2, True, None, "nv_bfloat16"),
     )}
 
 

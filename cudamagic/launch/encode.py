@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ArgumentTypeError, ArgumentValueError, NoDeviceError
 from ..toolchain import driver
-from .params import (_INT_CODES, POINTER_BYTES, ParamSpec, pointer_size_error, tidy_type,
+from .params import (_INT_CODES, POINTER_BYTES, ParamSpec, SlotKind, pointer_size_error, tidy_type,
                      type_text)
 
 __all__ = ["encode", "pack_args", "check_dims", "check_shared_mem", "stream_handle"]
@@ -467,11 +467,11 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
                                       f"np.uint{8 * spec.size}(x)", ArgumentValueError)
         return int(value).to_bytes(spec.size, "little", signed=True)
     if isinstance(value, float) and spec.size in (4, 8):
-        as_float = replace(spec, kind="float", dtype=np.dtype(f"f{spec.size}"),
+        as_float = replace(spec, kind=SlotKind.FLOAT, dtype=np.dtype(f"f{spec.size}"),
                            code="f" if spec.size == 4 else "d")
         return _to_float(kernel, as_float, value)
     if isinstance(value, complex) and spec.size in (8, 16):
-        return _to_complex(kernel, replace(spec, kind="complex",
+        return _to_complex(kernel, replace(spec, kind=SlotKind.COMPLEX,
                                            dtype=np.dtype(f"c{spec.size}")), value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _to_value(kernel, spec, value)
@@ -480,10 +480,10 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
                               f"scalars of the slot's size ({spec.size} bytes) or raw bytes")
 
 
-_CONVERTERS: dict[str, Callable[[str, ParamSpec, Any], bytes]] = {
-    "pointer": _to_pointer, "bool": _to_int, "int": _to_int, "float": _to_float,
-    "bfloat16": _to_bfloat16, "complex": _to_complex, "value": _to_value,
-    "untyped": _to_untyped,
+_CONVERTERS: dict[SlotKind, Callable[[str, ParamSpec, Any], bytes]] = {
+    SlotKind.POINTER: _to_pointer, SlotKind.BOOL: _to_int, SlotKind.INT: _to_int,
+    SlotKind.FLOAT: _to_float, SlotKind.BFLOAT16: _to_bfloat16, SlotKind.COMPLEX: _to_complex,
+    SlotKind.VALUE: _to_value, SlotKind.UNTYPED: _to_untyped,
 }
 
 

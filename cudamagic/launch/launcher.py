@@ -21,7 +21,7 @@ from ..toolchain import driver
 from .encode import _CONVERTERS, check_dims, check_shared_mem, pack_args, stream_handle
 from ..toolchain.image import LaunchNeeds
 from .extended import always_extended, check_extended, launch_extended
-from .params import ParamSpec, _nan_checked, layout_error
+from .params import ParamSpec, SlotKind, _nan_checked, layout_error
 
 __all__ = ["LaunchHooks", "Launcher", "generate_launcher"]
 
@@ -123,17 +123,17 @@ def _fast_form(spec: ParamSpec, env: dict[str, Any], sample: Any) -> tuple[str, 
     bfloat16, complex, structs) has no test: its converter runs on every call.
     """
     i, a = spec.index, f"a{spec.index}"
-    pointer = spec.kind == "pointer" or (spec.kind == "untyped" and spec.size == 8
+    pointer = spec.kind is SlotKind.POINTER or (spec.kind is SlotKind.UNTYPED and spec.size == 8
                                          and (type(sample) is env["ND"] or sample is None
                                               or spec.direct_code(sample) is None))
     if pointer:
-        if spec.kind == "pointer" and spec.dtype is not None:
+        if spec.kind is SlotKind.POINTER and spec.dtype is not None:
             env[f"D{i}"] = spec.dtype
             return f"type({a}) is ND and {a}.dtype is D{i}", f"{a}.data.ptr", "Q"
         return f"type({a}) is ND", f"{a}.data.ptr", "Q"
     if not spec.direct:
         return "", "", ""
-    code = spec.direct_code(sample) if spec.kind == "untyped" else None
+    code = spec.direct_code(sample) if spec.kind is SlotKind.UNTYPED else None
     code = code or spec.code
     group = [t for t, c in spec.direct if c == code]
     terms = []

@@ -8,6 +8,7 @@ generated launcher (:mod:`.launcher`) both read it, and nothing else decides an 
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 from collections.abc import Sequence
@@ -20,13 +21,26 @@ from ..cxx import SCALARS, Signature, tidy_name
 from ..errors import LaunchError
 from ..toolchain.image import KernelImage
 
-__all__ = ["ParamSpec", "param_specs", "layout_error", "pointer_size_error", "tidy_type",
+__all__ = ["ParamSpec", "SlotKind", "param_specs", "layout_error", "pointer_size_error", "tidy_type",
            "type_text", "POINTER_BYTES"]
 
 
 _COMPLEX = re.compile(r"(?:^|::)complex<(float|double)>$")
 _INT_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
 _NP_INTS = tuple(dict.fromkeys(np.dtype(c).type for c in "bBhHiIlLqQ"))  # distinct types
+
+
+class SlotKind(enum.Enum):
+    """How values reach a parameter slot (the value is the word messages use)."""
+
+    POINTER = "pointer"
+    BOOL = "bool"
+    INT = "int"
+    FLOAT = "float"          # half, float, double
+    BFLOAT16 = "bfloat16"
+    COMPLEX = "complex"
+    VALUE = "value"          # a struct or vector type by value: its bytes
+    UNTYPED = "untyped"      # no signature: packed by the slot's size
 
 
 @dataclass(frozen=True)
@@ -39,10 +53,7 @@ class ParamSpec:
         Position, byte offset in the parameter buffer, byte size (from the CUBIN).
     ctype : str or None
         Canonical C++ type from the signature; None where the kernel has none (``extern "C"``).
-    kind : str
-        ``"pointer"``, ``"bool"``, ``"int"``, ``"float"`` (half, float, double), ``"bfloat16"``,
-        ``"complex"``, ``"value"`` (a struct or vector type by value: its bytes) or
-        ``"untyped"`` (no signature: packed by the slot's size).
+    kind : SlotKind
     dtype : numpy.dtype or None
         The scalar's dtype, or a pointer's pointee dtype where known.
     const : bool
@@ -62,7 +73,7 @@ class ParamSpec:
     offset: int
     size: int
     ctype: str | None
-    kind: str
+    kind: SlotKind
     dtype: np.dtype | None = None
     const: bool = False
     lo: int | None = None
@@ -91,20 +102,20 @@ def _nan_checked(typ: type, code: str) -> bool:
     return typ is np.float32 and code == "f"
 
 
-def _direct_entries(kind: str, dtype: np.dtype | None, size: int) -> tuple[tuple[type, str], ...]:
+def _direct_entries(kind: SlotKind, dtype: np.dtype | None, size: int) -> tuple[tuple[type, str], ...]:
     """The types a slot packs without conversion, most common first (the generated launcher
     tests them in this order); every entry is exact (the property tests check each)."""
-    if kind == "int" and dtype is not None:
+    if kind is SlotKind.INT and dtype is not None:
         code = _INT_CODES[dtype.itemsize].upper() if dtype.kind == "u" else _INT_CODES[size]
         first = (int, dtype.type, bool)
         return tuple((t, code) for t in dict.fromkeys(first + _NP_INTS))
-    if kind == "bool":
+    if kind is SlotKind.BOOL:
         return ((bool, "?"), (np.bool_, "?"))
-    if kind == "float" and dtype is not None and dtype.itemsize == 4:
+    if kind is SlotKind.FLOAT and dtype is not None and dtype.itemsize == 4:
         return ((float, "f"), (np.float32, "f"), (int, "f"), (bool, "f"))
-    if kind == "float" and dtype is not None and dtype.itemsize == 8:
+    if kind is SlotKind.FLOAT and dtype is not None and dtype.itemsize == 8:
         return ((float, "d"), (np.float64, "d"), (int, "d"), (np.float32, "d"), (bool, "d"))
-    if kind == "untyped" and size in _INT_CODES:
+    if kind is SlotKind.UNTYPED and size in _INT_CODES:
         i = _INT_CODES[size]
         # a Python number packs directly only where its size tells int from float (1, 8 bytes)
         python = [(int, i), (bool, i)] if size in (1, 8) else []
@@ -135,38 +146,40 @@ def param_specs(image: KernelImage, signature: Signature | None) -> tuple[ParamS
 
 def _spec(index: int, offset: int, size: int, ctype: str | None) -> ParamSpec:
     """One row of the table (see :class:`ParamSpec`)."""
-    where = {"index": index, "offset": offset, "size": size, "ctype": ctype}
     if ctype is None:
-        return ParamSpec(**where, kind="untyped", code=_INT_CODES.get(size, ""),
-                         direct=_direct_entries("untyped", None, size))
+        return ParamSpec(index, offset, size, ctype, SlotKind.UNTYPED,
+                         code=_INT_CODES.get(size, ""),
+                         direct=_direct_entries(SlotKind.UNTYPED, None, size))
     if ctype.endswith("*") or ctype.endswith("*__restrict__"):
         pointee = ctype.rsplit("*", 1)[0].strip()
         const = pointee.endswith("const")
         base = pointee[:-len("const")].strip() if const else pointee
-        return ParamSpec(**where, kind="pointer", dtype=_numpy_dtype(base), const=const, code="Q")
+        return ParamSpec(index, offset, size, ctype, SlotKind.POINTER, dtype=_numpy_dtype(base),
+                         const=const, code="Q")
     kind, code, width, lo, hi = _scalar_form(ctype)
-    if kind == "value" or width != size:
-        return ParamSpec(**where, kind="value")
+    if kind is SlotKind.VALUE or width != size:
+        return ParamSpec(index, offset, size, ctype, SlotKind.VALUE)
     dtype = np.dtype(code) if code else None
     direct = _direct_entries(kind, dtype, size)
-    return ParamSpec(**where, kind=kind, dtype=dtype, lo=lo, hi=hi,
+    return ParamSpec(index, offset, size, ctype, kind, dtype=dtype, lo=lo, hi=hi,
                      code=direct[0][1] if direct else "", direct=direct)
 
 
-def _scalar_form(ctype: str) -> tuple[str, str | None, int, int | None, int | None]:
+def _scalar_form(ctype: str) -> tuple[SlotKind, str | None, int, int | None, int | None]:
     """``(kind, NumPy dtype code, size, lo, hi)`` of a canonical C++ type: a scalar from the
     one C++ type model (:data:`cudamagic.cxx.SCALARS`: widths and signs of the target), a
     ``complex<float/double>``, else ``("value", None, 0, None, None)`` (a struct by value)."""
     m = _COMPLEX.search(ctype)
     if m:
-        return ("complex", "c8", 8, None, None) if m.group(1) == "float" \
-            else ("complex", "c16", 16, None, None)
+        return (SlotKind.COMPLEX, "c8", 8, None, None) if m.group(1) == "float" \
+            else (SlotKind.COMPLEX, "c16", 16, None, None)
     scalar = SCALARS.get(ctype)
     if scalar is None:
-        return "value", None, 0, None, None
+        return SlotKind.VALUE, None, 0, None, None
+    kind = SlotKind[scalar.kind.name]  # a scalar's slot is of its own kind
     if scalar.is_integer:
-        return scalar.kind, scalar.dtype, scalar.size, scalar.lo, scalar.hi
-    return scalar.kind, scalar.dtype, scalar.size, None, None
+        return kind, scalar.dtype, scalar.size, scalar.lo, scalar.hi
+    return kind, scalar.dtype, scalar.size, None, None
 
 
 def _numpy_dtype(ctype: str) -> np.dtype | None:
@@ -190,7 +203,7 @@ def type_text(spec: ParamSpec) -> str:
     if spec.ctype is not None:
         return tidy_type(spec.ctype)
     article = "an" if str(spec.size).startswith("8") or spec.size in (11, 18) else "a"
-    return f"{article} {spec.size}-byte {spec.kind} slot"
+    return f"{article} {spec.size}-byte {spec.kind.value} slot"
 
 
 POINTER_BYTES = 8  # a device address: every target NVRTC compiles for is 64-bit
@@ -208,7 +221,7 @@ def layout_error(kernel: str, specs: Sequence[ParamSpec]) -> LaunchError | None:
         if spec.offset < pos:
             return LaunchError(f"{kernel}: the CUBIN's parameter records overlap (parameter "
                                f"{spec.index} at offset {spec.offset}); it cannot be launched")
-        if spec.kind == "pointer" and spec.size != POINTER_BYTES:
+        if spec.kind is SlotKind.POINTER and spec.size != POINTER_BYTES:
             return pointer_size_error(kernel, spec)
         pos = spec.offset + spec.size
     return None
