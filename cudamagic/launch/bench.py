@@ -16,10 +16,8 @@ the ranking.
 
 from __future__ import annotations
 
-import ast
 import ctypes
 import math
-import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentValueError, NoDeviceError
+from .calls import CallSyntax, evaluate, number, read_calls, read_options
 
 __all__ = ["Settings", "Variant", "Timing", "BenchResult", "bench", "compare", "CupyDevice"]
 
@@ -597,103 +596,19 @@ def bench(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (), *, share
                                                 flush_l2=flush_l2), stream=stream, device=device)
 
 
-# --- %cuda_bench: a line of calls -----------------------------------------------------------
+# --- %cuda_bench: a line of calls (read by :mod:`.calls`) -------------------------------------
 
-_OPTION = re.compile(r"""\s*(--?[A-Za-z][\w-]*)(?:[ =]("[^"]*"|'[^']*'|[^\s;"']+))?""")
-_FLAGS = {"--flush-l2"}
-_VALUED = {"-n": "repeat", "--repeat": "repeat", "-t": "budget", "--budget": "budget",
-           "-w": "warmup", "--warmup": "warmup", "--bytes": "bytes", "--flops": "flops",
-           "--baseline": "baseline", "--check": "check", "--reference": "reference"}
-MAGIC_USAGE = ("%cuda_bench [-n REPEAT | -t SECONDS] [-w WARMUP] [--flush-l2] [--bytes EXPR] "
-               "[--flops EXPR] [--baseline N|LABEL] [--check OUTPUT [--reference EXPR]] "
-               "kernel(grid, block, args[, shared_mem]) [; other(grid, block, args) ...]")
-
-
-def _options(line: str) -> tuple[dict[str, str], str]:
-    """The leading options of a %cuda_bench line, and the calls after them."""
-    found: dict[str, str] = {}
-    pos = 0
-    while True:
-        m = _OPTION.match(line, pos)
-        if m is None:
-            return found, line[pos:]
-        flag, value = m.group(1), m.group(2)
-        if flag in _FLAGS:
-            found[flag] = ""
-            pos = m.end(1)
-        elif flag in _VALUED and value is not None:
-            found[_VALUED[flag]] = value.strip("\"'") if value[:1] in "\"'" else value
-            pos = m.end()
-        else:
-            from ..errors import OptionError
-
-            raise OptionError(f"%cuda_bench: {flag} is not an option here"
-                              + (" (it takes a value)" if flag in _VALUED else "")
-                              + f". Usage: {MAGIC_USAGE}")
-
-
-def _evaluate(text: str, namespace: dict, what: str) -> Any:
-    from ..errors import OptionError
-
-    try:
-        return eval(compile(text, "<%cuda_bench>", "eval"), namespace)  # noqa: S307 - the user's
-    except Exception as exc:  # noqa: BLE001 - any error in the user's expression
-        raise OptionError(f"%cuda_bench: {what} {text!r} raised {type(exc).__name__}: {exc}") \
-            from exc
-
-
-def _calls(text: str, namespace: dict, extra: dict[str, Any]) -> list[Variant]:
-    """Each ``kernel(grid, block, args, shared_mem=..., stream=...)`` statement as a Variant,
-    its parts evaluated in the namespace (nothing is launched)."""
-    from ..errors import OptionError
-
-    try:
-        tree = ast.parse(text.strip())
-    except SyntaxError as exc:
-        raise OptionError(f"%cuda_bench: the calls do not parse ({exc.msg}). Usage: "
-                          f"{MAGIC_USAGE}") from None
-    variants = []
-    for stmt in tree.body:
-        call = stmt.value if isinstance(stmt, ast.Expr) else None
-        source = ast.get_source_segment(text.strip(), stmt) or ast.unparse(stmt)
-        if not isinstance(call, ast.Call) or len(call.args) + len(call.keywords) < 2 \
-                or len(call.args) > 4:
-            raise OptionError(f"%cuda_bench: {source!r} is not a launch: write "
-                              "kernel(grid, block, args) as you would call it")
-        parts = [_evaluate(ast.unparse(a), namespace, "argument") for a in call.args]
-        keywords = {k.arg: _evaluate(ast.unparse(k.value), namespace, k.arg or "argument")
-                    for k in call.keywords}
-        kernel = _evaluate(ast.unparse(call.func), namespace, "kernel")
-        if not callable(kernel):
-            raise OptionError(f"%cuda_bench: {ast.unparse(call.func)} is a "
-                              f"{type(kernel).__name__}, not a kernel")
-        names = ["grid", "block", "args", "shared_mem"]
-        given = dict(zip(names, parts)) | {k: v for k, v in keywords.items()}
-        if "stream" in given:
-            raise OptionError(f"%cuda_bench: {source!r}: the calls run on CuPy's current "
-                              "stream; for another, time from Python: "
-                              "cudamagic.launch.bench.compare(variants, stream=s)")
-        unknown = sorted(set(given) - set(names))
-        if unknown or not {"grid", "block"} <= set(given):
-            raise OptionError(f"%cuda_bench: {source!r}: give grid, block and args "
-                              f"(and shared_mem=); {', '.join(unknown) or 'grid or block'} "
-                              "is not one of them")
-        variants.append(Variant(label=source, kernel=kernel, **given, **extra))
-    if not variants:
-        raise OptionError(f"%cuda_bench: no launch to time. Usage: {MAGIC_USAGE}")
-    return variants
-
-
-def _number(value: str | None, kind: type, what: str) -> Any:
-    from ..errors import OptionError
-
-    if value is None:
-        return None
-    try:
-        return kind(value)
-    except ValueError:
-        raise OptionError(f"%cuda_bench: {what} {value!r} is not "
-                          + ("an int" if kind is int else "a number")) from None
+BENCH_SYNTAX = CallSyntax(
+    magic="%cuda_bench", verb="time", flags=frozenset({"--flush-l2"}),
+    valued={"-n": "repeat", "--repeat": "repeat", "-t": "budget", "--budget": "budget",
+            "-w": "warmup", "--warmup": "warmup", "--bytes": "bytes", "--flops": "flops",
+            "--baseline": "baseline", "--check": "check", "--reference": "reference"},
+    usage="%cuda_bench [-n REPEAT | -t SECONDS] [-w WARMUP] [--flush-l2] [--bytes EXPR] "
+          "[--flops EXPR] [--baseline N|LABEL] [--check OUTPUT [--reference EXPR]] "
+          "kernel(grid, block, args[, shared_mem]) [; other(grid, block, args) ...]",
+    stream_note="the calls run on CuPy's current stream; for another, time from Python: "
+                "cudamagic.launch.bench.compare(variants, stream=s)")
+MAGIC_USAGE = BENCH_SYNTAX.usage
 
 
 def run_line(line: str, namespace: dict, *, device: Any = None) -> BenchResult:
@@ -703,23 +618,26 @@ def run_line(line: str, namespace: dict, *, device: Any = None) -> BenchResult:
     :raises OptionError: a line that does not say what to time.
     :raises NoDeviceError: no GPU.
     """
-    opts, rest = _options(line)
+    syntax = BENCH_SYNTAX
+    opts, rest = read_options(line, syntax)
     base = opts.get("baseline", "0")
     baseline: str | int = int(base) if base.isdigit() else base
-    settings = Settings(warmup=_number(opts.get("warmup"), int, "-w") if "warmup" in opts
+    settings = Settings(warmup=number(opts.get("warmup"), int, "-w", syntax) if "warmup" in opts
                         else Settings.warmup,
-                        repeat=_number(opts.get("repeat"), int, "-n"),
-                        budget_s=_number(opts.get("budget"), float, "-t") if "budget" in opts
-                        else Settings.budget_s,
+                        repeat=number(opts.get("repeat"), int, "-n", syntax),
+                        budget_s=number(opts.get("budget"), float, "-t", syntax)
+                        if "budget" in opts else Settings.budget_s,
                         flush_l2="--flush-l2" in opts)
     extra: dict[str, Any] = {}
     for what in ("bytes", "flops"):
         if what in opts:
-            extra[what] = _evaluate(opts[what], namespace, f"--{what}")
+            extra[what] = evaluate(opts[what], namespace, f"--{what}", syntax)
     if "check" in opts:
-        extra["output"] = _evaluate(opts["check"], namespace, "--check")
-    variants = _calls(rest, namespace, extra)
-    reference = _evaluate(opts["reference"], namespace, "--reference") \
+        extra["output"] = evaluate(opts["check"], namespace, "--check", syntax)
+    variants = [Variant(label=c.label, kernel=c.kernel, grid=c.grid, block=c.block, args=c.args,
+                        shared_mem=c.shared_mem, **extra)
+                for c in read_calls(rest, namespace, syntax)]
+    reference = evaluate(opts["reference"], namespace, "--reference", syntax) \
         if "reference" in opts else None
     return compare(variants, baseline=baseline, settings=settings, reference=reference,
                    device=device)
