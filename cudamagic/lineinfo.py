@@ -11,26 +11,37 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .launch.tool_run import DebugSupport, LineinfoBuild
 from .module import Module
-from .options import PROGRAM_NAME
+from .options import PROGRAM_NAME, BuildOptions
 from .toolchain.image import has_line_info
 from .view.debug import present
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .pipeline import BuildContext
+
+class BuildContext(Protocol):
+    """What this module reads of the pipeline's ``BuildContext`` (the pipeline imports this
+    module, so it names no pipeline type)."""
+
+    source: str
+    opts: BuildOptions
+    settings: Any
+    store: Any
+    line_offset: int
 
 __all__ = ["debug_support"]
 
 
-def debug_support(ctx: "BuildContext", module: Module) -> DebugSupport:
-    """The module's tool-run support: its -lineinfo build and the debugging view."""
-    return DebugSupport(lineinfo=_lineinfo_build(ctx, module), present=present)
+def debug_support(ctx: BuildContext, module: Module,
+                  build: Callable[..., Module]) -> DebugSupport:
+    """The module's tool-run support: its -lineinfo build (made by ``build``, the pipeline's
+    ``build_module``) and the debugging view."""
+    return DebugSupport(lineinfo=_lineinfo_build(ctx, module, build), present=present)
 
 
-def _lineinfo_build(ctx: "BuildContext", module: Module) -> Callable[[], LineinfoBuild]:
+def _lineinfo_build(ctx: BuildContext, module: Module,
+                    build: Callable[..., Module]) -> Callable[[], LineinfoBuild]:
     """The callable a module's tool runs get their build from: the module itself where its
     CUBIN has line information, else the same cell built again with ``-lineinfo`` (once, cached
     under its own key, as a cell of its own in the miss history)."""
@@ -44,13 +55,10 @@ def _lineinfo_build(ctx: "BuildContext", module: Module) -> Callable[[], Lineinf
             opts = dataclasses.replace(ctx.opts, options=(*ctx.opts.options, "-lineinfo"),
                                        force=False, quiet=True)
             s = ctx.settings
-            from .pipeline import build_module  # the pipeline imports this module
-
-            target = build_module(ctx.source, opts, cache=ctx.store or s.cache,
-                                  base_dir=s.base_dir, line_offset=s.line_offset,
-                                  compiler=s.compiler, demangler=s.demangler,
-                                  reserved=s.reserved,
-                                  cell=f"{s.cell or ctx.opts.module}:lineinfo")
+            target = build(ctx.source, opts, cache=ctx.store or s.cache, base_dir=s.base_dir,
+                           line_offset=s.line_offset, compiler=s.compiler,
+                           demangler=s.demangler, reserved=s.reserved,
+                           cell=f"{s.cell or ctx.opts.module}:lineinfo")
         made.append(LineinfoBuild(target._payload(), ctx.source, ctx.line_offset, PROGRAM_NAME,
                                   has_line_info(target.image)))
         return made[0]

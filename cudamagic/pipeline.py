@@ -574,7 +574,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         device_runtime=bool(binary.runtime_kernels))
     module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders,
                     source=ctx.source)
-    module.debug = debug_support(ctx, module)
+    module.debug = debug_support(ctx, module, build_module)
     return module
 
 
