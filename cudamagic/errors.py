@@ -95,7 +95,21 @@ class NoDeviceError(LaunchError):
 
 
 class ContextPoisonedError(LaunchError):
-    """A kernel faulted; the CUDA context of this process can no longer be used."""
+    """A kernel faulted; the CUDA context of this process can no longer be used.
+
+    Attributes
+    ----------
+    code : int or None
+        The sticky error's number (``CUresult``, the same as the runtime's ``cudaError_t``).
+    device : int or None
+        The device whose context is lost (-1: not known).
+    """
+
+    def __init__(self, message: str, code: int | None = None, device: int | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.device = device
 
 
 class ArgumentError(LaunchError):

@@ -52,6 +52,17 @@ def report_with_attributes(module, report: BuildReport | None = None,
     return dataclasses.replace(report, rows=rows)
 
 
+def _debug_fields() -> list[tuple[str, str]]:
+    """The debugging tools found (or where they were looked for), and any lost context."""
+    from .toolchain import tools
+
+    fields = [(kind.value, tools.find(kind).describe()) for kind in tools.ToolKind]
+    for device, code in sorted(driver.lost_contexts().items()):
+        fields.append((f"device {device}" if device >= 0 else "context",
+                       f"LOST: {driver.lost_text(code, device)}"))
+    return fields
+
+
 def environment_info() -> EnvironmentInfo:
     """What a build uses here: devices, driver, NVRTC, demangler, target arch, cache."""
     from .store import default_cache
@@ -76,6 +87,7 @@ def environment_info() -> EnvironmentInfo:
         fields.append(("arch in use", default_arch()))
     except OptionError as exc:
         fields.append(("arch in use", str(exc)))
+    fields += _debug_fields()
     cache = default_cache()
     n = len(cache)
     fields.append(("cache", f"{cache.location} ({counted(n, 'entry', 'entries')}, "

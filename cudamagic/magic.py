@@ -162,9 +162,71 @@ def _cell_id(shell) -> str | None:
     return cell if isinstance(cell, str) and cell else None
 
 
+def install_debug_hooks(shell: Any) -> None:
+    """What the shell adds for the debugging loop, once per shell: a lost CUDA context explained
+    wherever it surfaces (every error IPython shows passes ``_showtraceback``, which other
+    extensions wrap too: this wraps whatever is there), and after a cell that launched a kernel
+    writing to the device's output (printf, assert), a synchronize, so its text lands in that
+    cell's output."""
+    if shell is None or getattr(shell, "_cudamagic_debug_hooks", False):
+        return
+    shell._cudamagic_debug_hooks = True
+    previous = shell._showtraceback
+
+    def showtraceback(etype: Any, evalue: Any, stb: Any) -> Any:
+        return previous(etype, evalue, list(stb) + _crash_lines(evalue))
+
+    shell._showtraceback = showtraceback
+    shell.events.register("post_run_cell", _flush_device_output)
+
+
+def _crash_lines(evalue: Any) -> list[str]:
+    """The advice a lost context adds to an error another library raised (cudamagic's own
+    ContextPoisonedError says it in its message)."""
+    from .errors import ContextPoisonedError
+    from .launch.launcher import LAST_LAUNCH
+    from .toolchain import driver
+    from .view.debug import crash_lines
+
+    try:
+        code = driver.sticky_of(evalue)
+        if code is None or isinstance(evalue, ContextPoisonedError):
+            return []
+        return crash_lines(code, driver.note_lost(code), LAST_LAUNCH[0])
+    except Exception:  # noqa: BLE001 - the error being shown matters more than the advice
+        return []
+
+
+def _flush_device_output(result: Any = None) -> None:
+    """post_run_cell: after a cell that launched a printing kernel, wait for the device, so
+    the driver writes its printf buffer (or a failed assert's message) into this cell."""
+    from .errors import ContextPoisonedError, CudaMagicError
+    from .launch.launcher import LAST_LAUNCH, PRINT_PENDING
+    from .toolchain import driver
+    from .view.debug import crash_lines
+
+    if not PRINT_PENDING[0]:
+        return
+    PRINT_PENDING[0] = False
+    try:
+        driver.synchronize()
+    except ContextPoisonedError as exc:
+        code = driver.Sticky(exc.code) if exc.code is not None else driver.Sticky.LAUNCH_FAILED
+        device = exc.device if exc.device is not None else -1
+        print("\n".join(crash_lines(code, device, LAST_LAUNCH[0])).strip(), file=sys.stderr)
+    except CudaMagicError:
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
 @magics_class
 class CudaMagics(Magics):
     """``%%cuda``: compile a cell with NVRTC (cached) and push its kernels into the notebook."""
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell, **kwargs)
+        install_debug_hooks(shell)
 
     # no $var/{expr} expansion of the line: braces and dollars are C++ there (S{1}, operator$),
     # and IPython's expansion of a line with 1000 -n options takes seconds
@@ -299,6 +361,36 @@ class CudaMagics(Magics):
         from .view.shown import show_bench
 
         return show_bench(run_line(line, self.shell.user_ns))
+
+    @no_var_expand
+    @line_magic
+    def cuda_sanitize(self, line: str = ""):
+        """Run kernel launches under compute-sanitizer, each in a child process.
+
+        %cuda_sanitize [--tool memcheck|racecheck|initcheck|synccheck] [--uninitialized I,J]
+        kernel(grid, block, args) [; other(grid, block, args) ...]
+
+        Each call is read, not run here: its parts are evaluated and the launch runs again in a
+        child process (the arrays copied), so this notebook's arrays and CUDA context are never
+        touched. Returns the findings, each at its cell line (docs/debugging.md).
+        """
+        from .launch.tool_run import sanitize_line
+
+        return sanitize_line(line, self.shell.user_ns)
+
+    @no_var_expand
+    @line_magic
+    def cuda_profile(self, line: str = ""):
+        """Profile kernel launches with Nsight Compute (ncu), each in a child process.
+
+        %cuda_profile kernel(grid, block, args) [; other(grid, block, args) ...]
+
+        Shows duration, throughput against peak, DRAM traffic, occupancy, the top stall
+        reasons and the hottest cell lines, the launches side by side (docs/debugging.md).
+        """
+        from .launch.tool_run import profile_line
+
+        return profile_line(line, self.shell.user_ns)
 
     def _push(self, module_name: str, module: Any) -> list[str]:
         """Put the module and its kernels into the notebook; the shadowing warnings, to be said

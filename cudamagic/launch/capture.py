@@ -138,6 +138,18 @@ def _array_form(name: str, spec: ParamSpec, value: Any) -> tuple[int, np.dtype, 
     return ptr, dtype, shape, tuple(int(s) for s in strides)
 
 
+def check_launch(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any,
+                 args: Sequence[Any], shared_mem: Any = 0
+                 ) -> tuple[tuple[int, int, int], tuple[int, int, int], int, list[bytes]]:
+    """A launch checked as the launcher checks it (no GPU): the grid, the block, the dynamic
+    shared memory and each argument's bytes.
+
+    :raises ArgumentTypeError, ArgumentValueError: anything the launch would refuse.
+    """
+    return (check_dims(name, "grid", grid), check_dims(name, "block", block),
+            check_shared_mem(name, shared_mem), pack_args(name, specs, args))
+
+
 def capture(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any, args: Sequence[Any],
             shared_mem: int = 0, *, copy: Callable[[int, int], bytes],
             labels: Sequence[str] = (), uninitialized: Sequence[int] = (),
@@ -150,9 +162,7 @@ def capture(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any, args: 
         ``uninitialized`` index that is no array argument, or more than
         :data:`MAX_CAPTURE_BYTES` to copy.
     """
-    grid3, block3 = check_dims(name, "grid", grid), check_dims(name, "block", block)
-    shared = check_shared_mem(name, shared_mem)
-    packed = pack_args(name, specs, args)
+    grid3, block3, shared, packed = check_launch(name, specs, grid, block, args, shared_mem)
     bad = [i for i in uninitialized if not (isinstance(i, int) and 0 <= i < len(specs)
                                             and specs[i].kind == "pointer")]
     if bad:

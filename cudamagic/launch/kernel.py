@@ -16,10 +16,10 @@ from typing import Any
 
 from ..forksafe import ForkSafeLock, once
 from ..cxx import Signatures
-from ..errors import LaunchError, NoDeviceError
+from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 from ..toolchain import driver
 from ..toolchain.image import KernelImage, KernelResources, LaunchNeeds
-from .launcher import (SHARED_PER_BLOCK_DEFAULT, Launcher, LaunchHooks, _NoSuchType, _NullStream,
+from .launcher import (LAST_LAUNCH, SHARED_PER_BLOCK_DEFAULT, Launcher, LaunchHooks, _NoSuchType, _NullStream,
                        generate_launcher)
 from .params import ParamSpec, param_specs
 
@@ -327,8 +327,14 @@ class Kernel:
         """The checked launch after a fast one raised: nothing was launched, so a thread without
         a context gets one and a retry, and anything else the error that says what went wrong."""
         launcher = self._launchers[_get_ident()]
-        driver.launch(fn, grid, block, shared_mem, stream, launcher.address, device=device,
-                      what=f"launching {self.name_expression}")
+        try:
+            driver.launch(fn, grid, block, shared_mem, stream, launcher.address, device=device,
+                          what=f"launching {self.name_expression}")
+        except ContextPoisonedError as exc:  # the fault was an earlier launch's, likely the last
+            from .tool_run import sanitize_hint
+
+            raise ContextPoisonedError(f"{exc} {sanitize_hint(LAST_LAUNCH[0])}", exc.code,
+                                       exc.device) from None
 
     def _raise_shared_limit(self, device: int, nbytes: int) -> None:
         if self._shared_limit.get(device, 0) < nbytes:

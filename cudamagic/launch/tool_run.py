@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentValueError, LaunchError
+from ..errors import ArgumentValueError, LaunchError, OptionError
 from ..toolchain import driver, tools
 from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, parse_xml,
                                    sanitizer_argv)
-from .capture import (ArgAddress, Capture, Placement, capture, encode_capture, name_address,
-                      refuse_stream)
+from .calls import CallSyntax, read_calls, read_options
+from .capture import (ArgAddress, Capture, Placement, capture, check_launch, encode_capture,
+                      name_address, refuse_stream)
 from .params import layout_error
 
 __all__ = ["LineinfoBuild", "DebugSupport", "CellFinding", "SanitizeReport", "sanitize",
@@ -255,6 +256,27 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
     return _present(kernel, record)
 
 
+def sanitize_call(last: Any) -> str | None:
+    """The ``k.sanitize(grid, block, args)`` call that reruns the last launch,
+    ``(kernel, grid, block)``, under compute-sanitizer (None: no launch yet)."""
+    if last is None:
+        return None
+    kernel, grid, block = last
+    return f"{kernel.python_name}.sanitize({grid!r}, {block!r}, args)"
+
+
+def sanitize_hint(last: Any) -> str:
+    """What to run to find a fault's cause, naming the last launch where there is one."""
+    call = sanitize_call(last)
+    if call is None:
+        return ("To find the cause, run the faulting launch as kernel.sanitize(grid, block, "
+                "args) after the restart.")
+    return (f"The last cudamagic launch was {call.replace('.sanitize', '')}: to find the "
+            f"cause, after the restart run {call} with the same args in its place (the launch "
+            "then runs in a child process under compute-sanitizer; tool='racecheck', "
+            "'initcheck', 'synccheck' for the other checks).")
+
+
 def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
@@ -305,3 +327,74 @@ def profile_many(launches: Sequence[tuple]) -> list[Any]:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     return out
+
+
+# --- %cuda_sanitize and %cuda_profile: a line of launches ----------------------------------------
+
+_NO_STREAM = "a tool run takes no stream: the launch runs again in a child process of its own"
+SANITIZE_SYNTAX = CallSyntax(
+    magic="%cuda_sanitize", verb="sanitize", flags=frozenset(),
+    valued={"--tool": "tool", "-t": "tool", "--uninitialized": "uninitialized"},
+    usage="%cuda_sanitize [--tool memcheck|racecheck|initcheck|synccheck] [--uninitialized I,J] "
+          "kernel(grid, block, args[, shared_mem]) [; other(grid, block, args) ...]",
+    stream_note=_NO_STREAM)
+PROFILE_SYNTAX = CallSyntax(
+    magic="%cuda_profile", verb="profile", flags=frozenset(), valued={},
+    usage="%cuda_profile kernel(grid, block, args[, shared_mem]) [; other(grid, block, args) "
+          "...]", stream_note=_NO_STREAM)
+
+
+def _checked_calls(line: str, namespace: dict, syntax: CallSyntax) -> tuple[dict, list]:
+    """The line's options and launches, every launch checked before any starts."""
+    opts, rest = read_options(line, syntax)
+    calls = read_calls(rest, namespace, syntax)
+    for c in calls:
+        if not hasattr(c.kernel, "sanitize") or getattr(c.kernel, "params", None) is None:
+            raise OptionError(f"{syntax.magic}: {c.label!r}: {type(c.kernel).__name__} is not "
+                              "a cudamagic kernel")
+        check_launch(c.kernel.name_expression, c.kernel.params, c.grid, c.block, c.args,
+                     c.shared_mem)
+    return opts, calls
+
+
+def _indices(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise OptionError(f"%cuda_sanitize: --uninitialized {text!r}: give argument indices "
+                          "separated by commas, e.g. --uninitialized 0,2") from None
+
+
+def sanitize_line(line: str, namespace: dict) -> Any:
+    """What ``%cuda_sanitize`` does: each launch of the line under compute-sanitizer, one
+    child each; every launch is checked first.
+
+    :raises OptionError: a line that does not say what to run.
+    :raises ArgumentError: a launch the kernel would refuse.
+    :raises NoDeviceError: no GPU.
+    """
+    opts, calls = _checked_calls(line, namespace, SANITIZE_SYNTAX)
+    tool = opts.get("tool", "memcheck")
+    uninit = _indices(opts.get("uninitialized"))
+    views = [sanitize(c.kernel, c.grid, c.block, c.args, tool, labels=c.arg_labels,
+                      uninitialized=uninit, shared_mem=c.shared_mem) for c in calls]
+    return views[0] if len(views) == 1 else _present(calls[0].kernel, tuple(
+        getattr(v, "record", v) for v in views))
+
+
+def profile_line(line: str, namespace: dict) -> Any:
+    """What ``%cuda_profile`` does: each launch of the line under ncu, side by side.
+
+    :raises OptionError, ArgumentError: as for :func:`sanitize_line`.
+    :raises NoDeviceError: no GPU.
+    :raises ToolMissingError: no ncu.
+    """
+    from ..toolchain import profiler
+
+    _, calls = _checked_calls(line, namespace, PROFILE_SYNTAX)
+    records = profile_many([(c.kernel, c.grid, c.block, c.args, {"shared_mem": c.shared_mem},
+                             c.arg_labels) for c in calls])
+    return _present(calls[0].kernel, records[0] if len(records) == 1 else
+                    profiler.Comparison(tuple(records)))

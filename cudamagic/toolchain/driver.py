@@ -15,6 +15,7 @@ once per device, on first use there.
 from __future__ import annotations
 
 import ctypes
+import enum
 import functools
 import sys
 from dataclasses import dataclass
@@ -27,13 +28,8 @@ __all__ = ["check", "available", "device_count", "current_device", "ensure_conte
            "kernel_attributes", "kernel_function", "set_max_dynamic_shared", "device_getter",
            "DeviceLimits", "device_limits", "max_active_blocks", "ExtendedLaunch", "launch_ex",
            "retain_primary", "mem_alloc", "mem_free", "copy_to_device", "copy_to_host",
-           "synchronize"]
+           "synchronize", "Sticky", "sticky_of", "lost_contexts", "note_lost", "lost_text"]
 
-# Errors after which the context is unusable until the process ends (CUDA's "sticky" errors).
-_STICKY = {"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_MISALIGNED_ADDRESS",
-           "CUDA_ERROR_ILLEGAL_INSTRUCTION", "CUDA_ERROR_INVALID_ADDRESS_SPACE",
-           "CUDA_ERROR_INVALID_PC", "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ASSERT",
-           "CUDA_ERROR_LAUNCH_TIMEOUT", "CUDA_ERROR_ECC_UNCORRECTABLE"}
 _INVALID_CONTEXT = 201
 _CC_MAJOR, _CC_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR
 # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, _COOPERATIVE_LAUNCH, _CLUSTER_LAUNCH
@@ -120,6 +116,80 @@ def _error_name(status: int) -> tuple[str, str]:
     return ((name.value or b"").decode() or f"CUresult {status}", (text.value or b"").decode())
 
 
+class Sticky(enum.IntEnum):
+    """CUDA's sticky errors, by the number the driver (``CUresult``) and the runtime
+    (``cudaError_t``) both give them: after one, the context is lost until the process ends."""
+
+    ECC_UNCORRECTABLE = 214
+    ILLEGAL_ADDRESS = 700
+    LAUNCH_TIMEOUT = 702
+    ASSERT = 710
+    HARDWARE_STACK_ERROR = 714
+    ILLEGAL_INSTRUCTION = 715
+    MISALIGNED_ADDRESS = 716
+    INVALID_ADDRESS_SPACE = 717
+    INVALID_PC = 718
+    LAUNCH_FAILED = 719
+
+
+# the devices whose context a sticky error lost in this process, and the error
+_lost: dict[int, Sticky] = {}
+
+
+def lost_contexts() -> dict[int, Sticky]:
+    """Devices whose context this process lost (``%cuda_info`` shows them), with the error."""
+    return dict(_lost)
+
+
+def note_lost(code: Sticky, device: int | None = None) -> int:
+    """Remember that a device's context is lost (the current one where ``device`` is None, or
+    the only one in use; -1 where that cannot be told); returns the device."""
+    if device is None:
+        device = -1
+        value = ctypes.c_int(-1)
+        try:
+            if _lib().cuCtxGetDevice(ctypes.byref(value)) == 0:
+                device = value.value
+        except OSError:  # pragma: no cover - no driver
+            pass
+        if device < 0 and len(_primary) == 1:
+            device = next(iter(_primary))
+    _lost.setdefault(device, code)
+    return device
+
+
+def sticky_of(exc: BaseException | None) -> Sticky | None:
+    """The sticky error an exception carries, whichever library raised it: cudamagic's
+    ``ContextPoisonedError`` (``code``), CuPy's ``CUDARuntimeError``/``CUDADriverError``
+    (``status``), a cuda.bindings ``CUresult``/``cudaError_t`` among its arguments; its cause
+    and context are looked through."""
+    seen = 0
+    while exc is not None and seen < 8:
+        values = [a for a in getattr(exc, "args", ()) if type(a).__name__ in _BINDINGS_ENUMS]
+        if type(exc).__name__ in _CUPY_ERRORS:
+            values.append(getattr(exc, "status", None))
+        if isinstance(exc, ContextPoisonedError):
+            values.append(exc.code)
+        for value in values:
+            code = Sticky._value2member_map_.get(value) if isinstance(value, int) else None
+            if code is not None:
+                return code  # type: ignore[return-value]
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+_BINDINGS_ENUMS = ("CUresult", "cudaError_t")  # cuda.bindings' status enums (int subclasses)
+_CUPY_ERRORS = ("CUDARuntimeError", "CUDADriverError")  # CuPy's, with the number as .status
+
+
+def lost_text(code: Sticky, device: int) -> str:
+    """What a lost context means, and what to do."""
+    where = f"device {device}" if device >= 0 else "the device"
+    return (f"the CUDA context of {where} is lost (CUDA_ERROR_{code.name}: a kernel faulted); "
+            "every CUDA call in this process now fails, CuPy's and any library's too: restart "
+            "the notebook kernel (the compiled kernels stay cached)")
+
+
 def check(status: int, what: str) -> None:
     """Raise the error that a driver status means (nothing for success).
 
@@ -129,11 +199,12 @@ def check(status: int, what: str) -> None:
     if status == 0:
         return
     name, text = _error_name(int(status))
-    if name in _STICKY:
-        raise ContextPoisonedError(
-            f"{what} failed with {name}: a kernel faulted and this process's CUDA context "
-            "can no longer be used. Every later CUDA call in this notebook will fail too: "
-            "restart the notebook kernel (the compiled kernels stay cached).")
+    code = Sticky._value2member_map_.get(int(status))
+    if code is not None:
+        code = Sticky(code)
+        device = note_lost(code)
+        raise ContextPoisonedError(f"{what} failed: {lost_text(code, device)}.", code=int(code),
+                                   device=device)
     if name == "CUDA_ERROR_NO_BINARY_FOR_GPU":
         raise LaunchError(f"{what} failed: the CUBIN was built for another GPU architecture than "
                           "this device's (a module that travelled to another machine, or "

@@ -204,10 +204,11 @@ class KernelImage:
 
     @once
     def prints(self) -> bool:
-        """The kernel or a function it calls calls ``printf`` (the device runtime's
-        ``vprintf``, an undefined symbol the CUBIN's call graph reaches)."""
-        return self.elf is not None and "vprintf" in self.elf.externals_reached(
-            self.symbol_index)
+        """The kernel or a function it calls writes to the device's output buffer: ``printf``
+        or a failing ``assert`` (the device runtime's ``vprintf`` / ``__assertfail``, undefined
+        symbols the CUBIN's call graph reaches)."""
+        return self.elf is not None and not self.elf.externals_reached(
+            self.symbol_index).isdisjoint(("vprintf", "__assertfail"))
 
     @once
     def launch(self) -> LaunchNeeds:

@@ -11,14 +11,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..launch.tool_run import CellFinding, SanitizeReport
+from ..launch.tool_run import CellFinding, SanitizeReport, sanitize_hint
+from ..toolchain.driver import Sticky, lost_text
 from ..toolchain.profiler import Comparison, Profile
 from ..toolchain.sanitizer import Access, FindingKind, Space
 from ..units import counted, size_text
 from .bench import _COLOURS
 
 __all__ = ["DebugView", "present", "sanitize_text", "sanitize_html", "profile_text",
-           "profile_html", "roofline_svg"]
+           "profile_html", "roofline_svg", "crash_lines"]
 
 
 def _dims(d: Sequence[int] | None) -> str:
@@ -195,6 +196,12 @@ def profile_html(p: "Profile | Comparison") -> str:
             f"{roofline_svg(profiles)}</details>")
 
 
+def crash_lines(code: Sticky, device: int, last: Any) -> list[str]:
+    """What a cell's error adds where a lost context surfaced in another library's call (CuPy,
+    cuda.bindings): what happened, what to do, the sanitize call that finds the cause."""
+    return ["", f"cudamagic: {lost_text(code, device)}.", f"cudamagic: {sanitize_hint(last)}"]
+
+
 class DebugView:
     """A debugging record as a notebook shows it (text, HTML); the record is :attr:`record`
     and its fields read through."""
@@ -206,12 +213,16 @@ class DebugView:
         return getattr(self.__dict__["record"], name)
 
     def text(self) -> str:
-        r = self.record
-        return sanitize_text(r) if isinstance(r, SanitizeReport) else profile_text(r)
+        return "\n\n".join(sanitize_text(r) if isinstance(r, SanitizeReport) else
+                           profile_text(r) for r in self._records())
 
     def html(self) -> str:
+        return "".join(sanitize_html(r) if isinstance(r, SanitizeReport) else profile_html(r)
+                       for r in self._records())
+
+    def _records(self) -> tuple:
         r = self.record
-        return sanitize_html(r) if isinstance(r, SanitizeReport) else profile_html(r)
+        return r if isinstance(r, tuple) else (r,)
 
     def __str__(self) -> str:
         return self.text()
