@@ -66,3 +66,33 @@ def test_a_planted_break_fails_its_contract(tmp_path, path, planted, contract, w
     assert any(line.startswith(contract) for line in broken), broken  # an upward edge is
     # often a circle as well
     assert where in done.stdout, done.stdout
+
+
+def test_the_architecture_page_lists_every_module_in_its_layer():
+    """docs/architecture.md's graph names every module of the package (a package's own
+    ``__init__.py`` aside), each once, under the layer the contract gives it."""
+    import tomllib
+
+    page = (REPO / "docs" / "architecture.md").read_text()
+    block = page.split("<!-- modules -->\n```\n", 1)[1].split("```", 1)[0]
+    listed: dict[str, str] = {}
+    layer = ""
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            layer = line.split()[0]
+        elif line.startswith("  ") and line.split()[0].endswith(".py"):
+            path = line.split()[0]
+            assert path not in listed, f"{path} is listed twice"
+            listed[path] = layer
+    package = REPO / "cudamagic"
+    files = {str(p.relative_to(package)) for p in package.rglob("*.py")
+             if "__pycache__" not in p.parts and not (p.name == "__init__.py" and p.parent != package)}
+    assert set(listed) == files, (sorted(files - set(listed)), sorted(set(listed) - files))
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in contract["contracts"] if c["type"] == "layers")["layers"]
+    names = ["shell", "pipeline", "view", "launch", "store", "toolchain", "cxx", "leaf"]
+    for name, members in zip(names, layers):
+        for member in members.replace(":", " ").replace("|", " ").split():
+            wanted = {p for p, lay in listed.items()
+                      if p.split("/")[0].removesuffix(".py") == member}
+            assert wanted and all(listed[p] == name for p in wanted), (member, name)
