@@ -565,3 +565,31 @@ def test_newer_and_older_formats_and_bare_cubin_are_rebuilt(cache, compiler, val
     assert not mod.hit and reason in mod.report.miss_reason and len(compiler.calls) == 1
     record, _ = cache.get(key)
     assert record.lowered is not None and record.key == key  # re-stored in the current format
+
+
+@pytest.mark.parametrize("where", ["first byte", "header", "cubin start", "middle", "last byte"])
+def test_one_damaged_byte_anywhere_in_a_large_entry_is_caught(tmp_path, where):
+    """An entry of several MiB (a CUBIN of 6 MiB): one byte changed anywhere in its value file,
+    at its first byte, in its header, at the CUBIN's first byte, in the middle or at its very
+    end, is found by the checksum: the entry is not served, it is deleted, and the next read is
+    a plain miss. The same entry undamaged is served byte for byte."""
+    from cudamagic.miss import MissKind
+
+    cubin = random.Random(7).randbytes(6 << 20)
+    record = EntryRecord(cubin=cubin, lowered={"k<1>": "_Z1kILi1EEvv"}, arch="sm_90",
+                         nvrtc_version="13.0")
+    cache = KernelCache(tmp_path)
+    cache.put("key", record)
+    got, miss = cache.get("key")
+    assert miss is None and got is not None and got.cubin == cubin
+    (value,) = _value_files(tmp_path)
+    data = bytearray(value.read_bytes())
+    start = len(data) - len(cubin)  # the CUBIN closes the value
+    at = {"first byte": 0, "header": start // 2, "cubin start": start,
+          "middle": start + len(cubin) // 2, "last byte": len(data) - 1}[where]
+    data[at] ^= 0x01
+    value.write_bytes(bytes(data))
+    got, miss = cache.get("key")
+    assert got is None and miss is not None and miss.kind is MissKind.DAMAGED, (where, miss)
+    assert not _value_files(tmp_path)  # deleted
+    assert cache.get("key") == (None, None)  # gone: no entry, nothing to say

@@ -587,6 +587,33 @@ def test_values_show_as_their_own_repr(mod):
         encode_module.encode("k", params_module._spec(0, 0, 2, "__nv_bfloat16"), np.float32(0.1))
 
 
+# (the CUBIN's slot size, the C++ type the signature gives it, a value of that type)
+_WIDTH_MISMATCHES = [
+    (4, "double", 1.5), (8, "float", 1.5), (4, "long long", 7), (8, "int", 7),
+    (2, "int", 7), (1, "short", 7), (4, "complex<float>", 1 + 2j), (8, "__half", 1.5),
+]
+
+
+@pytest.mark.parametrize("size, ctype, value", _WIDTH_MISMATCHES,
+                         ids=[f"{t}-in-{n}-bytes" for n, t, _ in _WIDTH_MISMATCHES])
+def test_a_scalar_whose_slot_is_not_its_width_is_taken_as_raw_bytes_only(size, ctype, value):
+    """A signature that gives a slot a type of another width than the CUBIN records (a foreign
+    CUBIN, a stale map) never packs the type's bytes into it: a ``double`` into a 4-byte slot
+    would write 8 bytes where the kernel reads 4. The slot takes raw bytes of its own size alone,
+    and the message says how many."""
+    from cudamagic.cxx import parse_demangled
+    from cudamagic.toolchain.image import Param
+
+    record = types.SimpleNamespace(params=(Param(ordinal=0, offset=0, size=size),))
+    (spec,) = params_module.param_specs(record, parse_demangled(f"k({ctype})"))
+    assert spec.kind is SlotKind.VALUE and spec.size == size and not spec.direct
+    with pytest.raises(ArgumentTypeError, match=f"or {size} raw bytes"):
+        encode_module.encode("k", spec, value)
+    with pytest.raises(ArgumentValueError, match=f"the kernel takes {size}"):
+        encode_module.encode("k", spec, b"\0" * (size + 4))
+    assert encode_module.encode("k", spec, b"\1" * size) == b"\1" * size
+
+
 def test_long_values_are_shortened_with_an_ellipsis(mod):
     with pytest.raises(ArgumentTypeError) as info:
         _pack(mod, "fill<float>", DeviceArray("f4"), 1.0, "x" * 200)
