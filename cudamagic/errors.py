@@ -12,6 +12,7 @@ __all__ = [
     "SourceError",
     "CompileError",
     "LinkError",
+    "ToolchainError",
     "NameResolutionError",
     "ImageError",
     "CacheError",
@@ -63,6 +64,12 @@ class CompileError(CudaMagicError):
 class LinkError(CompileError):
     """nvJitLink could not link relocatable device code, LTO IR or PTX into a CUBIN (or is not
     installed); ``log`` is its error log."""
+
+
+class ToolchainError(CudaMagicError):
+    """The compiler or the linker failed for a reason outside the cell's code (a process forked
+    while its parent compiled, a temporary folder it cannot write): the cell itself may be fine,
+    and the message says what to change instead."""
 
 
 class NameResolutionError(CudaMagicError, LookupError):

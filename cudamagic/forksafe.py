@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ForkSafeLock", "once"]
+from .errors import ToolchainError
+
+__all__ = ["ForkSafeLock", "once", "NativeSection"]
 
 
 class ForkSafeLock:
@@ -79,9 +82,87 @@ class once:  # noqa: N801 - used as a decorator, like functools.cached_property
         return obj.__dict__.setdefault(self.name, self.fn(obj))
 
 
+class NativeSection:
+    """Calls into a native library whose own locks a fork may copy held.
+
+    NVRTC holds a lock of its own during part of a compile: a child forked while another thread
+    of its parent was there gets that lock held by a thread it does not have, and its first
+    compile waits for ever. Each call into such a library runs inside ``with section:``. In a
+    child forked while any call was inside, the first :meth:`check` runs ``probe`` (a call of
+    the library's own that takes the same locks) on a thread of its own for at most
+    ``probe_s``: if it returns, the library is usable; if not, this and every later call is
+    refused with a :class:`~cudamagic.errors.ToolchainError` saying why, instead of waiting.
+    """
+
+    __slots__ = ("what", "probe", "probe_s", "_inside", "_count", "_suspect", "refused",
+                 "__weakref__")
+
+    def __init__(self, what: str, probe: Callable[[], object], probe_s: float) -> None:
+        self.what = what
+        self.probe = probe
+        self.probe_s = probe_s
+        self._inside = threading.Lock()
+        self._count = 0
+        self._suspect = False
+        #: why this process must not call the library (its lock copied held), or None
+        self.refused: str | None = None
+        _sections.add(self)
+
+    def check(self) -> None:
+        """:raises ToolchainError: this process was forked while a call was inside, and the
+        library's lock stayed held."""
+        if self._suspect:
+            with self._inside:
+                if self._suspect:
+                    self._suspect = False
+                    if not self._probe_returns():
+                        self.refused = (
+                            f"{self.what} cannot be used in this process: it was forked while "
+                            f"another thread of its parent was inside {self.what}, and the fork "
+                            f"copied the lock that thread held, so a call here waits for ever "
+                            f"(a probe did not return in {self.probe_s:g} s). Build before "
+                            f"forking, or start worker processes with multiprocessing's "
+                            f"'spawn' or 'forkserver' method; kernels already built or cached "
+                            f"still load here")
+        if self.refused is not None:
+            raise ToolchainError(self.refused)
+
+    def _probe_returns(self) -> bool:
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                self.probe()
+            except Exception:  # noqa: BLE001 - returned is what the probe asks
+                pass
+            done.set()
+
+        threading.Thread(target=run, name=f"cudamagic-probe-{self.what}", daemon=True).start()
+        return done.wait(self.probe_s)
+
+    def __enter__(self) -> None:
+        self.check()
+        with self._inside:
+            self._count += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._inside:
+            self._count -= 1
+
+    def _after_fork(self) -> None:
+        self._inside = threading.Lock()
+        self._suspect = self._suspect or self._count > 0
+        self._count = 0
+
+
+_sections: "weakref.WeakSet[NativeSection]" = weakref.WeakSet()
+
+
 def _after_fork_in_child() -> None:
     for lock in list(_all):
         lock._renew()
+    for section in list(_sections):
+        section._after_fork()
 
 
 if hasattr(os, "register_at_fork"):

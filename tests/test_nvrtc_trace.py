@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from cudamagic.toolchain.tracefolder import PREFIX
+
 from .conftest import REPO
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"),
@@ -75,8 +77,8 @@ def _run_child(code: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, 
                "symlink,symlinkat", *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=READ_ONLY,
                           timeout=600)
-    allowed = (str(tmp_path / "cache"), "/dev/shm/cudamagic-trace-",
-               str(tmpdir / "cudamagic-trace-"), "/dev/null", "/dev/tty")
+    allowed = (str(tmp_path / "cache"), f"/dev/shm/{PREFIX}", str(tmpdir / PREFIX), "/dev/null",
+               "/dev/tty")
     stray = [p for p in (_written(log) if STRACE else []) if not p.startswith(allowed)]
     left = [p.name for p in tmpdir.iterdir()]  # a trace folder left behind, or a stray file
     return proc, stray + [f"{tmpdir}/{n}" for n in left]
@@ -216,25 +218,85 @@ def test_ctrl_c_during_a_compile_is_raised_once_nvrtc_has_returned():
     assert out.split("\n")[0] == "interrupted [] True", out
 
 
-def test_trace_folders_of_processes_killed_mid_compile_are_removed(tmp_path):
-    """A process killed during a compile (kill -9, an abort) cannot remove its trace folder;
-    the next process's first traced compile removes those whose process is gone."""
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    env = {"TMPDIR": str(tmp_path)}
-    parent = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(tmp_path)
-    left = Path(parent) / f"cudamagic-trace-{dead.pid}-test"
-    mine = Path(parent) / f"cudamagic-trace-{os.getpid()}-test"
-    for folder in (left, mine):
-        folder.mkdir()
-        (folder / "trace.json").write_text("{}")
-    try:
-        from .conftest import run_python
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
 
-        run_python("from cudamagic.toolchain.nvrtc import compile_cubin\n"
-                   "r = compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])\n"
-                   "assert r.trace is not None\n", env=env)
-        assert not left.exists() and mine.exists()
+
+def _popen_python(code: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+# a process whose traced compile waits, its trace folder made, until a file appears
+_HELD_COMPILE = """
+import os, sys, time
+from cudamagic.toolchain import nvrtc
+real = nvrtc._compile
+def held(*args):
+    print("ready", flush=True)
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.01)
+    return real(*args)
+nvrtc._compile = held
+r = nvrtc.compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])
+print("traced", r.trace is not None, flush=True)
+"""
+_FIRST_COMPILE = ("from cudamagic.toolchain.nvrtc import compile_cubin\n"
+                  "assert compile_cubin('__global__ void j() {}', [], ['-arch=sm_90']).trace\n")
+
+
+def _unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="needs a writable /dev/shm")
+@pytest.mark.parametrize("namespace", ["the same pid namespace", "another pid namespace"])
+def test_a_neighbours_first_compile_leaves_a_live_compiles_trace_folder(tmp_path, namespace):
+    """A process whose trace folder is in use keeps it while another process's first traced
+    compile reaps the folders of the dead, also from another pid namespace sharing /dev/shm
+    (containers sharing an IPC namespace), where none of this process's pids can be seen: the
+    pid-based reaper removed the live folder and the compiling process aborted."""
+    if namespace == "another pid namespace" and not _unshare_works():
+        pytest.skip("unshare --pid --fork cannot run here (needs root or user namespaces)")
+    go = tmp_path / "go"
+    holder = _popen_python(_HELD_COMPILE, str(go))
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        prefix = ["unshare", "--pid", "--fork"] if namespace == "another pid namespace" else []
+        neighbour = subprocess.run([*prefix, sys.executable, "-c", _FIRST_COMPILE],
+                                   capture_output=True, text=True, timeout=120, env=_env())
+        assert neighbour.returncode == 0, neighbour.stderr
+        go.touch()
+        out, err = holder.communicate(timeout=120)
     finally:
-        shutil.rmtree(left, ignore_errors=True)
-        shutil.rmtree(mine, ignore_errors=True)
+        go.touch()
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert holder.returncode == 0, f"the compiling process died ({holder.returncode}): {err}"
+    assert out.strip() == "traced True", (out, err)
+
+
+@pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="needs a writable /dev/shm")
+def test_trace_folders_of_processes_killed_mid_compile_are_removed(tmp_path):
+    """A process killed during a compile (kill -9) cannot remove its trace folder; the next
+    process's first traced compile removes it (its lock went with the process)."""
+    go = tmp_path / "go"
+    killed = _popen_python(_HELD_COMPILE, str(go))
+    before = set(os.listdir("/dev/shm"))
+    try:
+        assert killed.stdout.readline().strip() == "ready"
+        left = {n for n in os.listdir("/dev/shm") if n.startswith("cudamagic-traces-")} - before
+        assert len(left) == 1, left
+    finally:
+        killed.kill()
+        killed.wait()
+    from .conftest import run_python
+
+    run_python(_FIRST_COMPILE)
+    assert not os.path.exists(os.path.join("/dev/shm", left.pop()))

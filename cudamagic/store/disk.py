@@ -41,6 +41,7 @@ from diskcache.core import DBNAME, DEFAULT_SETTINGS, METADATA, MODE_BINARY, MODE
 
 from ..files import FileRefused, TooLarge, file_kind, open_regular, read_fd
 from .base import Refused, Store, StoredEntry, StoreUnavailable
+from .connections import ThreadConnections, close_orphans
 from .limits import DEFAULT_SIZE_LIMIT
 from .state import state
 
@@ -219,13 +220,19 @@ class _Store(diskcache.Cache):
     def __init__(self, directory, timeout=60, disk=_PrivateDisk, **settings):
         if not (_FAST_OPEN and self._open_as_is(str(directory), timeout, disk, settings)):
             super().__init__(directory, timeout=timeout, disk=disk, **settings)
+            # diskcache's threading.local, for one whose connections close under the lock
+            # (store/connections.py); the opening thread's connection moves across
+            made, self._local = self._local, ThreadConnections()
+            for name in ("pid", "con"):
+                if hasattr(made, name):
+                    setattr(self._local, name, getattr(made, name))
 
     def _open_as_is(self, directory: str, timeout: float, disk: type,
                     settings: dict[str, Any]) -> bool:
         """Open as ``Cache.__init__`` would when it would change nothing; False to let it."""
         self._directory = directory
         self._timeout = timeout
-        self._local = threading.local()
+        self._local = ThreadConnections()  # connections closed under the lock only
         self._txn_id = None
         try:
             con = self._con  # diskcache's own: connects and sets the per-connection pragmas
@@ -340,6 +347,7 @@ class DiskStore(Store):
         self.location = str(directory)
         self._database = os.path.join(directory, DBNAME)
         with self._guard("opening"):
+            close_orphans()
             self._dc = _Store(str(directory), **_SETTINGS)
         bookkeeper().reclaim_later(directory)
 

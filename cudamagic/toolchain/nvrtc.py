@@ -14,7 +14,6 @@ import functools
 import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import CompileError, OptionError
+from ..forksafe import ForkSafeLock, NativeSection
 from ..toolkit import include_hints
+from .tracefolder import compile_folder
 
 __all__ = ["CompileResult", "compile_cubin", "declared_signatures", "shift_lines", "nvrtc_version",
            "supported_archs", "rewrite_log", "name_map_lines", "template_kernels"]
@@ -55,7 +56,30 @@ class CompileResult:
     trace: bytes | None = None
 
 
+def _probe() -> None:
+    """A compile of an empty kernel to CUBIN, through every stage of a compile, straight
+    through the bindings (:data:`_INSIDE`'s probe)."""
+    from cuda.bindings import nvrtc
+
+    _, archs = nvrtc.nvrtcGetSupportedArchs()
+    _, prog = nvrtc.nvrtcCreateProgram(b"__global__ void probe() {}", b"probe.cu", 0, [], [])
+    try:
+        nvrtc.nvrtcCompileProgram(prog, 1, [f"-arch=sm_{archs[-1]}".encode()])
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+#: How long a forked child's probe of NVRTC may take (an empty kernel's compile takes
+#: milliseconds; this leaves room for a machine under load).
+PROBE_S = 5.0
+
+#: Every NVRTC program's life, from its creation to its destruction: a child forked during one
+#: probes NVRTC first and is refused it where the fork left NVRTC's lock held.
+_INSIDE = NativeSection("NVRTC", _probe, PROBE_S)
+
+
 def _nvrtc():
+    _INSIDE.check()
     try:
         from cuda.bindings import nvrtc  # imported on first compile: it loads libnvrtc
     except ImportError as exc:  # the package was installed without a CUDA stack
@@ -123,7 +147,7 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     trace : bool
         Ask NVRTC for its time trace, which lists every header the compile read
         (:mod:`cudamagic.toolchain.deps`). An NVRTC that does not know the option, or a machine
-        without room to write it (:data:`TRACE_ROOM`), compiles without it.
+        without room to write it (:data:`~cudamagic.toolchain.tracefolder.TRACE_ROOM`), compiles without it.
 
     :raises CompileError: NVRTC refused the source or a name expression.
     :raises OptionError: NVRTC refused an option.
@@ -148,6 +172,9 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
 
     NVRTC cannot be interrupted: a Ctrl-C during the compile is raised once it has returned,
     as it would be were NVRTC called on the caller's thread.
+
+    The thread gets :data:`NVRTC_STACK` whatever ``threading.stack_size()`` the program set
+    (:func:`_start_with_stack`).
     """
     box: dict[str, Any] = {}
     done = threading.Event()
@@ -160,8 +187,7 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
         finally:
             done.set()
 
-    worker = threading.Thread(target=run, name="cudamagic-nvrtc", daemon=True)
-    worker.start()
+    _start_with_stack(run)
     interrupted: KeyboardInterrupt | None = None
     # an Event, not join(): a join that Ctrl-C interrupts can leave is_alive() False while
     # the thread still runs
@@ -177,12 +203,43 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
     return box["value"]
 
 
+#: The stack of the compile thread. NVRTC's front end recurses once per level of a template
+#: instantiation: a thread made after ``threading.stack_size(1 << 20)`` dies (SIGSEGV, the
+#: whole process) in a depth-200 instantiation that the main thread's 8 MiB compiles; the
+#: compile thread gets eight times that, reserved but only touched as NVRTC goes deeper.
+NVRTC_STACK = 64 << 20
+
+_stack_lock = ForkSafeLock()
+
+
+def _start_with_stack(run: Callable[[], None]) -> None:
+    """Start ``run`` on a daemon thread with :data:`NVRTC_STACK`, whatever the program's
+    ``threading.stack_size()``, which is given back as it was. Where that stack cannot be had
+    (an address-space limit), the thread gets the platform's default one, not the program's
+    smaller setting. (``stack_size`` is per process: a thread another thread of the program
+    starts in the same instant gets the larger stack too, which harms nothing.)"""
+    with _stack_lock:
+        previous = threading.stack_size()
+        try:
+            for size in (NVRTC_STACK, 0):
+                threading.stack_size(size)
+                worker = threading.Thread(target=run, name="cudamagic-nvrtc", daemon=True)
+                try:
+                    worker.start()
+                    return
+                except RuntimeError:  # "can't start new thread": no room for that stack
+                    if size == 0:
+                        raise
+        finally:
+            threading.stack_size(previous)
+
+
 def _traced_compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
                     program_name: str, line_offset: int, trace: bool
                     ) -> tuple[bytes, dict[str, str], str, bytes | None]:
     """:func:`_compile` with NVRTC's trace written to a fresh private folder (removed after),
     where ``trace`` asks for one and there is room: (CUBIN, lowered, log, trace or None)."""
-    folder = _trace_folder() if trace else None
+    folder = compile_folder() if trace else None
     if folder is None:
         return (*_compile(source, name_expressions, options, program_name, line_offset), None)
     try:
@@ -201,78 +258,6 @@ def _traced_compile(source: str, name_expressions: Sequence[str], options: Seque
         shutil.rmtree(folder, ignore_errors=True)
 
 
-#: Free space (and file size limit) a traced compile needs. NVRTC aborts the whole process
-#: ("LLVM ERROR: out of memory", SIGABRT) when it cannot write its trace, so a compile traces
-#: only where the write cannot fail for want of room (far more than a CCCL-heavy cell's trace).
-TRACE_ROOM = 256 << 20
-
-
-def _trace_folder() -> str | None:
-    """A fresh private folder for NVRTC's trace, in memory (/dev/shm) where there is one, or
-    None where a trace could not safely be written (the compile then runs without it)."""
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-        if soft != resource.RLIM_INFINITY and soft < TRACE_ROOM:
-            return None
-    except (ImportError, ValueError, OSError):  # pragma: no cover - not Linux
-        pass
-    for parent in _trace_parents():
-        try:
-            st = os.statvfs(parent)
-            if st.f_bavail * st.f_frsize >= TRACE_ROOM and os.access(parent, os.W_OK):
-                _reap_once(parent)
-                return tempfile.mkdtemp(prefix=f"{_TRACE_PREFIX}{os.getpid()}-", dir=parent)
-        except OSError:
-            continue
-    return None
-
-
-_TRACE_PREFIX = "cudamagic-trace-"
-_reaped: set[str] = set()
-
-
-def _reap_once(parent: str) -> None:
-    """Remove, once per process and folder, the trace folders of this user's processes that
-    ended before they could (killed or aborted during a compile): each is named by its pid."""
-    if parent in _reaped:
-        return
-    _reaped.add(parent)
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(_TRACE_PREFIX):].split("-", 1)[0]
-        if not name.startswith(_TRACE_PREFIX) or not pid.isdigit():
-            continue
-        path = os.path.join(parent, name)
-        try:
-            if os.lstat(path).st_uid != os.getuid() or _alive(int(pid)):
-                continue
-        except OSError:
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return True  # another user's, or not a pid: left alone
-    return True
-
-
-def _trace_parents() -> Iterator[str]:
-    """Where a trace folder may go: the temporary folder is asked for only when /dev/shm will
-    not do (``gettempdir()`` probes its candidates by writing a file in each)."""
-    yield "/dev/shm"
-    yield tempfile.gettempdir()
-
-
 def _read_trace(folder: str) -> bytes | None:
     # NVRTC appends ".json" to the name it is given (and appends to an existing file: the
     # folder is fresh for each compile)
@@ -286,6 +271,12 @@ def _read_trace(folder: str) -> bytes | None:
 def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
              program_name: str, line_offset: int) -> tuple[bytes, dict[str, str], str]:
     """One NVRTC program: (CUBIN, lowered names, rewritten log)."""
+    with _INSIDE:
+        return _program(source, name_expressions, options, program_name, line_offset)
+
+
+def _program(source: str, name_expressions: Sequence[str], options: Sequence[str],
+             program_name: str, line_offset: int) -> tuple[bytes, dict[str, str], str]:
     nvrtc = _nvrtc()
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), program_name.encode(), 0, [], []),
                   "nvrtcCreateProgram")
