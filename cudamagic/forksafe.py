@@ -16,8 +16,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ToolchainError
-
 __all__ = ["ForkSafeLock", "once", "NativeSection"]
 
 
@@ -91,14 +89,17 @@ class NativeSection:
     child forked while any call was inside, the first :meth:`check` runs ``probe`` (a call of
     the library's own that takes the same locks) on a thread of its own for at most
     ``probe_s``: if it returns, the library is usable; if not, this and every later call is
-    refused with a :class:`~cudamagic.errors.ToolchainError` saying why, instead of waiting.
+    refused with ``refuse(why)`` (the caller's error: this module is below the errors), instead
+    of waiting.
     """
 
-    __slots__ = ("what", "probe", "probe_s", "_inside", "_count", "_suspect", "refused",
-                 "__weakref__")
+    __slots__ = ("what", "probe", "probe_s", "refuse", "_inside", "_count", "_suspect",
+                 "refused", "__weakref__")
 
-    def __init__(self, what: str, probe: Callable[[], object], probe_s: float) -> None:
+    def __init__(self, what: str, probe: Callable[[], object], probe_s: float,
+                 refuse: Callable[[str], Exception]) -> None:
         self.what = what
+        self.refuse = refuse
         self.probe = probe
         self.probe_s = probe_s
         self._inside = threading.Lock()
@@ -109,7 +110,7 @@ class NativeSection:
         _sections.add(self)
 
     def check(self) -> None:
-        """:raises ToolchainError: this process was forked while a call was inside, and the
+        """:raises: ``refuse(why)``: this process was forked while a call was inside, and the
         library's lock stayed held."""
         if self._suspect:
             with self._inside:
@@ -125,7 +126,7 @@ class NativeSection:
                             f"'spawn' or 'forkserver' method; kernels already built or cached "
                             f"still load here")
         if self.refused is not None:
-            raise ToolchainError(self.refused)
+            raise self.refuse(self.refused)
 
     def _probe_returns(self) -> bool:
         done = threading.Event()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import CompileError, OptionError
+from ..errors import CompileError, OptionError, ToolchainError
 from ..forksafe import ForkSafeLock, NativeSection
 from ..toolkit import include_hints
 from .tracefolder import compile_folder
@@ -75,7 +75,7 @@ PROBE_S = 5.0
 
 #: Every NVRTC program's life, from its creation to its destruction: a child forked during one
 #: probes NVRTC first and is refused it where the fork left NVRTC's lock held.
-_INSIDE = NativeSection("NVRTC", _probe, PROBE_S)
+_INSIDE = NativeSection("NVRTC", _probe, PROBE_S, ToolchainError)
 
 
 def _nvrtc():
