@@ -376,6 +376,7 @@ class CudaMagics(Magics):
         """
         from .launch.tool_run import sanitize_line
 
+        assert self.shell is not None  # a registered magic has its shell
         return sanitize_line(line, self.shell.user_ns)
 
     @no_var_expand
@@ -390,6 +391,7 @@ class CudaMagics(Magics):
         """
         from .launch.tool_run import profile_line
 
+        assert self.shell is not None
         return profile_line(line, self.shell.user_ns)
 
     def _push(self, module_name: str, module: Any) -> list[str]:

@@ -332,3 +332,57 @@ extern "C" __global__ void through_a_call(int v) { say(v); }
     m = cudamagic.build(src, cache=str(tmp_path))
     assert {k: m[k].prints for k in m} == {"hello": True, "silent": False,
                                            "through_a_call": True}
+
+
+class _DeviceArray:
+    """A stand-in for a device array (the GPU is the part that cannot run here): host memory
+    behind a __cuda_array_interface__, its address the host buffer's."""
+
+    def __init__(self, host: np.ndarray) -> None:
+        self.host = host
+        self.__cuda_array_interface__ = {
+            "shape": host.shape, "typestr": host.dtype.str, "version": 3,
+            "data": (host.__array_interface__["data"][0], False),
+            "strides": None if host.flags.c_contiguous else host.strides}
+
+
+def _host_copy(ptr: int, nbytes: int) -> bytes:
+    import ctypes
+
+    return ctypes.string_at(ptr, nbytes)
+
+
+def test_capture_takes_arrays_by_value_with_their_layout_and_scalars_as_their_bytes(oob):
+    import ctypes
+
+    k = cudamagic.build("""extern "C" __global__ void k(const float* a, double s, short* r,
+                           int* none) {}""", use_cache=False)["k"]
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    a = base[1:, ::2]  # strided: 3 x 3, strides (24, 8)
+    r = np.arange(6, dtype=np.int16)[::-1]  # negative stride
+    ready = []
+    c = cap.capture("k", k.params, (2,), (32,), (_DeviceArray(a), 2.5, _DeviceArray(r), None),
+                    copy=_host_copy, labels=("a", "s", "r", "none"),
+                    ready=lambda: ready.append(1))
+    assert ready == [1]
+    ca, cs, cr, cn = c.args
+    assert (ca.kind, ca.dtype, ca.shape, ca.strides, ca.offset) == (
+        cap.ArgKind.ARRAY, "<f4", (3, 3), (24, 8), 0)
+    # the bytes from the first element to the last one's end, as in memory
+    first = a.__array_interface__["data"][0]
+    assert ca.contents == ctypes.string_at(first, 2 * 24 + 2 * 8 + 4)
+    assert ca.address == first and ca.describe() == "argument 0, a: float32[3, 3]"
+    assert (cr.shape, cr.strides, cr.offset, len(cr.contents)) == ((6,), (-2,), 10, 12)
+    assert np.frombuffer(cr.contents, np.int16)[::-1].tolist() == r.tolist()
+    assert cs.kind is cap.ArgKind.BYTES and cs.packed == np.float64(2.5).tobytes()
+    assert cn.kind is cap.ArgKind.NULL
+    assert cap.decode_capture(cap.encode_capture(c)) == c
+
+
+def test_capture_checks_every_argument_before_it_asks_for_the_gpu(oob):
+    asked = []
+    with pytest.raises(ArgumentTypeError, match="parameter 1"):
+        cap.capture("oob_write", oob["oob_write"].params, (1,), (256,),
+                    (_DeviceArray(np.zeros(256, np.float32)), 2.5), copy=_host_copy,
+                    ready=lambda: asked.append(1))
+    assert asked == []

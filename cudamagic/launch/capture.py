@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ArgumentTypeError, ArgumentValueError
 from .encode import _attribute, _dlpack_only, _from_dlpack, _interface, check_dims, \
     check_shared_mem, pack_args
-from .params import POINTER_BYTES, ParamSpec, tidy_type
+from .params import POINTER_BYTES, ParamSpec, SlotKind, tidy_type
 
 __all__ = ["ArgKind", "CapturedArg", "Capture", "capture", "encode_capture", "decode_capture",
            "Placement", "Where", "name_address", "extent"]
@@ -164,7 +164,7 @@ def capture(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any, args: 
     """
     grid3, block3, shared, packed = check_launch(name, specs, grid, block, args, shared_mem)
     bad = [i for i in uninitialized if not (isinstance(i, int) and 0 <= i < len(specs)
-                                            and specs[i].kind == "pointer")]
+                                            and specs[i].kind is SlotKind.POINTER)]
     if bad:
         raise ArgumentValueError(f"{name}: uninitialized={tuple(uninitialized)!r}: {bad[0]!r} "
                                  "is not the index of a pointer argument")
@@ -172,7 +172,7 @@ def capture(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any, args: 
     forms: list[tuple[int, Any]] = []
     total = 0
     for spec, value, slot in zip(specs, args, packed):
-        if spec.kind == "pointer" and value is not None:
+        if spec.kind is SlotKind.POINTER and value is not None:
             ptr, dtype, shape, strides = _array_form(name, spec, value)
             lo, nbytes = extent(shape, strides, dtype.itemsize)
             total += nbytes
@@ -191,7 +191,7 @@ def capture(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any, args: 
             out.append(CapturedArg(spec.index, ArgKind.ARRAY, slot, spec.ctype, label,
                                    dtype.str, shape, strides, -lo,
                                    copy(ptr + lo, nbytes) if keep else bytes(0), ptr, keep))
-        elif spec.kind == "pointer":
+        elif spec.kind is SlotKind.POINTER:
             out.append(CapturedArg(spec.index, ArgKind.NULL, slot, spec.ctype, label))
         else:
             out.append(CapturedArg(spec.index, ArgKind.BYTES, slot, spec.ctype, label))

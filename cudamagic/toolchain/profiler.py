@@ -131,7 +131,7 @@ def _report_module() -> Any:
     """ncu's report interface: the ``ncu_report`` package, else the ``extras/python`` folder
     of an Nsight Compute install next to the ncu found."""
     try:
-        import ncu_report  # type: ignore[import-untyped]
+        import ncu_report
         return ncu_report
     except ImportError:
         pass
@@ -143,7 +143,7 @@ def _report_module() -> Any:
         for extras in (home / "extras" / "python", home.parent / "extras" / "python"):
             if (extras / "ncu_report.py").exists():
                 sys.path.append(str(extras))
-                import ncu_report  # type: ignore[import-untyped]
+                import ncu_report
                 return ncu_report
     raise ProfileReadError("ncu's report interface is not installed: pip install ncu-report "
                            "(or use the extras/python folder of Nsight Compute)")
