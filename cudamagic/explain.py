@@ -100,7 +100,8 @@ class CellBuild:
                     and all(isinstance(x, list) and all(isinstance(i, str) for i in x)
                             for x in lists)):
                 return None
-            return cls(*texts[:2], source=data["source"] if isinstance(data["source"], str)
+            return cls(key=texts[0], source_sha=texts[1],
+                       source=data["source"] if isinstance(data["source"], str)
                        else None, names=tuple(lists[0]), std=texts[2], options=tuple(lists[1]),
                        arch=texts[3], nvrtc=texts[4], toolkit=texts[5], line_offset=int(offset))
         except (KeyError, TypeError):
@@ -139,6 +140,7 @@ class History:
         self._lock = ForkSafeLock()
 
     def _path(self, cell: str) -> str:
+        assert self.folder is not None  # only asked where there is a folder
         return os.path.join(self.folder, f"{cell}.json")
 
     def knows(self, cell: str, key: str) -> bool:

@@ -22,13 +22,18 @@ from .view.debug import present
 
 class BuildContext(Protocol):
     """What this module reads of the pipeline's ``BuildContext`` (the pipeline imports this
-    module, so it names no pipeline type)."""
+    module, so it names no pipeline type); read only."""
 
-    source: str
-    opts: BuildOptions
-    settings: Any
-    store: Any
-    line_offset: int
+    @property
+    def source(self) -> str: ...
+    @property
+    def opts(self) -> BuildOptions: ...
+    @property
+    def settings(self) -> Any: ...
+    @property
+    def store(self) -> Any: ...
+    @property
+    def line_offset(self) -> int: ...
 
 __all__ = ["debug_support"]
 

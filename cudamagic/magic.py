@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -236,7 +237,7 @@ class CudaMagics(Magics):
         started = time.perf_counter()  # the report's time is the cell's, from here
         if cell is None:  # %cuda (one %): the help, and where the cell magic goes
             print("%%cuda is a cell magic: its line holds the options and the cell below it "
-                  "the CUDA C++.\n\n" + (self.cuda.__doc__ or ""))
+                  "the CUDA C++.\n\n" + (CudaMagics.cuda.__doc__ or ""))
             return
         from .pipeline import build_module  # imported by %load_ext already: a dict lookup
 
@@ -244,7 +245,7 @@ class CudaMagics(Magics):
         imports = t - started
         opts = parse_magic_line(line)
         if opts is None:  # -h, --help
-            print(self.cuda.__doc__)
+            print(CudaMagics.cuda.__doc__)
             return
         phases = {"imports": imports, "parse": time.perf_counter() - t}
         if opts.arch is None:  # the build asks the driver for the GPU's arch: start it here, timed
@@ -360,7 +361,7 @@ class CudaMagics(Magics):
         from .launch.bench import run_line
         from .view.shown import show_bench
 
-        return show_bench(run_line(line, self.shell.user_ns))
+        return show_bench(run_line(line, self._shell().user_ns))
 
     @no_var_expand
     @line_magic
@@ -397,11 +398,11 @@ class CudaMagics(Magics):
     def _push(self, module_name: str, module: Any) -> list[str]:
         """Put the module and its kernels into the notebook; the shadowing warnings, to be said
         in the report."""
-        names: dict[str, object] = {module_name: module}
+        names: dict[str, Any] = {module_name: module}
         for kern in module.kernels.values():
             names[kern.python_name] = kern
         said = self._warn_shadowing(names)
-        self.shell.push(names)
+        self._shell().push(names)
         return said
 
     def _show(self, module: Any, report: Any, started: float, quiet: bool = False) -> None:
@@ -425,13 +426,19 @@ class CudaMagics(Magics):
             report = show_report(report, front, extra=lambda: timing_fold(module))
         module.set_report(report)
 
-    def _warn_shadowing(self, names: dict[str, object]) -> list[str]:
+    def _shell(self) -> Any:
+        """The shell the magics are registered on (a Magics made without one has None)."""
+        if self.shell is None:
+            raise RuntimeError("cudamagic's magics are used without an IPython shell")
+        return self.shell
+
+    def _warn_shadowing(self, names: dict[str, Any]) -> list[str]:
         """What the names would hide in the notebook: a variable that is not one of ours, or a
         builtin. Said once, in the report (not as Python warnings as well)."""
         from .launch import Kernel
         from .pipeline import Module
 
-        ns = self.shell.user_ns
+        ns = self._shell().user_ns
         builtin = vars(builtins)  # a dict lookup: hasattr raises inside for each name it lacks
         module = next(iter(names))
         said = []
@@ -455,7 +462,7 @@ class CudaMagics(Magics):
 
 
 @contextmanager
-def _warnings_said_in_report():
+def _warnings_said_in_report() -> Iterator[list[str]]:
     """Collect cudamagic's own Python warnings during a build, to say them in the report (once,
     without the internal source line a Python warning quotes); others pass through."""
     from .errors import CudaMagicWarning

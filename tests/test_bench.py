@@ -364,6 +364,7 @@ def test_the_magic_line_checks_outputs(gpu):
     ("n(1, 2, ())", "n is a int, not a kernel"),
     ("a(1, 2, (), wrong=3)", "wrong is not one of them"),
     ("a(1, 2, (), stream=n)", "the calls run on CuPy's current stream"),
+    ("a(1, 2, (), **{'shared_mem': 0})", r"\*\*\{'shared_mem': 0\} is not one of them"),
 ])
 def test_bad_magic_lines_say_what(gpu, line, message):
     ns = {"a": StandInKernel(gpu, "a", 1.0), "n": 3}

@@ -468,7 +468,8 @@ class _Reader:
         if c2 == "F":  # _FloatN, std::bfloat16_t
             self.pos += 2
             self.number()
-            self.take("b") or self.expect("_")
+            if not self.take("b"):
+                self.expect("_")
             return _NODE
         if c2 in ("B", "U"):  # _BitInt(N)
             self.pos += 2

@@ -171,7 +171,7 @@ class _Parser:
             if head is None:
                 return None
         else:
-            head = name_key(base)
+            head = name_key(base or ())
             if head in self.subst:  # cu++filt's T1: "const T1 *" is "float const* const*"
                 arg = self.subst[head]
                 if not isinstance(arg, Type):
@@ -184,7 +184,7 @@ class _Parser:
         if closed:
             return Type(key, True, spelled=spelled and (
                 join([spelled, *cv, *tail]) if cv or tail else spelled))
-        exact = all(a.exact for _, args in base if args for a in args)
+        exact = all(a.exact for _, args in base or () if args for a in args)
         if base and not cv and not tail and base[-1][1] is not None:
             return Type(key, False, exact, name_key(base[:-1] + ((base[-1][0], None),)),
                          base[-1][1])
@@ -278,10 +278,10 @@ class _Parser:
         inner = self.value(i + 2, j - 1)
         if inner is None:
             return None  # void(int): a function type
+        held = real_value(inner) if isinstance(inner, Value) and inner.builtin else None
         if toks[i + 1] == "{" and not (
-                isinstance(inner, Value) and inner.builtin and to in _INT
-                and real_value(inner) is not None and fits(real_value(inner), to)
-                and (to != "bool" or inner.type == "bool")):
+                isinstance(inner, Value) and held is not None and to in _INT
+                and fits(held, to) and (to != "bool" or inner.type == "bool")):
             return Unknown(text)
         return cast(Type(to, True), inner, text)
 
@@ -427,11 +427,11 @@ def _full_demangled(demangled: str, placeholders: bool) -> Signature:
     name = name_key(parts)
     if end == n:
         return Signature(name, demangled, exact, parts)
-    found = split(toks, end, n)
-    if found is None or found[0] != n - 1:
+    plist = split(toks, end, n)
+    if plist is None or plist[0] != n - 1:
         return Signature(name, demangled, False, parts)
     return Signature(name, demangled, exact, parts,
-                     lazy=functools.partial(_params, p, found[1], parts[-1][1], placeholders))
+                     lazy=functools.partial(_params, p, plist[1], parts[-1][1], placeholders))
 
 
 def _params(p: _Parser, items: list[tuple[int, int]], targs: tuple[Arg, ...] | None,
@@ -470,10 +470,10 @@ def _full_expression(expr: str) -> Signature:
         i = found[0] + 1
     if i < n and toks[i] == "&":
         i += 1
-    found = p.name(i, n)
-    if found is None or found[0] != n:
+    named = p.name(i, n)
+    if named is None or named[0] != n:
         return Signature(join(toks[i:]), expr, False, None, param_nodes)
-    parts = found[1]
+    parts = named[1]
     exact = all(a.exact for _, args in parts if args for a in args) and \
         (param_nodes is None or all(x.exact for x in param_nodes))
     return Signature(name_key(parts), expr, exact, parts, param_nodes)
@@ -518,7 +518,7 @@ def _fast_demangled_arg(text: str) -> Arg | None:
         return typed(LIB_SUFFIX[suffix], value, text)
     to = _builtin_type(cast.split()) if not suffix and all(
         w in _BUILTIN_WORDS for w in cast.split()) else None
-    return typed(to, value, text) if to in _INT else None
+    return typed(to, value, text) if to is not None and to in _INT else None
 
 
 def _fast_user_arg(text: str) -> Arg | None:
@@ -563,7 +563,8 @@ def _fast_demangled(text: str, placeholders: bool) -> Signature | None:
         return None
     sig = _fast_signature(m, text, _fast_demangled_arg)
     if sig is not None and m.group(3) is not None:
-        sig._lazy = functools.partial(_lazy_params, m.group(3), sig.parts[-1][1], placeholders)
+        targs = sig.parts[-1][1] if sig.parts else None
+        sig._lazy = functools.partial(_lazy_params, m.group(3), targs, placeholders)
     return sig
 
 
@@ -572,7 +573,8 @@ def _lazy_params(text: str, targs: tuple[Arg, ...] | None, placeholders: bool
     """The parameters of a fast-path name: ``text`` is one parenthesized list, no parentheses
     inside (the regular expression saw to that)."""
     toks = tokens(text)
-    return _params(_Parser(toks, user=False), split(toks, 0, len(toks))[1], targs, placeholders)
+    found = split(toks, 0, len(toks))
+    return _params(_Parser(toks, user=False), found[1] if found else [], targs, placeholders)
 
 
 def _fast_expression(text: str) -> Signature | None:

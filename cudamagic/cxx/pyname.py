@@ -24,7 +24,7 @@ def _py_arg(a: Arg) -> str:
         if a.builtin and a.type in SUFFIX:
             return number + SUFFIX[a.type]
         return f"{a.type}_{number}"
-    if isinstance(a, Type) and a.args is not None:
+    if isinstance(a, Type) and a.args is not None and a.template is not None:
         return a.template + "_" + "_".join(_py_arg(x) for x in a.args)
     if isinstance(a, Type) and a.spelled:
         return a.spelled  # add<size_t> is add_size_t, as the user wrote it

@@ -148,7 +148,10 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
         if index is None:
             index = _Index(kernels)
         found = _by_demangling(expr, kernels, index)
-        (resolved if isinstance(found, Resolved) else unresolved).append(found)
+        if isinstance(found, Resolved):
+            resolved.append(found)
+        else:
+            unresolved.append(found)
     return Resolution(tuple(resolved), tuple(unresolved), tuple(stale), tuple(reasons))
 
 

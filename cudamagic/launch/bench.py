@@ -254,8 +254,8 @@ class CupyDevice:
         attrs = _device_attributes(self.index)
         self.l2_bytes = attrs.get("l2_cache_size") or 64 << 20
         self.peak_gbps, self.peak_tflops = _peaks(attrs, self.sm)
-        self._flush_buffer = None
-        self._hold = None
+        self._flush_buffer: Any = None
+        self._hold: _HoldKernel | None = None
 
     def stream(self, stream: Any) -> Any:
         """The CuPy stream the events go on: the one given, or CuPy's current stream."""
@@ -298,6 +298,7 @@ class CupyDevice:
     def hold(self, stream: Any, seconds: float) -> None:
         """Keep the stream busy for ``seconds`` on the GPU (the round enqueues meanwhile)."""
         self.prepare()
+        assert self._hold is not None
         self._hold(stream.ptr, int(seconds * 1e9))
 
     def to_host(self, array: Any) -> np.ndarray:
@@ -588,8 +589,8 @@ def bench(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (), *, share
 
     :raises NoDeviceError: no GPU.
     """
-    name = label or getattr(kernel, "name_expression", None) or getattr(kernel, "__name__",
-                                                                         "kernel")
+    name = str(label or getattr(kernel, "name_expression", None)
+               or getattr(kernel, "__name__", "kernel"))
     variant = Variant(label=name, kernel=kernel, grid=grid, block=block, args=args,
                       shared_mem=shared_mem, bytes=bytes, flops=flops)
     return compare([variant], settings=Settings(warmup=warmup, repeat=repeat, budget_s=budget_s,

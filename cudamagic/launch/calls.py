@@ -124,13 +124,17 @@ def _call(stmt: ast.stmt, text: str, namespace: dict, syntax: CallSyntax) -> Cal
         raise OptionError(f"{syntax.magic}: {source!r} is not a launch: write "
                           "kernel(grid, block, args) as you would call it")
     parts = [evaluate(ast.unparse(a), namespace, "argument", syntax) for a in call.args]
-    keywords = {k.arg: evaluate(ast.unparse(k.value), namespace, k.arg or "argument", syntax)
+    spread = [k for k in call.keywords if k.arg is None]
+    if spread:  # **mapping: its keys are not seen before it runs
+        raise OptionError(f"{syntax.magic}: {source!r}: **{ast.unparse(spread[0].value)} is not "
+                          "one of them: give grid, block and args (and shared_mem=) by name")
+    keywords = {str(k.arg): evaluate(ast.unparse(k.value), namespace, str(k.arg), syntax)
                 for k in call.keywords}
     kernel = evaluate(ast.unparse(call.func), namespace, "kernel", syntax)
     if not callable(kernel):
         raise OptionError(f"{syntax.magic}: {ast.unparse(call.func)} is a "
                           f"{type(kernel).__name__}, not a kernel")
-    given = dict(zip(_NAMES, parts)) | {str(k): v for k, v in keywords.items()}
+    given = dict(zip(_NAMES, parts)) | keywords
     if "stream" in given:
         raise OptionError(f"{syntax.magic}: {source!r}: {syntax.stream_note}")
     unknown = sorted(set(given) - set(_NAMES))

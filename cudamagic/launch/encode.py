@@ -36,7 +36,8 @@ _U64 = 2**64 - 1
 # --- the checked path: any accepted value -> the exact bytes, or an error that says why ---------
 
 def _fail(kernel: str, spec: ParamSpec, message: str,
-          exc: type[Exception] = ArgumentTypeError) -> Exception:
+          exc: type[ArgumentTypeError] | type[ArgumentValueError] = ArgumentTypeError
+          ) -> ArgumentTypeError | ArgumentValueError:
     return exc(f"{kernel}: {spec.describe()}: {message}")
 
 
@@ -68,7 +69,7 @@ def _show(value: Any) -> str:
 
 
 def _raised(kernel: str, spec: ParamSpec, value: Any, doing: str,
-            exc: Exception) -> ArgumentTypeError:
+            exc: Exception) -> ArgumentTypeError | ArgumentValueError:
     """The error for an argument whose own code raised while cudamagic read it (raise it
     ``from exc``: the user's traceback stays attached)."""
     return _fail(kernel, spec, _raised_text(value, doing, exc))
@@ -106,7 +107,7 @@ def _numpy_exact(kernel: str, spec: ParamSpec, value: np.generic, dtype: np.dtyp
         raise _fail(kernel, spec, f"got a {value.dtype} scalar, which does not convert "
                                   f"safely to {type_text(spec)}: pass a {dtype} value")
     with np.errstate(all="ignore"):
-        out = np.array(value, dtype)[()]
+        out = dtype.type(np.array(value, dtype)[()])
     parts = (lambda z: (z.real, z.imag)) if dtype.kind == "c" else (lambda z: (z,))
     if [_exact(p) for p in parts(out)] != [_exact(p) for p in parts(value)]:
         raise _fail(kernel, spec, f"{_show(value)} is not exactly a {type_text(spec)} (it "

@@ -78,6 +78,32 @@ def _cluster_error(name: str, grid: Dims, cluster: Dims, where: str) -> Argument
                               "dimension a multiple of the cluster's")
 
 
+def _check_device(name: str, hooks: Any, occupancy: dict[tuple[int, int, int], int], fn: int,
+                  device: int, call: ExtendedLaunch, cooperative: bool) -> None:
+    """Refuse, before the launch, what the device cannot do: clusters on a device without them,
+    a cooperative launch where it has none or where the grid is more than it holds at once.
+
+    :raises LaunchError: as :func:`launch_extended`.
+    """
+    limits = hooks.device_limits(device)
+    if call.cluster is not None and not limits.clusters:
+        raise LaunchError(f"{name}: {limits.describe()} cannot launch thread-block clusters "
+                          "(they need compute capability 9.0 or newer)")
+    if not cooperative:
+        return
+    if not limits.cooperative:
+        raise LaunchError(f"{name}: {limits.describe()} cannot make cooperative launches")
+    threads = math.prod(call.block)
+    key = (device, threads, call.shared_mem)
+    per_sm = occupancy.get(key)
+    if per_sm is None:
+        per_sm = occupancy[key] = hooks.occupancy(device, fn, threads, call.shared_mem)
+    error = co_residency_error(name, call.grid, call.block, call.shared_mem, per_sm,
+                               limits.sm_count, limits.describe())
+    if error is not None:
+        raise error
+
+
 def launch_extended(name: str, needs: LaunchNeeds, hooks: Any, params: int,
                     occupancy: dict[tuple[int, int, int], int], fn: int, device: int,
                     call: ExtendedLaunch) -> None:
@@ -92,7 +118,7 @@ def launch_extended(name: str, needs: LaunchNeeds, hooks: Any, params: int,
     :raises LaunchError: a cooperative grid larger than the device holds at once; a device
         that cannot make the launch; the driver's refusal.
     """
-    grid, block, shared_mem, cluster = call.grid, call.block, call.shared_mem, call.cluster
+    grid, cluster = call.grid, call.cluster
     # a debug CUBIN whose grid sync cannot be told (grid_sync None) is launched as asked
     cooperative = bool(needs.grid_sync) if call.cooperative is None else call.cooperative
     compiled = needs.cluster_dims
@@ -109,21 +135,7 @@ def launch_extended(name: str, needs: LaunchNeeds, hooks: Any, params: int,
                                else "its __cluster_dims__")
         if error is not None:
             raise error
-    limits = hooks.device_limits(device) if cooperative or cluster is not None else None
-    if cluster is not None and not limits.clusters:
-        raise LaunchError(f"{name}: {limits.describe()} cannot launch thread-block clusters "
-                          "(they need compute capability 9.0 or newer)")
-    if cooperative:
-        if not limits.cooperative:
-            raise LaunchError(f"{name}: {limits.describe()} cannot make cooperative launches")
-        threads = math.prod(block)
-        key = (device, threads, shared_mem)
-        per_sm = occupancy.get(key)
-        if per_sm is None:
-            per_sm = occupancy[key] = hooks.occupancy(device, fn, threads, shared_mem)
-        error = co_residency_error(name, grid, block, shared_mem, per_sm, limits.sm_count,
-                                   limits.describe())
-        if error is not None:
-            raise error
+    if cooperative or cluster is not None:
+        _check_device(name, hooks, occupancy, fn, device, call, cooperative)
     hooks.launch_ex(fn, device, params, dataclasses.replace(call, cooperative=cooperative),
                     f"launching {name}")

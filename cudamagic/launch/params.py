@@ -118,11 +118,13 @@ def _direct_entries(kind: SlotKind, dtype: np.dtype | None, size: int) -> tuple[
     if kind is SlotKind.UNTYPED and size in _INT_CODES:
         i = _INT_CODES[size]
         # a Python number packs directly only where its size tells int from float (1, 8 bytes)
-        python = [(int, i), (bool, i)] if size in (1, 8) else []
+        python: list[tuple[type, str]] = [(int, i), (bool, i)] if size in (1, 8) else []
         ints = python + [(np.dtype(f"i{size}").type, i), (np.dtype(f"u{size}").type, i.upper())]
-        floats = {4: [(np.float32, "f")], 8: [(float, "d"), (np.float64, "d")]}
+        floats: dict[int, list[tuple[type, str]]] = {4: [(np.float32, "f")],
+                                                     8: [(float, "d"), (np.float64, "d")]}
         # long long and long are one width but two NumPy types on Linux
-        longlong = [(np.longlong, "q"), (np.ulonglong, "Q")] if size == 8 else []
+        longlong: list[tuple[type, str]] = [(np.longlong, "q"), (np.ulonglong, "Q")] \
+            if size == 8 else []
         return tuple(dict.fromkeys(ints + floats.get(size, []) + longlong))
     # half, bfloat16, complex, structs: the converter; pointers: the launcher reads CuPy arrays
     # itself (_arg_lines), everything else through the converter

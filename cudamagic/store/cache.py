@@ -132,7 +132,9 @@ class KernelCache:
         store = self._live()
         database = store.overhead()
         stored = store.stored_limit()
-        problem = stored_limit_problem(stored) or short_of(stored, database)  # type: ignore
+        problem = stored_limit_problem(stored)
+        if problem is None and isinstance(stored, int):
+            problem = short_of(stored, database)
         if limit is not None:
             why = short_of(limit, database)
             if why:
@@ -148,7 +150,12 @@ class KernelCache:
             store.set_limit(repair, keep=True)
         elif limit is not None and limit != stored:
             store.set_limit(limit, keep=False)
-        self.size_limit = limit if limit is not None else (repair if problem else stored)
+        if limit is not None:
+            self.size_limit = limit
+        elif problem or not isinstance(stored, int):  # not an int: a problem, so repaired
+            self.size_limit = repair
+        else:
+            self.size_limit = stored
 
     def _live(self) -> Store:
         assert self._store is not None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import functools
 import os
 import sqlite3
 import stat
@@ -441,7 +442,8 @@ class DiskStore(Store):
             rows = self._dc.rows()
         disk = self._dc.disk
         return [StoredEntry(key, size, stored, used,
-                            (lambda f=filename: disk.read_value(f)) if filename else bytes)
+                            functools.partial(disk.read_value, filename) if filename
+                            else bytes)
                 for key, filename, size, stored, used in rows]
 
     def reclaim(self) -> int:
@@ -645,7 +647,7 @@ class Bookkeeper:
         """In a forked child: drop the parent's bookkeeping (the parent writes it), its thread
         (not copied by the fork) and its connections (left unused and unclosed)."""
         state._inherited.append(self._cons)
-        self.__init__()
+        Bookkeeper.__init__(self)
 
 
 def _flush_at_exit() -> None:

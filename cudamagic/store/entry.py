@@ -20,7 +20,7 @@ import hashlib
 import json
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -99,7 +99,7 @@ class EntryRecord:
     compile_seconds: float = 0.0
     python_names: dict[str, str] | None = None
     key: str = ""
-    manifest: dict[str, Any] | None = None
+    manifest: Mapping[str, object] | None = None
     kernels: dict[str, Any] | None = None
     symbols: dict[str, Any] | None = None
 
@@ -151,7 +151,7 @@ _OPTIONAL: dict[str, _Optional] = {
 }
 
 #: Required fields and their JSON types.
-_SHAPE = {"format": int, "cubin_size": int, "cubin_sha256": str, "log": str, "options": list,
+_SHAPE: dict[str, type | tuple[type, ...]] = {"format": int, "cubin_size": int, "cubin_sha256": str, "log": str, "options": list,
           "arch": str, "nvrtc_version": str, "created": (int, float),
           "compile_seconds": (int, float)}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -85,7 +86,7 @@ class MemoryStore(Store):
         return self.hits, self.misses
 
     def listing(self) -> list[StoredEntry]:
-        return [StoredEntry(key, len(value), stored, used, lambda value=value: value)
+        return [StoredEntry(key, len(value), stored, used, functools.partial(bytes, value))
                 for key, (value, stored, used) in self._data.items()]
 
     def reclaim(self) -> int:

@@ -209,7 +209,8 @@ def _skipped_links(source: str, pairs: Sequence[tuple[str, str | None]], read: _
     for path, _ in pairs:
         read.state(search.absolute(path))
     out: list[tuple[str, str | None]] = []
-    texts = [(None, source.encode("utf-8", "surrogatepass"))]
+    texts: list[tuple[str | None, bytes | None]] = [
+        (None, source.encode("utf-8", "surrogatepass"))]
     texts += [(p, read.text(search.absolute(p))) for p, _ in pairs
               if not search.is_versioned(search.absolute(p))]
     for includer, text in texts:
@@ -298,7 +299,8 @@ def _has_include_places(source: str, opened: Sequence[str], read: _Read
     search = read.search
     places: set[str] = set()
     unknown: set[str] = set()
-    texts = [(None, source.encode("utf-8", "surrogatepass"))]
+    texts: list[tuple[str | None, bytes | None]] = [
+        (None, source.encode("utf-8", "surrogatepass"))]
     texts += [(p, read.text(search.absolute(p))) for p in dict.fromkeys(opened)]
     for path, text in texts:
         if not text or (b"has_include" not in text and b"HAS_INCLUDE" not in text):

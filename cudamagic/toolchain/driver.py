@@ -199,9 +199,8 @@ def check(status: int, what: str) -> None:
     if status == 0:
         return
     name, text = _error_name(int(status))
-    code = Sticky._value2member_map_.get(int(status))
-    if code is not None:
-        code = Sticky(code)
+    if int(status) in Sticky._value2member_map_:
+        code = Sticky(int(status))
         device = note_lost(code)
         raise ContextPoisonedError(f"{what} failed: {lost_text(code, device)}.", code=int(code),
                                    device=device)
@@ -343,7 +342,7 @@ class Library:
         handle = ctypes.c_void_p()
         check(lib.cuLibraryLoadData(ctypes.byref(handle), cubin, None, None, 0, None, None, 0),
               "cuLibraryLoadData")
-        return cls(handle.value, cubin)
+        return cls(handle.value or 0, cubin)  # success: never NULL
 
     def kernel_count(self) -> int:
         """How many kernels the driver finds in the library (one call)."""

@@ -9,6 +9,7 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypedDict, cast
 
 from ..miss import Miss, MissKind
 
@@ -98,6 +99,25 @@ class AbsentGroup:
         return None
 
 
+class StoredManifest(TypedDict, total=False):
+    """The manifest as an entry stores it (JSON): every path a folder index and a name.
+
+    ``files`` rows are ``[folder, name, size, mtime_ns, ctime_ns, inode, sha256 or None]``,
+    ``absent`` rows ``[folder path, mtime_ns, [[folder, name], ...]]``, ``watched`` rows
+    ``[folder path, mtime_ns]``, ``present`` rows ``[folder, name]``. Rows stay lists: a hit
+    reads hundreds of them, and JSON objects per row would cost more than the check. Only this
+    module reads or writes them; the format changes with :data:`MANIFEST_VERSION`.
+    """
+
+    version: int
+    complete: bool
+    folders: list[str]
+    files: list[list[Any]]
+    watched: list[list[Any]]
+    absent: list[list[Any]]
+    present: list[list[Any]]
+
+
 class Manifest:
     """The files one compile read, and the places that must stay empty for a hit.
 
@@ -128,7 +148,7 @@ class Manifest:
             head, tail = os.path.split(path)
             return [folders.setdefault(head, len(folders)), tail]
 
-        self._data = {
+        self._data: StoredManifest = {
             "version": MANIFEST_VERSION, "complete": bool(complete),
             "files": [[*split(f.path), f.size, f.mtime_ns, f.ctime_ns, f.inode, f.sha256]
                       for f in files],
@@ -149,7 +169,7 @@ class Manifest:
         # every path the check hands the file system must be text: an integer would be taken
         # as a file descriptor; the rest is checked as it is read (a join of a non-text fails)
         manifest = cls.__new__(cls)
-        manifest._data = data
+        manifest._data = cast(StoredManifest, data)
         manifest.racy = None
         manifest._malformed = not (
             all(type(f) is str for f in data["folders"])
@@ -158,7 +178,7 @@ class Manifest:
                     for k in ("absent", "watched") for g in data.get(k, ())))
         return manifest
 
-    def to_json(self) -> dict:
+    def to_json(self) -> StoredManifest:
         """The manifest as the compact JSON object stored in the entry record."""
         return self._data
 
@@ -224,7 +244,7 @@ class Manifest:
     def _check_folders(self) -> str | None:
         stat, join, data = os.stat, os.path.join, self._data
         folders = data["folders"]
-        for folder, mtime_ns in data.get("watched", ()):
+        for folder, mtime_ns in data.get("watched", []):
             try:
                 if stat(folder).st_mtime_ns == mtime_ns:
                     continue

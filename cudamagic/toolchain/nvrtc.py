@@ -312,6 +312,13 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
 
 
 _LOCATED = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<rest>.*)$")
+
+
+def _located(line: str) -> tuple[int, str]:
+    """A diagnostic's line number and text after its place (0 and the whole line where it names
+    no place)."""
+    m = _LOCATED.match(line)
+    return (int(m.group("line")), m.group("rest")) if m else (0, line)
 _NAME_MAP = "__nv_name_map"
 _SUMMARY = re.compile(r"^\d+ errors? detected in the compilation of .*$")
 _PRAGMA = "#pragma nv_mangled_name "
@@ -352,8 +359,8 @@ def plain_kernels(source: str) -> list[str]:
 def _no_such_kernel(name: str, hints: "_Hints") -> str:
     """Why ``-n NAME`` without template arguments names nothing, with the kernel meant."""
     plain, templates = hints.plain, hints.defined
-    near = [hints.near(name, plain + templates, 0.6)] if hints.budget > 0 else []
-    near = [k for k in near if k] or [k for k in plain + templates
+    guess = [hints.near(name, plain + templates, 0.6)] if hints.budget > 0 else []
+    near = [k for k in guess if k] or [k for k in plain + templates
                                        if k.lower() == name.lower()][:1]
     if near and near[0] in plain:
         return (f"error: the cell defines no kernel {name!r}; a non-template kernel needs no "
@@ -384,6 +391,7 @@ def declared_signatures(source: str, names: Sequence[str], options: Sequence[str
     probe = (f"{source}\nnamespace {_PROBE} {{ template <class F> __global__ void of() {{}} }}\n")
     exprs = {name: f"{_PROBE}::of<decltype(&{name})>" for name in names}
     opts = [*options, "-fdevice-syntax-only"]
+    result: CompileResult | None
     try:
         result = compile_cubin(probe, list(exprs.values()), opts, program_name=program_name,
                                trace=False)
@@ -396,10 +404,10 @@ def declared_signatures(source: str, names: Sequence[str], options: Sequence[str
                                    program_name=program_name, trace=False) if exprs else None
         except (CompileError, OptionError):
             result = None
-        if result is None:
-            return {}
     except OptionError:
         return {}  # an NVRTC without -fdevice-syntax-only
+    if result is None:
+        return {}
     head, tail = f"void {_PROBE}::of<void (*)(", ")>()"
     out = {}
     for name, text in zip(exprs, demangler.demangle([result.lowered[e] for e in exprs.values()])):
@@ -505,7 +513,7 @@ def _name_map_errors(blocks: list[tuple[int, list[str]]], expr: str, hints: _Hin
     out: list[str] = []
     first = True
     for _, block in blocks:
-        rest = _LOCATED.match(block[0]).group("rest")
+        rest = _located(block[0])[1]
         if not first and any(f in rest for f in _FOLLOW_ON):
             continue
         if first and _PARSE_FAILED in rest and len(blocks) > 1:
@@ -579,7 +587,7 @@ def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
     grouped: dict[str, list[tuple[int, list[str]]]] = {}
     for item in items:
         if isinstance(item, list):
-            n = int(_LOCATED.match(item[0]).group("line"))
+            n = _located(item[0])[0]
             grouped.setdefault(_expression_of(item, by_line, exprs, n), []).append((n, item))
     text: list[str] = []
     said: set[str] = set()
@@ -587,7 +595,7 @@ def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
         if isinstance(item, str):
             text.append(item)
             continue
-        n = int(_LOCATED.match(item[0]).group("line"))
+        n = _located(item[0])[0]
         expr = _expression_of(item, by_line, exprs, n)
         if expr not in said:  # an expression's errors together, where its first one was
             said.add(expr)

@@ -394,13 +394,13 @@ def _shared_limit(usage: KernelUsage, arch: ArchLimits, dynamic: int, carveout: 
                               f"{limit - arch.reserved_shared_per_block} bytes sm_{arch.sm} "
                               "allows a block")
     preferred = arch.shared_per_sm if carveout is None else carveout * arch.shared_per_sm // 100
-    preferred = arch.shared_size_for(preferred)
-    if preferred is None or preferred < per_block:
+    configured = arch.shared_size_for(preferred)
+    if configured is None or configured < per_block:
         # a smaller preference is grown to hold one block
-        preferred = arch.shared_size_for(per_block) or arch.shared_per_sm
+        configured = arch.shared_size_for(per_block) or arch.shared_per_sm
     if per_block == 0:
         return None, 0, ""
-    return preferred // per_block, per_block, ""
+    return configured // per_block, per_block, ""
 
 
 def compute(kernel: Any, block_size: int, dynamic_shared_bytes: int = 0, *, sm: int,
@@ -482,7 +482,7 @@ def table(kernel: Any, block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
     :raises OccupancyError: an unknown architecture, a size that is not one, no CUBIN records.
     """
     usage = usage_of(kernel)
-    name = getattr(kernel, "name_expression", None) or getattr(kernel, "symbol", "kernel")
+    name = str(getattr(kernel, "name_expression", None) or getattr(kernel, "symbol", "kernel"))
     ask = _driver_for(kernel, sm, device, carveout)
     target = sm if sm is not None else (ask.sm if ask else cubin_sm(kernel))
     if target is None:
@@ -514,8 +514,9 @@ def _answered(row: Occupancy, blocks: int, most: int) -> Occupancy:
 def cubin_sm(kernel: Any) -> int | None:
     """The architecture the kernel's CUBIN was built for (its ELF header says)."""
     image = getattr(getattr(kernel, "module", None), "image", None)  # a Kernel's Binary
-    if getattr(image, "sm", None) is not None:
-        return image.sm
+    sm = getattr(image, "sm", None)
+    if sm is not None:
+        return sm
     elf = getattr(getattr(kernel, "_image", kernel), "elf", None)
     if elf is None:
         return None

@@ -325,7 +325,9 @@ def timing_fold(module: Any) -> str:
     occupancy against block size in one plot, computed from the CUBIN (nothing is loaded on the
     GPU, nothing launched), each one's best block size, and how to time them."""
     kernels, distinct = _first_kernels(module)
-    series, notes, tables = [], [], {}
+    series: list[tuple[str, list]] = []
+    notes: list[str] = []
+    tables: dict = {}
     for k in kernels:
         curve, note = _fold_line(k, tables)
         notes.append(note)

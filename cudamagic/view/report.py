@@ -458,9 +458,9 @@ class BuildReport:
         """Rows ``start:stop`` as display cells, in :attr:`columns` order (each row's signature
         is worked out once, on its first showing: a table cut at 50 rows reads 50)."""
         gpu = len(self.columns) > len(_COLUMNS)
-        out = []
+        out: list[tuple[str, ...]] = []
         for r in self.rows[start:stop]:
-            cells = (r.python_name, r.name_expression, r.symbol, r.signature, r.resolved_by)
+            cells: tuple[str, ...] = (r.python_name, r.name_expression, r.symbol, r.signature, r.resolved_by)
             if gpu:
                 a = r.attributes or {}
                 cells += (str(a.get("registers", "")), f"{a.get('static_shared_bytes', '')} B",

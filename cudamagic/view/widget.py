@@ -155,6 +155,8 @@ class ReportWidget:
 
     def _opened(self, changed: dict[str, Any]) -> None:
         """The Accordion was opened: make the hidden rows now, once."""
+        if self.rest is None:
+            return
         if changed.get("selected_index") is not None and not self.rest.state["value"]:
             self.rest.update(value=html_table(self.report, html_rows(self.report, SHOWN_ROWS)))
 
