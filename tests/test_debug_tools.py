@@ -386,3 +386,97 @@ def test_capture_checks_every_argument_before_it_asks_for_the_gpu(oob):
                     (_DeviceArray(np.zeros(256, np.float32)), 2.5), copy=_host_copy,
                     ready=lambda: asked.append(1))
     assert asked == []
+
+
+# --- ncu's report -------------------------------------------------------------------------------
+
+class _Metric:
+    """What the report interface (ncu_report's IMetric) answers, for a stand-in action."""
+
+    def __init__(self, value=0.0, instances=None):
+        self.value, self.instances = value, instances
+
+    def as_double(self):
+        return float(self.value)
+
+    def has_correlation_ids(self):
+        return self.instances is not None
+
+    def num_instances(self):
+        return len(self.instances)
+
+    def as_uint64(self, i):
+        return self.instances[i][1]
+
+    def correlation_ids(self):
+        return _Metric(instances=[(None, pc) for pc, _ in self.instances])
+
+
+class _Line:
+    def __init__(self, file, line):
+        self._file, self._line = file, line
+
+    def file_name(self):
+        return self._file
+
+    def line(self):
+        return self._line
+
+
+class _Action:
+    """A stand-in for one launch of an ncu report (no report can be made without a GPU): the
+    metric names are ncu's, and a recorded report replaces it where tests/fixtures/tools/recorded
+    has one."""
+
+    def __init__(self, metrics, lines):
+        self.metrics, self.lines = metrics, lines
+
+    def name(self):
+        return "burn"
+
+    def metric_names(self):
+        return list(self.metrics)
+
+    def metric_by_name(self, name):
+        return self.metrics.get(name)
+
+    def source_info(self, pc):
+        return self.lines.get(pc)
+
+
+def test_a_profile_reads_its_figures_stalls_and_hot_lines_by_ncus_metric_names():
+    from .planted import PROFILE_SOURCE
+
+    metrics = {profiler.METRICS["duration_ns"]: _Metric(175_800.0),
+               profiler.METRICS["compute_pct"]: _Metric(12.0),
+               profiler.METRICS["dram_bytes"]: _Metric(134_217_728),
+               "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": _Metric(1e9),
+               "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio":
+                   _Metric(3.5),
+               "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": _Metric(0.5),
+               "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": _Metric(0),
+               "smsp__pcsamp_sample_count": _Metric(instances=[(0x10, 5), (0x20, 80),
+                                                               (0x30, 15)])}
+    lines = {0x10: _Line("/tmp/x/cell.cu", 8), 0x20: _Line("cell.cu", 9),
+             0x30: _Line("/usr/include/other.h", 1)}
+    p = profiler.profile_of(_Action(metrics, lines), source=PROFILE_SOURCE, line_offset=1)
+    assert p.duration_ns == 175_800.0 and p.compute_pct == 12.0 and p.memory_pct is None
+    assert [s.reason for s in p.stalls] == ["long_scoreboard", "wait"]
+    assert p.flops == 2e9 and p.intensity == pytest.approx(2e9 / 134_217_728)
+    assert [(h.line, h.share) for h in p.hot_lines] == [(10, 0.8), (9, 0.05)]
+    assert "v * 1.0000001f" in p.hot_lines[0].text
+
+
+@pytest.mark.parametrize("name", ["copy", "burn"])
+def test_a_recorded_ncu_report_reads_into_a_profile(name):
+    path = TOOLS / "recorded" / f"{name}.ncu-rep"
+    if not path.exists():
+        pytest.skip("no ncu report recorded yet (scripts/record_tool_fixtures.py on a GPU)")
+    source = (TOOLS / "recorded" / f"{name}.source.cu").read_text()
+    p = profiler.read_report(path, label=name, source=source, line_offset=LINE_OFFSET)
+    assert p.duration_ns and p.dram_bytes and p.achieved_occupancy_pct and p.stalls
+    assert p.hot_lines
+    if name == "copy":
+        assert p.memory_pct > p.compute_pct
+    else:
+        assert p.compute_pct > p.memory_pct
