@@ -16,6 +16,7 @@ from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_dige
 from .toolchain import driver
 from .toolchain.image import CubinImage, read_cubin
 from .toolchain.link import device_runtime_kernels
+from .toolchain.probe import VarType
 from .toolchain.variables import DeviceGlobal, Variable, find, variables
 from .cxx import Signatures, similar_names
 from .units import counted
@@ -147,9 +148,14 @@ class Module(Mapping[str, Kernel]):
     """
 
     def __init__(self, binary: Binary, key: str, kernels: "KernelTable | dict[str, Kernel]",
-                 report: BuildReport, placeholders: bool = False, source: str = "") -> None:
+                 report: BuildReport, placeholders: bool = False,
+                 variable_types: "Mapping[str, VarType] | None" = None,
+                 variable_expressions: "Mapping[str, str] | None" = None) -> None:
         self._binary = binary
-        self._source = source  # the cell: where the variables' types are declared
+        # the compiler's types of the variables, by symbol (None: a CUBIN from elsewhere), and
+        # the name expressions (-n "&z::tv<float>") that name variables, with their symbols
+        self._types = variable_types
+        self._expressions = dict(variable_expressions or {})
         self._variables: tuple[Variable, ...] | None = None
         self.key = key
         self.kernels = kernels
@@ -204,8 +210,8 @@ class Module(Mapping[str, Kernel]):
     @property
     def globals(self) -> tuple[Variable, ...]:
         """The module's ``__constant__`` and ``__device__`` variables: name, C++ name, size,
-        memory space, and dtype and shape where the cell declares a plain arithmetic type
-        (listed from the CUBIN's symbol table; no GPU needed)."""
+        memory space, and the C++ type, dtype and shape as the compiler gave them (listed from
+        the CUBIN's symbol table; no GPU needed)."""
         if self._variables is None:
             from .toolchain.demangle import default_demangler
 
@@ -218,22 +224,29 @@ class Module(Mapping[str, Kernel]):
                     texts = list(pending(mangled))
                 finally:
                     pending.close()
-            self._variables = variables(self.image.globals, self._source,
+            self._variables = variables(self.image.globals, self._types,
                                         dict(zip(mangled, texts)))
         return self._variables
+
+    @property
+    def variable_expressions(self) -> dict[str, str]:
+        """The name expressions given for variables (``&z::tv<float>``), with their symbols."""
+        return dict(self._expressions)
 
     def get_global(self, name: str, dtype: object = None, device: int | None = None
                    ) -> DeviceGlobal:
         """A variable's device memory as an array view (``__cuda_array_interface__``) on a
         device (default: the current one), as CuPy's ``RawModule.get_global`` gives it.
 
-        ``name`` is the symbol or the C++ name (``ns::scale``); ``dtype`` views the bytes as
-        another type (default: the declared type, else bytes).
+        ``name`` is the symbol, the C++ name (``ns::scale``; a name in an anonymous namespace
+        with or without it) or the name expression it was given as (``&z::tv<float>``, with or
+        without the ``&``); ``dtype`` views the bytes as another type (default: the compiler's
+        type, else bytes).
 
         :raises NameResolutionError: no such variable.
         :raises NoDeviceError: no CUDA device is available.
         """
-        var = find(self.globals, name)
+        var = find(self.globals, name, self._expressions)
         device = driver.current_device() if device is None else device
         driver.ensure_context(device)
         ptr, size = self._binary._library().global_(var.name)
@@ -309,10 +322,14 @@ class Module(Mapping[str, Kernel]):
             else:
                 rows = [[k.name_expression, k.symbol, k.python_name, k.resolved_by, k.signature]
                         for k in self.kernels.values()]
-            record = EntryRecord(cubin=self.cubin, lowered=None, key=self.key,
-                                 arch=self._report.arch,
+            # the variables' types travel with it, and the expressions that name variables
+            # (as the lowered map; a travelling module's kernels are its table's)
+            record = EntryRecord(cubin=self.cubin, lowered=self._expressions or None,
+                                 key=self.key, arch=self._report.arch,
                                  nvrtc_version=self._report.nvrtc_version,
-                                 kernels={"placeholders": self._placeholders, "rows": rows})
+                                 kernels={"placeholders": self._placeholders, "rows": rows},
+                                 variables=None if self._types is None else
+                                 {k: v.to_json() for k, v in self._types.items()})
             self._payload_bytes = encode_entry(record)
         return self._payload_bytes
 
@@ -353,7 +370,16 @@ def arrive(payload: bytes, report: BuildReport) -> Module:
                          "which its CUBIN does not hold; it is refused")
     kernels = KernelTable(binary, sigs, [(label, symbol, name, how)
                                          for label, symbol, name, how, _ in table])
-    module = Module(binary, record.key, kernels, report, record.kernels["placeholders"])
+    expressions = record.lowered or {}
+    globals_ = {g.name for g in binary.image.globals}
+    stray = next((e for e, symbol in expressions.items() if symbol not in globals_), None)
+    if stray is not None:
+        raise ImageError(f"a cudamagic module arrived whose variable {stray!r} names a symbol "
+                         "its CUBIN does not hold; it is refused")
+    types = None if record.variables is None else \
+        {k: VarType.from_json(v) for k, v in record.variables.items()}
+    module = Module(binary, record.key, kernels, report, record.kernels["placeholders"],
+                    types, expressions)
     module._payload_bytes = payload
     with _arrived_lock:
         _arrived[digest] = module

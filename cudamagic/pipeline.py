@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
 
-from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
-                  stored_signatures, symbol_record)
+from .cxx import (NVRTC, Resolved, Signatures, parse_demangled, plain_kernels, python_name,
+                  resolve, stored_signatures, symbol_record)
+from .cxx.names import CONTRADICTION, compare, parse_expression
 from .errors import (CompileError, CudaMagicError, ImageError, InputWarning,
                      NameResolutionError, OptionError, SourceError)
 from .files import NotAFile, TooLarge, read_regular
@@ -37,14 +38,15 @@ from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_text, norm
                       nvrtc_options, options_from_args)
 from .store import EntryRecord, KernelCache
 from .toolchain import driver
-from .toolchain.demangle import Demangler, Pending, default_demangler
+from .toolchain.demangle import Demangler, Pending, concrete_demangler, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
                              trace_headers)
 from .toolchain.image import read_cubin
 from .toolchain.fatbin import LinkCache, loadable_cubin
 from .toolchain.link import ET_REL, LinkResult, elf_type, link_compiled, relocatable
-from .toolchain.nvrtc import (CompileResult, compile_cubin, declared_signatures, nvrtc_version,
-                              shift_lines, supported_archs)
+from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
+                              supported_archs)
+from .toolchain.probe import VarType, read_answers, strip_internal, typed_compile
 from .toolkit import toolkit
 from .view.report import BuildReport, KernelRow, KernelRows
 
@@ -313,7 +315,10 @@ def _restore(ctx: BuildContext, record: EntryRecord) -> "Module | Miss":
     try:
         binary = Binary(record.cubin, read_cubin(record.cubin))
         sigs = _signatures(ctx, binary, None, record.symbols)
-        resolution = resolve(ctx.opts.name_expressions, sigs, record.lowered)
+        var_exprs = _variable_expressions(ctx.opts.name_expressions, record.lowered or {},
+                                          binary, verify=True)
+        resolution = resolve([e for e in ctx.opts.name_expressions if e not in var_exprs],
+                             sigs, record.lowered)
         if resolution.stale:
             raise _Unservable(Miss(MissKind.DAMAGED, "the cached entry's stored name map does "
                                    f"not match its CUBIN: {resolution.stale[0]!r}: "
@@ -329,7 +334,9 @@ def _restore(ctx: BuildContext, record: EntryRecord) -> "Module | Miss":
     except _Unservable as exc:
         return exc.miss
     ctx.lap("resolve", t)
-    return _module(ctx, binary, made, origin="cache", miss=None, record=record)
+    types = {k: VarType.from_json(v) for k, v in (record.variables or {}).items()}
+    return _module(ctx, binary, made, origin="cache", miss=None, record=record,
+                   variables=(types, var_exprs))
 
 
 class _Interrupts:
@@ -391,10 +398,13 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     no_files = reads_no_file(ctx.source, ctx.opts.options)
     started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
     notice = ctx.settings.compile_notice or contextlib.nullcontext
-    with notice():
-        result = ctx.settings.compiler(ctx.source, ctx.opts.name_expressions,
-                                       ctx.options, program_name=PROGRAM_NAME,
-                                       line_offset=ctx.line_offset, trace=not no_files)
+    with notice():  # the type probe's questions ride along (toolchain/probe.py)
+        typed = typed_compile(ctx.settings.compiler, ctx.source, ctx.opts.name_expressions,
+                              ctx.options, program_name=PROGRAM_NAME,
+                              line_offset=ctx.line_offset, trace=not no_files)
+    result = typed.result
+    if typed.compiles > 1:
+        ctx.notes.append(_PROBE_RETRIED.format(typed.compiles))
     t = ctx.lap("compile", t)
     if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
         result = link_compiled(result, ctx.arch, ctx.options)
@@ -407,22 +417,24 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
         raise CompileError(f"NVRTC's output is not a CUBIN ({exc}); check the -o options") \
             from None
     sigs = _signatures(ctx, binary, pending)
-    # extern "C" kernels: the types their source declares, from NVRTC (stored with the entry)
-    sigs = sigs.with_texts(declared_signatures(ctx.source, sigs.untyped(), ctx.options,
-                                               PROGRAM_NAME))
+    # what the probes said: variables' types, extern "C" kernels' parameter types (demangled
+    # in this process where libstdc++ can: the pending demangler served its one batch)
+    untyped = sigs.untyped()
+    answers = read_answers(typed.probes, typed.lowered,
+                           (concrete_demangler() or ctx.demangler).demangle,
+                           [g.name for g in binary.image.globals], untyped)
+    sigs = sigs.with_texts(dict(answers.functions))
     lowered = dict(result.lowered)
-    missing = [e for e in ctx.opts.name_expressions if lowered[e] not in sigs]
-    variables = {g.name for g in binary.image.globals}
-    if any(lowered[e] in variables for e in missing):
-        raise NameResolutionError(_variable_expressions(
-            [e for e in missing if lowered[e] in variables], lowered))
+    var_exprs = _variable_expressions(ctx.opts.name_expressions, lowered, binary)
+    kernel_exprs = [e for e in ctx.opts.name_expressions if e not in var_exprs]
+    missing = [e for e in kernel_exprs if lowered[e] not in sigs]
     if missing:
         raise NameResolutionError(
-            "NVRTC lowered these name expressions to no kernel of the CUBIN (a __device__ or "
-            "host function, or an -o option that keeps NVRTC from making code?): "
+            "NVRTC lowered these name expressions to no kernel or variable of the CUBIN (a "
+            "__device__ or host function, or an -o option that keeps NVRTC from making code?): "
             + ", ".join(repr(e) for e in missing))
-    made = _kernels(ctx, binary, [Resolved(e, lowered[e], NVRTC) for e in
-                                  ctx.opts.name_expressions], sigs, {}, strict=False)
+    made = _kernels(ctx, binary, [Resolved(e, lowered[e], NVRTC) for e in kernel_exprs], sigs,
+                    {}, strict=False)
     ctx.lap("resolve", t)
     record = EntryRecord(cubin=result.cubin, lowered=lowered,
                          log=shift_lines(result.log, -ctx.line_offset),  # source lines
@@ -430,10 +442,12 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                          compile_seconds=result.seconds, manifest=manifest.to_json(),
                          # names as derived, before any suffix that this cell's --module or
                          # its neighbours called for: a later build applies its own
-                         python_names={e: python_name(e) for e in ctx.opts.name_expressions},
-                         symbols=symbol_record(sigs, ctx.demangler.name))
+                         python_names={e: python_name(e) for e in kernel_exprs},
+                         symbols=symbol_record(sigs, ctx.demangler.name),
+                         variables={k: v.to_json() for k, v in answers.variables.items()})
     kept = _store(ctx, record, manifest)
-    return _module(ctx, binary, made, origin="compiled", miss=miss, record=record), kept
+    return _module(ctx, binary, made, origin="compiled", miss=miss, record=record,
+                   variables=(dict(answers.variables), var_exprs)), kept
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
@@ -461,14 +475,42 @@ def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> str:
     return "its CUBIN is kept in the cache, so the next run is a hit"
 
 
-def _variable_expressions(names: Sequence[str], lowered: Mapping[str, str]) -> str:
-    """What to say of name expressions that NVRTC lowered to variables, not kernels."""
-    first = names[0]
-    return ("-n takes kernels, and these name variables: "
-            + ", ".join(f"{e!r} (symbol {lowered[e]})" for e in names)
-            + f". Drop the -n: a variable the cell's code uses is listed in module.globals "
-              f"and read with module.get_global({first!r}); an instance of a variable template "
-              "that no code uses is not compiled, so use it in a kernel.")
+_PROBE_RETRIED = ("the compiler could not answer cudamagic's questions about this cell's "
+                  "variables and extern \"C\" kernels, so the cell was compiled {} times "
+                  "(the last without them); where no answer came, variables are bytes and "
+                  "extern \"C\" kernels take their arguments by size")
+
+
+def _variable_expressions(names: Sequence[str], lowered: Mapping[str, str], binary: Binary,
+                          verify: bool = False) -> dict[str, str]:
+    """The name expressions NVRTC lowered to variables of the CUBIN (``-n "&z::tv<float>"``),
+    with their symbols. ``verify`` (a stored map): a symbol whose demangled name contradicts
+    its expression makes the entry unservable, as for a kernel.
+
+    :raises _Unservable: a stored map that does not hold.
+    """
+    held = {g.name for g in binary.image.globals}
+    found = {e: lowered[e] for e in names if lowered.get(e) in held}
+    bad = _contradicted(found) if verify and found else None
+    if bad is not None:
+        raise _Unservable(Miss(MissKind.DAMAGED, "the cached entry's stored name map does not "
+                               f"match its CUBIN: {bad!r}: its variable {found[bad]} is "
+                               "another entity"))
+    return found
+
+
+def _contradicted(found: Mapping[str, str]) -> str | None:
+    """The first expression whose variable's demangled name contradicts it, or None (demangled
+    in this process: a hit starts no demangler; without libstdc++ only plain names are
+    compared)."""
+    lib = concrete_demangler()
+    pairs = [(e, s) for e, s in found.items() if lib is not None or not s.startswith("_Z")]
+    texts = lib.demangle([s for _, s in pairs]) if lib is not None else [s for _, s in pairs]
+    for (expr, _), text in zip(pairs, texts):
+        verdict, _why = compare(parse_expression(expr), parse_demangled(strip_internal(text)))
+        if verdict == CONTRADICTION:
+            return expr
+    return None
 
 
 def _signatures(ctx: BuildContext, binary: Binary, pending: Pending | None,
@@ -525,7 +567,8 @@ def _image(binary: Binary, symbol: str) -> Any:
 
 
 def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: str,
-            miss: Miss | None, record: EntryRecord, linked: bool = False) -> Module:
+            miss: Miss | None, record: EntryRecord, linked: bool = False,
+            variables: "tuple[dict[str, VarType], dict[str, str]] | None" = None) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
     that the next miss can say what changed)."""
     from .explain import CellBuild, describe, note_build
@@ -572,8 +615,9 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         module_name=ctx.opts.module, globals=binary.image.globals,
         linked=linked or relocatable(ctx.options),
         device_runtime=bool(binary.runtime_kernels))
-    module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders,
-                    source=ctx.source)
+    types, expressions = variables if variables is not None else (None, {})
+    module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders, types,
+                    expressions)
     module.debug = debug_support(ctx, module, build_module)
     return module
 

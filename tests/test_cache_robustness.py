@@ -556,8 +556,9 @@ def test_entry_without_lowered_map_still_loads(cache, compiler):
 @pytest.mark.parametrize("value, reason", [
     ((ENTRIES / "v99_newer_format.entry").read_bytes(), "newer"),
     ((ENTRIES / "v1_without_key.entry").read_bytes(), "does not name its key"),
+    ((ENTRIES / "v2_without_lowered_map.entry").read_bytes(), "older than 3"),
     ((FIXTURES / "fixture.cubin").read_bytes(), "bare CUBIN"),
-], ids=["newer-format-entry", "older-format-entry", "bare-cubin"])
+], ids=["newer-format-entry", "older-format-entry", "format-2-entry", "bare-cubin"])
 def test_newer_and_older_formats_and_bare_cubin_are_rebuilt(cache, compiler, value, reason):
     key = _plant(cache, value)
     mod = build_module(FIXTURE_SRC, options_from_args([], FIXTURE_EXPRS, arch="sm_90"),

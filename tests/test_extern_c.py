@@ -1,6 +1,7 @@
-"""extern "C" kernels take the types their source declares (issue 20 item 4): NVRTC says them
-(a syntax-only compile of decltype(&name)), the entry stores them, and arguments pack as for C++
-kernels. No GPU: the packed bytes are read from the checked path, as the launcher would send."""
+"""extern "C" kernels take the types their source declares (issue 20 item 4): NVRTC says them in
+the one compile (toolchain/probe.py: decltype of the entity, checked to be the entity the CUBIN
+symbol is), the entry stores them, and arguments pack as for C++ kernels. No GPU: the packed
+bytes are read from the checked path, as the launcher would send."""
 
 from __future__ import annotations
 
@@ -65,10 +66,50 @@ def test_a_value_out_of_the_declared_range_is_refused(module):
         pack_args("fill", module["fill"].params, (None, 1.5, 2.5))  # a float for the int
 
 
-def test_a_name_the_probe_cannot_reach_falls_back_to_sizes(module):
-    # ns::hidden is extern "C" inside a namespace: &hidden is not found at global scope
-    assert [p.kind for p in module["hidden"].params] == [SlotKind.UNTYPED]
+def test_an_extern_c_kernel_inside_a_namespace_is_typed(module):
+    # ns::hidden is extern "C" inside a namespace: asked as ::ns::hidden
+    assert [p.ctype for p in module["hidden"].params] == ["float"]
     assert len(module) == 5
+
+
+_FILL = 'extern "C" __global__ void fill(float* x, float v, int n) { if (n) x[0] = v; }\n'
+
+# (the cell, its options, the extern "C" kernel's symbol, the parameter types it must get):
+# each row is a class the separate type-reading compile over the cell's text got wrong or lost
+# (issue 27 A1); None: nothing is known, and the kernel takes arguments by their slots' sizes
+EXTERN_C = {
+    "an unrelated global kernel of the same name": (
+        'namespace a { extern "C" __global__ void k(int x, int* y) { y[0] = x; } }\n'
+        "__global__ void k(float, float*) {}\n", [], "k", ["int", "int*"]),
+    "the cell's own #define of the probe's parameter name": (
+        "#define F 1\n" + _FILL, [], "fill", ["float*", "float", "int"]),
+    "an option's macro of the probe's parameter name": (
+        _FILL, ["-DF=1"], "fill", ["float*", "float", "int"]),
+    "a last // comment ending in a backslash": (
+        _FILL + "// the end \\", [], "fill", ["float*", "float", "int"]),
+    "a last line that is a comment ending in a backslash, without a newline": (
+        _FILL + "// x\\\n// y \\", [], "fill", ["float*", "float", "int"]),
+    "a macro that opens a namespace": (
+        "#define BEGIN namespace m {\n#define END }\nBEGIN\n"
+        'extern "C" __global__ void g(double d) {}\nEND\n__global__ void g(float) {}\n', [],
+        "g", None),
+    # what the cell's text does not declare is not asked about: taken by its slots' sizes
+    "a kernel a macro declares extern C": (
+        '#define KERNEL extern "C" __global__\nKERNEL void h(double d) {}\n', [], "h", None),
+    "an extern C block holding a kernel and a variable": (
+        'extern "C" {\n__device__ int counter;\n__global__ void e(long l, bool b) '
+        "{ counter += l + b; }\n}\n", [], "e", ["long", "bool"]),
+}
+
+
+@pytest.mark.parametrize("source, options, symbol, wanted", EXTERN_C.values(),
+                         ids=list(EXTERN_C))
+def test_extern_c_types_are_the_entitys_own(source, options, symbol, wanted):
+    module = cudamagic.build(source, arch="sm_90", use_cache=False, options=options)
+    params = module.kernels.signatures[symbol].params
+    assert (list(params) if params is not None else None) == wanted
+    for kernel in (k for k in module.kernels.values() if k.symbol == symbol):
+        assert [p.ctype for p in kernel.params] == (wanted or [None] * len(kernel.params))
 
 
 def test_a_hit_keeps_the_declared_types_and_an_older_entry_still_serves(tmp_path):

@@ -1,15 +1,24 @@
-"""A module's __constant__/__device__ variables listed from the CUBIN and typed from the cell,
-without a GPU (tests/test_gpu_parity.py writes and reads them on one)."""
+"""A module's __constant__/__device__ variables listed from the CUBIN and typed by the compiler in
+the one compile (toolchain/probe.py), without a GPU (tests/test_gpu_globals.py writes and reads
+them on one). Issue 27 item A1 and issue 29 items 5 and 6."""
 
 from __future__ import annotations
+
+import pickle
 
 import pytest
 
 import cudamagic
 from cudamagic.errors import NameResolutionError, NoDeviceError
-from cudamagic.toolchain.variables import declared_types
+from cudamagic.store.disk import KernelCache
+from cudamagic.toolchain.probe import TypeGap
+from cudamagic.toolchain.variables import find
 
 from .test_image import GLOBALS_SOURCE
+
+
+def _types(module):
+    return {v.cxx_name: (v.dtype, v.shape) for v in module.globals}
 
 
 def test_module_globals_are_listed_with_their_types():
@@ -23,36 +32,133 @@ def test_module_globals_are_listed_with_their_types():
         "initialised": ("initialised", 4, "global", "int32", ()),
         "file_local": ("file_local", 4, "global", "int32", ()),
         "ns::scale": ("_ZN2ns5scaleE", 4, "global", "float32", ()),
-        # a variable template's type is not read from the declaration: its bytes
-        "zero<float>": ("_Z4zeroIfE", 4, "global", None, (4,)),
+        # a variable template's explicit instance
+        "zero<float>": ("_Z4zeroIfE", 4, "global", "float32", ()),
     }
+    assert {v.cxx_name: v.ctype for v in module.globals}["table"] == "double [3][5]"
 
 
-@pytest.mark.parametrize("decl, wanted", [
-    ("__constant__ float c[16];", ("float32", (16,))),
-    ("__device__ unsigned long long n;", ("uint64", ())),
-    ("__device__ __managed__ int m = 3;", ("int32", ())),
-    ("static __device__ double t[3][5];", ("float64", (3, 5))),
-    ("__device__ const short s[2] = {1, 2};", ("int16", (2,))),
-    ("__device__ unsigned char b[7];", ("uint8", (7,))),
-    ("__device__ __half h;", ("float16", ())),
-    ("__device__ int64_t i64;", ("int64", ())),
-])
-def test_declared_types(decl, wanted):
-    (name, got), = declared_types(decl).items()
-    assert got == wanted
+_USE = 'extern "C" __global__ void use(float* o) {{ o[0] = {}; }}\n'
+
+# (the cell's variables, options, wanted {C++ name: (dtype, shape)}): each row is a class of
+# wrong answer the regular expression over the cell gave (issue 27 A1, issue 29 item 6)
+CASES = {
+    "a commented-out declaration above the real one": (
+        "// __constant__ double w[4];\n__constant__ float w[8];\n" + _USE.format("w[1]"), [],
+        {"w": ("float32", (8,))}),
+    "a declaration in a block comment": (
+        "/* __device__ double w[4]; */ __device__ float w[8];\n" + _USE.format("w[1]"), [],
+        {"w": ("float32", (8,))}),
+    "a declaration in an #ifdef branch that is not compiled": (
+        "#ifdef WIDE\n__device__ double v[4];\n#else\n__device__ float v[4];\n#endif\n"
+        + _USE.format("v[1]"), [], {"v": ("float32", (4,))}),
+    "the #ifdef branch an option compiles": (
+        "#ifdef WIDE\n__device__ double v[4];\n#else\n__device__ float v[4];\n#endif\n"
+        + _USE.format("v[1]"), ["-DWIDE"], {"v": ("float64", (4,))}),
+    "one name in two namespaces": (
+        "namespace a { __device__ float s; }\nnamespace b { __device__ int s[4]; }\n"
+        + _USE.format("a::s + b::s[1]"), [],
+        {"a::s": ("float32", ()), "b::s": ("int32", (4,))}),
+    "an array sized by its initialiser": (
+        "__constant__ int a[] = {4, 5};\n" + _USE.format("a[1]"), [], {"a": ("int32", (2,))}),
+    "an array sized by a macro": (
+        "#define N 6\n__device__ float m[N][N + 1];\n" + _USE.format("m[1][2]"), [],
+        {"m": ("float32", (6, 7))}),
+    "an array sized by an option's macro": (
+        "__device__ float m[N];\n" + _USE.format("m[1]"), ["-DN=3"], {"m": ("float32", (3,))}),
+    "an array of a typedef'd element": (
+        "typedef unsigned short u16;\nusing i64 = long long;\n__device__ u16 t[3];\n"
+        "__device__ i64 big;\n" + _USE.format("t[1] + big"), [],
+        {"t": ("uint16", (3,)), "big": ("int64", ())}),
+    "a type spelled through a macro": (
+        "#define REAL double\n__device__ REAL r[2];\n" + _USE.format("r[1]"), [],
+        {"r": ("float64", (2,))}),
+    "several declarators, an alignment and a pointer": (
+        "__device__ __align__(16) float al[4], *p, third[2][3];\n"
+        + _USE.format("al[0] + *p + third[1][2]"), [],
+        {"al": ("float32", (4,)), "p": ("uint64", ()), "third": ("float32", (2, 3))}),
+    "const and volatile elements, a half": (
+        "#include <cuda_fp16.h>\n__device__ const volatile unsigned char cv[3] = {1, 2, 3};\n"
+        "__device__ __half h[2];\n" + _USE.format("cv[1] + (float)h[1]"), [],
+        {"cv": ("uint8", (3,)), "h": ("float16", (2,))}),
+    "a struct is its bytes": (
+        "struct P { int x; float y; };\n__device__ P pt;\n" + _USE.format("pt.y"), [],
+        {"pt": (None, (8,))}),
+    "a variable a macro declares is its bytes, not a guess": (
+        "#define DECLARE(n) __device__ double n[2];\nDECLARE(mv)\n" + _USE.format("mv[1]"),
+        [], {"mv": (None, (16,))}),
+}
 
 
-def test_a_size_that_disagrees_leaves_the_variable_untyped():
-    """A declaration the reading gets wrong (the first of two behind #ifdef) must not give a
-    view of the wrong size: the CUBIN's size wins, as bytes."""
-    source = ("#ifdef WIDE\n__device__ double v[4];\n#else\n__device__ float v[4];\n#endif\n"
-              'extern "C" __global__ void k(float* x) { x[0] = v[1]; }\n')
-    (narrow,) = cudamagic.build(source, arch="sm_90", use_cache=False).globals
-    assert (narrow.dtype, narrow.shape, narrow.size) == (None, (16,), 16)
-    (wide,) = cudamagic.build(source, arch="sm_90", use_cache=False,
-                              options=["-DWIDE"]).globals
-    assert (wide.dtype, wide.shape, wide.size) == ("float64", (4,), 32)
+@pytest.mark.parametrize("source, options, wanted", CASES.values(), ids=list(CASES))
+def test_each_type_is_the_compilers(source, options, wanted):
+    module = cudamagic.build(source, arch="sm_90", use_cache=False, options=options)
+    assert _types(module) == wanted
+
+
+def test_a_type_the_compiler_gave_no_dtype_for_says_why():
+    module = cudamagic.build(CASES["a struct is its bytes"][0], arch="sm_90", use_cache=False)
+    (pt,) = module.globals
+    assert (pt.ctype, pt.gap) == ("P", TypeGap.NOT_ARITHMETIC)
+    module = cudamagic.build(CASES["a variable a macro declares is its bytes, not a guess"][0],
+                             arch="sm_90", use_cache=False)
+    (mv,) = module.globals
+    assert (mv.ctype, mv.gap) == (None, TypeGap.NOT_ASKED)
+
+
+ANONYMOUS = ("namespace { namespace b { __constant__ int a; } }\n"
+             "namespace { __device__ float q[3]; }\n" + _USE.format("b::a + q[1]"))
+
+
+def test_a_variable_in_an_anonymous_namespace_has_one_name_and_is_found_without_it():
+    module = cudamagic.build(ANONYMOUS, arch="sm_90", use_cache=False)
+    got = {v.cxx_name: (v.dtype, v.shape) for v in module.globals}
+    assert got == {"(anonymous namespace)::b::a": ("int32", ()),
+                   "(anonymous namespace)::q": ("float32", (3,))}
+    assert find(module.globals, "b::a").cxx_name == "(anonymous namespace)::b::a"
+    assert find(module.globals, "(anonymous namespace)::b::a").dtype == "int32"
+    assert find(module.globals, "q").shape == (3,)
+    with pytest.raises(NoDeviceError):
+        module.get_global("b::a")  # found; the device is what is missing
+
+
+VARIABLE_TEMPLATE = ("namespace z { template <class T> __device__ T tv = T(3); }\n"
+                     + _USE.format("1.0f"))
+
+
+def test_a_variable_template_instance_is_a_name_expression(tmp_path):
+    """-n "&z::tv<float>": NVRTC instantiates the variable; it is listed, reached by the
+    expression with and without the &, and a hit restores it like a kernel."""
+    cache = KernelCache(tmp_path / "cache")
+    try:
+        first = cudamagic.build(VARIABLE_TEMPLATE, ["&z::tv<float>", "&z::tv<double>"],
+                                arch="sm_90", cache=cache)
+        again = cudamagic.build(VARIABLE_TEMPLATE, ["&z::tv<float>", "&z::tv<double>"],
+                                arch="sm_90", cache=cache)
+    finally:
+        cache.close()
+    assert not first.hit and again.hit
+    for module in (first, again):
+        assert _types(module) == {"z::tv<float>": ("float32", ()),
+                                  "z::tv<double>": ("float64", ())}
+        assert module.variable_expressions == {"&z::tv<float>": "_ZN1z2tvIfEE",
+                                               "&z::tv<double>": "_ZN1z2tvIdEE"}
+        for name in ("&z::tv<float>", "z::tv<float>", "_ZN1z2tvIfEE"):
+            assert find(module.globals, name, module.variable_expressions).dtype == "float32"
+        assert "&z::tv<float>" not in module.kernels and list(module.kernels) == ["use"]
+        with pytest.raises(NoDeviceError):
+            module.get_global("&z::tv<double>")
+
+
+def test_a_module_that_travels_keeps_its_variables_types():
+    """A module pickled to a Dask worker: the types come with it (they were uint8 there)."""
+    source = VARIABLE_TEMPLATE + CASES["one name in two namespaces"][0].replace("use", "use2")
+    module = cudamagic.build(source, ["&z::tv<float>"], arch="sm_90", use_cache=False)
+    arrived = pickle.loads(pickle.dumps(module))
+    assert arrived is not module
+    assert _types(arrived) == _types(module) == {
+        "a::s": ("float32", ()), "b::s": ("int32", (4,)), "z::tv<float>": ("float32", ())}
+    assert arrived.variable_expressions == {"&z::tv<float>": "_ZN1z2tvIfEE"}
 
 
 def test_get_global_names_what_there_is_and_needs_a_gpu():
@@ -63,3 +169,10 @@ def test_get_global_names_what_there_is_and_needs_a_gpu():
         module.get_global("coeffs")
     with pytest.raises(NoDeviceError):
         module.get_global("ns::scale")  # found by its C++ name; the device is what is missing
+
+
+def test_a_cubin_from_elsewhere_has_no_types_and_says_so():
+    module = cudamagic.build(GLOBALS_SOURCE, arch="sm_90", use_cache=False)
+    loaded = cudamagic.load_cubin(module.cubin)
+    assert {v.gap for v in loaded.globals} == {TypeGap.NO_SOURCE}
+    assert all(v.dtype is None and v.shape == (v.size,) for v in loaded.globals)

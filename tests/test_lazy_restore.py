@@ -368,7 +368,8 @@ def test_per_function_records_are_read_whatever_their_shapes(records, want):
 def test_variables_are_those_a_plain_reading_of_the_symbol_table_finds():
     """The module's variables, read through typed views of the symbol table, are the OBJECT
     symbols in constant or global memory that a symbol-by-symbol reading finds, with their
-    sizes, places and memory, for every kind of CUBIN (and a library's hundreds of globals)."""
+    sizes, places and memory, for every kind of CUBIN (and a library's hundreds of globals),
+    less the type probe's own (toolchain/probe.py: their names hold __cudamagic_)."""
     import struct
 
     import cudamagic
@@ -389,7 +390,8 @@ def test_variables_are_those_a_plain_reading_of_the_symbol_table_finds():
             for st_name, info, _, shndx, value, size in struct.iter_unpack(
                     "<IBBHQQ", data[header[2]:header[2] + header[3] // 24 * 24]):
                 if info & 0xF in (1, 13) and 0 < shndx < len(sections) \
-                        and sections[shndx][0] in spaces:
+                        and sections[shndx][0] in spaces \
+                        and b"__cudamagic_" not in strings[st_name:strings.index(b"\0", st_name)]:
                     want.append((strings[st_name:strings.index(b"\0", st_name)].decode(), size,
                                  spaces[sections[shndx][0]], value,
                                  sections[shndx][0] != ".nv.global"))

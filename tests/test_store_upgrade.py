@@ -1,5 +1,7 @@
-"""Entries survive the upgrade: a cache folder written by cudamagic at commit eb8d5d5 (before the
-layout moved into folders) is served as hits by the current code.
+"""An upgrade is clean: a cache folder written by cudamagic at commit eb8d5d5 (before the layout
+moved into folders, in entry format 2) is read by the current code, and since format 3 (the
+variables' types asked of the compiler, not read from the cell) every such entry is a clean
+miss: recompiled once, stored in the current format, then a hit.
 
 The fixture (tests/fixtures/entries/cache-eb8d5d5/ and its .json) was written by
 tests/fixtures/entries/write_old_cache.py run on that commit. Three levels:
@@ -7,10 +9,10 @@ tests/fixtures/entries/write_old_cache.py run on that commit. Three levels:
 - the key: the current ``cache_key`` over the inputs the old code recorded gives the old key
   (fails when the key's derivation changes: then the upgrade costs every entry, and the change
   must say why);
-- the pipeline: each old entry serves a build as a hit, with no compile and the same kernels
-  (portable: the lookup is steered to the recorded key, since a key covers the install paths);
-- here, where the environment is the one the fixture was written in: the same builds hit with
-  no help at all.
+- the pipeline: each old entry is a miss of kind ``format``, compiled once, with the same kernels,
+  and the next build is a hit (portable: the lookup is steered to the recorded key, since a key
+  covers the install paths);
+- here, where the environment is the one the fixture was written in: the same, unaided.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import pytest
 
 from cudamagic.keys import cache_key
 from cudamagic.pipeline import build_module, entry_key, options_from_args
-from cudamagic.store import KernelCache, decode_entry
+from cudamagic.miss import MissKind
+from cudamagic.store import BadEntry, KernelCache, decode_entry
 from cudamagic.toolkit import toolkit
 
 from .conftest import FIXTURES
@@ -62,8 +65,8 @@ def _build(cell, cache, compiler):
                         cache=cache, compiler=compiler)
 
 
-def _assert_served(module, cell) -> None:
-    assert module.hit, (cell["label"], module.report.miss_reason)
+def _assert_served(module, cell, hit: bool = True) -> None:
+    assert module.hit is hit, (cell["label"], module.report.miss_reason)
     got = {k.name_expression: [k.symbol, k.python_name] for k in module.kernels.values()}
     assert got == cell["kernels"]
 
@@ -76,22 +79,23 @@ def test_the_key_is_derived_as_the_old_code_derived_it(cell):
                      cwd=cell["cwd"]) == cell["key"]
 
 
-def test_every_old_entry_reads_with_the_current_decoder(tmp_path):
+def test_every_old_entry_is_a_clean_format_miss(tmp_path):
     cache = KernelCache(_copy(tmp_path))
     try:
         assert sorted(cache.keys()) == sorted(c["key"] for c in CELLS)
         for cell in CELLS:
             record, why = cache.get(cell["key"])
-            assert why is None and record is not None, (cell["label"], why)
-            assert decode_entry(cache.raw.get(cell["key"]), cell["key"]).cubin == record.cubin
-            assert set(record.lowered or {}) == set(cell["name_expressions"])
+            assert record is None and why.kind is MissKind.FORMAT, (cell["label"], why)
+            assert "format 2, older than 3" in why.detail
+            with pytest.raises(BadEntry):
+                decode_entry(cache.raw.get(cell["key"]), cell["key"])
     finally:
         cache.close()
 
 
 @pytest.mark.parametrize("cell", [c for c in CELLS if c["label"] != "header"],
                          ids=[i for i in IDS if i != "header"])
-def test_an_old_entry_serves_the_build_as_a_hit(tmp_path, monkeypatch, compiler, cell):
+def test_an_old_entry_is_rebuilt_once_then_hits(tmp_path, monkeypatch, compiler, cell):
     # the header cell's manifest names this machine's packaged headers by inode and time:
     # it is served only where the fixture was written (the next test)
     monkeypatch.chdir(cell["cwd"])
@@ -99,8 +103,12 @@ def test_an_old_entry_serves_the_build_as_a_hit(tmp_path, monkeypatch, compiler,
         cell["options"], cell["name_expressions"], "sm_90"))
     cache = _Steered(_copy(tmp_path), {now: cell["key"]})
     try:
+        first = _build(cell, cache, compiler)
+        _assert_served(first, cell, hit=False)
+        assert "older than 3" in first.report.miss_reason and len(compiler.calls) == 1
+        cache.steer = {}  # the rebuilt entry is stored under this environment's key
         _assert_served(_build(cell, cache, compiler), cell)
-        assert compiler.calls == []
+        assert len(compiler.calls) == 1
     finally:
         cache.close()
 
@@ -113,7 +121,8 @@ def test_where_it_was_written_every_old_entry_hits_unaided(tmp_path, monkeypatch
     cache = KernelCache(_copy(tmp_path))
     try:
         for cell in CELLS:
+            _assert_served(_build(cell, cache, compiler), cell, hit=False)
             _assert_served(_build(cell, cache, compiler), cell)
-        assert compiler.calls == []
+        assert len(compiler.calls) == len(CELLS)
     finally:
         cache.close()

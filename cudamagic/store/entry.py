@@ -26,14 +26,17 @@ from typing import Any
 
 from ..errors import CacheArgumentError
 from ..miss import MissKind
+from ..toolchain.probe import VarType
 
 __all__ = ["EntryRecord", "BadEntry", "encode_entry", "decode_entry", "entry_digest",
            "ENTRY_FORMAT", "ENTRY_MAGIC"]
 
 #: The layout of an entry record. 2: the record names its key; format-1 records (which do not)
-#: are misses, rebuilt on first use. Independent of :data:`cudamagic.keys.KEY_VERSION`, which
+#: are misses, rebuilt on first use. 3: the record holds its variables' types as the compiler
+#: gave them (``variables``); format-2 records (whose variables were typed from the source
+#: text) are misses, rebuilt on first use. Independent of :data:`cudamagic.keys.KEY_VERSION`, which
 #: changes what keys mean.
-ENTRY_FORMAT = 2
+ENTRY_FORMAT = 3
 
 #: What every encoded entry starts with.
 ENTRY_MAGIC = b"CUDAMAGIC-ENTRY\n"
@@ -87,6 +90,12 @@ class EntryRecord:
         ``{"demangler": "libstdc++", "placeholders": false, "texts": {symbol: text}}`` (an
         ``extern "C"`` kernel's text gives the parameter types its source declares, and a
         demangled name too long to keep is stored as that). None in older entries: demangled.
+    variables : dict or None
+        The CUBIN's variables' types as the compiler gave them in the compile (the type probe,
+        :mod:`cudamagic.toolchain.probe`), by symbol: ``{symbol: [C++ type, dtype, shape,
+        gap]}`` (:meth:`~cudamagic.toolchain.probe.VarType.to_json`); a variable it lacks was
+        not asked about. Every compiled entry has it; a module from a CUBIN built elsewhere
+        has none.
     """
 
     cubin: bytes
@@ -102,6 +111,7 @@ class EntryRecord:
     manifest: Mapping[str, object] | None = None
     kernels: dict[str, Any] | None = None
     symbols: dict[str, Any] | None = None
+    variables: dict[str, Any] | None = None
 
     @property
     def cubin_sha256(self) -> str:
@@ -130,6 +140,20 @@ def _symbol_table(value: object) -> bool:
             and all(isinstance(k, str) and isinstance(v, str) for k, v in texts.items()))
 
 
+def _variable_table(value: object) -> bool:
+    """Whether a decoded ``variables`` field has the shape :class:`EntryRecord` documents."""
+    if not isinstance(value, dict):
+        return False
+    try:
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return False
+            VarType.from_json(v)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class _Optional:
     """An optional header field: how it is checked and what it becomes in the record."""
@@ -148,6 +172,7 @@ _OPTIONAL: dict[str, _Optional] = {
     "manifest": _Optional("a JSON object", lambda v: isinstance(v, dict)),
     "kernels": _Optional("a kernel table", _kernel_table),
     "symbols": _Optional("a table of symbol texts", _symbol_table),
+    "variables": _Optional("a table of variable types", _variable_table),
 }
 
 #: Required fields and their JSON types.
@@ -266,6 +291,10 @@ def _owner(header: dict[str, Any], key: str | None) -> str:
         raise BadEntry(f"the entry is of format {fmt}, newer than this reader's {ENTRY_FORMAT}",
                        MissKind.FORMAT)
     stored_key = header.get("key")
+    if isinstance(fmt, int) and 1 < fmt < ENTRY_FORMAT:
+        raise BadEntry(f"the entry is of format {fmt}, older than {ENTRY_FORMAT}: it was "
+                       "written before variables' types were asked of the compiler",
+                       MissKind.FORMAT)
     if not isinstance(stored_key, str) or not stored_key:
         # a record that does not say whose it is could be any entry's
         older = f"is of format {fmt}, older than {ENTRY_FORMAT}, and " \

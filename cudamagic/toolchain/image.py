@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from ..errors import ImageError
 from ..forksafe import once
 
+#: What every identifier the type probe adds to a compile begins with
+#: (:mod:`cudamagic.toolchain.probe`): a symbol holding it is the probe's, not the cell's.
+PROBE_MARK = "__cudamagic_"
+
 __all__ = ["Param", "KernelImage", "KernelResources", "LaunchNeeds", "GlobalImage", "CubinImage",
            "read_cubin"]
 
@@ -251,8 +255,10 @@ class CubinImage:
 
     @once
     def globals(self) -> tuple[GlobalImage, ...]:
-        """The module's ``__constant__`` and ``__device__`` variables."""
-        return self._elf.globals()
+        """The module's ``__constant__`` and ``__device__`` variables (without those the type
+        probe adds to a compile, :mod:`~cudamagic.toolchain.probe`: their names hold
+        ``__cudamagic_``)."""
+        return tuple(g for g in self._elf.globals() if PROBE_MARK not in g.name)
 
     def kernel(self, symbol: str) -> KernelImage:
         """The kernel with this symbol (one object per symbol, whichever thread asks first).

@@ -25,7 +25,7 @@ from ..forksafe import ForkSafeLock, NativeSection
 from ..toolkit import include_hints
 from .tracefolder import compile_folder
 
-__all__ = ["CompileResult", "compile_cubin", "declared_signatures", "shift_lines", "nvrtc_version",
+__all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version",
            "supported_archs", "rewrite_log", "name_map_lines", "template_kernels"]
 
 _T = TypeVar("_T")
@@ -368,52 +368,6 @@ def _no_such_kernel(name: str, hints: "_Hints") -> str:
     return (f"error: the cell defines no kernel {name!r}"
             + (f"; did you mean {near[0]!r}?" if near else "")
             + f" (its kernels: {hints.listed(plain + templates)})")
-
-
-_PROBE = "__cudamagic_declared"
-
-
-def declared_signatures(source: str, names: Sequence[str], options: Sequence[str],
-                        program_name: str = "cell.cu") -> dict[str, str]:
-    """The parameter types the source declares for its ``extern "C"`` kernels, as NVRTC says.
-
-    An ``extern "C"`` symbol carries no types, so a second, syntax-only compile of the source
-    instantiates a template on ``decltype(&name)`` for each: NVRTC mangles the function's type
-    into that instance's symbol, and libstdc++ demangles it. Returns name ->
-    ``"fill(float*, float, int)"`` (what a demangler gives a C++ function), leaving out any
-    name NVRTC could not say (the caller then packs that kernel by its slots' sizes).
-    """
-    from .demangle import concrete_demangler
-
-    demangler = concrete_demangler()
-    if not names or demangler is None:
-        return {}
-    probe = (f"{source}\nnamespace {_PROBE} {{ template <class F> __global__ void of() {{}} }}\n")
-    exprs = {name: f"{_PROBE}::of<decltype(&{name})>" for name in names}
-    opts = [*options, "-fdevice-syntax-only"]
-    result: CompileResult | None
-    try:
-        result = compile_cubin(probe, list(exprs.values()), opts, program_name=program_name,
-                               trace=False)
-    except CompileError as exc:
-        # a name NVRTC cannot reach from the global scope (extern "C" inside a namespace):
-        # the log names its expression; the others are asked again, once
-        exprs = {n: e for n, e in exprs.items() if f'-n "{e}"' not in str(exc)}
-        try:
-            result = compile_cubin(probe, list(exprs.values()), opts,
-                                   program_name=program_name, trace=False) if exprs else None
-        except (CompileError, OptionError):
-            result = None
-    except OptionError:
-        return {}  # an NVRTC without -fdevice-syntax-only
-    if result is None:
-        return {}
-    head, tail = f"void {_PROBE}::of<void (*)(", ")>()"
-    out = {}
-    for name, text in zip(exprs, demangler.demangle([result.lowered[e] for e in exprs.values()])):
-        if text.startswith(head) and text.endswith(tail):
-            out[name] = f"{name}({text[len(head):-len(tail)]})"
-    return out
 
 
 def template_kernels(source: str) -> list[str]:

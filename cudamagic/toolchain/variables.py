@@ -1,52 +1,24 @@
-"""A module's ``__constant__`` and ``__device__`` variables: listed from the CUBIN, typed from
-the cell's declarations, and on a GPU viewed as device arrays (``__cuda_array_interface__``).
+"""A module's ``__constant__`` and ``__device__`` variables: listed from the CUBIN, typed by
+the compiler, and on a GPU viewed as device arrays (``__cuda_array_interface__``).
 
 The CUBIN gives each variable's symbol, size and memory (:class:`~.image.GlobalImage`); C++
-mangling does not encode a variable's type, so the type comes from the cell's own declaration
-(``__constant__ float coeffs[16];``) where it is a plain arithmetic type or an array of one, and
-is kept only where its size agrees with the CUBIN's. Anything else is bytes, or the dtype the
-caller gives.
+mangling does not encode a variable's type, so the type is what NVRTC said in the compile that
+made the CUBIN (:mod:`.probe`), stored with the entry and carried by a module that travels.
+A variable the compiler was not asked about, or whose element NumPy has no dtype for, is
+bytes, with the reason (:class:`~.probe.TypeGap`); nothing is read from the source text.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NameResolutionError
 from .image import GlobalImage
+from .probe import TypeGap, VarType, strip_internal
 
-__all__ = ["Variable", "DeviceGlobal", "declared_types", "variables"]
-
-# C++ spellings of the arithmetic types and their NumPy dtype names
-_CTYPES = {
-    "float": "float32", "double": "float64", "bool": "bool",
-    "char": "int8", "signed char": "int8", "unsigned char": "uint8",
-    "short": "int16", "short int": "int16", "unsigned short": "uint16",
-    "unsigned short int": "uint16", "int": "int32", "signed": "int32", "signed int": "int32",
-    "unsigned": "uint32", "unsigned int": "uint32", "long": "int64", "long int": "int64",
-    "unsigned long": "uint64", "unsigned long int": "uint64", "long long": "int64",
-    "long long int": "int64", "unsigned long long": "uint64", "unsigned long long int": "uint64",
-    "int8_t": "int8", "int16_t": "int16", "int32_t": "int32", "int64_t": "int64",
-    "uint8_t": "uint8", "uint16_t": "uint16", "uint32_t": "uint32", "uint64_t": "uint64",
-    "size_t": "uint64", "ptrdiff_t": "int64", "__half": "float16", "half": "float16",
-}
-_TYPE = "|".join(sorted((re.escape(t) for t in _CTYPES), key=len, reverse=True))
-_DECL = re.compile(
-    r"(?:__constant__|__device__)(?:\s+(?:static|const|volatile|__managed__|__device__|"
-    r"__constant__))*\s+(?:(?:cuda::)?(?:std::)?)(?P<type>" + _TYPE + r")\s+(?P<name>[A-Za-z_]\w*)"
-    r"(?P<dims>(?:\s*\[\s*\d+\s*\])*)\s*[;=]")
-
-
-def declared_types(source: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """name -> (NumPy dtype name, shape) of each variable the source declares with a plain
-    arithmetic type at file or namespace scope (``__device__ double table[3][5];``)."""
-    out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for m in _DECL.finditer(source):
-        dims = tuple(int(d) for d in re.findall(r"\d+", m.group("dims")))
-        out.setdefault(m.group("name"), (_CTYPES[m.group("type")], dims))
-    return out
+__all__ = ["Variable", "DeviceGlobal", "variables", "find", "plain_name"]
 
 
 @dataclass(frozen=True)
@@ -58,15 +30,21 @@ class Variable:
     name : str
         The symbol (``coeffs``; ``_ZN2ns5scaleE`` for ``ns::scale``).
     cxx_name : str
-        Its C++ name (``ns::scale``), the symbol where it is not mangled.
+        Its C++ name (``ns::scale``; ``(anonymous namespace)::b::a`` whichever demangler), the
+        symbol where it is not mangled.
     size : int
         Bytes, from the CUBIN.
     space : str
         ``"constant"`` or ``"global"``.
     dtype : str or None
-        NumPy dtype name where the declaration's type is known and agrees with ``size``.
+        NumPy dtype name of the element, where the compiler's type has one (a pointer is
+        ``uint64``: its value is an address).
     shape : tuple of int
         ``()`` for a scalar, the array's extents otherwise (``(size,)`` bytes when untyped).
+    ctype : str or None
+        The C++ type as the compiler gave it (``float [8]``), where it was asked.
+    gap : TypeGap or None
+        Why ``dtype`` is None.
     """
 
     name: str
@@ -75,6 +53,8 @@ class Variable:
     space: str
     dtype: str | None
     shape: tuple[int, ...]
+    ctype: str | None = None
+    gap: TypeGap | None = None
 
 
 def _itemsize(dtype: str) -> int:
@@ -83,34 +63,78 @@ def _itemsize(dtype: str) -> int:
     return np.dtype(dtype).itemsize
 
 
-def variables(images: tuple[GlobalImage, ...], source: str,
+def _typed(g: GlobalImage, t: VarType) -> tuple[str | None, tuple[int, ...], TypeGap | None]:
+    """(dtype, shape, gap) of a variable whose type the compiler gave, checked against the
+    CUBIN's size (an array of unknown bound takes its extent from the size)."""
+    if t.dtype is None:
+        return None, (g.size,), t.gap or TypeGap.NOT_ARITHMETIC
+    item = _itemsize(t.dtype)
+    count = 1
+    for d in t.shape:
+        count *= d
+    if item * count == g.size:
+        return t.dtype, t.shape, None
+    if t.ctype is not None and t.ctype.endswith("[]") and not t.shape and g.size % item == 0:
+        return t.dtype, (g.size // item,), None
+    return None, (g.size,), TypeGap.SIZE
+
+
+def variables(images: tuple[GlobalImage, ...], types: Mapping[str, VarType] | None,
               demangled: dict[str, str]) -> tuple[Variable, ...]:
-    """The module's variables with their types where the source declares them."""
-    types = declared_types(source) if source else {}
+    """The module's variables, typed where the compiler said the type (``types`` by symbol;
+    None: a CUBIN from elsewhere, with no compile to ask)."""
     out = []
     for g in images:
-        cxx = demangled.get(g.name, g.name)
-        dtype, shape = types.get(cxx.rsplit("::", 1)[-1], (None, ()))
-        count = 1
-        for d in shape:
-            count *= d
-        if dtype is None or _itemsize(dtype) * count != g.size:
-            dtype, shape = None, (g.size,)
-        out.append(Variable(g.name, cxx, g.size, g.space, dtype, shape))
+        cxx = strip_internal(demangled.get(g.name, g.name))
+        t = types.get(g.name) if types is not None else None
+        if t is None:
+            gap = TypeGap.NOT_ASKED if types is not None else TypeGap.NO_SOURCE
+            out.append(Variable(g.name, cxx, g.size, g.space, None, (g.size,), None, gap))
+            continue
+        dtype, shape, why = _typed(g, t)
+        out.append(Variable(g.name, cxx, g.size, g.space, dtype, shape, t.ctype, why))
     return tuple(out)
 
 
-def find(found: tuple[Variable, ...], name: str) -> Variable:
-    """The variable with this symbol, or else this C++ name.
+_ANONYMOUS = "(anonymous namespace)::"
 
-    :raises NameResolutionError: none, saying which there are.
+
+def plain_name(cxx_name: str) -> str:
+    """A C++ name without its anonymous namespaces (``b::a`` for
+    ``(anonymous namespace)::b::a``), the name code in the same file uses."""
+    return cxx_name.replace(_ANONYMOUS, "")
+
+
+def find(found: tuple[Variable, ...], name: str,
+         expressions: Mapping[str, str] | None = None) -> Variable:
+    """The variable with this symbol, C++ name (with or without its anonymous namespaces),
+    or name expression (``&z::tv<float>``, with or without the ``&``).
+
+    :raises NameResolutionError: none, or several, saying which there are.
     """
-    for v in found:
-        if v.name == name:
-            return v
-    matches = [v for v in found if v.cxx_name == name]
-    if len(matches) == 1:
-        return matches[0]
+    if not isinstance(name, str):
+        raise NameResolutionError(f"a variable is looked up by its name, a str, not "
+                                  f"{type(name).__name__} {name!r:.60}")
+    by_symbol = {v.name: v for v in found}
+    if name in by_symbol:
+        return by_symbol[name]
+    expressions = expressions or {}
+    stripped = name.strip()
+    for key in (stripped, "&" + stripped, stripped[1:].strip() if stripped.startswith("&")
+                else None):
+        for expr, symbol in expressions.items():
+            if key is not None and expr.strip() == key and symbol in by_symbol:
+                return by_symbol[symbol]
+    bare = stripped[1:].strip() if stripped.startswith("&") else stripped
+    for test in (lambda v: v.cxx_name == bare, lambda v: plain_name(v.cxx_name) == bare):
+        matches = [v for v in found if test(v)]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise NameResolutionError(
+                f"{name!r} names {len(matches)} variables of this module ("
+                + ", ".join(v.cxx_name for v in matches) + "): give the symbol ("
+                + ", ".join(v.name for v in matches) + ")")
     held = ", ".join(v.cxx_name for v in found) or "none"
     raise NameResolutionError(f"this module holds no __constant__ or __device__ variable named "
                               f"{name!r} (its variables: {held})")
