@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
 
-from .cxx import (NVRTC, Resolved, Signatures, parse_demangled, plain_kernels, python_name,
-                  resolve, stored_signatures, symbol_record)
-from .cxx.names import CONTRADICTION, compare, parse_expression
+from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
+                  stored_signatures, symbol_record)
 from .errors import (CompileError, CudaMagicError, ImageError, InputWarning,
                      NameResolutionError, OptionError, SourceError)
 from .files import NotAFile, TooLarge, read_regular
@@ -38,7 +37,7 @@ from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_text, norm
                       nvrtc_options, options_from_args)
 from .store import EntryRecord, KernelCache
 from .toolchain import driver
-from .toolchain.demangle import Demangler, Pending, concrete_demangler, default_demangler
+from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
                              trace_headers)
 from .toolchain.image import read_cubin
@@ -46,8 +45,9 @@ from .toolchain.fatbin import LinkCache, loadable_cubin
 from .toolchain.link import ET_REL, LinkResult, elf_type, link_compiled, relocatable
 from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
                               supported_archs)
-from .toolchain.probe import VarType, read_answers, strip_internal, typed_compile
+from .toolchain.probe import VarType, typed_compile
 from .toolkit import toolkit
+from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import BuildReport, KernelRow, KernelRows
 
 __all__ = ["Module", "BuildSettings", "BuildContext", "build", "build_module", "entry_key",
@@ -315,8 +315,13 @@ def _restore(ctx: BuildContext, record: EntryRecord) -> "Module | Miss":
     try:
         binary = Binary(record.cubin, read_cubin(record.cubin))
         sigs = _signatures(ctx, binary, None, record.symbols)
-        var_exprs = _variable_expressions(ctx.opts.name_expressions, record.lowered or {},
-                                          binary, verify=True)
+        var_exprs = variable_expressions(ctx.opts.name_expressions, record.lowered or {},
+                                         binary.image)
+        lying = contradicted(var_exprs)
+        if lying is not None:
+            raise _Unservable(Miss(MissKind.DAMAGED, "the cached entry's stored name map does "
+                                   f"not match its CUBIN: {lying!r}: its variable "
+                                   f"{var_exprs[lying]} is another entity"))
         resolution = resolve([e for e in ctx.opts.name_expressions if e not in var_exprs],
                              sigs, record.lowered)
         if resolution.stale:
@@ -334,9 +339,8 @@ def _restore(ctx: BuildContext, record: EntryRecord) -> "Module | Miss":
     except _Unservable as exc:
         return exc.miss
     ctx.lap("resolve", t)
-    types = {k: VarType.from_json(v) for k, v in (record.variables or {}).items()}
     return _module(ctx, binary, made, origin="cache", miss=None, record=record,
-                   variables=(types, var_exprs))
+                   variables=(stored_types(record.variables), var_exprs))
 
 
 class _Interrupts:
@@ -404,7 +408,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                               line_offset=ctx.line_offset, trace=not no_files)
     result = typed.result
     if typed.compiles > 1:
-        ctx.notes.append(_PROBE_RETRIED.format(typed.compiles))
+        ctx.notes.append(PROBE_RETRIED.format(typed.compiles))
     t = ctx.lap("compile", t)
     if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
         result = link_compiled(result, ctx.arch, ctx.options)
@@ -416,16 +420,10 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     except ImageError as exc:
         raise CompileError(f"NVRTC's output is not a CUBIN ({exc}); check the -o options") \
             from None
-    sigs = _signatures(ctx, binary, pending)
-    # what the probes said: variables' types, extern "C" kernels' parameter types (demangled
-    # in this process where libstdc++ can: the pending demangler served its one batch)
-    untyped = sigs.untyped()
-    answers = read_answers(typed.probes, typed.lowered,
-                           (concrete_demangler() or ctx.demangler).demangle,
-                           [g.name for g in binary.image.globals], untyped)
-    sigs = sigs.with_texts(dict(answers.functions))
+    # what the probes said: variables' types, extern "C" kernels' parameter types
+    sigs, said = answers(typed, binary.image, _signatures(ctx, binary, pending), ctx.demangler)
     lowered = dict(result.lowered)
-    var_exprs = _variable_expressions(ctx.opts.name_expressions, lowered, binary)
+    var_exprs = variable_expressions(ctx.opts.name_expressions, lowered, binary.image)
     kernel_exprs = [e for e in ctx.opts.name_expressions if e not in var_exprs]
     missing = [e for e in kernel_exprs if lowered[e] not in sigs]
     if missing:
@@ -444,10 +442,10 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                          # its neighbours called for: a later build applies its own
                          python_names={e: python_name(e) for e in kernel_exprs},
                          symbols=symbol_record(sigs, ctx.demangler.name),
-                         variables={k: v.to_json() for k, v in answers.variables.items()})
+                         variables={k: v.to_json() for k, v in said.variables.items()})
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin="compiled", miss=miss, record=record,
-                   variables=(dict(answers.variables), var_exprs)), kept
+                   variables=(dict(said.variables), var_exprs)), kept
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
@@ -473,44 +471,6 @@ def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> str:
     ctx.store.put(ctx.key, record)
     ctx.lap("store", t)
     return "its CUBIN is kept in the cache, so the next run is a hit"
-
-
-_PROBE_RETRIED = ("the compiler could not answer cudamagic's questions about this cell's "
-                  "variables and extern \"C\" kernels, so the cell was compiled {} times "
-                  "(the last without them); where no answer came, variables are bytes and "
-                  "extern \"C\" kernels take their arguments by size")
-
-
-def _variable_expressions(names: Sequence[str], lowered: Mapping[str, str], binary: Binary,
-                          verify: bool = False) -> dict[str, str]:
-    """The name expressions NVRTC lowered to variables of the CUBIN (``-n "&z::tv<float>"``),
-    with their symbols. ``verify`` (a stored map): a symbol whose demangled name contradicts
-    its expression makes the entry unservable, as for a kernel.
-
-    :raises _Unservable: a stored map that does not hold.
-    """
-    held = {g.name for g in binary.image.globals}
-    found = {e: lowered[e] for e in names if lowered.get(e) in held}
-    bad = _contradicted(found) if verify and found else None
-    if bad is not None:
-        raise _Unservable(Miss(MissKind.DAMAGED, "the cached entry's stored name map does not "
-                               f"match its CUBIN: {bad!r}: its variable {found[bad]} is "
-                               "another entity"))
-    return found
-
-
-def _contradicted(found: Mapping[str, str]) -> str | None:
-    """The first expression whose variable's demangled name contradicts it, or None (demangled
-    in this process: a hit starts no demangler; without libstdc++ only plain names are
-    compared)."""
-    lib = concrete_demangler()
-    pairs = [(e, s) for e, s in found.items() if lib is not None or not s.startswith("_Z")]
-    texts = lib.demangle([s for _, s in pairs]) if lib is not None else [s for _, s in pairs]
-    for (expr, _), text in zip(pairs, texts):
-        verdict, _why = compare(parse_expression(expr), parse_demangled(strip_internal(text)))
-        if verdict == CONTRADICTION:
-            return expr
-    return None
 
 
 def _signatures(ctx: BuildContext, binary: Binary, pending: Pending | None,

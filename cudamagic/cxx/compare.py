@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 from .args import SUFFIX, Arg, Part, Type, Unknown, Value, convert, name_key, real_value
-from .parse import Signature
+from .parse import Signature, parse_demangled, parse_expression
 from .types import INTEGERS as _INT
 
-__all__ = ["CONTRADICTION", "EQUAL", "UNDECIDABLE", "compare", "quick_equal"]
+__all__ = ["CONTRADICTION", "EQUAL", "UNDECIDABLE", "compare", "contradicts", "quick_equal"]
 
 EQUAL = "equal"
 CONTRADICTION = "contradiction"
@@ -20,6 +20,12 @@ UNDECIDABLE = "undecidable"
 # ---------------------------------------------------------------------------------------------
 # Comparison
 # ---------------------------------------------------------------------------------------------
+
+def contradicts(expression: str, demangled: str) -> bool:
+    """Whether a name expression decidably names another entity than the demangled name (a
+    variable's: ``&z::tv<float>`` against ``z::tv<double>``)."""
+    return compare(parse_expression(expression), parse_demangled(demangled))[0] == CONTRADICTION
+
 
 def compare(want: Signature, got: Signature) -> tuple[str, str]:
     """Whether the expression ``want`` names the demangled kernel ``got``.

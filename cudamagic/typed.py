@@ -1,0 +1,59 @@
+"""What a build knows of types beyond the kernels' mangled names: the probe's answers (the
+variables' types and the ``extern "C"`` kernels' parameter types, :mod:`.toolchain.probe`) and
+the name expressions that name variables (``-n "&z::tv<float>"``), checked on a hit as a kernel's
+are. The pipeline's helper; no IPython."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from .cxx import Signatures, contradicts
+from .toolchain.demangle import Demangler, concrete_demangler
+from .toolchain.image import CubinImage
+from .toolchain.probe import ProbeAnswers, TypedCompile, VarType, read_answers, strip_internal
+
+__all__ = ["PROBE_RETRIED", "answers", "variable_expressions", "contradicted", "stored_types"]
+
+PROBE_RETRIED = ("the compiler could not answer cudamagic's questions about this cell's "
+                 "variables and extern \"C\" kernels, so the cell was compiled {} times (the "
+                 "last without them); where no answer came, variables are bytes and extern "
+                 "\"C\" kernels take their arguments by size")
+
+
+def _demangle(fallback: Demangler) -> Callable[[list[str]], list[str]]:
+    """The demangling for the probe's answers: in this process where libstdc++ can (a pending
+    cu++filt serves one batch, which the kernels' signatures took)."""
+    return (concrete_demangler() or fallback).demangle
+
+
+def answers(typed: TypedCompile, image: CubinImage, sigs: Signatures, fallback: Demangler
+            ) -> tuple[Signatures, ProbeAnswers]:
+    """The signatures with each ``extern "C"`` kernel's parameter types where the probe said
+    them, and everything the probe said."""
+    untyped = sigs.untyped()
+    said = read_answers(typed.probes, typed.lowered, _demangle(fallback),
+                        [g.name for g in image.globals], untyped)
+    return sigs.with_texts(dict(said.functions)), said
+
+
+def variable_expressions(names: Sequence[str], lowered: Mapping[str, str], image: CubinImage
+                         ) -> dict[str, str]:
+    """The name expressions NVRTC lowered to variables of the CUBIN, with their symbols."""
+    held = {g.name for g in image.globals}
+    return {e: lowered[e] for e in names if lowered.get(e) in held}
+
+
+def contradicted(found: Mapping[str, str]) -> str | None:
+    """The first expression whose variable's demangled name decidably names another entity,
+    or None (demangled in this process: a hit starts no demangler; without libstdc++ only
+    plain names are compared)."""
+    lib = concrete_demangler()
+    pairs = [(e, s) for e, s in found.items() if lib is not None or not s.startswith("_Z")]
+    texts = lib.demangle([s for _, s in pairs]) if lib is not None else [s for _, s in pairs]
+    return next((expr for (expr, _), text in zip(pairs, texts)
+                 if contradicts(expr, strip_internal(text))), None)
+
+
+def stored_types(table: Mapping[str, object] | None) -> dict[str, VarType]:
+    """The variables' types an entry stored (checked when it was decoded)."""
+    return {k: VarType.from_json(v) for k, v in (table or {}).items()}
