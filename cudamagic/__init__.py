@@ -51,8 +51,8 @@ def load_ipython_extension(ipython) -> None:
 
     What a notebook's first ``%%cuda`` cell and first launch would otherwise pay is started
     here. First, in a background thread: the CUDA driver (``cuInit``) and device 0's primary
-    context, the one CuPy and every launch use (each about 0.1 s on an H200 host; both calls
-    leave the interpreter free, so the notebook goes on meanwhile); a launch that comes before
+    context, the one CuPy and every launch use (docs/performance.md has what each costs; both
+    calls leave the interpreter free, so the notebook goes on meanwhile); a launch that comes before
     they are done waits for the rest. ``CUDAMAGIC_EAGER_CONTEXT=0`` leaves the context to the
     first launch (a notebook that works on another device only, or never launches). Then, here:
     the pipeline and the report's views are imported, the toolkit's header folders and the

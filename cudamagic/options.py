@@ -317,7 +317,7 @@ def split_line(line: str) -> list[str]:
     """The words of a magic line, as ``shlex.split`` gives them.
 
     Without a backslash in the line (nearly always) a regular expression does it: shlex reads
-    one character at a time, 12 ms for a line of 1 000 ``-n`` options on an H200 host.
+    one character at a time (docs/performance.md: a line of 1 000 ``-n`` options).
 
     :raises ValueError: an unbalanced quote.
     """

@@ -384,7 +384,7 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
     """The miss: compile, assemble from NVRTC's exact map, store with the manifest; Ctrl-C
     from the compile's start to the stored entry is raised after it (:class:`_Interrupts`)."""
     t = time.perf_counter()
-    _check_arch(ctx.arch)  # the first in a process loads NVRTC (100-200 ms)
+    _check_arch(ctx.arch)  # the first in a process loads NVRTC (its own phase in the report)
     t = ctx.lap("nvrtc", t)
     with _Interrupts() as interrupts:
         try:
@@ -568,7 +568,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         key=ctx.key, hit=origin == "cache", origin=origin,
         miss_reason=None if miss is None else describe(miss),
         timings=dict(ctx.timings), demangler=ctx.demangler.name,
-        enumerated_by="ELF symbol table", arch=ctx.arch, nvrtc_version=record.nvrtc_version,
+        arch=ctx.arch, nvrtc_version=record.nvrtc_version,
         cache_dir=ctx.store.location if ctx.store else "(not cached)",
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,

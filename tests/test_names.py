@@ -9,7 +9,7 @@ from cudamagic.cxx.compare import compare, quick_equal
 from cudamagic.cxx.parse import canonical, parse_demangled, parse_expression
 from cudamagic.cxx.pyname import python_name, valid_python_name
 
-# Spellings the text cannot decide (DESIGN.md): enumerator vs cast, default template arguments,
+# Spellings the text cannot decide (docs/resolution.md): enumerator vs cast, default template args,
 # and a value of another type than the demangled one: ``flags<double, 0, false>`` gives int 0 where
 # the symbol holds unsigned int 0, ``lits<(char)66, -1, 0>`` int -1 and 0 where it holds long long
 # -1 and unsigned long long 0. Equal once converted, but the mangling of a ``template <auto V>``

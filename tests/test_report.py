@@ -20,7 +20,7 @@ def make(n: int = 3, origin: str = "compiled", **kw) -> BuildReport:
     fields = dict(key="ab" * 32, hit=origin == "cache", origin=origin,
                   miss_reason="no cache entry" if origin == "compiled" else None,
                   timings={"lookup": 0.001, "compile": 0.2, "total": 0.25},
-                  demangler="cu++filt", enumerated_by="ELF symbol table", arch="sm_90",
+                  demangler="cu++filt", arch="sm_90",
                   nvrtc_version="13.5", cache_dir="/home/u/.cache/cudamagic", rows=rows,
                   module_name="cuda_module")
     return BuildReport(**{**fields, **kw})

@@ -24,13 +24,13 @@ def test_without_stored_map_decidable_ones_resolve_exactly(rows, column):
     assert all(x.resolved_by == "demangled" for x in res.resolved)
     assert got == {e: s for e, s in truth.items() if e not in UNDECIDABLE}  # never a wrong symbol
     assert {u.name_expression for u in res.unresolved} == UNDECIDABLE
-    assert not res.complete
+    assert (res.unresolved or res.stale)
 
 
 def test_stored_map_is_taken_when_its_symbols_exist(rows):
     truth = {r.expression: r.symbol for r in rows}
     res = resolve(list(truth), _kernels(rows, "cufilt"), stored=truth)
-    assert res.complete
+    assert not (res.unresolved or res.stale)
     assert {x.name_expression: x.symbol for x in res.resolved} == truth
     # verified where the demangled name decides; accepted unverified where it cannot
     assert {x.name_expression: x.resolved_by for x in res.resolved} == {
@@ -42,7 +42,7 @@ def test_stored_symbol_missing_from_image_is_stale(rows):
     kernels = _kernels(rows, "cufilt")
     del kernels[truth["fill<float>"]]
     res = resolve(["fill<float>", "fill<int>"], kernels, stored=truth)
-    assert res.stale == ("fill<float>",) and not res.complete
+    assert res.stale == ("fill<float>",) and (res.unresolved or res.stale)
 
 
 def test_overloads_need_a_cast(rows):
@@ -78,7 +78,7 @@ def _swapped(truth, a, b):
 def test_swapped_stored_map_is_stale(rows, column, a, b):
     truth = {r.expression: r.symbol for r in rows}
     res = resolve([a, b, "fill<int>"], _kernels(rows, column), stored=_swapped(truth, a, b))
-    assert res.stale == (a, b) and not res.complete
+    assert res.stale == (a, b) and (res.unresolved or res.stale)
     assert all("contradicts it" in why for why in res.stale_reasons)
     assert [(x.name_expression, x.resolved_by) for x in res.resolved] == [("fill<int>", "stored")]
 
@@ -122,7 +122,7 @@ def test_stored_map_from_nvrtc_is_verified_and_a_swapped_one_is_stale(small_cubi
     truth = small_cubin.lowered
     kernels = _image_kernels(small_cubin)
     res = resolve(list(truth), kernels, stored=truth)
-    assert res.complete and {x.resolved_by for x in res.resolved} == {"stored"}
+    assert not (res.unresolved or res.stale) and {x.resolved_by for x in res.resolved} == {"stored"}
     assert {x.name_expression: x.symbol for x in res.resolved} == truth
     for a, b in [("t<1>", "t<2>"), ("k<float>", "k<double>"), ("t<2>", "a<1u>")]:
         res = resolve([a, b], kernels, stored=_swapped(truth, a, b))
@@ -139,7 +139,7 @@ def test_alias_in_a_stored_map_is_accepted_unverified(small_cubin):
     stored = {"k<my_size_t>": small_cubin.lowered["k<unsigned long>"],
               "k<my_float>": small_cubin.lowered["k<float>"]}
     res = resolve(list(stored), kernels, stored=stored)
-    assert res.complete and {x.resolved_by for x in res.resolved} == {"stored-unverified"}
+    assert not (res.unresolved or res.stale) and {x.resolved_by for x in res.resolved} == {"stored-unverified"}
 
 
 @pytest.mark.parametrize("expr, verdict", [

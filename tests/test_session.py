@@ -201,7 +201,6 @@ def test_load_cubin_from_nvcc(tmp_path):
 @pytest.mark.skipif(driver.available(), reason="this machine has a GPU")
 def test_calling_without_a_gpu_says_so(cache):
     mod = cudamagic.build(SOURCE, ["saxpy<float>"], cache=cache)
-    assert mod.report.enumerated_by == "ELF symbol table"
     with pytest.raises(NoDeviceError, match="no CUDA device is available"):
         mod["saxpy<float>"]((1,), (32,), (1.0, None, None, 0))
 

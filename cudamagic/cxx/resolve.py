@@ -1,7 +1,8 @@
 """Resolution: which symbol of a CUBIN each name expression names, and how that was found.
 
-One job: name expression -> symbol, never a guess. The rules (docs/architecture.md, "Resolution"), with
-:func:`cudamagic.names.compare` deciding equal / contradiction / undecidable:
+One job: name expression -> symbol, never a guess. The rules (docs/architecture.md,
+"Resolution"), with :func:`cudamagic.cxx.compare.compare` deciding equal / contradiction /
+undecidable:
 
 1. a stored map entry is checked against the image: its symbol must be one of the image's
    kernels, and the symbol's demangled name must not contradict the expression. Then it is taken:
@@ -81,11 +82,6 @@ class Resolution:
     stale: tuple[str, ...] = field(default=())
     stale_reasons: tuple[str, ...] = field(default=())
 
-    @property
-    def complete(self) -> bool:
-        """Every expression resolved and nothing stale."""
-        return not self.unresolved and not self.stale
-
 
 class _Index:
     """The image's kernels by canonical name (exact names only: the others never equal anything)
@@ -133,7 +129,7 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
                 stale.append(expr)
                 reasons.append(f"its stored symbol {symbol} is not in the CUBIN")
                 continue
-            if quick_equal(expr, text):  # no parsing: 1000 pairs in about 3 ms on a loaded box
+            if quick_equal(expr, text):  # no parsing: the common case stays cheap
                 resolved.append(Resolved(expr, symbol, STORED))
                 continue
             verdict, why = compare(parse_expression(expr), kernels[symbol])

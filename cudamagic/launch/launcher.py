@@ -1,8 +1,8 @@
 """The launch function generated per kernel from its parameter table, and its device hooks.
 
 Generated (as CuPy and Numba generate their launchers) because a Python loop over per-argument
-packers costs about 1 us a launch (benchmarks/launch_overhead.py). The common argument types
-(``ParamSpec.direct``) are packed with one ``struct.pack_into``; every other value goes to the
+packers costs more per launch than the generated code (benchmarks/launch_overhead.py;
+docs/performance.md has both). The common argument types (``ParamSpec.direct``) are packed with one ``struct.pack_into``; every other value goes to the
 checked path's converter for its parameter (:mod:`.encode`), so the first call and every later
 call, the fast and the slow path, give the same bytes.
 """
@@ -154,7 +154,8 @@ def _dims_lines(what: str, names: str, first: int = 1) -> list[str]:
     :func:`~.encode.check_dims` (NumPy ints; it says what is wrong).
 
     The length ``first`` (the first call's: a kernel is called with one shape) is tried first:
-    each pattern tried and missed costs about 600 machine instructions (callgrind), 0.1 us.
+    each pattern tried and missed costs machine instructions on every launch (callgrind:
+    docs/performance.md).
     The bound is a literal: a constant costs less than a global.
     """
     x, y, z = names.split(", ")

@@ -175,8 +175,9 @@ class KernelCache:
         self._store = self._memory(what, why)
 
     def _use(self, call, *args, doing: str = "", default: Any = None):
-        """``call(*args)`` on the store; a store that fails falls back to memory, where the call
-        is made again (``default`` if that cannot be)."""
+        """``call(*args)`` on the store; a store that fails falls back to memory for the calls
+        after this one, and this one answers ``default`` (it is not made again in memory: a get
+        is a miss, a put keeps nothing, a delete has nothing to delete)."""
         try:
             return call(*args)
         except StoreUnavailable as exc:

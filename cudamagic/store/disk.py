@@ -198,7 +198,8 @@ def _inside(filename: object) -> list[str] | None:
 # --- opening diskcache -------------------------------------------------------------------------
 
 # diskcache's Cache.__init__ runs about 70 SQL statements on every open, most of them rewriting
-# settings the database already holds (3-9 ms, on every kernel restart's first cell), and it
+# settings the database already holds (on every kernel restart's first cell: docs/performance.md
+# has the cost), and it
 # offers no public way to open a folder as it is. When the stored settings and schema are what
 # the full open would leave, _Store sets the attributes Cache.__init__ would set from one SELECT
 # instead: that writes diskcache's private attributes (_directory, _timeout, _local, _txn_id,
@@ -264,8 +265,8 @@ class _Store(diskcache.Cache):
         without a write transaction.
 
         diskcache's ``get`` counts the hit and refreshes the entry's last-use time in a write
-        transaction on every lookup (about 2 ms on an H200 host, more than the rest of a warm
-        lookup); here the caller hands those two writes to the :class:`Bookkeeper`, done right
+        transaction on every lookup (more than the rest of a warm lookup: docs/performance.md);
+        here the caller hands those two writes to the :class:`Bookkeeper`, done right
         after on its thread. Everything that reads them (stats, listing, eviction) waits for it.
         """
         db_key, raw = self._disk.put(key)

@@ -1,7 +1,7 @@
 """Demangling kernel symbols: cu++filt where the CUDA toolkit has one, libstdc++ otherwise.
 
-cu++filt takes every symbol of a module on standard input in one process (about 2 ms for 1000
-names), and prints template parameters as ``T1``; libstdc++'s ``__cxa_demangle`` (through ctypes)
+cu++filt takes every symbol of a module on standard input in one process (one start for the
+whole batch), and prints template parameters as ``T1``; libstdc++'s ``__cxa_demangle`` (through ctypes)
 is on every Linux machine and prints concrete types. :mod:`cudamagic.cxx` makes both agree.
 
 Both are bounded. A mangled name refers back to its own parts, so a 200-character symbol can
@@ -83,7 +83,7 @@ def _bounded(symbols: Sequence[str], run) -> list[str]:
     return out
 
 
-#: How long cu++filt may take for one batch (it takes about 2 ms for 1000 bounded names).
+#: How long cu++filt may take for one batch (far more than it takes: docs/performance.md).
 _CUFILT_SECONDS = 30
 
 
@@ -149,7 +149,7 @@ class CuFilt(Demangler):
 
     def start(self) -> Pending:
         # cu++filt answers only at the end of its input, so one process serves one batch; its
-        # start (about 1 ms) overlaps the compile or the cache read
+        # start overlaps the compile or the cache read
         # bytes, split at "\n" alone: text mode would also split at "\r", "\f" and the
         # other line ends Python knows, and misalign every name after one
         proc = subprocess.Popen([self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -1,9 +1,8 @@
 """The CUDA driver: contexts, libraries, enumeration, attributes, launches.
 
 The calls a build and a restore make go straight to the driver library (``libcuda.so.1``)
-through ctypes: importing cuda.bindings' driver module costs about 25 ms in a fresh process on
-an H200 host (its Cython module setup), more than a whole warm restore is allowed
-(docs/performance.md). Launches use CuPy's typed binding when CuPy is loaded, else cuda.bindings.
+through ctypes: importing cuda.bindings' driver module in a fresh process (its Cython module
+setup) costs more than a whole warm restore is allowed (docs/performance.md has both). Launches use CuPy's typed binding when CuPy is loaded, else cuda.bindings.
 Every call goes through :func:`check`, which turns a status into a typed error.
 
 Nothing is loaded until first use, except where ``%load_ext cudamagic`` starts the driver and
@@ -414,8 +413,8 @@ def fast_launch():
     bz, shared_mem, stream, params_address, extra)`` taking plain ints; it raises on failure.
 
     With CuPy imported that is CuPy's own typed driver binding (a C call with no argument
-    conversion: about 1.5 us less per launch than cuda.bindings' general wrapper, and 3.5 us
-    less than ctypes, on an H200 host; benchmarks/launch_overhead.py). Without CuPy,
+    conversion: less per launch than cuda.bindings' general wrapper, and less again than
+    ctypes; benchmarks/launch_overhead.py, numbers in docs/performance.md). Without CuPy,
     cuda.bindings.
     """
     cupy_driver = sys.modules.get("cupy_backends.cuda.api.driver")

@@ -268,11 +268,10 @@ def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
 
 def _from_fatbin(entries: tuple[FatbinEntry, ...], data: bytes, sm: int, arch: str, label: str,
                  store: Callable[[], LinkCache | None] | None) -> Loaded:
-    """The code a fatbin holds for ``sm``: its CUBIN for that target, else its PTX for the
-    newest target not above it compiled by nvJitLink, else whatever nvJitLink makes of it
-    (relocatable code).
+    """The code a fatbin holds for ``sm``: its CUBIN for that target (linked by nvJitLink where
+    it is relocatable), else its PTX for the newest target not above it compiled by nvJitLink.
 
-    :raises ImageError: nothing in it runs on ``sm``.
+    :raises ImageError: neither is there (nothing in it runs on ``sm``).
     """
     held = ", ".join(e.label for e in entries) or "nothing"
     exact = [e for e in entries if e.kind is CodeKind.CUBIN and e.sm == sm]

@@ -278,13 +278,6 @@ class Manifest:
                         "compile, is gone")
         return None
 
-    def describe(self) -> str:
-        """One line for the report."""
-        n = len(self._data["files"])
-        how = "read off NVRTC's trace" if self.complete else \
-            "from a scan of quoted includes (this NVRTC cannot list what it read)"
-        return f"{n} header{'s' if n != 1 else ''}, {how}"
-
 
 def _digest(path: str) -> str | None:
     try:

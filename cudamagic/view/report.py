@@ -187,8 +187,8 @@ class KernelRow:
         """The signature column: concrete parameter types, ``void`` return (worked out once).
 
         Where the demangler named template parameters ``T1``... (cu++filt), libstdc++'s
-        demangling of the symbol, in process, gives the concrete types (about 10 us a kernel;
-        reading them off cu++filt's text took 130 us)."""
+        demangling of the symbol, in process, gives the concrete types (cheaper than reading
+        them off cu++filt's text: docs/performance.md)."""
         if self.placeholders and self.symbol.startswith("_Z"):
             from ..toolchain.demangle import concrete_demangler
 
@@ -312,7 +312,7 @@ class BuildReport:
     timings : dict of str to float
         Seconds per phase (``lookup``, ``headers``, ``compile``, ``demangle``, ``resolve``,
         ``total``; the magic adds ``imports``, ``parse``, ``push``, ``load``, ``display``).
-    demangler, enumerated_by, arch, nvrtc_version, cache_dir : str
+    demangler, arch, nvrtc_version, cache_dir : str
     log : str
         Compile warnings.
     rows : sequence of KernelRow
@@ -334,7 +334,6 @@ class BuildReport:
     miss_reason: str | None
     timings: dict[str, float]
     demangler: str
-    enumerated_by: str
     arch: str
     nvrtc_version: str
     cache_dir: str
@@ -401,8 +400,7 @@ class BuildReport:
         # a cache that fell back to memory says why once, as a warning; here only where
         cache = "in memory, this session only" if self.cache_dir.startswith("memory (") \
             else self.cache_dir
-        return (("NVRTC", self.nvrtc_version), ("demangler", self.demangler),
-                ("kernels listed from", self.enumerated_by), ("cache", cache),
+        return (("NVRTC", self.nvrtc_version), ("demangler", self.demangler), ("cache", cache),
                 ("key", self.short_key)) + self._linked_fact
 
     @property
