@@ -2,9 +2,10 @@
 
 Generated (as CuPy and Numba generate their launchers) because a Python loop over per-argument
 packers costs more per launch than the generated code (benchmarks/launch_overhead.py;
-docs/performance.md has both). The common argument types (``ParamSpec.direct``) are packed with one ``struct.pack_into``; every other value goes to the
-checked path's converter for its parameter (:mod:`.encode`), so the first call and every later
-call, the fast and the slow path, give the same bytes.
+docs/performance.md has both). The common argument types (``ParamSpec.direct``) are packed
+with one ``struct.pack_into``; every other value goes to the checked path's converter for its
+parameter (:mod:`.encode`), so the first call and every later call, the fast and the slow path,
+give the same bytes.
 """
 
 from __future__ import annotations
