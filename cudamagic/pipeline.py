@@ -735,7 +735,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
                        search=SearchPath("", ()), key=record_key(cubin), nvrtc="-", toolkit="",
                        store=None, demangler=demangler or default_demangler(), started=started)
     # PTX, a fatbin's PTX or a relocatable CUBIN went through nvJitLink (or its cached output)
-    if cubin is not original and loaded.source != "fatbin":
+    if loaded.linked:
         ctx.timings["lookup" if loaded.cached else "link"] = time.perf_counter() - linked_from
     with contextlib.closing(ctx.demangler.start()) as pending:
         sigs = _signatures(ctx, binary, pending)
