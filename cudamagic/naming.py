@@ -103,6 +103,25 @@ def _kernel_name(expr: str) -> str:
     return rest.split("<", 1)[0].strip().rsplit("::", 1)[-1].strip()
 
 
+def _instantiated(sigs: Signatures, templates: set[str]) -> set[str]:
+    """Which of ``templates`` (unqualified names) have an instance among the CUBIN's kernels,
+    read off their demangled names: one another kernel instantiates (a launch from device code,
+    an explicit instantiation) is compiled though no -n names it."""
+    found: set[str] = set()
+    for symbol in sigs:
+        if sigs.maybe_plain(symbol):  # no template arguments: not an instance
+            continue
+        text = sigs.text(symbol)
+        if not any(name in text for name in templates - found):  # most kernels: no parse
+            continue
+        parts = sigs[symbol].parts
+        if parts and parts[-1][1] is not None and parts[-1][0] in templates:
+            found.add(parts[-1][0])
+            if found == templates:
+                break
+    return found
+
+
 def unnamed_hints(source: str, name_expressions: Sequence[str], sigs: Signatures,
                   named: set[str]) -> list[str]:
     """What a cell defines but the user cannot call, said as hints: templates without a -n,
@@ -118,7 +137,8 @@ def unnamed_hints(source: str, name_expressions: Sequence[str], sigs: Signatures
             unasked.discard(_kernel_name(expr))
             if not unasked:
                 break
-        templates = [name for name in templates if name in unasked]
+        compiled = _instantiated(sigs, unasked) if unasked else set()
+        templates = [name for name in templates if name in unasked and name not in compiled]
     if templates:
         first = templates[0]
         hints.append(

@@ -58,6 +58,19 @@ def test_relocatable_builds_are_linked_into_an_executable_cubin(tmp_path, option
     assert elf_type(record.cubin) == ET_EXEC
 
 
+def test_a_template_instantiated_by_other_code_is_not_said_to_be_uncompiled(recwarn):
+    """tchild has no -n, but tparent<float> launches tchild<float>, so its instance is in the
+    CUBIN: the hint that a template is not compiled is decided from the CUBIN's kernels, not
+    from the source; a template nothing instantiates still gets it."""
+    lonely = "template <typename T> __global__ void lonely(T* x) { x[0] = T(0); }\n"
+    module = cudamagic.build(DYNAMIC + lonely, ["tparent<float>"], options=["-rdc=true"],
+                             arch="sm_90", use_cache=False)
+    assert "_Z6tchildIfEvPT_" in module.image.symbols
+    said = [w for w in module.report.warnings if "not compiled" in w]
+    assert len(said) == 1 and "template lonely is not compiled" in said[0], said
+    assert not any("tchild" in str(w.message) for w in recwarn.list)
+
+
 def test_nvrtc_alone_makes_what_the_driver_cannot_launch():
     """The reason for the link: NVRTC's -rdc output is relocatable (ELF type 1) and -dlto's is
     not a CUBIN at all."""
