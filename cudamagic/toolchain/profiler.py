@@ -131,7 +131,7 @@ def _report_module() -> Any:
     """ncu's report interface: the ``ncu_report`` package, else the ``extras/python`` folder
     of an Nsight Compute install next to the ncu found."""
     try:
-        import ncu_report  # type: ignore[import-untyped]
+        import ncu_report
         return ncu_report
     except ImportError:
         pass
