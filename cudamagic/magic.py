@@ -422,8 +422,10 @@ class CudaMagics(Magics):
             show_warnings(report, front)
         else:
             from .view.bench import timing_fold
+            from .view.debug import debug_fold
 
-            report = show_report(report, front, extra=lambda: timing_fold(module))
+            report = show_report(report, front,
+                                 extra=lambda: timing_fold(module) + debug_fold(module))
         module.set_report(report)
 
     def _shell(self) -> Any:

@@ -203,3 +203,30 @@ def test_cuda_info_names_the_sanitizer_with_its_version(shell):
     info = str(shell.run_line_magic("cuda_info", ""))
     assert "compute-sanitizer: Version " in info
     assert "ncu: " in info
+
+
+def test_the_report_has_a_sanitize_and_profile_fold(shell):
+    from cudamagic.view.debug import debug_fold
+
+    module = shell.user_ns["printing"]
+    first = next(iter(module.kernels.entries()))[2]
+    fold = debug_fold(module)
+    assert f"{first}.sanitize(grid, block, args)" in fold and f"{first}.profile(" in fold
+    assert "failed assert's message) of hello lands" in fold
+    assert "silent" not in fold.split("printf")[1]
+    assert "printf" not in debug_fold(shell.user_ns["cuda_module"])  # oob_write prints nothing
+
+
+def test_the_report_shows_the_fold_in_a_notebook(shell, monkeypatch):
+    import cudamagic.magic as magic_module
+
+    from comm import create_comm
+
+    from cudamagic.view.widget import Frontend
+
+    shown: list = []
+    monkeypatch.setattr(magic_module, "frontend",
+                        lambda shell: Frontend(shown.append, create_comm))
+    shell.run_cell("%%cuda --module again\n" + PLANTED[0].source)
+    html = "".join(b.get("text/html", "") for b in shown)
+    assert "sanitize and profile" in html and "oob_write.sanitize(" in html

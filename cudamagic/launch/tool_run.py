@@ -177,6 +177,7 @@ def prepare_run(kernel: Any, grid: Any, block: Any, args: Sequence[Any],
         driver._require()
         device.append(driver.current_device())
         driver.ensure_context(device[0])
+        driver.synchronize()  # the arrays as the work queued before this call leaves them
 
     c = capture(name, specs, grid, block, args, launch_options.get("shared_mem", 0),
                 copy=copy, labels=labels, uninitialized=uninitialized, ready=ready)
