@@ -35,6 +35,8 @@ class MissKind(str, enum.Enum):
     UNTRUSTED = "untrusted"
     #: The cache folder could not be read.
     UNREADABLE = "unreadable"
+    #: Another process kept the cache's database locked for longer than a lookup waits.
+    BUSY = "busy"
     #: The entry holds no stored name map and a name expression cannot be resolved without one.
     UNRESOLVED = "unresolved"
 

@@ -36,6 +36,7 @@ from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_text, normalize_arch,
                       nvrtc_options, options_from_args)
 from .store import EntryRecord, KernelCache
+from .store.disk import CACHE_WAIT_S
 from .toolchain import driver
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
@@ -468,8 +469,12 @@ def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> str:
                          "CUBIN; the next run compiles again")
         return f"its CUBIN is not cached ({manifest.racy})"
     t = time.perf_counter()
-    ctx.store.put(ctx.key, record)
+    stored = ctx.store.put(ctx.key, record)
     ctx.lap("store", t)
+    if not stored:
+        ctx.notes.append(f"not cached: another process kept the cache's database locked for "
+                         f"over {CACHE_WAIT_S:g} s; the next run compiles again")
+        return "its CUBIN is not cached (the cache's database was locked)"
     return "its CUBIN is kept in the cache, so the next run is a hit"
 
 

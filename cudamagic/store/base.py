@@ -13,7 +13,7 @@ import abc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["Store", "StoredEntry", "Refused", "StoreUnavailable"]
+__all__ = ["Store", "StoredEntry", "Refused", "StoreUnavailable", "StoreBusy"]
 
 
 class Refused(Exception):
@@ -28,6 +28,12 @@ class Refused(Exception):
 class StoreUnavailable(Exception):
     """The store cannot be used any more (its database is damaged, the disk is full, the folder
     went away); the message says what failed. The cache goes on in memory."""
+
+
+class StoreBusy(StoreUnavailable):
+    """Another process kept the store's database locked for longer than a cell waits
+    (:data:`~cudamagic.store.disk.CACHE_WAIT_S`): this one call did not happen, and the store
+    stays in use for the next."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +121,8 @@ class Store(abc.ABC):
         """Remove what a killed writer left behind; how many files (none in memory)."""
 
     @abc.abstractmethod
-    def flush(self) -> None:
-        """Wait (bounded) until the lookups' bookkeeping so far is written."""
+    def flush(self) -> bool:
+        """Wait (bounded) until the lookups' bookkeeping so far is written; whether it was."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -32,8 +32,8 @@ from typing import Any
 import diskcache
 
 from ..errors import CacheArgumentError, CacheWarning, CudaMagicError
-from .base import Refused, Store, StoreUnavailable
-from .disk import DiskStore, untrusted_folder
+from .base import Refused, Store, StoreBusy, StoreUnavailable
+from .disk import CACHE_WAIT_S, DiskStore, untrusted_folder
 from .entry import BadEntry, EntryRecord, decode_entry, encode_entry
 from .limits import (DEFAULT_SIZE_LIMIT, MAX_SIZE, MIN_ENTRY_ROOM, checked_size,
                      short_of, stored_limit_problem)
@@ -180,6 +180,8 @@ class KernelCache:
         is a miss, a put keeps nothing, a delete has nothing to delete)."""
         try:
             return call(*args)
+        except StoreBusy:  # another process holds the database now: this call only is skipped
+            return default
         except StoreUnavailable as exc:
             self._fall_back(doing or "failed", str(exc))
             return default
@@ -227,6 +229,9 @@ class KernelCache:
             value = self._live().load(key)
         except Refused as exc:
             return None, Miss(MissKind.UNTRUSTED, f"{exc} ({self._gone(key)})")
+        except StoreBusy:
+            return None, Miss(MissKind.BUSY, "another process kept the cache's database locked "
+                                             f"for over {CACHE_WAIT_S:g} s")
         except StoreUnavailable as exc:
             self._fall_back("read", str(exc))
             return None, Miss(MissKind.UNREADABLE, "the cache folder could not be read")
@@ -240,8 +245,10 @@ class KernelCache:
     def _gone(self, key: str) -> str:
         return "deleted" if self.delete(key) else "could not be deleted"
 
-    def put(self, key: str, record: EntryRecord) -> None:
-        """Store an entry under ``key`` (replacing any), naming ``key`` inside it.
+    def put(self, key: str, record: EntryRecord) -> bool:
+        """Store an entry under ``key`` (replacing any), naming ``key`` inside it; False where
+        it was not stored because another process kept the database locked for longer than
+        :data:`~cudamagic.store.disk.CACHE_WAIT_S` (the cache stays in use).
 
         Warns once when the entry does not fit the size limit beside the database (it was
         evicted as soon as it was stored), with the limit that would keep it. An entry that
@@ -256,14 +263,17 @@ class KernelCache:
             record = replace(record, key=key)
         value = encode_entry(record)
         store = self._live()
-        store.flush()  # the lookups' last-use times first: eviction goes by them
+        if not store.flush():  # the lookups' last-use times first: eviction goes by them
+            return False  # they could not be written for CACHE_WAIT_S: the database is held
         try:
             kept = store.save(key, value)
             room = self.size_limit - store.overhead() - MIN_ENTRY_ROOM
+        except StoreBusy:
+            return False
         except StoreUnavailable as exc:
             self._fall_back("write", str(exc))
             self._live().save(key, value)
-            return
+            return True
         if not kept and len(value) > room:
             need = -(-(len(value) + self.size_limit - room) // (1 << 20))
             _warn_once("fit", str(self.directory),
@@ -271,6 +281,7 @@ class KernelCache:
                        f"({size_text(self.size_limit)}) and was evicted as soon as it was stored, so "
                        f"this build will compile every time. Raise the limit to at least "
                        f"{need}MB (%cuda_cache limit {need}MB or $CUDAMAGIC_CACHE_SIZE_LIMIT)")
+        return True
 
     def delete(self, key: str) -> bool:
         """Remove an entry; True if there was one."""

@@ -41,13 +41,24 @@ import diskcache
 from diskcache.core import DBNAME, DEFAULT_SETTINGS, METADATA, MODE_BINARY, MODE_PICKLE, MODE_RAW
 
 from ..files import FileRefused, TooLarge, file_kind, open_regular, read_fd
-from .base import Refused, Store, StoredEntry, StoreUnavailable
+from .base import Refused, Store, StoreBusy, StoredEntry, StoreUnavailable
 from .connections import ThreadConnections, close_orphans
 from .limits import DEFAULT_SIZE_LIMIT
 from .state import state
 
 __all__ = ["DiskStore", "Bookkeeper", "bookkeeper", "untrusted_folder", "ORPHAN_GRACE_S",
-           "EXIT_FLUSH_S"]
+           "EXIT_FLUSH_S", "CACHE_WAIT_S", "BUSY_S"]
+
+#: How long one cache call (a lookup, a store, a delete) waits while another process holds
+#: the database's write lock (``BEGIN IMMEDIATE`` from any SQLite client); after that the call
+#: does not happen (:class:`~cudamagic.store.base.StoreBusy`): a build compiles, or serves
+#: without storing, and says so.
+CACHE_WAIT_S = 2.0
+
+#: SQLite's busy timeout for one statement. The process's SQLite lock is held across it, and a
+#: fork waits for that lock: a busy database is waited on in these short steps with the lock
+#: released between them, so a fork never waits on another process for longer than one step.
+BUSY_S = 0.05
 
 #: How long the interpreter's exit waits for the lookups' bookkeeping to be written.
 EXIT_FLUSH_S = 2.0
@@ -219,7 +230,7 @@ _SETTINGS = {"statistics": 1, "disk_min_file_size": 0,
 class _Store(diskcache.Cache):
     """diskcache's ``Cache``, opened without rewriting settings it already holds."""
 
-    def __init__(self, directory, timeout=60, disk=_PrivateDisk, **settings):
+    def __init__(self, directory, timeout=BUSY_S, disk=_PrivateDisk, **settings):
         if not (_FAST_OPEN and self._open_as_is(str(directory), timeout, disk, settings)):
             super().__init__(directory, timeout=timeout, disk=disk, **settings)
             # diskcache's threading.local, for one whose connections close under the lock
@@ -300,7 +311,17 @@ class _Store(diskcache.Cache):
 # What a damaged, full or unwritable folder raises from inside diskcache and sqlite (a damaged
 # database also surfaces as UnicodeDecodeError or ValueError while reading its settings).
 _STORE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout, UnicodeError, ValueError, KeyError)
-_ATTEMPTS = 3  # tries of a write that found the database busy for diskcache's whole timeout
+_BUSY_PAUSE_S = 0.02  # between two tries of a busy database, with the SQLite lock released
+_SQLITE_BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
+
+
+def _busy(exc: BaseException | None) -> bool:
+    """Whether an error from diskcache or SQLite means another connection holds the lock."""
+    if isinstance(exc, diskcache.Timeout):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and isinstance(code, int) \
+        and code & 0xFF in _SQLITE_BUSY
 
 
 def untrusted_folder(directory: Path) -> str | None:
@@ -348,9 +369,7 @@ class DiskStore(Store):
         self.directory = directory
         self.location = str(directory)
         self._database = os.path.join(directory, DBNAME)
-        with self._guard("opening"):
-            close_orphans()
-            self._dc = _Store(str(directory), **_SETTINGS)
+        self._dc = self._bounded("opening", self._open_store)
         bookkeeper().reclaim_later(directory)
 
     @contextlib.contextmanager
@@ -366,21 +385,32 @@ class DiskStore(Store):
                 raise StoreUnavailable(f"{doing} the cache folder {self.directory} failed "
                                        f"({exc})") from exc
 
+    def _open_store(self) -> "_Store":
+        close_orphans()
+        return _Store(str(self.directory), **_SETTINGS)
+
     def _bounded(self, doing: str, call, *args):
-        """``call(*args)`` under the lock, tried again (lock released between) while the
-        database stays busy, at most :data:`_ATTEMPTS` times."""
-        for attempt in range(_ATTEMPTS):
+        """``call(*args)`` under the lock, tried again (lock released between) while another
+        process keeps the database busy, for at most :data:`CACHE_WAIT_S`.
+
+        :raises StoreBusy: still busy after that.
+        """
+        deadline = time.monotonic() + CACHE_WAIT_S
+        while True:
             try:
                 with self._guard(doing):
                     return call(*args)
             except StoreUnavailable as exc:
-                if not isinstance(exc.__cause__, diskcache.Timeout) or attempt == _ATTEMPTS - 1:
+                if not _busy(exc.__cause__):
                     raise
-        raise AssertionError("unreachable")
+                if time.monotonic() >= deadline:
+                    raise StoreBusy(f"{doing} the cache folder {self.directory} waited "
+                                    f"{CACHE_WAIT_S:g} s for its database, which another "
+                                    f"process kept locked") from exc
+            time.sleep(_BUSY_PAUSE_S)
 
     def load(self, key: str) -> bytes | None:
-        with self._guard("reading"):
-            value, rowid = self._dc.get_deferred(key)
+        value, rowid = self._bounded("reading", self._dc.get_deferred, key)
         bookkeeper().later(self._database, rowid)  # outside the lock its thread needs
         return value
 
@@ -394,8 +424,7 @@ class DiskStore(Store):
         return bool(self._bounded("deleting from", self._dc.delete, key))
 
     def __contains__(self, key: str) -> bool:
-        with self._guard("reading"):
-            return key in self._dc
+        return bool(self._bounded("reading", self._dc.__contains__, key))
 
     def __len__(self) -> int:
         with self._guard("reading"):
@@ -452,8 +481,9 @@ class DiskStore(Store):
             known = self._dc.filenames()
         return reclaim_orphans(self.directory, known)
 
-    def flush(self) -> None:
-        bookkeeper().flush()
+    def flush(self) -> bool:
+        # no longer than a cell waits on the database (another process may hold it)
+        return bookkeeper().flush(timeout=CACHE_WAIT_S)
 
     def close(self) -> None:
         self.flush()

@@ -92,8 +92,8 @@ class MemoryStore(Store):
     def reclaim(self) -> int:
         return 0
 
-    def flush(self) -> None:
-        pass
+    def flush(self) -> bool:
+        return True
 
     def close(self) -> None:
         pass

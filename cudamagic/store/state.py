@@ -28,9 +28,12 @@ __all__ = ["ProcessState", "state", "FORK_WAIT_S", "MAX_FOLDERS"]
 #: Folder caches kept open for builds that name a folder (``build(..., cache="path")``).
 MAX_FOLDERS = 16
 
-#: How long a fork waits for a thread of the package to leave SQLite (every SQLite call the
-#: package makes is bounded by a busy timeout well below this).
-FORK_WAIT_S = 90.0
+#: How long a fork waits for a thread of the package to leave SQLite. The lock is held only
+#: across one statement's short busy timeout (:data:`~cudamagic.store.disk.BUSY_S`): a
+#: database another process keeps locked is waited on with the lock released, so a fork never
+#: waits on another process; past this (a statement stuck on a dead disk) the child goes on in
+#: memory.
+FORK_WAIT_S = 5.0
 
 
 class ProcessState:
@@ -79,9 +82,10 @@ class ProcessState:
         self.warned.clear()
 
     def before_fork(self) -> None:
-        """Wait until no thread of the package is inside SQLite (bounded), and hold it so."""
-        if self.bookkeeper is not None:
-            self.bookkeeper.flush(timeout=FORK_WAIT_S / 2)  # the parent's counts, written
+        """Wait until no thread of the package is inside SQLite (bounded), and hold it so.
+
+        The bookkeeper's queue is not waited for: the child drops it and the parent writes it
+        (waiting would wait on whichever process holds the database)."""
         self._fork_held = self.sqlite.acquire(timeout=FORK_WAIT_S)
 
     def after_fork_in_parent(self) -> None:
