@@ -263,7 +263,7 @@ def parse_xml(data: bytes, tool: SanitizerTool) -> tuple[Finding, ...]:
                                    "which its XML never does: refused")
     try:
         root = ET.fromstring(data)
-    except ET.ParseError as exc:
+    except (ET.ParseError, LookupError, ValueError) as exc:  # LookupError: a bad encoding
         raise SanitizerOutputError(f"compute-sanitizer's report is not well-formed XML "
                                    f"({exc}); was the child stopped while it wrote it?") from None
     if root.tag != "ComputeSanitizerOutput":

@@ -1,0 +1,185 @@
+"""Attacks on the debugging loop's parts that run without a GPU: damaged captures and reports
+(seeded mutants: every one is read or refused with the project's error, never another
+exception), a child that hangs or is interrupted (its whole process group goes), sizes a
+capture must refuse before it copies anything.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import cudamagic
+from cudamagic.errors import ArgumentValueError
+from cudamagic.launch import capture as cap
+from cudamagic.toolchain import tools
+from cudamagic.toolchain.sanitizer import SanitizerOutputError, SanitizerTool, parse_xml
+
+from .test_debug_tools import TOOLS, _capture_of_every_kind, _DeviceArray, _host_copy
+
+
+def _mutants(data: bytes, seed: int, count: int):
+    rng = random.Random(seed)
+    for _ in range(count):
+        b = bytearray(data)
+        how = rng.randrange(4)
+        if how == 0:  # flip bytes
+            for _ in range(rng.randint(1, 4)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+        elif how == 1:  # cut
+            del b[rng.randrange(len(b)):]
+        elif how == 2:  # drop a span
+            i = rng.randrange(len(b))
+            del b[i:i + rng.randint(1, 32)]
+        else:  # repeat a span
+            i = rng.randrange(len(b))
+            b[i:i] = b[i:i + rng.randint(1, 32)]
+        yield bytes(b)
+
+
+def test_every_damaged_capture_is_read_whole_or_refused():
+    data = cap.encode_capture(_capture_of_every_kind())
+    refused = 0
+    for mutant in _mutants(data, seed=28, count=600):
+        try:
+            c = cap.decode_capture(mutant)
+        except ValueError:
+            refused += 1
+            continue
+        assert isinstance(c, cap.Capture)  # a flip inside an array's bytes reads as other data
+    assert refused > 300
+
+
+@pytest.mark.parametrize("name", ["oob_write", "race", "divergent", "clean"])
+def test_every_damaged_report_is_read_or_refused_with_the_projects_error(name):
+    path = TOOLS / "recorded" / f"{name}.xml"
+    data = (path if path.exists() else TOOLS / "documented" / f"{name}.xml").read_bytes()
+    for mutant in _mutants(data, seed=len(name), count=300):
+        try:
+            findings = parse_xml(mutant, SanitizerTool.MEMCHECK)
+        except SanitizerOutputError:
+            continue
+        assert all(f.line is None or isinstance(f.line, int) for f in findings)
+
+
+@pytest.mark.parametrize("record, field, want", [
+    ("<line>abc</line>", "line", None),
+    ("<line>-3</line>", "line", -3),
+    ("<threadId><x>1</x><y>2</y></threadId>", "thread", None),  # no z: not a thread
+    ("<threadId><x>1</x><y>2</y><z>q</z></threadId>", "thread", None),
+    ("<size>1,024</size>", "size", 1024),
+    ("<address>0xZZ</address>", "address", None),
+    ("", "file", None),
+])
+def test_a_record_with_a_field_missing_or_garbled_leaves_it_none(record, field, want):
+    where = record if field in ("line", "file") else ""
+    what = record if field not in ("line", "file") else ""
+    xml = (f"<ComputeSanitizerOutput><record><kind>Memory</kind><what><text>Invalid __global__ "
+           f"read of size 4 bytes</text>{what if field in ('size', 'address') else ''}</what>"
+           f"{what if field == 'thread' else ''}<deviceStack><frame>{where}</frame>"
+           "</deviceStack></record></ComputeSanitizerOutput>").encode()
+    (finding,) = parse_xml(xml, SanitizerTool.MEMCHECK)
+    assert getattr(finding, field) == want
+
+
+def _grandchild_script(tmp_path) -> list[str]:
+    marker = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+            f"open({str(marker)!r}, 'w').write(str(p.pid))\n"
+            "time.sleep(120)\n")
+    return [sys.executable, "-c", code], marker
+
+
+def _wait_for(path, seconds=60.0):
+    end = time.monotonic() + seconds
+    while not (path.exists() and path.read_text()):
+        assert time.monotonic() < end, "the child did not start"
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+def _gone(pid: int, seconds: float = 10.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # a zombie of ours is gone too
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return True
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def test_a_hung_child_is_stopped_with_everything_it_started(tmp_path):
+    argv, marker = _grandchild_script(tmp_path)
+    seen = {}
+
+    def watch():
+        seen["pid"] = _wait_for(marker)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    with pytest.raises(Exception) as info:
+        tools.run_child(argv, timeout=20)
+    t.join()
+    assert type(info.value).__name__ == "TimeoutExpired"
+    assert _gone(seen["pid"])
+
+
+def test_ctrl_c_during_a_tool_run_stops_the_child_and_is_raised(tmp_path):
+    argv, marker = _grandchild_script(tmp_path)
+
+    def interrupt():
+        _wait_for(marker)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        tools.run_child(argv, timeout=120)
+    t.join()
+    assert time.monotonic() - started < 60
+    assert _gone(int(marker.read_text()))
+
+
+@pytest.mark.parametrize("shape, strides", [
+    ((1 << 40,), (4,)),  # a terabyte of float32
+    ((1 << 20, 1 << 20), (1 << 22, 4)),
+])
+def test_a_capture_refuses_more_than_it_copies_before_copying(shape, strides):
+    k = cudamagic.build('extern "C" __global__ void k(const float* a) {}', use_cache=False)["k"]
+
+    class Huge(_DeviceArray):
+        def __init__(self):
+            self.__cuda_array_interface__ = {"shape": shape, "strides": strides,
+                                             "typestr": "<f4", "data": (1 << 20, True),
+                                             "version": 3}
+
+    copied = []
+    with pytest.raises(ArgumentValueError, match="more than a tool run copies"):
+        cap.capture("k", k.params, (1,), (1,), (Huge(),),
+                    copy=lambda p, n: copied.append(n) or b"")
+    assert copied == []
+
+
+def test_an_empty_array_travels_as_an_empty_buffer():
+    k = cudamagic.build('extern "C" __global__ void k(float* a, int n) {}',
+                        use_cache=False)["k"]
+    c = cap.capture("k", k.params, (1,), (1,), (_DeviceArray(np.zeros(0, np.float32)), 0),
+                    copy=_host_copy)
+    assert c.args[0].contents == b"" and cap.decode_capture(cap.encode_capture(c)) == c
+    slots, placed = cap.rebuild(c, lambda n: 0x1000, lambda p, d: None)
+    assert placed == [cap.Placement(0, 0x1000, 0)]
