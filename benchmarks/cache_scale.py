@@ -13,7 +13,7 @@ import time
 from common import SMALL, machine, median
 
 import cudamagic
-from cudamagic.store.disk import KernelCache
+from cudamagic.store.cache import KernelCache
 
 
 def run(sizes=(10, 1000, 10000), repeats: int = 50) -> list[dict]:

@@ -25,7 +25,7 @@ import time
 from common import SOURCES, machine, median, names
 
 import cudamagic
-from cudamagic.store.disk import KernelCache
+from cudamagic.store.cache import KernelCache
 from cudamagic.toolchain.nvrtc import compile_cubin
 from cudamagic.toolchain.deps import Manifest
 from cudamagic.options import BuildOptions

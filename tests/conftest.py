@@ -43,7 +43,7 @@ def rows() -> list[FixtureRow]:
 
 @pytest.fixture
 def cache(tmp_path):
-    from cudamagic.store.disk import KernelCache
+    from cudamagic.store.cache import KernelCache
 
     c = KernelCache(tmp_path / "cache")
     yield c

@@ -8,7 +8,7 @@ import warnings
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from cudamagic.store.disk import KernelCache
+from cudamagic.store.cache import KernelCache
 from cudamagic.errors import (CompileError, CudaMagicError, InputWarning, OptionError,
                               ShadowWarning, SourceError)
 

@@ -14,8 +14,9 @@ import pytest
 import cudamagic
 from cudamagic.store import disk as cache_mod
 from cudamagic.store.state import state
-from cudamagic.store.disk import (ENTRY_FORMAT, BadEntry, EntryRecord, KernelCache, decode_entry,
-                             default_cache, encode_entry, parse_size)
+from cudamagic.store.cache import default_cache, KernelCache
+from cudamagic.store.entry import BadEntry, decode_entry, encode_entry, ENTRY_FORMAT, EntryRecord
+from cudamagic.store.limits import parse_size
 from cudamagic.errors import CacheArgumentError, CacheError, CudaMagicError
 
 from .conftest import FIXTURES, value_file

@@ -26,8 +26,9 @@ import pytest
 
 from cudamagic.store import disk as cache_mod
 from cudamagic.store.state import state
-from cudamagic.store.disk import (DEFAULT_SIZE_LIMIT, ENTRY_FORMAT, EntryRecord, KernelCache,
-                             decode_entry, encode_entry)
+from cudamagic.store.cache import KernelCache
+from cudamagic.store.entry import decode_entry, encode_entry, ENTRY_FORMAT, EntryRecord
+from cudamagic.store.limits import DEFAULT_SIZE_LIMIT
 from cudamagic.errors import CacheArgumentError, CacheWarning, CudaMagicError
 from cudamagic.pipeline import build_module, entry_key, options_from_args
 
@@ -225,7 +226,8 @@ def test_everything_inside_is_owner_only_under_umask_002(tmp_path):
     code = f"""
 import json, os
 os.umask(0o002)   # a shared-group setup: files 664 and folders 775 unless made otherwise
-from cudamagic.store.disk import EntryRecord, KernelCache
+from cudamagic.store.cache import KernelCache
+from cudamagic.store.entry import EntryRecord
 c = KernelCache({str(folder)!r})
 for i in range(40):
     c.put(f"k{{i}}", EntryRecord(cubin=os.urandom(1000), lowered=None))
@@ -284,7 +286,7 @@ def test_an_entry_someone_else_could_have_written_is_rebuilt(tmp_path, compiler,
 
 SPECIAL = r"""
 import json, os, resource, sqlite3, sys
-from cudamagic.store.disk import KernelCache
+from cudamagic.store.cache import KernelCache
 from cudamagic.pipeline import build_module, options_from_args
 folder, how, SRC, EXPRS = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 cache = KernelCache(folder)
@@ -393,7 +395,7 @@ def test_folder_that_cannot_be_created(tmp_path):
 def test_full_disk_warns_once_and_keeps_working(tmp_path):
     code = f"""
 import resource, signal, warnings, json
-from cudamagic.store.disk import KernelCache
+from cudamagic.store.cache import KernelCache
 from cudamagic.pipeline import build_module, options_from_args
 cache = KernelCache({str(tmp_path)!r})
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails with EFBIG

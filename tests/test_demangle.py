@@ -182,7 +182,7 @@ def test_a_legal_cell_whose_name_is_too_long_is_served_without_demangling(tmp_pa
     import cudamagic
     from cudamagic.pipeline import build_module
     from cudamagic.options import options_from_args
-    from cudamagic.store.disk import KernelCache
+    from cudamagic.store.cache import KernelCache
 
     depth = 18
     source = ("template <class A, class B> struct P {};\nusing T0 = int;\n"

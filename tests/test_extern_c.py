@@ -14,7 +14,7 @@ import pytest
 import cudamagic
 from cudamagic.launch.encode import pack_args
 from cudamagic.launch.params import SlotKind
-from cudamagic.store.disk import KernelCache
+from cudamagic.store.cache import KernelCache
 
 SOURCE = r"""
 extern "C" __global__ void fill(float* x, float v, int n) {

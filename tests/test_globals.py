@@ -10,7 +10,7 @@ import pytest
 
 import cudamagic
 from cudamagic.errors import NameResolutionError, NoDeviceError
-from cudamagic.store.disk import KernelCache
+from cudamagic.store.cache import KernelCache
 from cudamagic.toolchain.probe import TypeGap
 from cudamagic.toolchain.variables import find
 

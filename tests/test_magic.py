@@ -88,7 +88,7 @@ def test_cache_magics(tmp_path, monkeypatch, capsys):
     ip.run_line_magic("cuda_cache", "clear --older-than 1h")
     assert ip.run_line_magic("cuda_cache", "stats").entries == 2
     ip.run_line_magic("cuda_cache", "limit 256MB")
-    from cudamagic.store.disk import KernelCache
+    from cudamagic.store.cache import KernelCache
 
     assert KernelCache(tmp_path / "cache").size_limit == 256 << 20  # kept by the folder
     cleared = ip.run_line_magic("cuda_cache", "clear")

@@ -163,7 +163,7 @@ def test_with_warnings_says_each_once():
 # --- the line magics' records read as text (issue 11, item 3) --------------------------------
 
 def _records():
-    from cudamagic.store.disk import EntryInfo
+    from cudamagic.store.cache import EntryInfo
 
     return [CacheStats("/c", 2, 1 << 20, 1 << 30, 1, 2, "removed 1 entry"),
             CacheListing((EntryInfo("ab" * 32, 2048, 1.7e9, 1.7e9, ("k<float>",), True),

@@ -696,19 +696,3 @@ def bookkeeper() -> Bookkeeper:
             if state.bookkeeper is None:
                 state.bookkeeper = Bookkeeper()
     return state.bookkeeper
-
-
-# Names this module held before the store was split (tests and benchmarks of other branches
-# import them from here); the package's own code imports them from cudamagic.store.
-_MOVED = {"KernelCache": "cache", "EntryInfo": "cache", "default_cache": "cache",
-          "default_cache_dir": "cache", "EntryRecord": "entry", "BadEntry": "entry",
-          "encode_entry": "entry", "decode_entry": "entry", "ENTRY_FORMAT": "entry",
-          "DEFAULT_SIZE_LIMIT": "limits", "MIN_ENTRY_ROOM": "limits", "parse_size": "limits"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__package__}.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
