@@ -299,10 +299,12 @@ class CudaMagics(Magics):
         self._show(module, module.report.with_warnings(tuple(said)), started, ns.quiet)
 
     @magic_arguments()
-    @argument("command", nargs="?", default="stats", choices=("stats", "list", "clear", "limit"),
+    @argument("command", nargs="?", default="stats",
+              choices=("stats", "list", "clear", "limit", "remote"),
               help="stats (default): entries, size, hits and misses, the folder; "
                    "list: entries, newest first; clear: remove entries; "
-                   "limit: show or set the size limit")
+                   "limit: show or set the size limit; remote: the team cache's server, "
+                   "hits, misses, bytes, errors and latency")
     @argument("size", nargs="?", default=None,
               help="for limit: the new size limit, e.g. 512MB, 2GiB, 1073741824 (bytes); kept "
                    "by the folder for later sessions")
@@ -315,7 +317,7 @@ class CudaMagics(Magics):
         """Inspect and manage the CUBIN cache (the folder in $CUDAMAGIC_CACHE_DIR, else
         ~/.cache/cudamagic). Each command returns a record shown as text or a table."""
         from .store import default_cache
-        from .view.records import CacheListing, CacheStats
+        from .view.records import CacheListing, CacheStats, RemoteCacheStats
 
         ns = _parse(self.cuda_cache, line)
         if ns.size is not None and ns.command != "limit":
@@ -326,6 +328,8 @@ class CudaMagics(Magics):
         cache = default_cache()
         if ns.command == "list":
             return CacheListing(tuple(cache.entries()))
+        if ns.command == "remote":
+            return RemoteCacheStats.of(cache)
         note = ""
         if ns.command == "clear":
             age = None if ns.older_than is None else _age_seconds(ns.older_than)

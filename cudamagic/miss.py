@@ -11,7 +11,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["ChangeKind", "Miss", "MissKind"]
+__all__ = ["ChangeKind", "HitKind", "Miss", "MissKind"]
+
+
+class HitKind(str, enum.Enum):
+    """Which tier of the cache served a hit."""
+
+    #: The cache folder on this machine.
+    LOCAL = "local"
+    #: The team's remote cache (:mod:`cudamagic.store.remote`), then kept in the folder.
+    REMOTE = "remote"
 
 
 class MissKind(str, enum.Enum):

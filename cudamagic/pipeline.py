@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ContextManager
 
@@ -30,7 +30,7 @@ from .errors import (CompileError, CudaMagicError, ImageError, InputWarning,
 from .files import NotAFile, TooLarge, read_regular
 from .keys import cache_key
 from .lineinfo import debug_support
-from .miss import Miss, MissKind
+from .miss import HitKind, Miss, MissKind
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_text, normalize_arch,
@@ -233,9 +233,10 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
     # kept off the hit path); without the wheel, ask NVRTC itself
     nv = tk.nvrtc_wheel or nvrtc_version()
     search = SearchPath(cwd, tuple(o[2:] for o in options if o.startswith("-I")),
-                        tk.include_dirs)
-    key = cache_key(source=source, name_expressions=opts.name_expressions, options=options,
-                    arch=arch, nvrtc_version=nv, toolkit=tk.fingerprint, cwd=cwd)
+                        tk.include_dirs, _named(opts, tk.named, base, cwd))
+    key = cache_key(source=source, name_expressions=opts.name_expressions,
+                    options=_travelling(options, search), arch=arch, nvrtc_version=nv,
+                    toolkit=tk.fingerprint)
     store = None if opts.no_cache or keyless else KernelCache.wrap(settings.cache)
     ctx = BuildContext(source=source, opts=opts, settings=settings, arch=arch, options=options,
                        search=search, key=key, nvrtc=nv, toolkit=tk.fingerprint, store=store,
@@ -243,6 +244,26 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
                        notes=notes)
     ctx.lap("key", started)
     return ctx
+
+
+def _named(opts: BuildOptions, toolkit_named: Sequence[tuple[str, str]], base: Path,
+           cwd: str) -> tuple[tuple[str, str, str], ...]:
+    """The folders of a build that have names that travel (:attr:`SearchPath.named`): the
+    toolkit's, and the ``-I`` folders given relative (and ``base_dir``), from ``cwd``."""
+    rel = [base / o[2:] for o in opts.options if o.startswith("-I") and not os.path.isabs(o[2:])]
+    if base.resolve() != Path(cwd).resolve():
+        rel.append(base)
+    return (*((d, n, "") for d, n in toolkit_named),
+            *((str(p.resolve()), ".", os.path.relpath(p.resolve(), cwd)) for p in rel))
+
+
+def _travelling(options: Sequence[str], search: SearchPath) -> tuple[str, ...]:
+    """The NVRTC options as the key names them: each toolkit or relative ``-I`` folder by
+    its root and path (:meth:`SearchPath.portable`; NUL, which no option holds, keeps the two
+    apart), an absolute one as it is."""
+    named = {folder for folder, _, _ in search.named}
+    return tuple("-I" + "\0".join(search.portable(o[2:])) if o[:2] == "-I" and o[2:] in named
+                 else o for o in options)
 
 
 def entry_key(source: str, opts: BuildOptions, base_dir: str | os.PathLike | None = None
@@ -266,13 +287,18 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
     ctx = _context(source, opts, settings)
     if ctx.store is not None and not opts.force:
         t = time.perf_counter()
-        record, miss = ctx.store.get(ctx.key)
+        looked = ctx.store.lookup(ctx.key)
+        record, miss = looked.record, looked.miss
         ctx.lap("lookup", t)
+        if looked.remote_seconds:
+            ctx.timings["lookup"] -= looked.remote_seconds
+            ctx.timings["remote"] = looked.remote_seconds
         if record is not None:
-            found = _restore(ctx, record)
+            found = _restore(ctx, record, looked.hit)
             if isinstance(found, Module):
                 return found
-            ctx.store.delete(ctx.key)
+            if looked.hit is HitKind.LOCAL:  # a remote record may serve its other machines
+                ctx.store.delete(ctx.key)
             miss = found
         miss = miss or Miss(MissKind.NO_ENTRY)
     else:
@@ -297,17 +323,28 @@ class _Unservable(Exception):
         self.miss = miss
 
 
-def _restore(ctx: BuildContext, record: EntryRecord) -> "Module | Miss":
-    """A module from a cache entry, or why it cannot serve (the caller recompiles)."""
+def _restore(ctx: BuildContext, record: EntryRecord, hit: HitKind | None = HitKind.LOCAL
+             ) -> "Module | Miss":
+    """A module from a cache entry, or why it cannot serve (the caller recompiles). An entry
+    from the remote tier, or one whose manifest was checked by content here, is kept in the
+    folder with this machine's file times, so that the next hit takes the fast path."""
     t = time.perf_counter()
     try:
-        manifest = Manifest.from_json(record.manifest)
+        manifest = Manifest.from_json(record.manifest, ctx.search)
     except ValueError as exc:
         return Miss(MissKind.FORMAT, str(exc))
     stale = manifest.check()
     t = ctx.lap("headers", t)
     if stale:
         return stale
+    return _served(ctx, record, manifest, hit)
+
+
+def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
+            hit: HitKind | None) -> "Module | Miss":
+    """The module from an entry whose manifest holds, or why it cannot serve; kept in the
+    folder first where :func:`_restore` says."""
+    t = time.perf_counter()
     if not manifest.complete:
         ctx.notes.append(_INCOMPLETE)
     if elf_type(record.cubin) == ET_REL:  # cached unlinked before builds were linked
@@ -339,9 +376,13 @@ def _restore(ctx: BuildContext, record: EntryRecord) -> "Module | Miss":
         return Miss(MissKind.DAMAGED, f"the cached CUBIN is unreadable ({exc})")
     except _Unservable as exc:
         return exc.miss
-    ctx.lap("resolve", t)
+    t = ctx.lap("resolve", t)
+    fresh = manifest.restamped()
+    if ctx.store is not None and (fresh is not None or hit is HitKind.REMOTE):
+        ctx.store.keep(ctx.key, replace(record, manifest=fresh or record.manifest))
+        ctx.lap("store", t)
     return _module(ctx, binary, made, origin="cache", miss=None, record=record,
-                   variables=(stored_types(record.variables), var_exprs))
+                   variables=(stored_types(record.variables), var_exprs), hit=hit)
 
 
 class _Interrupts:
@@ -533,7 +574,8 @@ def _image(binary: Binary, symbol: str) -> Any:
 
 def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: str,
             miss: Miss | None, record: EntryRecord, linked: bool = False,
-            variables: "tuple[dict[str, VarType], dict[str, str]] | None" = None) -> Module:
+            variables: "tuple[dict[str, VarType], dict[str, str]] | None" = None,
+            hit: HitKind | None = None) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
     that the next miss can say what changed)."""
     from .explain import CellBuild, describe, note_build
@@ -570,7 +612,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
 
     rows = KernelRows(tuple(kernels.entries()), row)
     report = BuildReport(
-        key=ctx.key, hit=origin == "cache", origin=origin,
+        key=ctx.key, hit=origin == "cache", origin=origin, hit_kind=hit,
         miss_reason=None if miss is None else describe(miss),
         timings=dict(ctx.timings), demangler=ctx.demangler.name,
         arch=ctx.arch, nvrtc_version=record.nvrtc_version,

@@ -40,11 +40,17 @@ class Toolkit:
         (``cupy_cuda13x-14.2.0.dist-info``...): a new version of any is a new toolkit.
     cuda_homes : tuple of str
         ``VAR:sha256-prefix`` of ``$CUDA_HOME/version.json`` (and ``$CUDA_PATH``'s).
+    names : tuple of str
+        For each of ``include_dirs``, the name that travels: its path inside the folder its
+        package is installed in (``site-packages/cupy/_core/include``), ``$CUDA_HOME/include``,
+        or the absolute folder where it is neither. The same packages in another venv or on
+        another machine give the same names.
     """
 
     include_dirs: tuple[str, ...]
     distributions: tuple[str, ...]
     cuda_homes: tuple[str, ...]
+    names: tuple[str, ...] = ()
 
     @property
     def nvrtc_wheel(self) -> str | None:
@@ -53,8 +59,14 @@ class Toolkit:
 
     @property
     def fingerprint(self) -> str:
-        """One string for the cache key."""
-        return ";".join((*self.distributions, *self.cuda_homes, *self.include_dirs))
+        """One string for the cache key: the packages' versions and the folders' names, not
+        where they are installed (two venvs of the same versions share entries)."""
+        return ";".join((*self.distributions, *self.cuda_homes, *self.names))
+
+    @property
+    def named(self) -> tuple[tuple[str, str], ...]:
+        """``(folder, name)`` of each folder whose name is not its absolute path."""
+        return tuple((d, n) for d, n in zip(self.include_dirs, self.names) if d != n)
 
 
 def _package_dir(name: str) -> Path | None:
@@ -96,7 +108,21 @@ def toolkit() -> Toolkit:
         version = Path(os.environ.get(var) or "/nonexistent", "version.json")
         if os.environ.get(var) and version.is_file():
             homes.append(f"{var}:" + hashlib.sha256(version.read_bytes()).hexdigest()[:16])
-    return Toolkit(_include_dirs(cupy, nvidia), tuple(dists), tuple(homes))
+    dirs = _include_dirs(cupy, nvidia)
+    sites = [str(d.parent) for d in (cupy, nvidia) if d is not None]
+    # a version is a version in whichever folder it is installed (a venv over another's)
+    return Toolkit(dirs, tuple(sorted(set(dists))), tuple(homes),
+                   tuple(_name(d, sites) for d in dirs))
+
+
+def _name(folder: str, sites: list[str]) -> str:
+    """The name of a toolkit folder that travels (see :attr:`Toolkit.names`)."""
+    homes = [(f"${v}", os.environ[v]) for v in _HOME_VARS if os.environ.get(v)]
+    for label, base in [*(("site-packages", s) for s in sites), *homes]:
+        base = base.rstrip("/")
+        if folder.startswith(base + "/"):
+            return f"{label}/{folder[len(base) + 1:]}"
+    return folder
 
 
 # headers that some wheel of the CUDA stack ships, and the wheel (NVRTC says only that it cannot

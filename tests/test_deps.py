@@ -184,7 +184,7 @@ def test_a_versioned_file_is_checked_by_size_and_time(tmp_path):
     pkg.mkdir()
     (pkg / "p.h").write_text("#define V 1\n")
     m = _manifest(tmp_path, [(str(pkg / "p.h"), None)], [str(pkg)], [str(pkg)])
-    assert m.files[0].sha256 is None
+    assert m.files[0].sha256 is not None  # for a check where the entry was not made
     st = (pkg / "p.h").stat()
     (pkg / "p.h").write_text("#define V 2\n")  # same size
     os.utime(pkg / "p.h", ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
@@ -355,8 +355,9 @@ def test_a_crafted_manifest_is_a_clean_miss_never_an_exception(tmp_path):
             except ValueError:
                 continue
             said = manifest.check()  # a Miss or None; anything raised fails the test
-            folder_slot = (path[:1] == ("folders",) and len(path) == 2) or (
-                path[:1] in (("absent",), ("watched",)) and path[2:] == (0,))
-            if folder_slot and not isinstance(value, str):
+            # a folder is [root, path], both text; absent and watched name one by its index
+            folder_slot = path[:1] == ("folders",) and len(path) == 3
+            index_slot = path[:1] in (("absent",), ("watched",)) and path[2:] == (0,)
+            if folder_slot and not isinstance(value, str) or index_slot and type(value) is not int:
                 assert said is not None and said.kind.value == "damaged", (path, value, said)
     assert tried > 300

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cudamagic.keys import cache_key
+from cudamagic.options import options_from_args
+from cudamagic.pipeline import entry_key
 
 BASE = dict(source="__global__ void k() {}", name_expressions=["a<int, int>", "b"],
-            options=["-std=c++17"], arch="sm_90", nvrtc_version="13.5", toolkit="cupy 14",
-            cwd="/home/u/nb")
+            options=["-std=c++17"], arch="sm_90", nvrtc_version="13.5", toolkit="cupy 14")
 
 
 def test_each_input_changes_the_key():
@@ -14,7 +17,7 @@ def test_each_input_changes_the_key():
     for field, value in [("source", "__global__ void k() { }"),
                          ("name_expressions", ["a<int,int>", "b"]),
                          ("options", ["-std=c++20"]), ("arch", "sm_80"), ("nvrtc_version", "13.0"),
-                         ("toolkit", "cupy 15"), ("cwd", "/home/u/other")]:
+                         ("toolkit", "cupy 15")]:
         assert cache_key(**{**BASE, field: value}) != k0, field
 
 
@@ -36,3 +39,20 @@ def test_parts_cannot_bleed_into_each_other():
         cache_key(**{**BASE, "options": ["-DA=1\0-DB=2"]})
     assert cache_key(**{**BASE, "arch": "sm_90", "nvrtc_version": "13.5"}) != \
         cache_key(**{**BASE, "arch": "sm_9", "nvrtc_version": "013.5"})
+
+
+@pytest.mark.parametrize("option, same", [("-Iinc", True), ("-I../common", True),
+                                          ("-I{abs}", False), ("-DX=1", True)])
+def test_the_key_travels_between_working_folders(tmp_path, monkeypatch, option, same):
+    """Two checkouts of one project in two folders: a relative -I (and the working folder
+    itself) is named from the working folder, so the key is one; an absolute -I is the folder
+    it names, so each checkout's is its own."""
+    keys = []
+    for checkout in ("a", "b"):
+        nb = tmp_path / checkout / "nb"
+        (nb / "inc").mkdir(parents=True)
+        (tmp_path / checkout / "common").mkdir()
+        monkeypatch.chdir(nb)
+        opts = options_from_args([option.format(abs=nb / "inc")], [], "sm_90")
+        keys.append(entry_key("__global__ void k() {}", opts)[0])
+    assert (keys[0] == keys[1]) is same

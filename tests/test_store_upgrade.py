@@ -6,13 +6,11 @@ miss: recompiled once, stored in the current format, then a hit.
 The fixture (tests/fixtures/entries/cache-eb8d5d5/ and its .json) was written by
 tests/fixtures/entries/write_old_cache.py run on that commit. Three levels:
 
-- the key: the current ``cache_key`` over the inputs the old code recorded gives the old key
-  (fails when the key's derivation changes: then the upgrade costs every entry, and the change
-  must say why);
+- the key: since issue 32 (folders by names that travel, no working folder: key version 3)
+  the current ``cache_key`` over the inputs the old code recorded gives another key, so an old
+  entry is never found by a build's own key;
 - the pipeline: each old entry is a miss of kind ``format``, compiled once, with the same kernels,
-  and the next build is a hit (portable: the lookup is steered to the recorded key, since a key
-  covers the install paths);
-- here, where the environment is the one the fixture was written in: the same, unaided.
+  and the next build is a hit (portable: the lookup is steered to the recorded key).
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from cudamagic.keys import cache_key
 from cudamagic.pipeline import build_module, entry_key, options_from_args
 from cudamagic.miss import MissKind
 from cudamagic.store import BadEntry, KernelCache, decode_entry
-from cudamagic.toolkit import toolkit
 
 from .conftest import FIXTURES
 
@@ -55,8 +52,8 @@ class _Steered(KernelCache):
         super().__init__(directory)
         self.steer = steer
 
-    def get(self, key):
-        return super().get(self.steer.get(key, key))
+    def lookup(self, key):
+        return super().lookup(self.steer.get(key, key))
 
 
 def _build(cell, cache, compiler):
@@ -72,11 +69,11 @@ def _assert_served(module, cell, hit: bool = True) -> None:
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=IDS)
-def test_the_key_is_derived_as_the_old_code_derived_it(cell):
+def test_an_old_key_is_not_a_key_now(cell):
     assert cache_key(source=cell["source"], name_expressions=cell["name_expressions"],
                      options=cell["nvrtc_options"], arch=cell["arch"],
-                     nvrtc_version=cell["nvrtc_version"], toolkit=cell["toolkit"],
-                     cwd=cell["cwd"]) == cell["key"]
+                     nvrtc_version=cell["nvrtc_version"], toolkit=cell["toolkit"]
+                     ) != cell["key"]
 
 
 def test_every_old_entry_is_a_clean_format_miss(tmp_path):
@@ -93,12 +90,10 @@ def test_every_old_entry_is_a_clean_format_miss(tmp_path):
         cache.close()
 
 
-@pytest.mark.parametrize("cell", [c for c in CELLS if c["label"] != "header"],
-                         ids=[i for i in IDS if i != "header"])
+@pytest.mark.parametrize("cell", CELLS, ids=IDS)
 def test_an_old_entry_is_rebuilt_once_then_hits(tmp_path, monkeypatch, compiler, cell):
-    # the header cell's manifest names this machine's packaged headers by inode and time:
-    # it is served only where the fixture was written (the next test)
-    monkeypatch.chdir(cell["cwd"])
+    if os.path.isdir(cell["cwd"]):
+        monkeypatch.chdir(cell["cwd"])
     now, _, _, _ = entry_key(cell["source"], options_from_args(
         cell["options"], cell["name_expressions"], "sm_90"))
     cache = _Steered(_copy(tmp_path), {now: cell["key"]})
@@ -109,20 +104,5 @@ def test_an_old_entry_is_rebuilt_once_then_hits(tmp_path, monkeypatch, compiler,
         cache.steer = {}  # the rebuilt entry is stored under this environment's key
         _assert_served(_build(cell, cache, compiler), cell)
         assert len(compiler.calls) == 1
-    finally:
-        cache.close()
-
-
-def test_where_it_was_written_every_old_entry_hits_unaided(tmp_path, monkeypatch, compiler):
-    if any(c["toolkit"] != toolkit().fingerprint for c in CELLS):
-        pytest.skip("the fixture was written with another install of the toolkit (its paths "
-                    "are in the key): the steered test above covers this environment")
-    monkeypatch.chdir(CELLS[0]["cwd"])
-    cache = KernelCache(_copy(tmp_path))
-    try:
-        for cell in CELLS:
-            _assert_served(_build(cell, cache, compiler), cell, hit=False)
-            _assert_served(_build(cell, cache, compiler), cell)
-        assert len(compiler.calls) == len(CELLS)
     finally:
         cache.close()

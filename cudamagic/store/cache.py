@@ -39,10 +39,11 @@ from .limits import (DEFAULT_SIZE_LIMIT, MAX_SIZE, MIN_ENTRY_ROOM, checked_size,
                      short_of, stored_limit_problem)
 from .memory import MemoryStore
 from .state import MAX_FOLDERS, state
-from ..miss import Miss, MissKind
+from ..miss import HitKind, Miss, MissKind
+from .remote import REMOTE_VARIABLES, RemoteStore, open_remote
 from ..units import size_text
 
-__all__ = ["KernelCache", "EntryInfo", "default_cache", "default_cache_dir"]
+__all__ = ["KernelCache", "EntryInfo", "Lookup", "default_cache", "default_cache_dir"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,12 @@ class KernelCache:
     size_limit : int
     in_memory : str or None
         Why the cache is in memory instead of the folder (None while on disk).
+    remote : RemoteStore or None
+        The remote tier (:mod:`cudamagic.store.remote`), asked on a local miss; given as
+        ``remote=`` (a :class:`RemoteStore`, a URL, or False for none) or by
+        ``$CUDAMAGIC_REMOTE_CACHE`` and ``$CUDAMAGIC_REMOTE_KEY_FILE``.
+    remote_off : str or None
+        Why a remote tier that was asked for is off (no team key, a key file others can read).
 
     :raises CacheArgumentError: (a ``ValueError``) ``directory`` is not a folder name, or the
         size limit (given or from the environment) is not a size or would keep nothing; the
@@ -90,7 +97,8 @@ class KernelCache:
     """
 
     def __init__(self, directory: str | os.PathLike | None = None,
-                 size_limit: int | str | None = None) -> None:
+                 size_limit: int | str | None = None,
+                 remote: "RemoteStore | str | bool | None" = None) -> None:
         # absolute: diskcache joins value files to it, and a notebook may chdir later
         self.directory = (_folder(directory) if directory is not None
                           else default_cache_dir()).absolute()
@@ -101,6 +109,7 @@ class KernelCache:
         limit = None if size_limit is None else checked_size(size_limit, origin, 0)
         self.size_limit = DEFAULT_SIZE_LIMIT if limit is None else limit
         self._store: Store | None = None
+        self.remote, self.remote_off = _remote(remote)
         try:
             self._store = self._open()
             self._settle_limit(limit, origin)
@@ -220,11 +229,42 @@ class KernelCache:
         return _folder_cache(cls, _folder(cache))
 
     def get(self, key: str) -> tuple[EntryRecord | None, Miss | None]:
-        """The entry for ``key``, or ``(None, miss)`` (``miss`` None: there is none).
+        """The entry for ``key``, or ``(None, miss)`` (``miss`` None: there is none), from the
+        folder or else the remote tier (:meth:`lookup` says which)."""
+        found = self.lookup(key)
+        return found.record, found.miss
 
-        A bad entry (damaged, another key's, an older format, an untrusted or special file) is
-        deleted here, or left where it cannot be, and ``miss`` says so; the caller rebuilds.
+    def lookup(self, key: str) -> "Lookup":
+        """The entry for ``key`` from the folder, else from the remote tier, and where it came
+        from (the caller keeps a remote one in the folder once it serves: :meth:`keep`).
+
+        A bad entry (damaged, another key's, an older format, an untrusted or special file, a
+        remote record whose signature does not hold) is deleted here, or left where it cannot
+        be, and ``miss`` says so; the caller rebuilds.
         """
+        record, miss = self._local(key)
+        if record is not None or self.remote is None:
+            return Lookup(record, miss, HitKind.LOCAL if record is not None else None)
+        t = time.perf_counter()
+        try:
+            value = self.remote.load(key)
+        except Refused as exc:
+            _warn_once("signature", self.remote.location, f"cudamagic: {exc} (remote cache "
+                       f"{self.remote.location}, key {key[:12]}); it was deleted there and the "
+                       "cell is compiled. Records fail this way when someone who can write the "
+                       "server changed them, or a machine signs with another team key")
+            return Lookup(None, miss or Miss(MissKind.UNTRUSTED, str(exc)), None,
+                          time.perf_counter() - t)
+        seconds = time.perf_counter() - t
+        if value is None:
+            return Lookup(None, miss, None, seconds)
+        try:
+            return Lookup(decode_entry(value, key), miss, HitKind.REMOTE, seconds)
+        except BadEntry as exc:  # signed by the team, yet not an entry this reader takes
+            return Lookup(None, miss or Miss(exc.kind, f"the remote record: {exc}"), None,
+                          seconds)
+
+    def _local(self, key: str) -> tuple[EntryRecord | None, Miss | None]:
         try:
             value = self._live().load(key)
         except Refused as exc:
@@ -245,10 +285,16 @@ class KernelCache:
     def _gone(self, key: str) -> str:
         return "deleted" if self.delete(key) else "could not be deleted"
 
-    def put(self, key: str, record: EntryRecord) -> bool:
+    def keep(self, key: str, record: EntryRecord) -> bool:
+        """Store an entry in the folder only (one the remote tier served, or a local one whose
+        manifest was restamped): the remote already has it."""
+        return self.put(key, record, share=False)
+
+    def put(self, key: str, record: EntryRecord, share: bool = True) -> bool:
         """Store an entry under ``key`` (replacing any), naming ``key`` inside it; False where
         it was not stored because another process kept the database locked for longer than
-        :data:`~cudamagic.store.disk.CACHE_WAIT_S` (the cache stays in use).
+        :data:`~cudamagic.store.disk.CACHE_WAIT_S` (the cache stays in use). ``share``: offer
+        it to the remote tier too, in the background (never delaying the caller).
 
         Warns once when the entry does not fit the size limit beside the database (it was
         evicted as soon as it was stored), with the limit that would keep it. An entry that
@@ -262,6 +308,8 @@ class KernelCache:
                                          f"stored under {key[:16]}...")
             record = replace(record, key=key)
         value = encode_entry(record)
+        if share and self.remote is not None:
+            self.remote.share(key, value)
         store = self._live()
         if not store.flush():  # the lookups' last-use times first: eviction goes by them
             return False  # they could not be written for CACHE_WAIT_S: the database is held
@@ -348,9 +396,11 @@ class KernelCache:
         return removed
 
     def close(self) -> None:
-        """Close the database connection (it reopens on next use)."""
+        """Close the database connection (it reopens on next use), and the remote tier's."""
         if self._store is not None:
             self._use(self._store.close)
+        if self.remote is not None:
+            self.remote.close()
 
     @property
     def raw(self) -> Any:
@@ -364,10 +414,37 @@ class KernelCache:
         return f"KernelCache({self.location!r})"
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """What :meth:`KernelCache.lookup` found: the record or why not, which tier served it
+    (None: neither), and the seconds the remote tier took (0: not asked)."""
+
+    record: EntryRecord | None
+    miss: Miss | None
+    hit: HitKind | None
+    remote_seconds: float = 0.0
+
+
+def _remote(remote: object) -> tuple[RemoteStore | None, str | None]:
+    """The remote tier a cache was given (see :class:`KernelCache`), or why it is off."""
+    if remote is False:
+        return None, None
+    if isinstance(remote, RemoteStore):
+        return remote, None
+    if remote is None or isinstance(remote, str):
+        store, why = open_remote(remote if isinstance(remote, str) else None)
+        if why:
+            _warn_once("remote", why, f"cudamagic: {why}")
+        return store, why
+    raise CacheArgumentError(f"remote={remote!r:.60} is not a remote cache: give a RemoteStore, "
+                             "a redis:// URL, or False for none")
+
+
 def _folder_cache(cls: type, folder: Path) -> KernelCache:
     """The process's cache for ``folder`` (see :meth:`KernelCache.wrap`)."""
     folder = folder.absolute()
-    spec = (str(folder), os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT") or "")
+    spec = (str(folder), os.environ.get("CUDAMAGIC_CACHE_SIZE_LIMIT") or "",
+            *(os.environ.get(v) or "" for v in REMOTE_VARIABLES))
     try:
         st = os.stat(folder / "cache.db")
         identity = (st.st_dev, st.st_ino)
@@ -468,7 +545,8 @@ def default_cache() -> KernelCache:
     """
     # the folder as the environment names it: a relative $CUDAMAGIC_CACHE_DIR is taken from the
     # current folder once, when the cache opens, and a later chdir does not move the cache
-    spec = (os.environ.get("CUDAMAGIC_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"))
+    spec = tuple(os.environ.get(v) for v in ("CUDAMAGIC_CACHE_DIR", "XDG_CACHE_HOME",
+                                             *REMOTE_VARIABLES))
     with state.default_lock:
         if state.default is None or state.default_spec != spec:
             state.default, state.default_spec = KernelCache(), spec

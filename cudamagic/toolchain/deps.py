@@ -11,7 +11,8 @@ manifest lists the files read, and a hit must find them unchanged:
 
 - every header read: user headers by content (sha256), headers inside versioned packages (the
   toolkit's folders) by size, modification and change times and inode, which an in-place
-  edit, a copy over it or a replacement changes;
+  edit, a copy over it or a replacement changes, and by content where those differ (the
+  entry was made in another installation: :mod:`cudamagic.toolchain.manifest`);
 - every place a header would have been found *before* the one that was read (NVRTC searches a
   quoted include's own folder, then each ``-I`` in order; the cell's own folder is the process's
   current folder): each must still hold no such file. Checked cheaply: the deepest existing
@@ -158,7 +159,8 @@ def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
         doubts += _late(read, opened_at, started_ns)
         doubts += _appeared(places, found, tested, absent, started_ns)
     return Manifest(tuple(read.states.values()), absent, present, complete=True,
-                    watched=_folder_times(unknown), racy=doubts[0] if doubts else None)
+                    watched=_folder_times(unknown), racy=doubts[0] if doubts else None,
+                    search=search)
 
 
 class _Read:
@@ -186,7 +188,7 @@ class _Read:
         text = self.text(full)
         if text is None or not S_ISREG(st.st_mode):
             return None
-        digest = None if self.search.is_versioned(full) else hashlib.sha256(text).hexdigest()
+        digest = hashlib.sha256(text).hexdigest()  # versioned too: checked so elsewhere
         self.states[full] = HeaderState(full, st.st_size, st.st_mtime_ns, digest,
                                         st.st_ctime_ns, st.st_ino)
         self.ids.add((st.st_dev, st.st_ino))
@@ -281,13 +283,14 @@ def _changed_ns(path: str) -> int:
     return max(times, default=0)
 
 
-def _folder_times(folders: Iterable[str]) -> list[tuple[str, int]]:
+def _folder_times(folders: Iterable[str]) -> list[tuple[str, int, int]]:
     out = []
     for folder in sorted(set(folders)):
         try:
-            out.append((folder, os.stat(folder).st_mtime_ns))
+            st = os.stat(folder)
+            out.append((folder, st.st_mtime_ns, st.st_ino))
         except OSError:
-            out.append((folder, -1))  # not there now: any folder there later is a change
+            out.append((folder, -1, 0))  # not there now: any folder there later is a change
     return out
 
 
@@ -344,7 +347,7 @@ def from_scan(source: str, search: SearchPath, started_ns: int | None = None,
                 break
     manifest = from_trace(opened, search, source, started_ns)
     return Manifest(manifest.files, manifest.absent, manifest.present, complete=False,
-                    racy=manifest.racy)
+                    racy=manifest.racy, search=search)
 
 
 def _folder_of(path: str | None) -> str:
@@ -403,9 +406,10 @@ def _group_absent(places: Iterable[str], search: SearchPath) -> tuple[AbsentGrou
     out = []
     for folder, members in sorted(groups.items()):
         try:
-            mtime = os.stat(folder).st_mtime_ns
+            st = os.stat(folder)
+            mtime, inode = st.st_mtime_ns, st.st_ino
         except OSError:
-            mtime = -1  # cannot be stat'ed now: every check looks at the places themselves
+            mtime, inode = -1, 0  # cannot be stat'ed now: every check looks at the places
         kept = () if search.is_versioned(os.path.join(folder, "x")) else tuple(sorted(members))
-        out.append(AbsentGroup(folder, mtime, kept))
+        out.append(AbsentGroup(folder, mtime, kept, inode))
     return tuple(out)

@@ -1,6 +1,17 @@
 """The dependency manifest: the headers one compile read and the places that must stay empty,
 as stored with an entry, and its check on a hit. :mod:`cudamagic.toolchain.deps` makes one from
 NVRTC's trace (its module text says what is recorded and why). Pure apart from the file system.
+
+**A manifest travels.** Its paths are stored by the folder they were found from, not as this
+machine spells it: a folder of the toolkit by its name inside its package
+(``site-packages/cupy/_core/include``), the working folder and relative ``-I`` folders as
+paths from the working folder, anything else as the absolute path it is. A check takes them
+from the build's own :class:`SearchPath`, so an entry made in another checkout, venv or
+machine names this build's files. Every header is stored with its sha256: a header of a
+versioned package is checked by its size, times and inode where those match (the entry was
+made here) and by its content where they do not (made in another installation of the same
+versions); a user header always by content. What a check found by content on this machine is
+handed back (:meth:`Manifest.restamped`) so that the next hit here takes the fast path.
 """
 
 from __future__ import annotations
@@ -15,7 +26,10 @@ from ..miss import Miss, MissKind
 
 __all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "MANIFEST_VERSION"]
 
-MANIFEST_VERSION = 2
+#: 3: paths by the folder they were found from (see the module), a sha256 for every header,
+#: the inode of every folder checked by time. Entries of version 2 are misses, rebuilt once.
+MANIFEST_VERSION = 3
+_ABSOLUTE, _WORKING = "", "."  # the roots a stored folder may name besides the toolkit's
 
 
 @dataclass(frozen=True)
@@ -32,12 +46,41 @@ class SearchPath:
         them).
     versioned : tuple of str
         Folders of installed packages (the toolkit's): their headers are checked by size,
-        modification and change times and inode instead of content.
+        modification and change times and inode where those match.
+    named : tuple of (str, str, str)
+        ``(folder, root, path)``: a folder and the name that travels for it: a toolkit folder
+        by its name in its package (``root`` that name, ``path`` ""), a relative ``-I`` by its
+        path from the working folder (``root`` ".", ``path`` "../common"). The working folder
+        is always root "." and needs no row.
     """
 
     cwd: str
     include_dirs: tuple[str, ...]
     versioned: tuple[str, ...] = ()
+    named: tuple[tuple[str, str, str], ...] = ()
+
+    def portable(self, folder: str) -> tuple[str, str]:
+        """``(root, path)`` for an absolute folder (``root`` "": ``path`` is absolute)."""
+        best = ("", _ABSOLUTE, folder)
+        for base, root, rel in (*self.named, (self.cwd, _WORKING, "")):
+            base = base.rstrip("/") or "/"
+            if (folder == base or folder.startswith(base + "/")) and len(base) > len(best[0]):
+                rest = folder[len(base) + 1:]
+                best = (base, root, os.path.join(rel, rest) if rel else rest)
+        return best[1], best[2]
+
+    def local(self, root: str, path: str) -> str | None:
+        """The absolute folder a stored ``(root, path)`` names in this build (None: a toolkit
+        folder this installation does not have)."""
+        if root == _ABSOLUTE:
+            return path
+        if root == _WORKING:
+            base: str | None = self.cwd
+        else:
+            base = next((f for f, r, rel in self.named if r == root and not rel), None)
+        if base is None:
+            return None
+        return os.path.join(base, path) if path else base
 
     def absolute(self, path: str) -> str:
         """A path as the compile saw it, made absolute (not normalized: ``..`` after a
@@ -55,9 +98,10 @@ class HeaderState:
 
     A user header is checked by its content (``sha256``) on every hit: a file swapped for one
     of the same size and time (``cp -p``, a switched link, two writes within one clock tick)
-    is still caught. A versioned package's header (``sha256`` None) is checked by its size,
-    modification and change times and inode, which an in-place edit, a copy over it or a
-    switched link changes.
+    is still caught. A versioned package's header is checked by its size, modification and
+    change times and inode (an in-place edit, a copy over it or a switched link changes them),
+    and by its content where they differ (the same header of another installation).
+    ``sha256`` is None only for a manifest built by hand.
     """
 
     path: str
@@ -73,12 +117,15 @@ class AbsentGroup:
     """Places below one existing folder that held no file when the compile ran.
 
     ``places`` is empty for a folder inside a versioned package: there any change of the
-    folder (a file added or removed) counts as a change, without looking closer.
+    folder (a file added or removed) counts as a change, without looking closer; the same
+    folder of another installation of the same versions (another inode) is taken as the
+    package's own.
     """
 
     folder: str
     mtime_ns: int
     places: tuple[str, ...]
+    inode: int = 0
 
     def appeared(self) -> str | None:
         """A place that holds a file now (None if none does; a folder is no file to NVRTC).
@@ -102,28 +149,33 @@ class AbsentGroup:
 class StoredManifest(TypedDict, total=False):
     """The manifest as an entry stores it (JSON): every path a folder index and a name.
 
-    ``files`` rows are ``[folder, name, size, mtime_ns, ctime_ns, inode, sha256 or None]``,
-    ``absent`` rows ``[folder path, mtime_ns, [[folder, name], ...]]``, ``watched`` rows
-    ``[folder path, mtime_ns]``, ``present`` rows ``[folder, name]``. Rows stay lists: a hit
-    reads hundreds of them, and JSON objects per row would cost more than the check. Only this
-    module reads or writes them; the format changes with :data:`MANIFEST_VERSION`.
+    ``folders`` rows are ``[root, path]`` (see the module: "" absolute, "." the working
+    folder, else a toolkit folder's name); ``files`` rows are ``[folder, name, size, mtime_ns,
+    ctime_ns, inode, sha256]``, ``absent`` rows ``[folder, mtime_ns, inode, [[folder, name],
+    ...]]``, ``watched`` rows ``[folder, mtime_ns, inode]``, ``present`` rows ``[folder,
+    name]``; ``made`` lists ``[root, absolute folder]`` where the entry was made (for a check
+    given no search path). Rows stay lists: a hit reads hundreds of them, and JSON objects per
+    row would cost more than the check. Only this module reads or writes them; the format
+    changes with :data:`MANIFEST_VERSION`.
     """
 
     version: int
     complete: bool
-    folders: list[str]
+    folders: list[list[str]]
     files: list[list[Any]]
     watched: list[list[Any]]
     absent: list[list[Any]]
     present: list[list[Any]]
+    made: list[list[str]]
 
 
 class Manifest:
     """The files one compile read, and the places that must stay empty for a hit.
 
-    Kept as the compact JSON object stored in the entry (paths as a folder index and a name)
-    and checked straight from it: a CCCL cell's manifest lists hundreds of headers and more
-    places, and building an object for each would cost more on every hit than the check.
+    Kept as the compact JSON object stored in the entry (paths as an index into a list of
+    folders, each folder by its root, see the module) and checked straight from it: a CCCL
+    cell's manifest lists hundreds of headers and more places, and building an object for each
+    would cost more on every hit than the check.
 
     Attributes
     ----------
@@ -137,45 +189,70 @@ class Manifest:
 
     def __init__(self, files: Sequence[HeaderState] = (), absent: Sequence[AbsentGroup] = (),
                  present: Sequence[str] = (), complete: bool = True,
-                 watched: Sequence[tuple[str, int]] = (), racy: str | None = None) -> None:
+                 watched: Sequence[tuple[str, int, int]] = (), racy: str | None = None,
+                 search: SearchPath | None = None) -> None:
         # why what the compile read is not certain (a header changed during it...): then the
         # entry must not be stored
         self.racy = racy
         self._malformed = False
-        folders: dict[str, int] = {}
+        self._search = search or SearchPath("/", ())
+        self._fresh: dict[tuple[str, int], list[int]] = {}
+        index: dict[str, int] = {}
+
+        def folder(path: str) -> int:
+            return index.setdefault(path, len(index))
 
         def split(path: str) -> list:
             head, tail = os.path.split(path)
-            return [folders.setdefault(head, len(folders)), tail]
+            return [folder(head), tail]
 
         self._data: StoredManifest = {
             "version": MANIFEST_VERSION, "complete": bool(complete),
             "files": [[*split(f.path), f.size, f.mtime_ns, f.ctime_ns, f.inode, f.sha256]
                       for f in files],
-            "watched": [[d, m] for d, m in watched],
-            "absent": [[g.folder, g.mtime_ns, [split(p) for p in g.places]] for g in absent],
+            "watched": [[folder(d), m, ino] for d, m, ino in watched],
+            "absent": [[folder(g.folder), g.mtime_ns, g.inode, [split(p) for p in g.places]]
+                       for g in absent],
             "present": [split(p) for p in present]}
-        self._data["folders"] = list(folders)
+        s = self._search
+        self._data["folders"] = [list(s.portable(f)) for f in index]
+        made = {r: s.local(r, "") for r, _ in self._data["folders"] if r != _ABSOLUTE}
+        self._data["made"] = sorted([r, f] for r, f in made.items() if f is not None)
+        self._folders: list[str | None] = list(index)
 
     @classmethod
-    def from_json(cls, data: object) -> "Manifest":
-        """A stored manifest, as it is (a malformed one fails its check, never serves).
+    def from_json(cls, data: object, search: SearchPath | None = None) -> "Manifest":
+        """A stored manifest, as it is (a malformed one fails its check, never serves), to be
+        checked against ``search`` (default: the folders where it was made).
 
         :raises ValueError: not a manifest of this version.
         """
         if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION or not all(
                 isinstance(data.get(k), list) for k in ("folders", "files", "absent", "present")):
             raise ValueError("the entry's header manifest is missing or of another version")
-        # every path the check hands the file system must be text: an integer would be taken
-        # as a file descriptor; the rest is checked as it is read (a join of a non-text fails)
         manifest = cls.__new__(cls)
         manifest._data = cast(StoredManifest, data)
         manifest.racy = None
+        manifest._fresh = {}
+        manifest._folders = []
+        # every path the check hands the file system must be text: an integer would be taken
+        # as a file descriptor; the rest is checked as it is read (a join of a non-text fails)
         manifest._malformed = not (
-            all(type(f) is str for f in data["folders"])
+            all(type(f) is list and len(f) == 2 and all(type(x) is str for x in f)
+                for f in data["folders"])
             and isinstance(data.get("watched", []), list)
-            and all(type(g) is list and g and type(g[0]) is str
+            and all(type(g) is list and g and type(g[0]) is int
                     for k in ("absent", "watched") for g in data.get(k, ())))
+        if search is None:
+            made = {r: f for r, f in data.get("made", ()) if type(r) is str and type(f) is str} \
+                if isinstance(data.get("made"), list) and all(
+                    type(m) is list and len(m) == 2 for m in data["made"]) else {}
+            search = SearchPath(made.get(_WORKING, "/"), (), tuple(
+                f for r, f in made.items() if r != _WORKING),
+                tuple((f, r, "") for r, f in made.items() if r != _WORKING))
+        manifest._search = search
+        if not manifest._malformed:
+            manifest._folders = [search.local(r, p) for r, p in data["folders"]]
         return manifest
 
     def to_json(self) -> StoredManifest:
@@ -189,94 +266,146 @@ class Manifest:
     def complete(self) -> bool:
         return bool(self._data.get("complete"))
 
+    def _folder(self, i: int) -> str:
+        folder = self._folders[i]
+        if folder is None:
+            raise _Elsewhere(self._data["folders"][i][0])
+        return folder
+
     @property
     def files(self) -> tuple[HeaderState, ...]:
-        folders = self._data["folders"]
-        return tuple(HeaderState(os.path.join(folders[i], n), s, m, h, c, ino)
+        return tuple(HeaderState(os.path.join(self._folder(i), n), s, m, h, c, ino)
                      for i, n, s, m, c, ino, h in self._data["files"])
 
     @property
     def absent(self) -> tuple[AbsentGroup, ...]:
-        folders = self._data["folders"]
-        return tuple(AbsentGroup(d, m, tuple(os.path.join(folders[i], n) for i, n in ps))
-                     for d, m, ps in self._data["absent"])
+        return tuple(AbsentGroup(self._folder(d), m, tuple(os.path.join(self._folder(i), n)
+                                                           for i, n in ps), ino)
+                     for d, m, ino, ps in self._data["absent"])
 
     @property
     def present(self) -> tuple[str, ...]:
-        folders = self._data["folders"]
-        return tuple(os.path.join(folders[i], n) for i, n in self._data["present"])
+        return tuple(os.path.join(self._folder(i), n) for i, n in self._data["present"])
 
     def check(self) -> Miss | None:
         """Why the entry no longer matches the files (None when it does).
 
-        Every file is stat'ed; user headers whose size or time changed are hashed (a ``touch``
-        is not a change).
+        Every file is stat'ed; user headers are hashed, and so are versioned headers whose
+        size, times or inode differ from the stored ones (a ``touch`` is not a change).
         """
+        self._fresh = {}
         if self._malformed:
             return Miss(MissKind.DAMAGED, "the entry's header manifest is malformed (a folder "
                         "that is not text)")
         try:
             changed = self._check()
+        except _Elsewhere as exc:
+            return Miss(MissKind.HEADER, f"the entry was made with the toolkit folder {exc}, "
+                        "which this installation does not have")
         except (TypeError, ValueError, IndexError, KeyError) as exc:
             return Miss(MissKind.DAMAGED, f"the entry's header manifest is malformed ({exc})")
-        return None if changed is None else Miss(MissKind.HEADER, changed)
+        if changed is not None:
+            self._fresh = {}
+            return Miss(MissKind.HEADER, changed)
+        return None
+
+    def restamped(self) -> dict | None:
+        """After a check that passed: the stored manifest with this machine's sizes, times and
+        inodes where the check had to look closer (an entry made in another installation), so
+        that the next hit takes the fast path; None where nothing differed."""
+        if not self._fresh:
+            return None
+        data: dict[str, Any] = dict(self._data)
+        for part in ("files", "watched", "absent"):
+            rows = [list(r) for r in data[part]]
+            for (kind, n), values in self._fresh.items():
+                if kind == part:
+                    start = 2 if part == "files" else 1
+                    rows[n][start:start + len(values)] = values
+            data[part] = rows
+        made = {r: self._search.local(r, "") for r, _ in data["folders"] if r != _ABSOLUTE}
+        data["made"] = sorted([r, f] for r, f in made.items() if f is not None)
+        return data
 
     def _check(self) -> str | None:
         return self._check_files() or self._check_folders() or self._check_present()
 
     def _check_files(self) -> str | None:
-        stat, join, data = os.stat, os.path.join, self._data
-        folders = data["folders"]
-        for i, name, size, mtime_ns, ctime_ns, inode, digest in data["files"]:
-            path = join(folders[i], name)
+        stat, join = os.stat, os.path.join
+        versioned = [f is not None and self._search.is_versioned(join(f, "x"))
+                     for f in self._folders]
+        for n, (i, name, size, mtime_ns, ctime_ns, inode, digest) in enumerate(
+                self._data["files"]):
+            path = join(self._folder(i), name)
             try:
                 st = stat(path)
             except OSError:
                 return f"the header {path} was read by the last compile and is gone"
-            if digest is not None:
-                if _digest(path) != digest:
-                    return f"the header {path} changed since the last compile"
-            elif (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != (
-                    size, mtime_ns, ctime_ns, inode):
+            now = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+            if versioned[i] and now == [size, mtime_ns, ctime_ns, inode]:
+                continue
+            if digest is None or _digest(path) != digest:
+                if digest is None and not versioned[i]:
+                    continue  # hand-built: nothing to compare
                 return f"the header {path} changed since the last compile"
+            if versioned[i] and _stat_list(path) == now:
+                self._fresh[("files", n)] = now
         return None
 
     def _check_folders(self) -> str | None:
-        stat, join, data = os.stat, os.path.join, self._data
-        folders = data["folders"]
-        for folder, mtime_ns in data.get("watched", []):
-            try:
-                if stat(folder).st_mtime_ns == mtime_ns:
-                    continue
-            except OSError:
-                pass
-            return (f"the folder {folder} changed since the last compile, and a "
-                    "__has_include there tested a name given by a macro")
-        for folder, mtime_ns, places in data["absent"]:
-            try:
-                if stat(folder).st_mtime_ns == mtime_ns:
-                    continue
-            except OSError:
-                pass
+        for n, (i, mtime_ns, inode) in enumerate(self._data.get("watched", ())):
+            why = self._folder_moved("watched", n, self._folder(i), mtime_ns, inode)
+            if why is not None:
+                return (f"the folder {self._folder(i)} changed since the last compile, and a "
+                        "__has_include there tested a name given by a macro")
+        for n, (i, mtime_ns, inode, places) in enumerate(self._data["absent"]):
+            folder = self._folder(i)
+            if self._folder_moved("absent", n, folder, mtime_ns, inode) is None:
+                continue
             if not places:
                 return (f"the package folder {folder} changed since the last compile "
                         "(a header may have been added there)")
-            group = AbsentGroup(folder, mtime_ns,
-                                tuple(join(folders[i], n) for i, n in places))
+            group = AbsentGroup(folder, mtime_ns, tuple(os.path.join(self._folder(j), name)
+                                                        for j, name in places))
             found = group.appeared()
             if found:
                 return (f"{found} now exists; the last compile found no file there (a "
                         "header there shadows the one it read, or changes a __has_include)")
         return None
 
+    def _folder_moved(self, part: str, n: int, folder: str, mtime_ns: int,
+                      inode: int) -> str | None:
+        """None where the folder is as recorded, or is the same folder of another installation
+        of the same package versions (recorded to be restamped); else the folder."""
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return folder
+        if st.st_mtime_ns == mtime_ns:
+            return None
+        if st.st_ino != inode and self._search.is_versioned(os.path.join(folder, "x")):
+            self._fresh[(part, n)] = [st.st_mtime_ns, st.st_ino]
+            return None
+        return folder
+
     def _check_present(self) -> str | None:
-        join, data = os.path.join, self._data
-        folders = data["folders"]
-        for i, name in data["present"]:
-            if not os.path.isfile(join(folders[i], name)):
-                return (f"{join(folders[i], name)}, which __has_include found in the last "
-                        "compile, is gone")
+        for i, name in self._data["present"]:
+            path = os.path.join(self._folder(i), name)
+            if not os.path.isfile(path):
+                return (f"{path}, which __has_include found in the last compile, is gone")
         return None
+
+
+class _Elsewhere(Exception):
+    """A stored folder whose root this build lacks (the root is the message)."""
+
+
+def _stat_list(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def _digest(path: str) -> str | None:

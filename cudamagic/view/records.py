@@ -6,11 +6,12 @@ from __future__ import annotations
 import html
 import time as _time
 from dataclasses import dataclass
+from typing import Any
 
-from ..units import size_text
+from ..units import duration_text, size_text
 from .render import CELL_STYLE, plain_table_html, table_text
 
-__all__ = ["CacheStats", "CacheListing", "EnvironmentInfo"]
+__all__ = ["CacheStats", "CacheListing", "EnvironmentInfo", "RemoteCacheStats"]
 
 
 class _Record:
@@ -89,6 +90,42 @@ class CacheStats(_Record):
                 ("location", self.location), ("entries", str(self.entries)),
                 ("size", f"{size_text(self.volume)} of {size_text(self.size_limit)}"),
                 ("lookups", f"{self.hits} hits, {self.misses} misses")]
+
+
+@dataclass(frozen=True, repr=False)
+class RemoteCacheStats(_Record):
+    """``%cuda_cache remote``: the team cache's server and this process's numbers with it.
+
+    ``stats`` is a :class:`~cudamagic.store.remote.RemoteStats` (None: no remote tier, and
+    ``off`` says why, where one was asked for)."""
+
+    stats: object
+    off: str | None = None
+    title = "cudamagic remote cache"
+
+    @classmethod
+    def of(cls, cache) -> "RemoteCacheStats":
+        remote = cache.remote
+        return cls(remote.remote_stats() if remote is not None else None, cache.remote_off)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        s: Any = self.stats
+        if s is None:
+            return [("server", "none"), ("why", self.off or "CUDAMAGIC_REMOTE_CACHE is not set "
+                                                           "(docs/cache.md: a team cache)")]
+        state = "on" if s.state.value == "on" else \
+            f"skipped for {s.backoff_left:.0f} s more after: {s.last_error}"
+        mean = s.lookup_seconds / s.lookups if s.lookups else 0.0
+        return [("server", s.server), ("state", state),
+                ("lookups", f"{s.hits} hits, {s.misses} misses, {s.skipped} skipped"),
+                ("bytes", f"{size_text(s.bytes_read)} read, {size_text(s.bytes_sent)} sent "
+                          f"({s.sent} records; {s.kept_theirs} already there)"),
+                ("errors", f"{s.errors} (last: {s.last_error or '-'})"),
+                ("refused", f"{s.refused} records whose signature did not hold"),
+                ("not sent", f"{s.too_large} over the size limit, {s.dropped} with the queue "
+                             "full"),
+                ("latency", f"{duration_text(mean)} mean, {duration_text(s.slowest_seconds)} "
+                            "slowest")]
 
 
 @dataclass(frozen=True, repr=False)

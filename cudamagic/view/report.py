@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, overload
 from ..cxx import parse_demangled, tidy_name as _tidy
 from ..cxx.mangled import is_too_long
 from ..forksafe import once
+from ..miss import HitKind
 from ..units import counted, duration_text
 from .render import CELL_STYLE, TEXT_WIDTH, table_text, wrap_html
 
@@ -276,6 +277,7 @@ class Phase:
     text: str
 
 
+_REMOTE_HIT = Badge("cache hit (remote)", "cudamagic-hit")
 _STATUS = {"cache": Badge("cache hit", "cudamagic-hit"),
            "compiled": Badge("cache miss", "cudamagic-miss"),
            "cubin": Badge("loaded CUBIN", "cudamagic-cubin")}
@@ -283,7 +285,8 @@ _STATUS = {"cache": Badge("cache hit", "cudamagic-hit"),
 # timings keys -> what the phases list calls them, in the order a cell goes through them
 _PHASES = (
     ("imports", "imports"), ("parse", "magic line"), ("driver", "CUDA driver start"),
-    ("key", "options and cache key"), ("lookup", "cache lookup"), ("headers", "header check"),
+    ("key", "options and cache key"), ("lookup", "cache lookup"),
+    ("remote", "remote cache lookup"), ("headers", "header check"),
     ("nvrtc", "NVRTC start"), ("compile", "compile (NVRTC)"), ("link", "link (nvJitLink)"),
     ("manifest", "list of headers read"),
     ("demangle", "demangle"), ("resolve", "resolve names"), ("store", "cache store"),
@@ -326,6 +329,8 @@ class BuildReport:
         (None for :func:`cudamagic.build`, whose time is ``timings["total"]``).
     module_name : str
         The Python name the module was pushed under (for hints), or ``""``.
+    hit_kind : HitKind or None
+        Which tier served a hit (the remote's time is the ``remote`` phase, on a miss too).
     """
 
     key: str
@@ -346,6 +351,7 @@ class BuildReport:
     globals: "tuple[GlobalImage, ...]" = ()
     linked: bool = False
     device_runtime: bool = False
+    hit_kind: HitKind | None = None
 
     # --- words -----------------------------------------------------------------------------
 
@@ -356,8 +362,9 @@ class BuildReport:
 
     @property
     def badge(self) -> Badge:
-        """``cache hit`` / ``cache miss`` / ``loaded CUBIN`` and its colour class."""
-        return _STATUS[self.origin]
+        """``cache hit`` (``cache hit (remote)``) / ``cache miss`` / ``loaded CUBIN`` and its
+        colour class."""
+        return _REMOTE_HIT if self.hit_kind is HitKind.REMOTE else _STATUS[self.origin]
 
     @property
     def status(self) -> str:

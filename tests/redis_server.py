@@ -1,0 +1,151 @@
+"""A real redis-server for the tests, on a free port of 127.0.0.1, and a proxy that cuts replies.
+
+The server runs in its own temporary folder with nothing saved (``--save '' --appendonly
+no``) and is killed when the test ends. Where Debian's ``redis-server`` is not installed
+(``.ci/run`` installs it), the tests that need it skip, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SERVER = shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RedisServer:
+    """One running redis-server."""
+
+    proc: subprocess.Popen
+    port: int
+    folder: Path
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+
+    def pause(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def start_server(folder: Path) -> RedisServer:
+    if SERVER is None:
+        pytest.skip("redis-server is not installed here (Debian's redis-server package; "
+                    ".ci/run installs it)")
+    folder.mkdir(parents=True, exist_ok=True)
+    for _ in range(5):  # a port taken between the probe and the bind: another one
+        port = free_port()
+        proc = subprocess.Popen([SERVER, "--port", str(port), "--bind", "127.0.0.1",
+                                 "--save", "", "--appendonly", "no", "--dir", str(folder),
+                                 "--protected-mode", "yes"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = RedisServer(proc, port, folder)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and proc.poll() is None:
+            try:
+                if server.client().ping():
+                    return server
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.02)
+        server.stop()
+    raise RuntimeError("redis-server did not start")
+
+
+class CuttingProxy:
+    """A TCP proxy on loopback in front of a server: replies pass whole until ``cut`` is set,
+    then a reply longer than ``small`` bytes is sent half-way and the connection dropped
+    (a server gone mid-transfer)."""
+
+    def __init__(self, port: int, small: int = 512) -> None:
+        self.upstream, self.small, self.cut = port, small, False
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        self.cuts = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        up = socket.create_connection(("127.0.0.1", self.upstream))
+        try:
+            while True:
+                request = client.recv(1 << 16)
+                if not request:
+                    return
+                up.sendall(request)
+                up.settimeout(0.2)
+                reply = b""
+                try:
+                    while True:
+                        part = up.recv(1 << 20)
+                        if not part:
+                            break
+                        reply += part
+                        if len(part) < (1 << 20) and _complete(reply):
+                            break
+                except socket.timeout:
+                    pass
+                if self.cut and len(reply) > self.small:
+                    self.cuts += 1
+                    client.sendall(reply[:len(reply) // 2])
+                    return
+                client.sendall(reply)
+        except OSError:
+            return
+        finally:
+            client.close()
+            up.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _complete(reply: bytes) -> bool:
+    """Whether a RESP reply (one or more) looks whole: a bulk string has all its bytes."""
+    if reply.startswith(b"$"):
+        head, _, rest = reply.partition(b"\r\n")
+        n = int(head[1:])
+        return n < 0 or len(rest) >= n + 2
+    return reply.endswith(b"\r\n")

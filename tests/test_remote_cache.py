@@ -1,0 +1,344 @@
+"""The team cache (issue 32) against a real redis-server on loopback: a second machine's first
+run is a remote hit with the right kernels; records that do not carry the team's signature
+are refused and never served; a server that is down, paused or cuts a reply never stops a
+cell, and costs one bounded timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from cudamagic import build
+from cudamagic.errors import CacheWarning
+from cudamagic.miss import HitKind
+from cudamagic.store import KernelCache, decode_entry, encode_entry
+from cudamagic.store.remote import (RECORD_MAGIC, RemoteStore, open_remote, sign, verify,
+                                    Refused)
+
+from .conftest import run_python
+from .redis_server import CuttingProxy, start_server
+
+CELL = 'extern "C" __global__ void fill(float* x, float v, int n) { x[0] = v + n; }\n'
+TEMPLATE = ("template <typename T> __global__ void axpy(T a, T* x, int n) { x[0] += a * n; }\n"
+            + CELL)
+NAMES = ["axpy<float>", "axpy<double>"]
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = start_server(tmp_path / "redis")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def key_file(tmp_path) -> Path:
+    path = tmp_path / "team.key"
+    path.write_text(os.urandom(32).hex() + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def _cache(tmp_path: Path, name: str, url: str, key_file: Path, **kw) -> KernelCache:
+    store, why = open_remote(url, str(key_file), **kw)
+    assert why is None, why
+    return KernelCache(tmp_path / name, remote=store)
+
+
+def _kernels(module) -> dict[str, str]:
+    return {k.name_expression: k.symbol for k in module.kernels.values()}
+
+
+# --- trust -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, content, said", [
+    (0o644, "k" * 64, "readable or writable by others"),
+    (0o640, "k" * 64, "readable or writable by others"),
+    (0o602, "k" * 64, "readable or writable by others"),
+    (0o600, "short", "fewer than 16"),
+    (0o600, "", "fewer than 16"),
+])
+def test_a_key_file_others_can_read_or_too_short_keeps_the_tier_off(tmp_path, mode, content,
+                                                                     said):
+    path = tmp_path / "k"
+    path.write_text(content)
+    path.chmod(mode)
+    store, why = open_remote("redis://127.0.0.1:1/0", str(path))
+    assert store is None and said in why and "off" in why or said in why, why
+
+
+def test_no_key_no_tier_and_it_says_why(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDAMAGIC_REMOTE_KEY_FILE", raising=False)
+    monkeypatch.setenv("CUDAMAGIC_REMOTE_CACHE", "redis://127.0.0.1:1/0")
+    with pytest.warns(CacheWarning, match="no team key"):
+        cache = KernelCache(tmp_path / "c")
+    assert cache.remote is None and "CUDAMAGIC_REMOTE_KEY_FILE" in cache.remote_off
+    assert open_remote("http://x/")[1] and "redis://" in open_remote("http://x/")[1]
+
+
+def test_a_key_file_of_another_owner_is_refused(tmp_path):
+    if os.getuid() != 0:
+        pytest.skip("making a file of another owner needs root")
+    path = tmp_path / "k"
+    path.write_text("k" * 64)
+    path.chmod(0o600)
+    os.chown(path, 65534, 65534)
+    store, why = open_remote("redis://127.0.0.1:1/0", str(path))
+    assert store is None and "owned by uid 65534" in why
+
+
+def _forge(kind: str, key: str, record: bytes, team_key: bytes) -> bytes:
+    """A record changed the way an attacker who can write the server would change it."""
+    entry = verify(team_key, key, record)
+    rec = decode_entry(entry, key)
+    tag = record[len(RECORD_MAGIC):len(RECORD_MAGIC) + 32]
+    if kind == "cubin":  # one byte of the CUBIN, the entry's own checksum left as it was
+        body = bytearray(entry)
+        body[-100] ^= 0xFF
+        return RECORD_MAGIC + tag + bytes(body)
+    if kind == "map":  # the name map pointed at another kernel, the checksum recomputed
+        lowered = dict(rec.lowered or {})
+        lowered["axpy<float>"], lowered["axpy<double>"] = (lowered["axpy<double>"],
+                                                           lowered["axpy<float>"])
+        forged = encode_entry(type(rec)(**{**rec.__dict__, "lowered": lowered}))
+        return RECORD_MAGIC + tag + forged
+    if kind == "tag":  # a valid entry, a tag that is not the team's
+        return RECORD_MAGIC + os.urandom(32) + entry
+    if kind == "other-key":  # signed properly, with another team's key
+        return sign(os.urandom(32), key, entry)
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["cubin", "map", "tag", "other-key"])
+def test_a_forged_record_is_refused_and_never_served(tmp_path, server, key_file, kind):
+    maker = _cache(tmp_path, "a", server.url, key_file)
+    made = build(TEMPLATE, name_expressions=NAMES, cache=maker)
+    maker.remote.flush()
+    redis_key = maker.remote.prefix + made.key
+    record = server.client().get(redis_key)
+    team_key = key_file.read_bytes().strip()
+    server.client().set(redis_key, _forge(kind, made.key, record, team_key))
+
+    victim = _cache(tmp_path, "b", server.url, key_file)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = build(TEMPLATE, name_expressions=NAMES, cache=victim)
+    assert not got.hit and got.report.hit_kind is None  # compiled here, not served
+    assert got.cubin == made.cubin and _kernels(got) == _kernels(made)
+    assert victim.remote.remote_stats().refused == 1
+    assert sum("signature" in str(w.message) for w in caught) == 1  # said once
+    victim.remote.flush()
+    # deleted, and this machine's own record put in its place
+    assert verify(team_key, made.key, server.client().get(redis_key))
+
+
+def test_nothing_on_the_server_is_unpickled():
+    import pickle
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("echo owned",))
+
+    with pytest.raises(Refused):
+        verify(b"k" * 32, "key", pickle.dumps(Boom()))
+
+
+# --- two machines --------------------------------------------------------------------------
+
+CHILD = textwrap.dedent('''
+    import json, os, sys
+    from cudamagic import build
+    from cudamagic.store import KernelCache
+    src = open(sys.argv[1]).read()
+    cache = KernelCache(sys.argv[2])
+    m = build(src, name_expressions=json.loads(sys.argv[3]), options=["-Iinc"], cache=cache)
+    cache.remote.flush()
+    r = m.report
+    print(json.dumps({"status": r.status, "kernels": {k.name_expression: k.symbol
+                      for k in m.kernels.values()}, "timings": r.timings, "key": m.key,
+                      "miss": r.miss_reason, "stats": cache.remote.remote_stats().hits}))
+''')
+
+
+def _venv_like(root: Path) -> Path:
+    """A copy of this venv's toolkit headers in another folder, as another venv holds them:
+    the nvidia namespace with cu13/include copied (the libraries linked), and the same
+    distributions' metadata names."""
+    import nvidia
+
+    real = Path(list(nvidia.__path__)[0])
+    site = root / "lib" / "python3.11" / "site-packages"
+    cu = site / "nvidia" / "cu13"
+    cu.mkdir(parents=True)
+    shutil.copytree(real / "cu13" / "include", cu / "include")
+    for part in ("lib", "bin"):
+        if (real / "cu13" / part).exists():
+            (cu / part).symlink_to(real / "cu13" / part)
+    for name in os.listdir(real.parent):
+        if name.startswith("nvidia_") and name.endswith(".dist-info"):
+            (site / name).mkdir()
+    return site
+
+
+def _checkout(root: Path, text: str = "#define SCALE 2\n") -> Path:
+    (root / "inc").mkdir(parents=True)
+    (root / "inc" / "scale.h").write_text(text)
+    (root / "cell.cu").write_text('#include <cuda_fp16.h>\n#include "scale.h"\n'
+                                  'template <typename T> __global__ void axpy(T a, T* x, int n)'
+                                  ' { x[0] += a * n * SCALE + (T)__half2float(__half(1)); }\n')
+    return root
+
+
+def _run(where: Path, cache: Path, env: dict[str, str]) -> dict:
+    out = run_python(CHILD.replace("sys.argv[1]", repr(str(where / "cell.cu")))
+                     .replace("sys.argv[2]", repr(str(cache)))
+                     .replace("sys.argv[3]", repr(json.dumps(NAMES))), env={**env,
+                                                                          "CWD": str(where)})
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_a_second_machine_is_a_remote_hit_with_the_right_kernels(tmp_path, server, key_file):
+    """Two processes, two cache folders, two working folders, two toolkit paths (the second
+    a copied header folder, as another venv): the second's first run is a remote hit, its
+    next one a local hit; an edited header there is a miss."""
+    env = {"CUDAMAGIC_REMOTE_CACHE": server.url, "CUDAMAGIC_REMOTE_KEY_FILE": str(key_file)}
+    a = _run(_checkout(tmp_path / "alice" / "proj"), tmp_path / "cache-a", env)
+    assert a["status"] == "cache miss"
+    other = _venv_like(tmp_path / "venv-b")
+    env_b = {**env, "PYTHONPATH": f"{other}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    where_b = _checkout(tmp_path / "bob" / "work" / "proj")
+    b = _run(where_b, tmp_path / "cache-b", env_b)
+    assert b["status"] == "cache hit (remote)", b["miss"]
+    assert b["kernels"] == a["kernels"] and b["key"] == a["key"]
+    assert "compile" not in b["timings"] and b["timings"]["remote"] < 1.0
+    again = _run(where_b, tmp_path / "cache-b", env_b)
+    assert again["status"] == "cache hit" and "remote" not in again["timings"]
+    (where_b / "inc" / "scale.h").write_text("#define SCALE 3\n")
+    changed = _run(where_b, tmp_path / "cache-b", env_b)
+    assert changed["status"] == "cache miss" and "scale.h" in changed["miss"]
+
+
+def test_two_machines_compiling_at_once_keep_one_record(tmp_path, server, key_file):
+    caches = [_cache(tmp_path, n, server.url, key_file) for n in "ab"]
+    # force: the second compiles although the first's record may be there already, as two
+    # machines that both looked before either stored
+    mods = [build(TEMPLATE, name_expressions=NAMES, cache=c, force=True) for c in caches]
+    for c in caches:
+        c.remote.flush()
+    assert _kernels(mods[0]) == _kernels(mods[1])
+    sent = [c.remote.remote_stats() for c in caches]
+    # the second compile found the first's record there (SET NX): one record, both correct
+    assert sorted((s.sent, s.kept_theirs) for s in sent) == [(0, 1), (1, 0)]
+    assert len([k for k in server.client().scan_iter("cudamagic:*")]) == 1
+
+
+def test_a_record_over_the_limit_is_not_sent(tmp_path, server, key_file):
+    cache = _cache(tmp_path, "a", server.url, key_file, max_record=1000)
+    build(CELL, cache=cache)
+    cache.remote.flush()
+    assert cache.remote.remote_stats().too_large == 1
+    assert list(server.client().scan_iter("cudamagic:*")) == []
+
+
+def test_an_evicted_record_is_a_plain_miss(tmp_path, server, key_file):
+    maker = _cache(tmp_path, "a", server.url, key_file)
+    build(CELL, cache=maker)
+    maker.remote.flush()
+    client = server.client()
+    client.config_set("maxmemory", "2mb")
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    for i in range(64):  # filler past maxmemory: the server evicts the record
+        client.set(f"filler:{i}", os.urandom(64 << 10))
+    assert not list(client.scan_iter("cudamagic:*"))
+    other = _cache(tmp_path, "b", server.url, key_file)
+    got = build(CELL, cache=other)
+    assert not got.hit and got.report.miss_reason and other.remote.remote_stats().errors == 0
+
+
+# --- faults ----------------------------------------------------------------------------------
+
+
+def _fault_cells(cache: KernelCache, n: int = 3) -> list[float]:
+    """Build ``n`` different cells; the seconds each spent on the remote tier."""
+    spent = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(n):
+            m = build(CELL.replace("fill", f"fill{i}"), cache=cache)
+            assert m.kernels and m.report.status == "cache miss"  # served: compiled
+            spent.append(m.report.timings.get("remote", 0.0))
+    assert sum("remote cache" in str(w.message) for w in caught) == 1, \
+        [str(w.message) for w in caught]
+    return spent
+
+
+@pytest.mark.parametrize("fault", ["stopped", "paused", "cut"])
+def test_a_failing_server_costs_one_bounded_timeout_then_is_skipped(tmp_path, server,
+                                                                    key_file, fault):
+    proxy = CuttingProxy(server.port)
+    try:
+        maker = _cache(tmp_path, "a", proxy.url, key_file)
+        for i in range(3):  # records the cut case has to read
+            build(CELL.replace("fill", f"fill{i}"), cache=maker)
+        maker.remote.flush()
+        cache = _cache(tmp_path, "b", proxy.url, key_file)
+        if fault == "stopped":
+            server.stop()
+        elif fault == "paused":
+            server.pause()
+        else:
+            proxy.cut = True
+        spent = _fault_cells(cache)
+        stats = cache.remote.remote_stats()
+        print(f"{fault}: remote seconds per cell {spent}")
+        assert spent[0] < 0.1 + 0.15, spent  # one timeout (0.1 s), on a loaded machine
+        assert all(s < 0.005 for s in spent[1:]), spent  # then skipped
+        assert stats.errors == 1 and stats.skipped >= 2 and stats.state.value == "backing-off"
+        assert fault != "cut" or proxy.cuts == 1
+    finally:
+        server.resume() if fault == "paused" else None
+        proxy.close()
+
+
+def test_the_report_and_the_stats_say_remote(tmp_path, server, key_file):
+    maker = _cache(tmp_path, "a", server.url, key_file)
+    build(CELL, cache=maker)
+    maker.remote.flush()
+    cache = _cache(tmp_path, "b", server.url, key_file)
+    m = build(CELL, cache=cache)
+    assert m.hit and m.report.hit_kind is HitKind.REMOTE
+    assert "cache hit (remote)" in m.report.headline
+    assert "remote cache lookup" in [p.label for p in m.report.phases]
+    s = cache.remote.remote_stats()
+    assert (s.hits, s.misses, s.errors) == (1, 0, 0) and s.bytes_read > 0
+    assert s.server == server.url and s.lookup_seconds > 0
+    from cudamagic.view.records import RemoteCacheStats
+
+    text = RemoteCacheStats.of(cache).text()
+    assert server.url in text and "1 hits, 0 misses" in text and "latency" in text
+    off = RemoteCacheStats.of(KernelCache(tmp_path / "c", remote=False)).text()
+    assert "CUDAMAGIC_REMOTE_CACHE is not set" in off
+
+
+def test_cuda_cache_remote_in_a_shell(tmp_path, monkeypatch):
+    from IPython.testing.globalipapp import start_ipython
+
+    from cudamagic.store import reset
+
+    monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.delenv("CUDAMAGIC_REMOTE_CACHE", raising=False)
+    reset()
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "cudamagic")
+    shown = ip.run_line_magic("cuda_cache", "remote")
+    assert "cudamagic remote cache" in str(shown) and "server: none" in str(shown)
