@@ -20,7 +20,7 @@ STEPS = {
     "the link of an -rdc build": (pipeline, "link_compiled", ["-rdc=true"]),
     "the header manifest": (pipeline, "_manifest", []),
     "reading the CUBIN": (pipeline, "read_cubin", []),
-    "the type-reading compile of extern \"C\" kernels": (pipeline, "declared_signatures", []),
+    "the type probes' answers": (pipeline, "answers", []),
     "the symbols' record": (pipeline, "symbol_record", []),
     "the store": (KernelCache, "put", []),
 }
@@ -51,10 +51,15 @@ def test_ctrl_c_at_each_step_keeps_the_finished_build(step, cache, compiler, mon
 
 def test_ctrl_c_then_a_failure_after_the_compile_says_nothing_is_kept(cache, compiler,
                                                                       monkeypatch):
-    """A build that fails after Ctrl-C (here: a name expression naming a variable) raises the
-    interrupt, saying the build failed; nothing is stored."""
+    """A build that fails after Ctrl-C (here: a step after the compile raises a project error)
+    raises the interrupt, saying the build failed; nothing is stored."""
+    from cudamagic.errors import NameResolutionError
+
+    def fails(*args, **kwargs):
+        raise NameResolutionError("a failure after the compile")
+
     monkeypatch.setattr(pipeline, "read_cubin", _interrupting(pipeline.read_cubin))
-    src = "__device__ int v;\n__global__ void k(int* p) { *p = v; }\n"
+    monkeypatch.setattr(pipeline, "answers", fails)
     with pytest.raises(KeyboardInterrupt, match="it failed, so nothing is kept"):
-        build_module(src, options_from_args([], ["&v"]), cache=cache, compiler=compiler)
+        build_module(SOURCE, options_from_args([]), cache=cache, compiler=compiler)
     assert not list(cache.keys())
