@@ -195,3 +195,56 @@ def test_exit_waits_for_the_bookkeeping_a_bounded_time(tmp_path):
     out = run_python(EXIT.replace("sys.argv[1]", repr(str(tmp_path / "cache"))), timeout=120)
     assert "exiting" in out
     assert time.monotonic() - started < 60  # EXIT_FLUSH_S, not the bookkeeper's ten minutes
+
+
+def _db_descriptors(folder) -> set[int]:
+    import os
+
+    db = os.path.join(str(folder), "cache.db")
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == db:
+                found.add(int(fd))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("dropped", ["the cache object", "the thread that used it"])
+def test_a_dropped_connection_is_closed_only_under_the_sqlite_lock(tmp_path, dropped):
+    """Issue 26 item 9: a child forked in the instant a dropped cache's connection was being
+    closed (sqlite3_close, on whatever thread dropped it, outside the package's SQLite lock)
+    copied SQLite's mutex held and waited for ever in its first sqlite3.connect. A dropped
+    cache's or an ended thread's connection is now left open until the next connection is made,
+    which closes it with the lock held; none is leaked."""
+    import gc
+    import threading
+
+    from cudamagic.store import KernelCache
+
+    folder = tmp_path / "cache"
+    keep = KernelCache(folder)  # the folder exists and one store stays open
+    box: list = []
+
+    def use() -> None:
+        before = _db_descriptors(folder)
+        cache = KernelCache(folder)
+        cache.get("k" * 64)
+        box.append((cache, _db_descriptors(folder) - before))
+
+    def once() -> set[int]:
+        worker = threading.Thread(target=use)
+        worker.start()
+        worker.join()
+        cache, opened = box.pop()
+        if dropped == "the cache object":
+            del cache
+        gc.collect()
+        return opened
+
+    opened = once()
+    assert opened and opened <= _db_descriptors(folder)  # not closed by the drop
+    held = [once() for _ in range(30)]  # each new connection closes the earlier orphans
+    assert len(_db_descriptors(folder)) <= 4, (held, _db_descriptors(folder))
+    keep.close()

@@ -58,7 +58,6 @@ class ThreadConnections:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "con":  # a thread opens a connection: diskcache does it under the lock
-            self._release_ended()
             close_orphans()
         self._slots.setdefault(threading.current_thread(), {})[name] = value
 
@@ -82,7 +81,10 @@ class ThreadConnections:
 
 
 def close_orphans() -> None:
-    """Close the connections no one will use again. Call with the SQLite lock held."""
+    """Close the connections no one will use again (those of dropped caches and of ended
+    threads). Call with the SQLite lock held."""
+    for slots in list(_all):
+        slots._release_ended()
     while _orphans:
         con = _orphans.pop()
         try:
