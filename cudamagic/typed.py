@@ -14,10 +14,12 @@ from .toolchain.probe import ProbeAnswers, TypedCompile, VarType, read_answers, 
 
 __all__ = ["PROBE_RETRIED", "answers", "variable_expressions", "contradicted", "stored_types"]
 
-PROBE_RETRIED = ("the compiler could not answer cudamagic's questions about this cell's "
-                 "variables and extern \"C\" kernels, so the cell was compiled {} times (the "
-                 "last without them); where no answer came, variables are bytes and extern "
-                 "\"C\" kernels take their arguments by size")
+PROBE_RETRIED = ("the compiler could not answer some of cudamagic's questions about the types "
+                 "of this cell's variables and extern \"C\" kernels (a name the cell's text "
+                 "declares in code that is not compiled, or that another declaration hides), "
+                 "so the cell was compiled {} times, the last without those questions; where "
+                 "no answer came, a variable is its bytes and an extern \"C\" kernel takes "
+                 "its arguments by their sizes")
 
 
 def _demangle(fallback: Demangler) -> Callable[[list[str]], list[str]]:

@@ -377,6 +377,15 @@ def _statement(stmt: list[str], path: tuple[Scope, ...], c_block: bool,
         found.setdefault((where, name), Candidate(where, name, CandidateKind.VARIABLE))
 
 
+def _joined(toks: list[str]) -> str:
+    """Tokens as C++ text: a space only between two words."""
+    out = ""
+    for t in toks:
+        out += (" " if out and (out[-1].isalnum() or out[-1] == "_")
+                and (t[0].isalnum() or t[0] == "_") else "") + t
+    return out
+
+
 def _instantiation(toks: list[str], path: tuple[Scope, ...],
                    found: dict[tuple[tuple[Scope, ...], str], Candidate]) -> None:
     """An explicit instantiation of a variable template (``template __device__ float
@@ -392,8 +401,7 @@ def _instantiation(toks: list[str], path: tuple[Scope, ...],
     while j >= 2 and toks[j - 1] == "::" and _IDENT.fullmatch(toks[j - 2]):
         j -= 2
     quals = "".join(f"{s.name}::" for s in path if s.name)
-    text = "::" + quals + "".join(t if t in ("::", "<", ">", ",") else t + " "
-                                  for t in toks[j:end + 1]).replace(" >", ">").replace(" ,", ",")
+    text = "::" + quals + _joined(toks[j:end + 1])
     found.setdefault((path, text), Candidate(path, text, CandidateKind.VARIABLE,
                                              expression=text))
 
@@ -483,16 +491,22 @@ def scan(source: str) -> tuple[list[Candidate], frozenset[str]]:
 # --------------------------------------------------------------------------------------------
 
 def _probes(cands: Sequence[Candidate]) -> list[Probe]:
-    return [Probe(c, f"&{_NS}::ty<decltype({c.qualified})>", f"&{_NS}::en<{c.qualified}>")
-            for c in cands]
+    """One probe per entity name (a name found in two branches asks once)."""
+    out: dict[str, Probe] = {}
+    for c in cands:
+        out.setdefault(c.qualified, Probe(c, f"&{_NS}::ty<decltype({c.qualified})>",
+                                          f"&{_NS}::en<{c.qualified}>"))
+    return list(out.values())
 
 
-def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset()) -> str:
+def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset()
+                 ) -> tuple[str, dict[int, tuple[Scope, ...]]]:
     """What the probe adds after the cell: the two templates, and for each namespace a name was
     looked for in, a fallback the name finds where the cell compiled no declaration of it
     (qualified lookup reaches a using-directive's namespace only when the name is not a direct
     member). Names in ``avoid`` (words of the user's own name expressions, which are looked up
-    unqualified after the probe) get no fallback at global scope."""
+    unqualified after the probe) get no fallback at global scope. Also returns which
+    namespace each fallback line serves, by its line in the text (0: the cell's last line)."""
     lines = ["", "", "#pragma nv_diagnostic push", "#pragma nv_diag_suppress 177",
              f"namespace {_NS} {{ struct none {{}}; template <class T> __device__ char ty; "
              f"template <auto& V> __device__ char en; }}"]
@@ -503,13 +517,15 @@ def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset()
         names = by_path.setdefault(c.path, [])
         if c.name not in names:
             names.append(c.name)
+    owners: dict[int, tuple[Scope, ...]] = {}
     for k, (path, names) in enumerate(by_path.items()):
+        owners[len(lines)] = owners[len(lines) + 1] = path
         lines.append(f"namespace {_FALLBACK}{k} {{ __device__ ::{_NS}::none "
                      + ", ".join(names) + "; }")
         opened = "".join(f"{'inline ' if s.inline else ''}namespace {s.name} {{ " for s in path)
         lines.append(f"{opened}using namespace ::{_FALLBACK}{k};{' }' * len(path)}")
     lines.append("#pragma nv_diagnostic pop")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", owners
 
 
 # the dtypes of the builtin types' one-letter Itanium codes, and of CUDA's own scalar classes
@@ -657,20 +673,21 @@ def typed_compile(compiler: Callable[..., CompileResult], source: str,
     """
     found, templates = scan(source)
     cands = [*found, *variable_candidates(name_expressions, templates)]
-    probes = _probes(cands)
-    first_probe_line = source.count("\n") + 2 + line_offset
+    probes = _probes(cands) if _modern(options) else []
+    first_line = source.count("\n") + 1 + line_offset  # the probe text's line 0
     compiles = 0
     while True:
         exprs = [*name_expressions, *(e for p in probes for e in (p.type_expr, p.entity_expr))]
-        text = source + probe_source([p.candidate for p in probes],
-                                     _words(name_expressions)) if probes else source
+        text, owners = probe_source([p.candidate for p in probes], _words(name_expressions)) \
+            if probes else ("", {})
         compiles += 1
         try:
-            result = compiler(text, exprs, options, line_offset=line_offset, **kwargs)
+            result = compiler(source + text, exprs, options, line_offset=line_offset, **kwargs)
         except CompileError as exc:
-            if not probes or not _probes_involved(str(exc), probes, first_probe_line):
+            kept = _without_failed(str(exc), probes, first_line, owners)
+            if kept is None:
                 raise
-            probes = _without_failed(str(exc), probes)
+            probes = kept
             continue
         lowered = dict(result.lowered)
         own = {e: lowered[e] for e in name_expressions if e in lowered}
@@ -680,21 +697,32 @@ def typed_compile(compiler: Callable[..., CompileResult], source: str,
                             probe_lowered, compiles)
 
 
-def _probes_involved(text: str, probes: list[Probe], first_probe_line: int) -> bool:
-    """Whether a failed compile's errors include a probe's (its name expressions, its lines)."""
+_OLD_STANDARDS = ("c++03", "c++11", "c++14")
+
+
+def _modern(options: Sequence[str]) -> bool:
+    """Whether the compile's C++ is C++17 or later, which the probe's ``auto&`` template
+    parameter needs (NVRTC's default is)."""
+    std = [o.split("=", 1)[1] for o in options if o.startswith(("-std=", "--std="))]
+    return not std or std[-1] not in _OLD_STANDARDS
+
+
+def _without_failed(text: str, probes: list[Probe], first_line: int,
+                    owners: Mapping[int, tuple[Scope, ...]]) -> list[Probe] | None:
+    """What to compile with after a compile that failed with ``text``: None where no probe took
+    part (the cell's own error, raised as it is); the probes that did not fail where only
+    probes failed (their name expressions, the fallback lines of a namespace); else none (the
+    cell's own compile, whose error is then the cell's alone)."""
+    if not probes:
+        return None
     mine = {e for p in probes for e in (p.type_expr, p.entity_expr)}
-    return any(e in mine for e in _EXPR_ERROR.findall(text)) or any(
-        int(n) >= first_probe_line for n in _ERROR_LINE.findall(text))
-
-
-def _without_failed(text: str, probes: list[Probe]) -> list[Probe]:
-    """The probes to compile with next, after a compile that failed with ``text``: those
-    that did not fail where only probes' name expressions failed; none otherwise (the next
-    compile is the cell's own)."""
-    mine = {e: p for p in probes for e in (p.type_expr, p.entity_expr)}
-    failed = {mine[e] for e in _EXPR_ERROR.findall(text) if e in mine}
-    others = [e for e in _EXPR_ERROR.findall(text) if e not in mine]
-    lines = [int(n) for n in _ERROR_LINE.findall(text)]
-    if failed and not others and not lines:
-        return [p for p in probes if p not in failed]
-    return []
+    exprs = _EXPR_ERROR.findall(text)
+    lines = [int(n) - first_line for n in _ERROR_LINE.findall(text)]
+    if not any(e in mine for e in exprs) and not any(n > 0 for n in lines):
+        return None
+    if any(e not in mine for e in exprs) or any(n not in owners for n in lines):
+        return []
+    failed_exprs = set(exprs)
+    failed_paths = {owners[n] for n in lines}
+    return [p for p in probes if p.type_expr not in failed_exprs
+            and p.entity_expr not in failed_exprs and p.candidate.path not in failed_paths]

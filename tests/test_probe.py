@@ -1,0 +1,151 @@
+"""The type probe (toolchain/probe.py) attacked: which names the token reading asks about, and
+that a probe never makes a cell fail, never hides the cell's own error, never costs a second
+compile where the cell's code is the one at fault, and costs one more compile only where its
+own questions break."""
+
+from __future__ import annotations
+
+import pytest
+
+import cudamagic
+from cudamagic.errors import CompileError
+from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.probe import CandidateKind, TypeGap, candidates, decode_type, tokens
+
+V, C = CandidateKind.VARIABLE, CandidateKind.EXTERN_C
+
+# (a cell's text, the names it asks about): what the token reading finds, and what it must not
+READING = {
+    "comments and strings hide nothing real and add nothing": (
+        '// __device__ int a;\n/* __constant__ int b; */\nconst char* s = "__device__ int c;";\n'
+        "__device__ int d;\n", [("::d", V)]),
+    "a raw string and a character literal": (
+        'auto r = R"x(__device__ int e; )" )x";\nchar q = \'"\';\n__device__ int f;\n',
+        [("::f", V)]),
+    "a preprocessor line with a splice and a block comment": (
+        "#define M __device__ int g; \\\n  __device__ int h; /* still\n the directive */\n"
+        "__device__ int i;\n", [("::i", V)]),
+    "namespaces: nested, inline, anonymous, a::b": (
+        "namespace a { namespace b { __device__ int x; } }\ninline namespace v1 { __device__ int y; }\n"
+        "namespace { __constant__ int z; }\nnamespace c::d { __device__ int w; }\n",
+        [("::a::b::x", V), ("::v1::y", V), ("::z", V), ("::c::d::w", V)]),
+    "function bodies and class bodies are not namespace scope": (
+        "struct S { int m; static int n; };\n__device__ int f(int k) { __shared__ int t[4]; "
+        "return k; }\n__device__ int after;\n", [("::after", V)]),
+    "declarators: several, extents, initialisers, qualifiers": (
+        "static __device__ __align__(8) unsigned long long p[2][3] = {}, *q, r = 1;\n"
+        "__constant__ int s[] = {1, 2};\n__device__ int ns::t = 3;\n",
+        [("::p", V), ("::q", V), ("::r", V), ("::s", V), ("::ns::t", V)]),
+    "extern C kernels, in a block and one by one; C++ kernels are not asked": (
+        'extern "C" __global__ void k1(int) {}\nextern "C" { __global__ void k2(float* x) {} '
+        "__device__ int cv; }\n__global__ void cpp(int) {}\ntemplate <class T> __global__ void t(T) {}\n",
+        [("::k1", C), ("::k2", C), ("::cv", V)]),
+    "a macro's invocation without a semicolon before a declaration": (
+        "DECLARE(x)\n__device__ float y;\nMACRO() extern \"C\" __global__ void k(float v) {}\n",
+        [("::y", V), ("::k", C)]),
+    "variable templates: declared (not asked), instantiated (asked by its id)": (
+        "template <class T> __device__ T tv;\ntemplate __device__ float tv<float>;\n"
+        "template __device__ int tv<3 + 1>;\n",
+        [("::tv<float>", V), ("::tv<3+1>", V)]),
+    "a lambda and a brace initialiser": (
+        "__device__ auto f = [] __device__ (int x) { return x; };\n__device__ int g{4};\n",
+        [("::f", V), ("::g", V)]),
+}
+
+
+@pytest.mark.parametrize("source, wanted", READING.values(), ids=list(READING))
+def test_the_token_reading_asks_about_the_cells_declarations(source, wanted):
+    assert [(c.qualified, c.kind) for c in candidates(source)] == wanted
+
+
+def test_the_reading_is_linear_and_bounded():
+    # adversarial sizes: 100 000 declarations ask nothing (over the bound), an unclosed
+    # comment or string ends the reading, deep braces do not recurse
+    many = "".join(f"__device__ int v{i};\n" for i in range(100_000))
+    assert candidates(many) == []
+    assert candidates("__device__ int a; /* never closed") [0].qualified == "::a"
+    assert candidates("__device__ int a; \"never closed") [0].qualified == "::a"
+    assert candidates("{" * 50_000 + "}" * 50_000 + "__device__ int z;")[0].name == "z"
+    assert tokens("a\\\nb") == ["ab"]
+
+
+@pytest.mark.parametrize("mangled, wanted", [
+    ("A8_f", ("float32", (8,))), ("A3_A5_d", ("float64", (3, 5))), ("A3_VKh", ("uint8", (3,))),
+    ("Kf", ("float32", ())), ("Pf", ("uint64", ())), ("A2_6__half", ("float16", (2,))),
+    ("A_i", ("int32", ())), ("1P", (None, ())), ("A4_N2ns1PE", (None, (4,))), ("n", (None, ())),
+    ("y", ("uint64", ())), ("x", ("int64", ())), ("b", ("bool", ())), ("c", ("int8", ())),
+])
+def test_a_mangled_type_decodes_to_its_dtype_and_extents(mangled, wanted):
+    assert decode_type(mangled) == wanted
+
+
+class _Counting:
+    """compile_cubin, counting the compiles and keeping each one's source."""
+
+    def __init__(self) -> None:
+        self.sources: list[str] = []
+
+    def __call__(self, source, *args, **kwargs):
+        self.sources.append(source)
+        return compile_cubin(source, *args, **kwargs)
+
+
+_K = 'extern "C" __global__ void k(float* o) { o[0] = ok[1]; }\n'
+
+# (the cell, options, compiles, whether a note says so, ok's dtype): a probe that breaks costs
+# one more compile and loses only its own answers; with C++14 (no auto template parameter) the
+# probe is not added at all
+BREAKS = {
+    "nothing breaks": ("__device__ float ok[2];\n" + _K, [], 1, False, "float32"),
+    "a dead branch's namespace is a struct in the live code": (
+        "#if 0\nnamespace qq { __device__ int x; }\n#endif\nstruct qq { int y; };\n"
+        "__device__ float ok[2];\n" + _K, [], 2, True, "float32"),
+    "one name in a dead branch and in an anonymous namespace": (
+        "#if 0\n__device__ int v;\n#endif\nnamespace { __device__ float v[3]; }\n"
+        "__device__ float ok[2];\n" + _K.replace("ok[1]", "ok[1] + v[1]"), [], 2, True,
+        "float32"),
+    "C++14": ("__device__ float ok[2];\n" + _K, ["-std=c++14"], 1, False, None),
+    "a macro names the variable": (
+        "#define ok real_ok\n__device__ float ok[2];\n" + _K, [], 1, False, "float32"),
+}
+
+
+@pytest.mark.parametrize("source, options, compiles, noted, dtype", BREAKS.values(),
+                         ids=list(BREAKS))
+def test_a_probe_that_breaks_costs_one_compile_and_its_own_answers(source, options, compiles,
+                                                                   noted, dtype):
+    from cudamagic.pipeline import build_module, options_from_args
+
+    compiler = _Counting()
+    module = build_module(source, options_from_args(options, [], "sm_90", no_cache=True),
+                          compiler=compiler)
+    assert len(compiler.sources) == compiles
+    assert any("compiled 2 times" in w for w in module.warnings) is noted
+    ok = [v for v in module.globals if v.cxx_name in ("ok", "real_ok")]
+    assert [v.dtype for v in ok] == [dtype]
+    if dtype is None:
+        assert ok[0].gap is TypeGap.NOT_ASKED
+
+
+# the cell's own errors: raised after one compile, in the words of a compile without the probe
+OWN_ERRORS = {
+    "a typo in a kernel": ("__device__ float ok[2];\n" + _K.replace("o[0]", "oo[0]"), []),
+    "a typo in a variable's type": ("__device__ flaot ok[2];\n" + _K, []),
+    "a name expression that names nothing": ("__device__ float ok[2];\n" + _K, ["nothing<int>"]),
+    "a cell cut short inside a namespace": ("namespace a { __device__ float ok[2];\n", []),
+}
+
+
+@pytest.mark.parametrize("source, names", OWN_ERRORS.values(), ids=list(OWN_ERRORS))
+def test_the_cells_own_error_is_its_own(source, names):
+    from cudamagic.pipeline import build_module, options_from_args
+
+    compiler = _Counting()
+    with pytest.raises(CompileError) as probed:
+        build_module(source, options_from_args([], names, "sm_90", no_cache=True),
+                     compiler=compiler)
+    with pytest.raises(CompileError) as plain:
+        compile_cubin(source, names, ["-arch=sm_90"], trace=False)
+    assert "__cudamagic" not in str(probed.value)
+    assert str(probed.value) == str(plain.value)
+    assert len(compiler.sources) <= 2  # a second, plain compile only where a probe took part
