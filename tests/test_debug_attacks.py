@@ -183,3 +183,12 @@ def test_an_empty_array_travels_as_an_empty_buffer():
     assert c.args[0].contents == b"" and cap.decode_capture(cap.encode_capture(c)) == c
     slots, placed = cap.rebuild(c, lambda n: 0x1000, lambda p, d: None)
     assert placed == [cap.Placement(0, 0x1000, 0)]
+
+
+def test_an_api_error_takes_no_place_from_the_host_stack():
+    from cudamagic.toolchain.sanitizer import FindingKind
+
+    findings = parse_xml((TOOLS / "documented" / "oob_write.xml").read_bytes(),
+                         SanitizerTool.MEMCHECK)
+    (api,) = [f for f in findings if f.kind is FindingKind.API]
+    assert (api.function, api.file, api.line) == ("", None, None)

@@ -233,8 +233,9 @@ def _finding(tool: SanitizerTool, record: ET.Element) -> Finding:
         text_el = record.find(".//text")
     text = " ".join((text_el.text or "").split()) if text_el is not None else ""
     where = next((w for w in (record.find(p) for p in _WHERE) if w is not None), None)
-    func = _first(record, "function", where)
-    path = _first(record, "file", where)
+    # the device place only: a record without one (an API error) has its host stack's frames
+    func = _first(record, "function", where) if where is not None else None
+    path = _first(record, "file", where) if where is not None else None
     who = record.find("who")
     space = _space(record, text)
     if space is Space.UNKNOWN and tool is SanitizerTool.RACECHECK:

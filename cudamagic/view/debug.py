@@ -49,7 +49,8 @@ def _place(cf: CellFinding) -> str:
 def _finding_lines(cf: CellFinding) -> list[str]:
     f = cf.finding
     times = f" ({cf.count} times)" if cf.count > 1 else ""
-    lines = [f"{_what(cf)} at {_place(cf)}{times}"]
+    place = "" if f.kind is FindingKind.API else f" at {_place(cf)}"  # a host call: no line
+    lines = [f"{_what(cf)}{place}{times}"]
     if cf.source_line is not None:
         lines.append(f"    {cf.cell_line} | {cf.source_line.rstrip()}")
     who = []
