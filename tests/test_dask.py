@@ -82,6 +82,26 @@ def test_workers_get_the_clients_kernels_without_compiling(client, module):
             assert r["launch"].startswith("NoDeviceError: no CUDA device is available")
 
 
+def test_a_worker_gets_the_variables_types(client, tmp_path):
+    """Issue 27 A1: a module shipped to a Dask worker kept its variables' symbols and lost their
+    types (uint8 views there); the compiler's types travel with it."""
+    source = ("namespace a { __device__ float s; }\nnamespace b { __device__ int s[4]; }\n"
+              "namespace z { template <class T> __device__ T tv[2]; }\n"
+              'extern "C" __global__ void k(float* o) { o[0] = a::s + b::s[1]; }\n')
+    module = cudamagic.build(source, ["&z::tv<double>"], cache=tmp_path)
+
+    def typed(m):
+        from cudamagic.toolchain.variables import find
+
+        return ({v.cxx_name: (v.dtype, v.shape) for v in m.globals},
+                find(m.globals, "z::tv<double>", m.variable_expressions).name)
+
+    here = typed(module)
+    assert here[0] == {"a::s": ("float32", ()), "b::s": ("int32", (4,)),
+                       "z::tv<double>": ("float64", (2,))}
+    assert client.submit(typed, module, pure=False).result() == here
+
+
 def test_map_and_many_kernels_of_one_module(client, module):
     kernels = [module["saxpy<float>"], module["saxpy<double>"], module["fill"]]
     names = client.gather(client.map(lambda k: (k.name_expression, k.symbol), kernels,
