@@ -51,6 +51,7 @@ class Planted:
     block: int = 256
     args: tuple = ()
     uninitialized: tuple[int, ...] = field(default=())
+    also: tuple[int, ...] = ()  # other NVRTC lines the tool may name first (a race's two ends)
 
 
 PLANTED = (
@@ -94,7 +95,7 @@ extern "C" __global__ void race(float* out) {
     __syncthreads();
     out[threadIdx.x] = s[(threadIdx.x + 32) % blockDim.x];
 }
-""", 4, "RACE", "SHARED", args=(("f32", 256),)),
+""", 4, "RACE", "SHARED", args=(("f32", 256),), also=(3,)),
     Planted("uninit", "initcheck", """\
 extern "C" __global__ void uninit(const float* in, float* out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -80,8 +80,9 @@ def test_a_planted_bug_is_found_at_its_cell_line_and_the_notebook_is_untouched(p
     assert ours, str(result)
     first = ours[0]
     assert first.finding.kind is FindingKind[planted.kind], str(result)
-    assert first.cell_line == planted.line + LINE_OFFSET, str(result)
-    assert first.source_line.strip() == planted.source.splitlines()[planted.line - 1].strip()
+    assert first.cell_line - LINE_OFFSET in (planted.line, *planted.also), str(result)
+    line = first.cell_line - LINE_OFFSET
+    assert first.source_line.strip() == planted.source.splitlines()[line - 1].strip()
     assert first.finding.thread is not None and first.finding.block is not None
     if planted.name == "oob_write":  # x[i + 4096] of a float32[256]: past its end
         assert "bytes past the end of argument 0" in first.place.describe(), str(result)
@@ -134,10 +135,14 @@ def test_a_fault_in_a_real_jupyter_kernel_gets_the_advice(source, launch, code, 
     cells = _run_notebook([
         "%load_ext cudamagic",
         "%%cuda -q\n" + source + "\n" + FILL,
-        "import cupy as cp\nx = -cp.ones(256, cp.float32)\ny = cp.zeros(4, cp.int32)",
+        # fill is loaded and launched once before the fault: its next launch meets the lost
+        # context in the launch itself, not in loading the module
+        "import cupy as cp\nx = -cp.ones(256, cp.float32)\ny = cp.zeros(4, cp.int32)\n"
+        "z = cp.zeros(32, cp.float32)\nfill((1,), (32,), (z, 0.0, 32))\n"
+        "cp.cuda.Device().synchronize()",
         launch,
         "cp.cuda.Device().synchronize()",
-        "fill((1,), (32,), (cp.zeros(32, cp.float32), 1.0, 32))\ncp.cuda.Device().synchronize()",
+        "fill((1,), (32,), (z, 1.0, 32))\ncp.cuda.Device().synchronize()",
         "%cuda_info",
     ], tmp_path)
     launched, synced, later, info = (_text(c) for c in cells[3:7])
@@ -222,7 +227,8 @@ def test_profile_agrees_with_ncu_by_hand_and_with_bench(name, tmp_path):
     lines = PROFILE_SOURCE.splitlines()
     hottest = lines[p.hot_lines[0].line - LINE_OFFSET - 1]
     assert ("b[i] = a[i]" in hottest) if name == "copy" else ("v * 1.0000001f" in hottest)
-    assert np.all(cp.asnumpy(b[:4]) == 0) or name == "copy"  # the notebook's arrays untouched
+    # the child wrote its own copies: the notebook's arrays are as they were
+    assert bool(cp.all(a == 1)) and bool(cp.all(b == 0))
 
 
 def test_two_variants_side_by_side_with_a_roofline(tmp_path):
