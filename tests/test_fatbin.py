@@ -148,3 +148,87 @@ def test_what_nvcc_makes_loads(tmp_path, flags):
     assert _names(module) == NAMES and module.image.sm == 90
     assert read_cubin(module.cubin).symbols  # an executable CUBIN the driver can load
     assert module.cubin[16] == 2
+
+
+# --- sizes a fatbin declares: bounded by what the file and the target can hold ----------------
+
+def _rle_frame(regenerated: int, declared: int | None) -> bytes:
+    """A ZSTD frame of RLE blocks (4 bytes for each 128 KiB of output) that regenerates
+    ``regenerated`` bytes and declares ``declared`` (None: no content size)."""
+    import struct
+
+    head = struct.pack("<I", 0xFD2FB528)
+    if declared is None:
+        head += bytes([0x00, 0x58])  # no content size; a window descriptor (1 MiB)
+    else:
+        head += bytes([0xE0]) + struct.pack("<Q", declared)  # single segment, 8-byte size
+    blocks, left = [], regenerated
+    while left > 0:
+        n = min(left, 128 << 10)
+        left -= n
+        header = (1 if left == 0 else 0) | (1 << 1) | (n << 3)  # last?, RLE, size
+        blocks.append(header.to_bytes(3, "little") + b"\x20")
+    return head + b"".join(blocks)
+
+
+def _fatbin(payload: bytes, declared: int, compressed_size: int | None = None,
+            kind: int = 1) -> bytes:
+    """One container of one ZSTD-compressed entry (PTX for compute_90 by default)."""
+    padded = payload + b"\0" * (-len(payload) % 8)
+    csize = len(payload) if compressed_size is None else compressed_size
+    entry = fatbin_mod._ENTRY.pack(kind, 0x101, fatbin_mod._ENTRY.size, len(padded),
+                                   csize & 0xFFFFFFFF, 0, 0, 8, 90, 0, 0,
+                                   fatbin_mod._FLAG_ZSTD, 0, declared) + padded
+    return fatbin_mod._HEADER.pack(fatbin_mod._MAGICS[0], 1, 16, len(entry)) + entry
+
+
+_MIB = 1 << 20
+# what a fatbin declares and holds -> the words of the ImageError
+BOUNDS = {
+    "768 MiB declared, a 24 KB frame regenerating more": (
+        lambda: _fatbin(_rle_frame(800 * _MIB, 768 * _MIB), 768 * _MIB), "more than the"),
+    "2**50 bytes declared": (lambda: _fatbin(_rle_frame(_MIB, 2**50), 2**50), "damaged"),
+    "2**63 bytes declared": (lambda: _fatbin(_rle_frame(_MIB, 2**63), 2**63), "damaged"),
+    "2**64 - 1 bytes declared": (lambda: _fatbin(_rle_frame(_MIB, None), 2**64 - 1),
+                                 "damaged"),
+    "1 MiB declared, the frame regenerates 2 MiB": (
+        lambda: _fatbin(_rle_frame(2 * _MIB, None), _MIB), "ZSTD could not uncompress it"),
+    "1 MiB declared, the frame says 2 MiB": (
+        lambda: _fatbin(_rle_frame(2 * _MIB, 2 * _MIB), _MIB), "its ZSTD frame 2097152"),
+    "not a ZSTD frame": (lambda: _fatbin(b"\x01\x02\x03\x04" * 64, 1000), "not a ZSTD frame"),
+    "a compressed size past the entry": (
+        lambda: _fatbin(_rle_frame(_MIB, _MIB), _MIB, compressed_size=2**32 - 1),
+        "ZSTD could not uncompress it"),
+}
+
+
+@pytest.mark.parametrize("case", list(BOUNDS))
+def test_a_declared_size_the_file_or_the_target_cannot_hold_is_an_image_error(case, tmp_path):
+    """A 24 KB fatbin whose entry claims 768 MiB raised a raw MemoryError under a 1.2 GiB
+    limit, 2**50 bytes a MemoryError, 2**63 an OverflowError, a ZSTD error was printed as a
+    byte count (18446744073709551546)."""
+    make, words = BOUNDS[case]
+    data = make()
+    with pytest.raises(ImageError, match=words) as caught:
+        cudamagic.load_cubin(data, arch="sm_90", cache=tmp_path)
+    assert "18446744073" not in str(caught.value)
+    with pytest.raises(ImageError):
+        [e.data for e in read_fatbin(data)]
+
+
+def test_the_768_mib_fatbin_is_refused_under_a_memory_limit_as_it_was_found(tmp_path):
+    from .conftest import run_python
+
+    out = run_python(
+        "import os, resource\n"
+        "from tests.test_fatbin import _fatbin, _rle_frame\n"
+        f"os.environ['CUDAMAGIC_CACHE_DIR'] = {str(tmp_path)!r}\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (int(1.2 * 2**30),) * 2)\n"
+        "import cudamagic\n"
+        "from cudamagic.errors import ImageError\n"
+        "data = _fatbin(_rle_frame(800 << 20, 768 << 20), 768 << 20)\n"
+        "try:\n"
+        "    cudamagic.load_cubin(data, arch='sm_90')\n"
+        "except ImageError as exc:\n"
+        "    print(len(data) < 30000, 'refused', exc)\n", timeout=120)
+    assert out.startswith("True refused") and "more than the 512 MiB" in out, out

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ImageError
+from ..units import size_text
 from .link import ET_REL, CodeKind, LinkInput, LinkResult, elf_type, link_needing_runtime
 from .link import nvjitlink_version
 
@@ -33,6 +34,20 @@ _ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")
 _KINDS = {1: CodeKind.PTX, 2: CodeKind.CUBIN}
 _FLAG_LZ4, _FLAG_ZSTD = 0x2000, 0x8000  # payload compression: older nvcc, nvcc 12.x and later
 _FLAG_COMPRESSED = _FLAG_LZ4 | _FLAG_ZSTD
+
+
+#: The largest uncompressed entry read: more than any CUBIN or PTX for one target that nvcc
+#: makes (a whole CUDA library's per-target code is tens of MiB). A declared size above it is
+#: refused before anything is allocated.
+MAX_ENTRY_BYTES = 512 << 20
+
+#: The most a ZSTD frame can expand its bytes: an RLE block regenerates up to 128 KiB from 4
+#: bytes (its 3-byte header and the byte). A declared size past this times the payload is no
+#: size that payload can hold.
+ZSTD_MAX_RATIO = (128 << 10) // 4
+
+_ZSTD_CONTENTSIZE_UNKNOWN = 2**64 - 1
+_ZSTD_CONTENTSIZE_ERROR = 2**64 - 2
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,13 +66,36 @@ def _libzstd():
                                     ctypes.c_size_t]
     lib.ZSTD_isError.restype = ctypes.c_uint
     lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
+    lib.ZSTD_getErrorName.restype = ctypes.c_char_p
+    lib.ZSTD_getErrorName.argtypes = [ctypes.c_size_t]
+    lib.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
+    lib.ZSTD_getFrameContentSize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     return lib
 
 
-def _zstd_decompress(payload: bytes, size: int) -> bytes:
-    """A ZSTD frame of known uncompressed size, uncompressed.
+def checked_size(declared: int, payload: int, label: str, compressed: bool) -> int:
+    """An entry's declared uncompressed size, where the payload and the target can hold it.
 
-    :raises ImageError: no libzstd here, or a damaged frame.
+    :raises ImageError: larger than :data:`MAX_ENTRY_BYTES`, or than a payload of ``payload``
+        bytes can expand to.
+    """
+    if compressed and declared > payload * ZSTD_MAX_RATIO:
+        raise ImageError(f"the fatbin's {label} entry is damaged: it declares "
+                         f"{size_text(declared)} uncompressed, more than its "
+                         f"{size_text(payload)} compressed can hold")
+    if declared > MAX_ENTRY_BYTES:
+        raise ImageError(f"the fatbin's {label} entry declares {size_text(declared)} "
+                         f"uncompressed, more than the {size_text(MAX_ENTRY_BYTES)} this reader "
+                         f"takes for the code of one target: it is damaged or not nvcc's")
+    return declared
+
+
+def _zstd_decompress(payload: bytes, size: int, label: str = "compressed") -> bytes:
+    """A ZSTD frame of known uncompressed size, uncompressed (never more than ``size``, which
+    :func:`checked_size` bounds).
+
+    :raises ImageError: no libzstd here, a damaged frame, a frame of another size, or no memory
+        for it.
     """
     import ctypes
 
@@ -65,11 +103,27 @@ def _zstd_decompress(payload: bytes, size: int) -> bytes:
     if lib is None:
         raise ImageError("the fatbin's entries are ZSTD-compressed and no libzstd was found to "
                          "read them: install it (apt-get install libzstd1)")
-    out = ctypes.create_string_buffer(size)
+    checked_size(size, len(payload), label, True)
+    framed = lib.ZSTD_getFrameContentSize(payload, len(payload))
+    if framed == _ZSTD_CONTENTSIZE_ERROR:
+        raise ImageError(f"the fatbin's {label} entry is damaged: its payload is not a ZSTD "
+                         f"frame")
+    if framed != _ZSTD_CONTENTSIZE_UNKNOWN and framed != size:
+        raise ImageError(f"the fatbin's {label} entry is damaged: it declares {size} bytes "
+                         f"uncompressed, its ZSTD frame {framed}")
+    try:
+        out = ctypes.create_string_buffer(size)
+    except MemoryError:
+        raise ImageError(f"the fatbin's {label} entry needs {size_text(size)} uncompressed, "
+                         f"more memory than this process can have now") from None
     got = lib.ZSTD_decompress(out, size, payload, len(payload))
-    if lib.ZSTD_isError(got) or got != size:
-        raise ImageError(f"a ZSTD-compressed fatbin entry is damaged (it gave {got} bytes "
-                         f"of {size})")
+    if lib.ZSTD_isError(got):
+        why = lib.ZSTD_getErrorName(got).decode("ascii", "replace")
+        raise ImageError(f"the fatbin's {label} entry is damaged: ZSTD could not uncompress it "
+                         f"({why})")
+    if got != size:
+        raise ImageError(f"the fatbin's {label} entry is damaged: it uncompressed to {got} "
+                         f"bytes, it declares {size}")
     return out.raw[:size]
 
 
@@ -116,7 +170,7 @@ class FatbinEntry:
         if not self.compressed:
             return self.payload
         if self.flags & _FLAG_ZSTD:
-            return _zstd_decompress(self.payload, self.size)
+            return _zstd_decompress(self.payload, self.size, self.label)
         raise ImageError(f"the fatbin's {self.label} entry is compressed with LZ4 (an nvcc "
                          "older than 12): rebuild it with a newer nvcc, or without compression "
                          "(-Xfatbin=-compress=false)")
@@ -162,12 +216,13 @@ def read_fatbin(data: bytes) -> tuple[FatbinEntry, ...]:
                 if ehs < _ENTRY.size or at + ehs + psize > end:
                     raise ImageError(f"a fatbin entry at {at} runs past its container")
                 compressed = bool(flags & _FLAG_COMPRESSED)
-                stored = csize if compressed and csize else psize
+                stored = min(csize, psize) if compressed and csize else psize
+                label = f"{'compute' if _KINDS.get(kind) is CodeKind.PTX else 'sm'}_{sm}"
                 entries.append(FatbinEntry(
                     kind=_KINDS.get(kind), sm=sm, compressed=compressed,
                     payload=bytes(data[at + ehs:at + ehs + stored]),
-                    size=usize if compressed else stored, version=(major, minor),
-                    flags=flags))
+                    size=checked_size(usize, stored, label, True) if compressed else stored,
+                    version=(major, minor), flags=flags))
                 at += ehs + psize
             pos = end
     except struct.error as exc:
