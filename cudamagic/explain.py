@@ -35,7 +35,7 @@ from typing import Any
 
 from .forksafe import ForkSafeLock
 from .files import FileRefused, read_regular
-from .miss import ChangeKind, Miss, MissKind
+from .miss import BuildOrigin, ChangeKind, Miss, MissKind
 from .options import DEFAULT_MODULE
 from .view.report import Explanation
 
@@ -425,7 +425,7 @@ def most_alike(builds: tuple[CellBuild, ...], now: CellBuild) -> CellBuild | Non
     return max(builds, key=score, default=None)
 
 
-def note_build(store: Any, key: str, build: Callable[[], CellBuild], *, origin: str,
+def note_build(store: Any, key: str, build: Callable[[], CellBuild], *, origin: BuildOrigin,
                miss: Miss | None, folder: str, module: str,
                cell: str | None = None) -> Explanation | None:
     """Remember a build among its cell's last, and explain it if it was compiled.
@@ -440,14 +440,14 @@ def note_build(store: Any, key: str, build: Callable[[], CellBuild], *, origin: 
                                                   "written",))
     hist = history_for(store)
     where = cell_id(folder, module, cell)
-    if origin == "cache" and hist.knows(where, key):
+    if origin is BuildOrigin.CACHE and hist.knows(where, key):
         return None  # the warm path: a dictionary lookup
     builds = hist.recall(where)
-    if origin == "cache" and any(b.key == key for b in builds):
+    if origin is BuildOrigin.CACHE and any(b.key == key for b in builds):
         return None
     now = build()
     out = None
-    if origin == "compiled":
+    if origin is BuildOrigin.COMPILED:
         same = next((b for b in builds if b.key == now.key), None)
         out = explain(same or most_alike(builds, now), now, miss, cell_words(module, cell))
     hist.remember(where, now, builds)

@@ -72,6 +72,17 @@ class Miss:
         object.__setattr__(self, "kind", MissKind(self.kind))
 
 
+class BuildOrigin(str, enum.Enum):
+    """Where a build's module came from (``BuildReport.origin``); each member equals its word."""
+
+    CACHE = "cache"          # a hit
+    COMPILED = "compiled"    # compiled by NVRTC (a miss)
+    CUBIN = "cubin"          # a CUBIN from elsewhere (load_cubin)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class ChangeKind(str, enum.Enum):
     """What an explanation found by comparing a build with the cell's earlier one."""
 

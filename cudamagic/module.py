@@ -19,6 +19,7 @@ from .toolchain.link import device_runtime_kernels
 from .toolchain.probe import VarType
 from .toolchain.variables import DeviceGlobal, Variable, find, variables
 from .cxx import Signatures, similar_names
+from .cxx.resolve import ResolvedBy
 from .units import counted
 from .view.report import BuildReport
 
@@ -79,9 +80,11 @@ class KernelTable(Mapping[str, Kernel]):
     """
 
     def __init__(self, binary: Binary, signatures: Signatures,
-                 entries: "list[tuple[str, str, str, str]]") -> None:
+                 entries: "list[tuple[str, str, str, ResolvedBy | str]]") -> None:
         # label -> (symbol, Python name, resolved by), in the module's order
-        self._entries = {label: (symbol, name, how) for label, symbol, name, how in entries}
+        # how: a word where the table arrived in a module's payload
+        self._entries = {label: (symbol, name, ResolvedBy(how))
+                         for label, symbol, name, how in entries}
         self._binary = binary
         self._signatures = signatures
         self._made: dict[str, Kernel] = {}
@@ -92,7 +95,7 @@ class KernelTable(Mapping[str, Kernel]):
         """Every kernel's demangled signature, by symbol."""
         return self._signatures
 
-    def entries(self) -> Iterator[tuple[str, str, str, str]]:
+    def entries(self) -> Iterator[tuple[str, str, str, ResolvedBy]]:
         """``(label, symbol, Python name, resolved by)`` of every kernel, making none."""
         return ((label, *rest) for label, rest in self._entries.items())
 

@@ -25,12 +25,13 @@ from typing import Any, ContextManager
 
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
                   stored_signatures, symbol_record)
+from .cxx.resolve import ResolvedBy
 from .errors import (CompileError, CudaMagicError, ImageError, InputWarning,
                      NameResolutionError, OptionError, SourceError)
 from .files import NotAFile, TooLarge, read_regular
 from .keys import cache_key
 from .lineinfo import debug_support
-from .miss import HitKind, Miss, MissKind
+from .miss import BuildOrigin, HitKind, Miss, MissKind
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_text, normalize_arch,
@@ -381,7 +382,7 @@ def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
     if ctx.store is not None and (fresh is not None or hit is HitKind.REMOTE):
         ctx.store.keep(ctx.key, replace(record, manifest=fresh or record.manifest))
         ctx.lap("store", t)
-    return _module(ctx, binary, made, origin="cache", miss=None, record=record,
+    return _module(ctx, binary, made, origin=BuildOrigin.CACHE, miss=None, record=record,
                    variables=(stored_types(record.variables), var_exprs), hit=hit)
 
 
@@ -486,7 +487,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                          symbols=symbol_record(sigs, ctx.demangler.name),
                          variables={k: v.to_json() for k, v in said.variables.items()})
     kept = _store(ctx, record, manifest)
-    return _module(ctx, binary, made, origin="compiled", miss=miss, record=record,
+    return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
                    variables=(dict(said.variables), var_exprs)), kept
 
 
@@ -572,7 +573,7 @@ def _image(binary: Binary, symbol: str) -> Any:
         return None
 
 
-def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: str,
+def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: BuildOrigin,
             miss: Miss | None, record: EntryRecord, linked: bool = False,
             variables: "tuple[dict[str, VarType], dict[str, str]] | None" = None,
             hit: HitKind | None = None) -> Module:
@@ -582,7 +583,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
 
     t = time.perf_counter()
     explanation = None
-    if origin != "cubin":
+    if origin is not BuildOrigin.CUBIN:
         explanation = note_build(ctx.store, ctx.key, lambda: CellBuild.of(
             key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
             options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
@@ -604,7 +605,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
     text = kernels.signatures.text  # the rows are made from the table: no Kernel is made
     placeholders = ctx.demangler.placeholders
 
-    def row(entry: tuple[str, str, str, str]) -> KernelRow:  # made when the report shows it
+    def row(entry: tuple[str, str, str, ResolvedBy]) -> KernelRow:  # made when the report shows it
         label, symbol, name, how = entry
         signature = text(symbol)
         return KernelRow(name, label, symbol, signature, how, placeholders=placeholders,
@@ -612,7 +613,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
 
     rows = KernelRows(tuple(kernels.entries()), row)
     report = BuildReport(
-        key=ctx.key, hit=origin == "cache", origin=origin, hit_kind=hit,
+        key=ctx.key, hit=origin is BuildOrigin.CACHE, origin=origin, hit_kind=hit,
         miss_reason=None if miss is None else describe(miss),
         timings=dict(ctx.timings), demangler=ctx.demangler.name,
         arch=ctx.arch, nvrtc_version=record.nvrtc_version,
@@ -805,7 +806,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
                 + ("; ..." if len(ambiguous) > 5 else ""))
     made = _kernels(ctx, binary, resolution.resolved, sigs, {}, strict=False, extra=instances)
     record = EntryRecord(cubin=cubin, lowered=None, arch=ctx.arch, nvrtc_version="-")
-    return _warn(_module(ctx, binary, made, origin="cubin", miss=None, record=record,
+    return _warn(_module(ctx, binary, made, origin=BuildOrigin.CUBIN, miss=None, record=record,
                          linked=loaded.linked))
 
 

@@ -23,6 +23,7 @@ Pure: no CUDA, no IPython.
 from __future__ import annotations
 
 import difflib
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -31,13 +32,25 @@ from .parse import Signature, parse_expression
 from .signatures import Signatures
 
 __all__ = ["Resolved", "Unresolved", "Resolution", "resolve", "plain_kernels", "similar_names",
-           "NVRTC", "STORED", "STORED_UNVERIFIED", "DEMANGLED", "EXTERN_C"]
+           "ResolvedBy", "NVRTC", "STORED", "STORED_UNVERIFIED", "DEMANGLED", "EXTERN_C"]
 
-NVRTC = "nvrtc"                            # NVRTC's own map, on a miss
-STORED = "stored"                          # stored map, verified by the demangled name
-STORED_UNVERIFIED = "stored-unverified"    # stored map; the demangled name cannot decide it
-DEMANGLED = "demangled"                    # no stored map: the one decidably equal demangled name
-EXTERN_C = "extern-c"                      # an extern "C" kernel: its symbol is its name
+
+class ResolvedBy(str, enum.Enum):
+    """How a name expression's symbol was found (``Kernel.resolved_by``); each member equals
+    its word, which the report shows."""
+
+    NVRTC = "nvrtc"                            # NVRTC's own map, on a miss
+    STORED = "stored"                          # stored map, verified by the demangled name
+    STORED_UNVERIFIED = "stored-unverified"    # stored map; the demangled name cannot decide it
+    DEMANGLED = "demangled"                    # no stored map: the one equal demangled name
+    EXTERN_C = "extern-c"                      # an extern "C" kernel: its symbol is its name
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NVRTC, STORED, STORED_UNVERIFIED = ResolvedBy.NVRTC, ResolvedBy.STORED, ResolvedBy.STORED_UNVERIFIED
+DEMANGLED, EXTERN_C = ResolvedBy.DEMANGLED, ResolvedBy.EXTERN_C
 
 # how many same-named kernels an unresolved expression is compared with to list candidates
 _SCAN_LIMIT = 256
@@ -49,7 +62,7 @@ class Resolved:
 
     name_expression: str
     symbol: str
-    resolved_by: str
+    resolved_by: ResolvedBy
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,7 @@ def _unwrap(value: Any) -> Any:
 def _to_int(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     """An integer or bool parameter: Python ints, bools and NumPy integers, by value."""
     value = _unwrap(value)
-    if spec.kind == "bool" and isinstance(value, np.generic) and value.dtype.kind == "b":
+    if spec.kind is SlotKind.BOOL and isinstance(value, np.generic) and value.dtype.kind == "b":
         return bytes([bool(value)])
     if isinstance(value, np.generic) and value.dtype.kind not in "biu":
         raise _fail(kernel, spec, f"got a {value.dtype} scalar for an integer parameter: pass "

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..forksafe import ForkSafeLock, once
 from ..cxx import Signatures
+from ..cxx.resolve import ResolvedBy
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 from ..toolchain import driver
 from ..toolchain.image import KernelImage, KernelResources, LaunchNeeds
@@ -85,8 +86,10 @@ class Kernel:
         The identifier it is pushed under in the notebook.
     signature : str
         The demangled signature.
-    resolved_by : str
-        ``"nvrtc"``, ``"stored"``, ``"demangled"`` or ``"extern-c"``.
+    resolved_by : ResolvedBy
+        How its symbol was found (:class:`cudamagic.cxx.resolve.ResolvedBy`; equal to its
+        word): ``"nvrtc"``, ``"stored"``, ``"stored-unverified"``, ``"demangled"`` or
+        ``"extern-c"``.
     params : tuple of ParamSpec or None
         The parameter table.
     resources : KernelResources or None
@@ -103,7 +106,7 @@ class Kernel:
     __slots__ = ("__call__", "__dict__", "__weakref__")
 
     def __init__(self, binary: Any, name_expression: str, symbol: str, python_name: str,
-                 signatures: Signatures, resolved_by: str,
+                 signatures: Signatures, resolved_by: ResolvedBy,
                  image: KernelImage | None = None, *, tools: KernelTools = NO_TOOLS) -> None:
         # a restore makes one per name expression: only what a call needs at once is set here,
         # the rest (signature, CUBIN records, parameter table) is read on first use

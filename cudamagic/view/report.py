@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 from ..cxx import parse_demangled, tidy_name as _tidy
 from ..cxx.mangled import is_too_long
+from ..cxx.resolve import ResolvedBy
+from ..miss import BuildOrigin
 from ..forksafe import once
 from ..miss import HitKind
 from ..units import counted, duration_text
@@ -156,7 +158,7 @@ class KernelRow:
     name_expression: str
     symbol: str
     demangled: str
-    resolved_by: str
+    resolved_by: ResolvedBy
     attributes: dict[str, int] | None = None
     placeholders: bool = False
     param_sizes: tuple[int, ...] | None = None
@@ -278,9 +280,9 @@ class Phase:
 
 
 _REMOTE_HIT = Badge("cache hit (remote)", "cudamagic-hit")
-_STATUS = {"cache": Badge("cache hit", "cudamagic-hit"),
-           "compiled": Badge("cache miss", "cudamagic-miss"),
-           "cubin": Badge("loaded CUBIN", "cudamagic-cubin")}
+_STATUS = {BuildOrigin.CACHE: Badge("cache hit", "cudamagic-hit"),
+           BuildOrigin.COMPILED: Badge("cache miss", "cudamagic-miss"),
+           BuildOrigin.CUBIN: Badge("loaded CUBIN", "cudamagic-cubin")}
 
 # timings keys -> what the phases list calls them, in the order a cell goes through them
 _PHASES = (
@@ -307,8 +309,9 @@ class BuildReport:
         The cache key (sha256 hex).
     hit : bool
         Served from the cache without compiling.
-    origin : str
-        ``"cache"``, ``"compiled"`` or ``"cubin"`` (:func:`cudamagic.load_cubin`).
+    origin : BuildOrigin
+        A hit (``"cache"``), a compile (``"compiled"``) or a CUBIN from elsewhere (``"cubin"``,
+        :func:`cudamagic.load_cubin`).
     miss_reason : str or None
         What the pipeline said when the cache did not serve (``"no cache entry"``, a header that
         changed, a damaged entry, ``"--force"``).
@@ -335,7 +338,7 @@ class BuildReport:
 
     key: str
     hit: bool
-    origin: str
+    origin: BuildOrigin
     miss_reason: str | None
     timings: dict[str, float]
     demangler: str
@@ -381,7 +384,7 @@ class BuildReport:
     @once
     def why(self) -> str:
         """Why the cache did not serve, in one line (empty on a hit)."""
-        if self.hit or self.origin == "cubin":
+        if self.hit or self.origin is BuildOrigin.CUBIN:
             return ""
         if self.explanation is not None:
             return self.explanation.summary
