@@ -14,8 +14,10 @@ import os
 import stat
 from collections.abc import Callable
 
+from .errors import ImageError
+
 __all__ = ["FileRefused", "NotAFile", "TooLarge", "Untrusted", "open_regular", "read_regular",
-           "read_fd", "file_kind"]
+           "read_fd", "file_kind", "read_cubin_arg"]
 
 _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
@@ -130,3 +132,31 @@ def read_regular(path: str | os.PathLike, *, max_size: int, follow_links: bool =
     """The bytes of the regular file at ``path``, checked as :func:`open_regular` checks it."""
     return read_fd(*open_regular(path, max_size=max_size, follow_links=follow_links,
                                  trust=trust))
+
+
+_MAX_CUBIN = 4 << 30  # a sanity bound: CUBINs of many thousand kernels are tens of MB
+
+
+def read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
+    """The bytes of what :func:`load_cubin` was given, and a label for messages.
+
+    :raises ImageError: not bytes, not a path, or a path that cannot be read as a file.
+    """
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        return bytes(path_or_bytes), "<bytes>"
+    if not isinstance(path_or_bytes, (str, os.PathLike)):
+        raise ImageError(f"load_cubin takes a path or the CUBIN's bytes, got "
+                         f"{type(path_or_bytes).__name__}")
+    label = os.fspath(path_or_bytes)
+    try:  # a path the user gave: a link is followed, a FIFO or a device refused at once
+        return read_regular(label, max_size=_MAX_CUBIN, follow_links=True), label
+    except NotAFile as exc:
+        if exc.kind == "a folder":
+            raise ImageError(f"{label} is a folder, not a CUBIN file") from None
+        raise ImageError(f"{label} is not a regular file (a FIFO, a device or a socket): "
+                         "give the CUBIN file itself") from None
+    except TooLarge as exc:
+        raise ImageError(f"{label} is {exc.size} bytes: more than a CUBIN is "
+                         f"({_MAX_CUBIN >> 20} MiB at most)") from None
+    except OSError as exc:
+        raise ImageError(f"{label} cannot be read: {exc.strerror or exc}") from None

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import OptionError
+from .errors import OptionError, SourceError
 
 __all__ = [
     "BuildOptions",
+    "check_source",
     "DEFAULT_ARCH",
     "DEFAULT_STD",
     "DEFAULT_MODULE",
@@ -469,3 +470,27 @@ def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
     if cwd is None or base.resolve() != Path(cwd).resolve():
         out.append(f"-I{base.resolve()}")
     return tuple(out)
+
+
+def _line_of(source: str, index: int, line_offset: int) -> int:
+    return source.count("\n", 0, index) + 1 + line_offset
+
+
+def check_source(source: str, line_offset: int) -> None:
+    """Refuse what NVRTC cannot take, saying where.
+
+    :raises SourceError: an empty source, a NUL byte, text that is not valid UTF-8.
+    """
+    if not isinstance(source, str):
+        raise SourceError(f"the source must be a str, got {type(source).__name__}")
+    if not source.strip():
+        raise SourceError("the cell is empty: there is no CUDA C++ to compile")
+    if "\0" in source:
+        raise SourceError(f"line {_line_of(source, source.index(chr(0)), line_offset)}: the "
+                          "source holds a NUL byte, which NVRTC cannot take; remove it")
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SourceError(f"line {_line_of(source, exc.start, line_offset)}: the source holds "
+                          f"text that is not valid UTF-8 ({source[exc.start]!r}); re-type or "
+                          "remove it") from None

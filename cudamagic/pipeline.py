@@ -28,13 +28,14 @@ from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resol
 from .cxx.resolve import ResolvedBy
 from .errors import (CompileError, CudaMagicError, ImageError, InputWarning,
                      NameResolutionError, OptionError, SourceError)
-from .files import NotAFile, TooLarge, read_regular
+from .files import read_cubin_arg
 from .keys import cache_key
 from .lineinfo import debug_support
 from .miss import BuildOrigin, HitKind, Miss, MissKind
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
-from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_text, normalize_arch,
+from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_source, check_text,
+                      normalize_arch,
                       nvrtc_options, options_from_args)
 from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
@@ -219,7 +220,7 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
     :raises OptionError: a bad option, or a working folder NVRTC cannot search.
     """
     started = time.perf_counter()
-    _check_source(source, settings.line_offset)
+    check_source(source, settings.line_offset)
     cwd = _working_folder()
     base = Path(settings.base_dir) if settings.base_dir is not None else Path(cwd)
     notes = [f"-I {_shown(d)}: no such folder (looked for {_shown(str(base / d))})"
@@ -642,30 +643,6 @@ def _check_arch(arch: str) -> None:
                           "nvidia-cuda-nvrtc, or give --arch one of those")
 
 
-def _line_of(source: str, index: int, line_offset: int) -> int:
-    return source.count("\n", 0, index) + 1 + line_offset
-
-
-def _check_source(source: str, line_offset: int) -> None:
-    """Refuse what NVRTC cannot take, saying where.
-
-    :raises SourceError: an empty source, a NUL byte, text that is not valid UTF-8.
-    """
-    if not isinstance(source, str):
-        raise SourceError(f"the source must be a str, got {type(source).__name__}")
-    if not source.strip():
-        raise SourceError("the cell is empty: there is no CUDA C++ to compile")
-    if "\0" in source:
-        raise SourceError(f"line {_line_of(source, source.index(chr(0)), line_offset)}: the "
-                          "source holds a NUL byte, which NVRTC cannot take; remove it")
-    try:
-        source.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise SourceError(f"line {_line_of(source, exc.start, line_offset)}: the source holds "
-                          f"text that is not valid UTF-8 ({source[exc.start]!r}); re-type or "
-                          "remove it") from None
-
-
 def _warn(module: Module) -> Module:
     """Say the build's warnings once, as Python warnings, for callers that show no report."""
     for note in module.warnings:
@@ -708,34 +685,6 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     return _warn(build_module(source, opts, cache=cache, base_dir=base_dir))
 
 
-_MAX_CUBIN = 4 << 30  # a sanity bound: CUBINs of many thousand kernels are tens of MB
-
-
-def _read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
-    """The bytes of what :func:`load_cubin` was given, and a label for messages.
-
-    :raises ImageError: not bytes, not a path, or a path that cannot be read as a file.
-    """
-    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        return bytes(path_or_bytes), "<bytes>"
-    if not isinstance(path_or_bytes, (str, os.PathLike)):
-        raise ImageError(f"load_cubin takes a path or the CUBIN's bytes, got "
-                         f"{type(path_or_bytes).__name__}")
-    label = os.fspath(path_or_bytes)
-    try:  # a path the user gave: a link is followed, a FIFO or a device refused at once
-        return read_regular(label, max_size=_MAX_CUBIN, follow_links=True), label
-    except NotAFile as exc:
-        if exc.kind == "a folder":
-            raise ImageError(f"{label} is a folder, not a CUBIN file") from None
-        raise ImageError(f"{label} is not a regular file (a FIFO, a device or a socket): "
-                         "give the CUBIN file itself") from None
-    except TooLarge as exc:
-        raise ImageError(f"{label} is {exc.size} bytes: more than a CUBIN is "
-                         f"({_MAX_CUBIN >> 20} MiB at most)") from None
-    except OSError as exc:
-        raise ImageError(f"{label} cannot be read: {exc.strerror or exc}") from None
-
-
 def _link_cache(store: KernelCache) -> LinkCache:
     """The cache ``loadable_cubin`` keeps nvJitLink's CUBINs in: entries of ``store`` holding the
     CUBIN alone (no name map, no manifest: what was linked is the key)."""
@@ -771,7 +720,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     """
     started = time.perf_counter()
     opts = options_from_args((), name_expressions, **({"module": module} if module else {}))
-    cubin, label = _read_cubin_arg(path_or_bytes)
+    cubin, label = read_cubin_arg(path_or_bytes)
     linked_from = time.perf_counter()
     loaded = loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),
                             label=label, store=lambda: _link_cache(KernelCache.wrap(cache)))
