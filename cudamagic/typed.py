@@ -40,9 +40,15 @@ def answers(typed: TypedCompile, image: CubinImage, sigs: Signatures, fallback: 
 
 def variable_expressions(names: Sequence[str], lowered: Mapping[str, str], image: CubinImage
                          ) -> dict[str, str]:
-    """The name expressions NVRTC lowered to variables of the CUBIN, with their symbols."""
+    """The name expressions NVRTC lowered to variables of the CUBIN, with their symbols (the
+    variables' table is read only where an expression names no kernel: a hit of kernels alone
+    leaves it unread)."""
+    kernels = set(image.symbols)
+    others = {e: lowered[e] for e in names if e in lowered and lowered[e] not in kernels}
+    if not others:
+        return {}
     held = {g.name for g in image.globals}
-    return {e: lowered[e] for e in names if lowered.get(e) in held}
+    return {e: s for e, s in others.items() if s in held}
 
 
 def contradicted(found: Mapping[str, str]) -> str | None:

@@ -75,3 +75,18 @@ def test_a_hit_and_a_module_that_travelled_write_as_typed(tmp_path):
     for module in (hit, arrived):
         _write(module)
         assert _read(module).tolist() == WANT
+
+
+def test_an_extern_c_kernel_takes_its_own_types_beside_a_cpp_kernel_of_its_name():
+    """a::k(int, int*) is extern "C"; the C++ k(float, float*) is another kernel: the Python int
+    3 reaches a::k as the int 3 (not the float 3.0f's bits)."""
+    import cupy
+
+    source = ('namespace a { extern "C" __global__ void k(int x, int* y) { y[0] = x * 2; } }\n'
+              "__global__ void k(float x, float* y) { y[0] = x; }\n")
+    module = cudamagic.build(source, ["a::k", "(void(*)(float, float*))k"], use_cache=False)
+    kernel = module["a::k"]
+    assert kernel.symbol == "k" and [p.ctype for p in kernel.params] == ["int", "int*"]
+    y = cupy.zeros(1, dtype=cupy.int32)
+    kernel((1,), (1,), (3, y))
+    assert int(y[0]) == 6
