@@ -480,3 +480,26 @@ def test_a_recorded_ncu_report_reads_into_a_profile(name):
         assert p.memory_pct > p.compute_pct
     else:
         assert p.compute_pct > p.memory_pct
+
+
+def test_a_tool_run_compiles_nothing_but_the_one_lineinfo_build(tmp_path, compiler):
+    from cudamagic.options import options_from_args
+    from cudamagic.pipeline import build_module
+
+    source = PLANTED[0].source
+
+    def cell():
+        return build_module(source, options_from_args((), ()), cache=str(tmp_path),
+                            line_offset=LINE_OFFSET, compiler=compiler)
+
+    first = cell()
+    assert len(compiler.calls) == 1
+    build = first.debug.lineinfo()
+    assert len(compiler.calls) == 2 and build.lineinfo and build.line_offset == LINE_OFFSET
+    first.debug.lineinfo()
+    again = cell()  # a notebook restart: the cell and its -lineinfo build are both hits
+    from cudamagic.store import decode_entry
+
+    assert again.hit
+    assert decode_entry(again.debug.lineinfo().payload).cubin == decode_entry(build.payload).cubin
+    assert len(compiler.calls) == 2
