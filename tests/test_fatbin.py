@@ -3,6 +3,7 @@ nvJitLink, cached by content and target, names resolved as for a CUBIN. No GPU."
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 
@@ -89,6 +90,44 @@ def test_what_nvjitlink_made_is_cached_by_content_and_target(tmp_path, monkeypat
     edited = PTX.read_bytes().replace(b"// .globl", b"//  .globl", 1)
     with pytest.raises(AssertionError, match="linked again"):
         cudamagic.load_cubin(edited, arch="sm_90", cache=tmp_path)
+
+
+# what an upgrade of nvJitLink changes -> (the attribute patched, its new value)
+UPGRADES = {
+    "a patch release of the wheel (same major.minor)": (
+        "toolkit", lambda real: lambda: dataclasses.replace(real(), distributions=tuple(
+            d.replace("nvidia_nvjitlink-", "nvidia_nvjitlink-0.") for d in
+            real().distributions))),
+    "another library loaded (a toolkit's, not the wheel's)": (
+        "_loaded_library", lambda real: lambda stem: ("libnvJitLink.so.13.9.1:123",)),
+}
+
+
+@pytest.mark.parametrize("upgrade", list(UPGRADES))
+def test_what_nvjitlink_made_is_not_served_after_nvjitlink_changes(tmp_path, monkeypatch,
+                                                                    upgrade):
+    """PTX compiled by nvJitLink was cached under its major.minor version only: after a patch
+    upgrade of the wheel, cached output of the old one was still served."""
+    import cudamagic.toolkit as toolkit_mod
+    from cudamagic.toolchain import link as link_mod
+
+    first = cudamagic.load_cubin(PTX, arch="sm_90", cache=tmp_path)
+    assert cudamagic.load_cubin(PTX, arch="sm_90", cache=tmp_path).cubin == first.cubin
+    name, patched = UPGRADES[upgrade]
+    owner = toolkit_mod if name == "toolkit" else link_mod
+    monkeypatch.setattr(owner, name, patched(getattr(owner, name)))
+    forget = getattr(link_mod, "nvjitlink_identity", link_mod.nvjitlink_version).cache_clear
+    forget()
+    try:
+        linked = []
+        real = fatbin_mod.link_needing_runtime
+        monkeypatch.setattr(fatbin_mod, "link_needing_runtime",
+                            lambda *a, **k: linked.append(1) or real(*a, **k))
+        cudamagic.load_cubin(PTX, arch="sm_90", cache=tmp_path)
+        assert linked == [1]  # linked by the new nvJitLink, not served from the old one's
+    finally:
+        monkeypatch.undo()
+        forget()
 
 
 def test_ptx_names_that_cxx_cannot_spell_keep_their_three_names_apart(tmp_path):

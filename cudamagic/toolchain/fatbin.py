@@ -6,8 +6,8 @@ PTX, 2 CUBIN; the target ``sm``; flags, ``0x8000`` when the payload is ZSTD-comp
 stores PTX) and its payload. :func:`read_fatbin` lists the entries without a GPU (the system's
 libzstd uncompresses). The CUBIN for the target is taken as it is; without one, the PTX for the
 newest target not above it is compiled by nvJitLink, as PTX text is. What nvJitLink makes is
-cached by the input's content and the target (and nvJitLink's version), so a second load
-compiles nothing.
+cached by the input's content and the target (and nvJitLink's exact identity:
+:func:`~cudamagic.toolchain.link.nvjitlink_identity`), so a second load compiles nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..errors import ImageError
 from ..units import size_text
 from .link import ET_REL, CodeKind, LinkInput, LinkResult, elf_type, link_needing_runtime
-from .link import nvjitlink_version
+from .link import nvjitlink_identity
 
 __all__ = ["FatbinEntry", "Loaded", "LinkCache", "read_fatbin", "is_fatbin", "is_ptx",
            "loadable_cubin"]
@@ -256,7 +256,7 @@ class Loaded:
 
 def _key(kind: CodeKind, data: bytes, arch: str) -> str:
     h = hashlib.sha256()
-    for part in (kind.value.encode(), arch.encode(), nvjitlink_version().encode(), data):
+    for part in (kind.value.encode(), arch.encode(), nvjitlink_identity().encode(), data):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     return "link-" + h.hexdigest()

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ImageError, LinkError
 
 __all__ = ["CodeKind", "LinkInput", "LinkResult", "link", "link_compiled", "link_needing_runtime", "relocatable", "lto",
-           "device_runtime", "nvjitlink_version", "elf_type", "undefined_symbols",
+           "device_runtime", "nvjitlink_version", "nvjitlink_identity", "elf_type", "undefined_symbols",
            "from_device_runtime", "device_runtime_kernels", "ET_REL", "ET_EXEC",
            "Flag", "CodeGeneration", "code_generation"]
 
@@ -110,6 +110,39 @@ def nvjitlink_version() -> str:
     """
     major, minor = _nvjitlink().version()
     return f"{major}.{minor}"
+
+
+@functools.lru_cache(maxsize=1)
+def nvjitlink_identity() -> str:
+    """What identifies the nvJitLink this process links with, exactly, for a cache key:
+    its version, the ``nvidia-nvjitlink`` wheel's dist-info name (``...-13.0.88.dist-info``:
+    the patch release that ``version()``'s major.minor leaves out), and the loaded library's
+    file name and size (a library from elsewhere than the wheel, such as a CUDA toolkit's).
+
+    :raises LinkError: nvJitLink cannot be loaded.
+    """
+    from ..toolkit import toolkit
+
+    version = nvjitlink_version()
+    wheel = next((d for d in toolkit().distributions if d.startswith("nvidia_nvjitlink")), "")
+    return ";".join((version, wheel, *_loaded_library("libnvJitLink")))
+
+
+def _loaded_library(stem: str) -> tuple[str, ...]:
+    """``(file name, size)`` of each library named ``stem...`` this process has mapped."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(None, 5)[-1]
+                if os.path.basename(path).startswith(stem) and path not in found:
+                    try:
+                        found[path] = f"{os.path.basename(path)}:{os.stat(path).st_size}"
+                    except OSError:
+                        found[path] = os.path.basename(path)
+    except OSError:  # not Linux: the version and the wheel say it
+        return ()
+    return tuple(sorted(set(found.values())))
 
 
 def _package_lib_dirs() -> list[Path]:
