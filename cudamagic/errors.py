@@ -110,13 +110,16 @@ class ContextPoisonedError(LaunchError):
         The sticky error's number (``CUresult``, the same as the runtime's ``cudaError_t``).
     device : int or None
         The device whose context is lost (-1: not known).
+    repeated : bool
+        The loss was explained in full by an earlier error; this one says it short.
     """
 
-    def __init__(self, message: str, code: int | None = None, device: int | None = None
-                 ) -> None:
+    def __init__(self, message: str, code: int | None = None, device: int | None = None,
+                 repeated: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.device = device
+        self.repeated = repeated
 
 
 class ArgumentError(LaunchError):

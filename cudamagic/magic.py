@@ -193,7 +193,8 @@ def _crash_lines(evalue: Any) -> list[str]:
         code = driver.sticky_of(evalue)
         if code is None or isinstance(evalue, ContextPoisonedError):
             return []
-        return crash_lines(code, driver.note_lost(code), LAST_LAUNCH[0])
+        device = driver.note_lost(code)
+        return crash_lines(code, device, LAST_LAUNCH[0], driver.first_telling(device))
     except Exception:  # noqa: BLE001 - the error being shown matters more than the advice
         return []
 
@@ -214,7 +215,8 @@ def _flush_device_output(result: Any = None) -> None:
     except ContextPoisonedError as exc:
         code = driver.Sticky(exc.code) if exc.code is not None else driver.Sticky.LAUNCH_FAILED
         device = exc.device if exc.device is not None else -1
-        print("\n".join(crash_lines(code, device, LAST_LAUNCH[0])).strip(), file=sys.stderr)
+        lines = crash_lines(code, device, LAST_LAUNCH[0], not exc.repeated)
+        print("\n".join(lines).strip(), file=sys.stderr)
     except CudaMagicError:
         pass
     sys.stdout.flush()

@@ -52,11 +52,15 @@ def shell(tmp_path_factory):
 def last_launch(shell):
     saved = launcher_module.LAST_LAUNCH[0]
     launcher_module.LAST_LAUNCH[0] = (shell.user_ns["oob_write"], (1,), (256,))
-    lost = dict(driver._lost)
+    lost, told = dict(driver._lost), set(driver._told)
+    driver._lost.clear()
+    driver._told.clear()
     yield
     launcher_module.LAST_LAUNCH[0] = saved
     driver._lost.clear()
     driver._lost.update(lost)
+    driver._told.clear()
+    driver._told.update(told)
 
 
 def _advice_of(shell, code: str) -> list[str]:
@@ -162,10 +166,23 @@ def test_sticky_numbers_are_the_drivers_and_the_runtimes():
 def test_cudamagics_own_fault_carries_its_code_and_device(monkeypatch):
     monkeypatch.setattr(driver, "_error_name", lambda s: ("CUDA_ERROR_ASSERT", "assert"))
     monkeypatch.setattr(driver, "_lost", {})
+    monkeypatch.setattr(driver, "_told", set())
     with pytest.raises(ContextPoisonedError, match="restart the notebook kernel") as info:
         driver.check(710, "launching k")
     assert info.value.code == 710 and driver.sticky_of(info.value) is driver.Sticky.ASSERT
-    assert "CUDA_ERROR_ASSERT" in str(info.value)
+    assert "CUDA_ERROR_ASSERT" in str(info.value) and not info.value.repeated
+    assert "every CUDA call in this process now fails" in str(info.value)
+    with pytest.raises(ContextPoisonedError) as again:  # said in full once, then short
+        driver.check(710, "launching k2")
+    assert again.value.repeated and "was lost earlier" in str(again.value)
+    assert "every CUDA call" not in str(again.value)
+
+
+def test_the_advice_is_said_in_full_once_then_in_one_line(shell, last_launch):
+    first = _advice_of(shell, "raise RuntimeErr(710)")
+    second = _advice_of(shell, "raise RuntimeErr(710)")
+    assert any("oob_write.sanitize" in line for line in first)
+    assert len(second) == 1 and "was lost earlier" in second[0]
 
 
 # --- %cuda_sanitize / %cuda_profile --------------------------------------------------------------

@@ -334,6 +334,8 @@ class Kernel:
             driver.launch(fn, grid, block, shared_mem, stream, launcher.address, device=device,
                           what=f"launching {self.name_expression}")
         except ContextPoisonedError as exc:  # the fault was an earlier launch's, likely the last
+            if exc.repeated:
+                raise
             from .tool_run import sanitize_hint
 
             raise ContextPoisonedError(f"{exc} {sanitize_hint(LAST_LAUNCH[0])}", exc.code,

@@ -27,7 +27,8 @@ __all__ = ["check", "available", "device_count", "current_device", "ensure_conte
            "kernel_attributes", "kernel_function", "set_max_dynamic_shared", "device_getter",
            "DeviceLimits", "device_limits", "max_active_blocks", "ExtendedLaunch", "launch_ex",
            "retain_primary", "mem_alloc", "mem_free", "copy_to_device", "copy_to_host",
-           "synchronize", "Sticky", "sticky_of", "lost_contexts", "note_lost", "lost_text"]
+           "synchronize", "Sticky", "sticky_of", "lost_contexts", "note_lost", "lost_text",
+           "first_telling"]
 
 _INVALID_CONTEXT = 201
 _CC_MAJOR, _CC_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR
@@ -157,6 +158,18 @@ def note_lost(code: Sticky, device: int | None = None) -> int:
     return device
 
 
+# the devices whose lost context has been explained in full once (later errors say it short)
+_told: set[int] = set()
+
+
+def first_telling(device: int) -> bool:
+    """True the first time a device's lost context is to be explained (then in full: what
+    happened, what to do, what finds the cause); later errors say it in one line."""
+    first = device not in _told
+    _told.add(device)
+    return first
+
+
 def sticky_of(exc: BaseException | None) -> Sticky | None:
     """The sticky error an exception carries, whichever library raised it: cudamagic's
     ``ContextPoisonedError`` (``code``), CuPy's ``CUDARuntimeError``/``CUDADriverError``
@@ -181,9 +194,13 @@ _BINDINGS_ENUMS = ("CUresult", "cudaError_t")  # cuda.bindings' status enums (in
 _CUPY_ERRORS = ("CUDARuntimeError", "CUDADriverError")  # CuPy's, with the number as .status
 
 
-def lost_text(code: Sticky, device: int) -> str:
-    """What a lost context means, and what to do."""
+def lost_text(code: Sticky, device: int, earlier: bool = False) -> str:
+    """What a lost context means, and what to do (``earlier``: the short form, for errors
+    after the first)."""
     where = f"device {device}" if device >= 0 else "the device"
+    if earlier:
+        return (f"the CUDA context of {where} was lost earlier (CUDA_ERROR_{code.name}), as said "
+                "above: restart the notebook kernel")
     return (f"the CUDA context of {where} is lost (CUDA_ERROR_{code.name}: a kernel faulted); "
             "every CUDA call in this process now fails, CuPy's and any library's too: restart "
             "the notebook kernel (the compiled kernels stay cached)")
@@ -201,8 +218,9 @@ def check(status: int, what: str) -> None:
     if int(status) in Sticky._value2member_map_:
         code = Sticky(int(status))
         device = note_lost(code)
-        raise ContextPoisonedError(f"{what} failed: {lost_text(code, device)}.", code=int(code),
-                                   device=device)
+        first = first_telling(device)
+        raise ContextPoisonedError(f"{what} failed: {lost_text(code, device, not first)}.",
+                                   code=int(code), device=device, repeated=not first)
     if name == "CUDA_ERROR_NO_BINARY_FOR_GPU":
         raise LaunchError(f"{what} failed: the CUBIN was built for another GPU architecture than "
                           "this device's (a module that travelled to another machine, or "

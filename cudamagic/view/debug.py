@@ -237,9 +237,12 @@ def _entries(module: Any) -> list:
         [(k.name_expression, k.symbol, k.python_name, k.resolved_by) for k in kernels.values()]
 
 
-def crash_lines(code: Sticky, device: int, last: Any) -> list[str]:
+def crash_lines(code: Sticky, device: int, last: Any, first: bool = True) -> list[str]:
     """What a cell's error adds where a lost context surfaced in another library's call (CuPy,
-    cuda.bindings): what happened, what to do, the sanitize call that finds the cause."""
+    cuda.bindings): the first time, what happened, what to do and the sanitize call that finds
+    the cause; later, one line."""
+    if not first:
+        return ["", f"cudamagic: {lost_text(code, device, earlier=True)}."]
     return ["", f"cudamagic: {lost_text(code, device)}.", f"cudamagic: {sanitize_hint(last)}"]
 
 
