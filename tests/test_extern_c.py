@@ -92,10 +92,19 @@ EXTERN_C = {
     "a macro that opens a namespace": (
         "#define BEGIN namespace m {\n#define END }\nBEGIN\n"
         'extern "C" __global__ void g(double d) {}\nEND\n__global__ void g(float) {}\n', [],
-        "g", None),
-    # what the cell's text does not declare is not asked about: taken by its slots' sizes
+        "g", ["double"]),
     "a kernel a macro declares extern C": (
-        '#define KERNEL extern "C" __global__\nKERNEL void h(double d) {}\n', [], "h", None),
+        '#define KERNEL extern "C" __global__\nKERNEL void h(double d) {}\n', [], "h",
+        ["double"]),
+    "an option's macro declares it extern C": (
+        "KERNEL void h(short d) {}\n", ['-DKERNEL=extern "C" __global__'], "h", ["short"]),
+    # what the cell's text does not declare is not asked about: taken by its slots' sizes
+    "a kernel a function-like macro declares": (
+        '#define KERNEL(name) extern "C" __global__ void name(double d) {}\nKERNEL(f)\n', [],
+        "f", None),
+    "a C++ kernel a macro names as the extern C one's namespace hides": (
+        '#define NS m\nnamespace NS { extern "C" __global__ void g(double d) {} }\n'
+        "#undef NS\n__global__ void g(float) {}\n", [], "g", ["double"]),
     "an extern C block holding a kernel and a variable": (
         'extern "C" {\n__device__ int counter;\n__global__ void e(long l, bool b) '
         "{ counter += l + b; }\n}\n", [], "e", ["long", "bool"]),

@@ -10,7 +10,8 @@ import pytest
 import cudamagic
 from cudamagic.errors import CompileError
 from cudamagic.toolchain.nvrtc import compile_cubin
-from cudamagic.toolchain.probe import CandidateKind, TypeGap, candidates, decode_type, tokens
+from cudamagic.cxx.declared import CandidateKind, candidates, tokens
+from cudamagic.toolchain.probe import TypeGap, decode_type
 
 V, C = CandidateKind.VARIABLE, CandidateKind.EXTERN_C
 
@@ -47,6 +48,11 @@ READING = {
         "template <class T> __device__ T tv;\ntemplate __device__ float tv<float>;\n"
         "template __device__ int tv<3 + 1>;\n",
         [("::tv<float>", V), ("::tv<3+1>", V)]),
+    "object-like macros expand, function-like ones and #undef'd ones do not": (
+        '#define CONST __constant__\n#define BEGIN namespace m {\n#define END }\n'
+        "#define DECL(n) __device__ int n;\n#define A B\n#define B A\n"
+        "BEGIN CONST float c[2]; END\nDECL(x)\n#undef CONST\nCONST int d;\nA __device__ int e;\n",
+        [("::m::c", V), ("::e", V)]),
     "a lambda and a brace initialiser": (
         "__device__ auto f = [] __device__ (int x) { return x; };\n__device__ int g{4};\n",
         [("::f", V), ("::g", V)]),
