@@ -37,7 +37,7 @@ def run(folder: Path, device: int) -> int:
             *[ctypes.cast(b, ctypes.c_void_p) for b in buffers])
         handle = kernel._handle(device, context_ready=True)
         if c.shared_mem > kernel.dynamic_shared_default:
-            kernel._raise_shared_limit(device, c.shared_mem)
+            kernel.raise_shared_limit(device, c.shared_mem)
         driver.launch(handle, c.grid, c.block, c.shared_mem, 0, ctypes.addressof(params),
                       device=device, what=f"launching {c.kernel}")
         driver.synchronize()

@@ -64,7 +64,7 @@ def _lineinfo_build(ctx: BuildContext, module: Module,
                            line_offset=s.line_offset, compiler=s.compiler,
                            demangler=s.demangler, reserved=s.reserved,
                            cell=f"{s.cell or ctx.opts.module}:lineinfo")
-        made.append(LineinfoBuild(target._payload(), ctx.source, ctx.line_offset, PROGRAM_NAME,
+        made.append(LineinfoBuild(target.payload(), ctx.source, ctx.line_offset, PROGRAM_NAME,
                                   has_line_info(target.image)))
         return made[0]
     return lineinfo

@@ -41,7 +41,7 @@ class Binary:
         """The device runtime's own kernels in a linked CUBIN: not the user's to call."""
         return device_runtime_kernels(self.image.symbols)
 
-    def _library(self) -> "driver.Library":
+    def library(self) -> "driver.Library":
         with self._lock:
             if self._lib is None:
                 lib = driver.Library.load(self.cubin)
@@ -252,7 +252,7 @@ class Module(Mapping[str, Kernel]):
         var = find(self.globals, name, self._expressions)
         device = driver.current_device() if device is None else device
         driver.ensure_context(device)
-        ptr, size = self._binary._library().global_(var.name)
+        ptr, size = self._binary.library().global_(var.name)
         if size != var.size:
             raise ImageError(f"the driver finds {var.name} of {size} bytes, the CUBIN's symbol "
                              f"table {var.size}")
@@ -268,7 +268,7 @@ class Module(Mapping[str, Kernel]):
         """
         device = driver.current_device() if device is None else device
         driver.ensure_context(device)
-        self._binary._library().module()
+        self._binary.library().module()
         return self
 
     def __getitem__(self, expr: str) -> Kernel:
@@ -314,9 +314,9 @@ class Module(Mapping[str, Kernel]):
         """A module travels (pickle, Dask) as its entry record: the CUBIN, the kernel table
         and a header under one checksum, checked on arrival. No code object, no driver handle:
         the other process loads the CUBIN on its own GPU on first call, and never compiles."""
-        return arrive, (self._payload(), self._report)
+        return arrive, (self.payload(), self._report)
 
-    def _payload(self) -> bytes:
+    def payload(self) -> bytes:
         if self._payload_bytes is None:
             if isinstance(self.kernels, KernelTable):  # from the table: no Kernel is made
                 text = self.kernels.signatures.text

@@ -29,11 +29,11 @@ def _interrupting(real):
 # where Ctrl-C comes: (module, function), and the read that reaches it
 WHERE = {
     "a kernel's parameter table": (kernel_module, "param_specs", lambda m: m[EXPRS[2]].params),
-    "a kernel's records": (image_module, "_kparams", lambda m: m[EXPRS[2]]._image.params),
+    "a kernel's records": (image_module, "_kparams", lambda m: m[EXPRS[2]].image.params),
     "a report row's signature": (report_module, "display_signature",
                                  lambda m: m.report.rows[2].signature),
     "a kernel's resources": (image_module, "KernelResources",
-                             lambda m: m[EXPRS[2]]._image.resources),
+                             lambda m: m[EXPRS[2]].image.resources),
 }
 
 
@@ -47,6 +47,6 @@ def test_ctrl_c_in_a_first_read_leaves_the_next_read_whole(hit, monkeypatch, whe
     assert again == read(hit)
     fresh = read_cubin(hit.cubin)
     k = hit[EXPRS[2]]
-    assert k._image.params == fresh.kernel(k.symbol).params
-    assert k._image.resources == fresh.kernel(k.symbol).resources
+    assert k.image.params == fresh.kernel(k.symbol).params
+    assert k.image.resources == fresh.kernel(k.symbol).resources
     assert again is not None and again != ()

@@ -303,7 +303,7 @@ def test_the_lineinfo_build_is_the_same_cell_cached_under_its_own_key(tmp_path):
     again = cudamagic.build(planted.source, options=["-lineinfo"], cache=str(tmp_path))
     assert again.hit and again.key != m.key
     # a cell built with -lineinfo already is its own lineinfo build: nothing more is compiled
-    assert again.debug.lineinfo().payload == again._payload()
+    assert again.debug.lineinfo().payload == again.payload()
 
 
 def test_the_child_takes_the_module_and_the_capture_and_says_why_it_could_not_run(oob,

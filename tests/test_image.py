@@ -98,13 +98,13 @@ NV_INFO_DUMP = FIXTURES / "fixture.nv_info.txt"
 def test_nv_info_records_read_as_cuobjdump_lists_them():
     """The record reader against the real bytes: every kernel's attributes in cuobjdump's order,
     with its values for the parameter bank size and the register limit."""
-    from cudamagic.toolchain.image import _records
+    from cudamagic.toolchain.image import info_records
 
     image = read_cubin((FIXTURES / "fixture.cubin").read_bytes())
     dumped = _cuobjdump_sections()
     assert set(dumped) == set(image.symbols)
     for k in image.kernels:
-        records = list(_records(k.info))
+        records = list(info_records(k.info))
         assert [EIATTR_NAMES.get(a, hex(a)) for _, a, _ in records] == \
             [name for name, _ in dumped[k.symbol]], k.symbol
         for (fmt, attr, body), (_, value) in zip(records, dumped[k.symbol]):

@@ -146,7 +146,7 @@ def fresh(k: Kernel) -> Kernel:
     """The same kernel as a new object: its first call makes its launcher."""
     return Kernel(binary=k.binary, name_expression=k.name_expression, symbol=k.symbol,
                   python_name=k.python_name, signatures=k._signatures,
-                  resolved_by=k.resolved_by, image=k._image)
+                  resolved_by=k.resolved_by, image=k.image)
 
 
 EXPRS = ["fill<float>", "fill<__half>", "fill<bool>", "cast<float, double>", "flags<float, 5u, true>",

@@ -55,7 +55,7 @@ def test_threads_touching_one_lazy_kernel_get_one_answer(hit):
     def touch() -> None:
         barrier.wait()
         k = hit[label]
-        seen.append((k, k._image, k.params, k._image.params, k.signature,
+        seen.append((k, k.image, k.params, k.image.params, k.signature,
                      hit.image.kernel(k.symbol)))
 
     with mock.patch.object(kernel_module, "param_specs", _slow(kernel_module.param_specs)):
@@ -91,7 +91,7 @@ def test_a_fork_during_a_threads_first_read_leaves_the_child_working(hit):
         reader.start()
         assert entered.wait(30)
         try:
-            outcome = _in_child(lambda: (b.params, b.signature, b._image.resources,
+            outcome = _in_child(lambda: (b.params, b.signature, b.image.resources,
                                          b.launch_needs, hit.image.globals))
         finally:
             release.set()
@@ -106,7 +106,7 @@ def test_what_is_read_lazily_is_what_the_cubin_holds(hit):
     eager = {k.symbol: (k.params, k.resources, k.launch) for k in fresh.kernels}
     assert set(fresh.symbols) == {k.symbol for k in hit.kernels.values()}
     for k in hit.kernels.values():
-        assert (k._image.params, k.resources, k.launch_needs) == eager[k.symbol], k.symbol
+        assert (k.image.params, k.resources, k.launch_needs) == eager[k.symbol], k.symbol
     assert [(g.name, g.size, g.space) for g in hit.image.globals] == \
         [(g.name, g.size, g.space) for g in fresh.globals]
     assert {g.name for g in hit.image.globals} >= {"scale", "counter"}
@@ -321,7 +321,7 @@ def _every_section(data: bytes) -> list[tuple[str, tuple]]:
 def test_sections_found_by_name_are_those_a_full_reading_finds():
     """A section is found by its name without reading every name: for every section of every
     kind of CUBIN, the one a plain reading of the whole table names so (the last of a name)."""
-    from cudamagic.toolchain.image import _records
+    from cudamagic.toolchain.image import info_records
 
     for label, data in _cubins().items():
         elf = read_cubin(data)._elf
@@ -333,7 +333,7 @@ def test_sections_found_by_name_are_those_a_full_reading_finds():
         # the CUBIN-wide records, read in one pass, as the record reader reads them
         info = elf.section(".nv.info")
         want: dict[int, dict[int, int]] = {}
-        for fmt, attr, body in _records(data[info[2]:info[2] + info[3]]):
+        for fmt, attr, body in info_records(data[info[2]:info[2] + info[3]]):
             if fmt == 4 and len(body) >= 8 and attr in (0x11, 0x12, 0x2F):
                 want.setdefault(int.from_bytes(body[:4], "little"), {})[attr] = \
                     int.from_bytes(body[4:8], "little")

@@ -283,7 +283,7 @@ def test_a_name_hides_a_builtin_exactly_where_python_has_one():
                                               "__name__", "__doc__", "__loader__", "maxx"})
     kernel = types.SimpleNamespace(name_expression="k<1>")
     names = {"cuda_module": object(), **{n: kernel for n in candidates}}
-    shell = types.SimpleNamespace(shell=types.SimpleNamespace(user_ns={"len": 3}))
+    shell = types.SimpleNamespace(_shell=lambda: types.SimpleNamespace(user_ns={"len": 3}))
     said = CudaMagics._warn_shadowing(shell, names)
     hidden = {m.group(1) for m in map(re.compile(r"the kernel name '(\w+)' hides").match, said)
               if m}

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentTypeError, ArgumentValueError
-from .encode import _attribute, _dlpack_only, _from_dlpack, _interface, check_dims, \
+from .encode import read_attribute, is_dlpack_only, from_dlpack, array_interface, check_dims, \
     check_shared_mem, pack_args
 from .params import POINTER_BYTES, ParamSpec, SlotKind, tidy_type
 
@@ -120,14 +120,14 @@ def extent(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple
 
 def _array_form(name: str, spec: ParamSpec, value: Any) -> tuple[int, np.dtype, tuple, tuple]:
     """``(address, dtype, shape, strides in bytes)`` of a device array argument."""
-    cai = _attribute(name, spec, value, "__cuda_array_interface__")
-    if cai is None and _dlpack_only(name, spec, value):
-        cai = _from_dlpack(name, spec, value)
+    cai = read_attribute(name, spec, value, "__cuda_array_interface__")
+    if cai is None and is_dlpack_only(name, spec, value):
+        cai = from_dlpack(name, spec, value)
     if cai is None:  # a cupy MemoryPointer: untyped bytes to the end of its allocation
         mem = getattr(value, "mem", None)
         size = int(getattr(mem, "size", 0)) - (int(value.ptr) - int(getattr(mem, "ptr", 0)))
         return int(value.ptr), np.dtype("u1"), (max(size, 0),), (1,)
-    ptr, _, dtype = _interface(name, spec, cai)
+    ptr, _, dtype = array_interface(name, spec, cai)
     shape = tuple(int(n) for n in cai.get("shape", ()))
     strides = cai.get("strides")
     if strides is None:  # C-contiguous

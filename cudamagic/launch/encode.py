@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ArgumentTypeError, ArgumentValueError, NoDeviceError
 from ..toolchain import driver
-from .params import (_INT_CODES, POINTER_BYTES, ParamSpec, SlotKind, pointer_size_error, tidy_type,
+from .params import (INT_CODES, POINTER_BYTES, ParamSpec, SlotKind, pointer_size_error, tidy_type,
                      type_text)
 
 __all__ = ["encode", "pack_args", "check_dims", "check_shared_mem", "stream_handle"]
@@ -46,7 +46,7 @@ def _fail(kernel: str, spec: ParamSpec, message: str,
 _SHOWN = 60  # a value's text in a message: at most this many characters
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
     """A value as a message shows it: its own repr (NumPy 2 writes ``np.float64(0.1)``; NumPy 1's
     bare ``0.1`` gets its type put around it), a long one shortened in the middle with an
     ellipsis, so that its start (the type, the leading digits) and its closing quote or bracket
@@ -55,7 +55,7 @@ def _show(value: Any) -> str:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a user's __repr__ that raises, an int past the digit limit
         if type(value) in (tuple, list) and len(value) <= 3:  # a grid: each dimension shown
-            inner = ", ".join(_show(v) for v in value)
+            inner = ", ".join(show(v) for v in value)
             text = f"({inner}{',' if len(value) == 1 else ''})" if type(value) is tuple \
                 else f"[{inner}]"
         else:
@@ -110,8 +110,8 @@ def _numpy_exact(kernel: str, spec: ParamSpec, value: np.generic, dtype: np.dtyp
         out = dtype.type(np.array(value, dtype)[()])
     parts = (lambda z: (z.real, z.imag)) if dtype.kind == "c" else (lambda z: (z,))
     if [_exact(p) for p in parts(out)] != [_exact(p) for p in parts(value)]:
-        raise _fail(kernel, spec, f"{_show(value)} is not exactly a {type_text(spec)} (it "
-                                  f"would arrive as {_show(out)}): convert it yourself "
+        raise _fail(kernel, spec, f"{show(value)} is not exactly a {type_text(spec)} (it "
+                                  f"would arrive as {show(out)}): convert it yourself "
                                   f"(np.{dtype}(x)), or pass a Python number to round it",
                     ArgumentValueError)
     return out
@@ -133,11 +133,11 @@ def _to_int(kernel: str, spec: ParamSpec, value: Any) -> bytes:
         raise _fail(kernel, spec, f"got a {value.dtype} scalar for an integer parameter: pass "
                                   "an int (int(x) truncates on purpose)")
     if not isinstance(value, (int, np.integer, np.bool_)):
-        raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)} for an integer "
+        raise _fail(kernel, spec, f"got {type(value).__name__} {show(value)} for an integer "
                                   "parameter: pass an int (int(x) truncates on purpose)")
     v = int(value)
     if not spec.lo <= v <= spec.hi:  # type: ignore[operator]
-        raise _fail(kernel, spec, f"{_show(v)} does not fit in {type_text(spec)} [{spec.lo}, "
+        raise _fail(kernel, spec, f"{show(v)} does not fit in {type_text(spec)} [{spec.lo}, "
                                   f"{spec.hi}]",
                     ArgumentValueError)
     return v.to_bytes(spec.size, "little", signed=spec.lo < 0)  # type: ignore[operator]
@@ -151,7 +151,7 @@ def _to_float(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     if isinstance(value, np.generic):
         return _numpy_exact(kernel, spec, value, dtype).tobytes()
     if not isinstance(value, (int, float)):
-        raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)} for a "
+        raise _fail(kernel, spec, f"got {type(value).__name__} {show(value)} for a "
                                   "floating-point parameter: pass a float")
     try:
         x = float(value)
@@ -160,7 +160,7 @@ def _to_float(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     with np.errstate(over="ignore"):
         out = np.array(x, dtype)
     if math.isinf(out) and not (isinstance(value, float) and math.isinf(value)):
-        raise _fail(kernel, spec, f"{_show(value)} does not fit in {type_text(spec)} (largest "
+        raise _fail(kernel, spec, f"{show(value)} does not fit in {type_text(spec)} (largest "
                                   f"{float(np.finfo(dtype).max)!r})", ArgumentValueError)
     if dtype.itemsize > 2:  # what the generated launcher's struct code gives (NumPy agrees)
         return struct.pack("<" + spec.code, x)
@@ -206,7 +206,7 @@ def _to_bfloat16(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     exact_only = isinstance(value, np.generic)
     if exact_only and value.dtype.kind not in "biuf" or not isinstance(
             value, (int, float, np.generic)):
-        raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)}: a bfloat16 takes "
+        raise _fail(kernel, spec, f"got {type(value).__name__} {show(value)}: a bfloat16 takes "
                                   "a float, or 2 raw bytes (its bit pattern)")
     try:
         x = float(value)
@@ -215,10 +215,10 @@ def _to_bfloat16(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     bits = _bfloat16_bits(x)
     if bits & 0x7FFF == 0x7F80 and not (isinstance(value, (float, np.floating))
                                         and np.isinf(value)):
-        raise _fail(kernel, spec, f"{_show(value)} does not fit in __nv_bfloat16 (largest "
+        raise _fail(kernel, spec, f"{show(value)} does not fit in __nv_bfloat16 (largest "
                                   "3.3895313892515355e+38)", ArgumentValueError)
     if exact_only and not math.isnan(x) and _exact(_bfloat16_value(bits)) != _exact(value):
-        raise _fail(kernel, spec, f"{_show(value)} is not exactly a bfloat16: "
+        raise _fail(kernel, spec, f"{show(value)} is not exactly a bfloat16: "
                                   "pass float(x) to round it", ArgumentValueError)
     return bits.to_bytes(2, "little")
 
@@ -241,7 +241,7 @@ def _to_complex(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     finite_in = (True, True) if isinstance(value, int) else (math.isfinite(z.real),
                                                              math.isfinite(z.imag))
     if any(math.isinf(o) and f for o, f in zip((out.real, out.imag), finite_in)):
-        raise _fail(kernel, spec, f"{_show(value)} does not fit in {type_text(spec)}",
+        raise _fail(kernel, spec, f"{show(value)} does not fit in {type_text(spec)}",
                     ArgumentValueError)
     return out.tobytes()
 
@@ -262,7 +262,7 @@ def _to_value(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     return data
 
 
-def _attribute(kernel: str, spec: ParamSpec, value: Any, name: str) -> Any:
+def read_attribute(kernel: str, spec: ParamSpec, value: Any, name: str) -> Any:
     """``value.<name>``, None where it has none; where reading it raises (a property: PyTorch's
     ``__cuda_array_interface__`` does for a tensor that requires grad), an argument error that
     names the parameter, chained to the user's exception."""
@@ -272,18 +272,18 @@ def _attribute(kernel: str, spec: ParamSpec, value: Any, name: str) -> Any:
         raise _raised(kernel, spec, value, f"reading its {name}", exc) from exc
 
 
-def _dlpack_only(kernel: str, spec: ParamSpec, value: Any) -> bool:
+def is_dlpack_only(kernel: str, spec: ParamSpec, value: Any) -> bool:
     """A DLPack producer that is no host array (NumPy arrays speak DLPack too)."""
-    return _attribute(kernel, spec, value, "__dlpack_device__") is not None \
-        and _attribute(kernel, spec, value, "__array_interface__") is None
+    return read_attribute(kernel, spec, value, "__dlpack_device__") is not None \
+        and read_attribute(kernel, spec, value, "__array_interface__") is None
 
 
 def _is_device_array(kernel: str, spec: ParamSpec, value: Any) -> bool:
     """Device memory, a ``MemoryPointer`` or None: what only a pointer slot takes."""
     memory_pointer = _memory_pointer_type()
     return value is None or (memory_pointer is not None and isinstance(value, memory_pointer)) \
-        or _attribute(kernel, spec, value, "__cuda_array_interface__") is not None \
-        or _dlpack_only(kernel, spec, value)
+        or read_attribute(kernel, spec, value, "__cuda_array_interface__") is not None \
+        or is_dlpack_only(kernel, spec, value)
 
 
 def _to_pointer(kernel: str, spec: ParamSpec, value: Any) -> bytes:
@@ -298,19 +298,19 @@ def _to_pointer(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     memory_pointer = _memory_pointer_type()
     if memory_pointer is not None and isinstance(value, memory_pointer):
         return _from_memory_pointer(kernel, spec, value).to_bytes(POINTER_BYTES, "little")
-    cai = _attribute(kernel, spec, value, "__cuda_array_interface__")
-    if cai is None and _dlpack_only(kernel, spec, value):
-        cai = _from_dlpack(kernel, spec, value)
+    cai = read_attribute(kernel, spec, value, "__cuda_array_interface__")
+    if cai is None and is_dlpack_only(kernel, spec, value):
+        cai = from_dlpack(kernel, spec, value)
     if cai is None:
-        if _attribute(kernel, spec, value, "__array_interface__") is not None \
-                or _attribute(kernel, spec, value, "__array__") is not None:
+        if read_attribute(kernel, spec, value, "__array_interface__") is not None \
+                or read_attribute(kernel, spec, value, "__array__") is not None:
             raise _fail(kernel, spec, f"got a host array ({type(value).__name__}); a pointer "
                                       "parameter needs device memory: copy it first, e.g. "
                                       "cupy.asarray(x)")
-        raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)}; a pointer "
+        raise _fail(kernel, spec, f"got {type(value).__name__} {show(value)}; a pointer "
                                   "parameter takes a CUDA array (CuPy, PyTorch, anything with "
                                   "__cuda_array_interface__ or DLPack) or None")
-    ptr, readonly, dtype = _interface(kernel, spec, cai)
+    ptr, readonly, dtype = array_interface(kernel, spec, cai)
     if spec.dtype is not None and dtype != spec.dtype:
         raise _fail(kernel, spec, f"got an array of {dtype} where the kernel reads "
                                   f"{spec.dtype} elements")
@@ -331,7 +331,7 @@ def _from_memory_pointer(kernel: str, spec: ParamSpec, value: Any) -> int:
     on the device the launch runs on (the current one: CuPy's rule for a launch)."""
     ptr, device = value.ptr, value.device_id
     if not _is_int(ptr) or not 0 <= int(ptr) <= _U64:
-        raise _fail(kernel, spec, f"the MemoryPointer's address {_show(ptr)} is not a device "
+        raise _fail(kernel, spec, f"the MemoryPointer's address {show(ptr)} is not a device "
                                   "address (an int from 0 to 2**64 - 1)", ArgumentValueError)
     if int(ptr) and driver.available():
         current = driver.current_device()
@@ -343,26 +343,26 @@ def _from_memory_pointer(kernel: str, spec: ParamSpec, value: Any) -> int:
     return int(ptr)
 
 
-def _interface(kernel: str, spec: ParamSpec, cai: Any) -> tuple[int, bool, np.dtype]:
+def array_interface(kernel: str, spec: ParamSpec, cai: Any) -> tuple[int, bool, np.dtype]:
     """``(pointer, read-only, dtype)`` of a ``__cuda_array_interface__``, each checked: a bad one
     would otherwise launch with a garbage pointer."""
     data = cai.get("data") if isinstance(cai, dict) else None
     if not (isinstance(data, tuple) and len(data) == 2):
         raise _fail(kernel, spec, f"the array's __cuda_array_interface__ has no 'data' "
-                                  f"(pointer, read-only) pair (got {_show(data)}): it is not a "
+                                  f"(pointer, read-only) pair (got {show(data)}): it is not a "
                                   "usable device array", ArgumentValueError)
     ptr, readonly = data
     if ptr is None:
         ptr = 0
     if not isinstance(ptr, (int, np.integer)) or isinstance(ptr, bool) \
             or not 0 <= int(ptr) <= _U64:
-        raise _fail(kernel, spec, f"the array's data pointer {_show(ptr)} is not a device "
+        raise _fail(kernel, spec, f"the array's data pointer {show(ptr)} is not a device "
                                   "address (an int from 0 to 2**64 - 1)", ArgumentValueError)
     try:
         dtype = np.dtype(cai.get("typestr"))
     except (TypeError, ValueError):
         raise _fail(kernel, spec, f"the array's __cuda_array_interface__ typestr "
-                                  f"{_show(cai.get('typestr'))} is not a NumPy type string",
+                                  f"{show(cai.get('typestr'))} is not a NumPy type string",
                     ArgumentValueError) from None
     return int(ptr), bool(readonly), dtype
 
@@ -372,7 +372,7 @@ def _interface(kernel: str, spec: ParamSpec, cai: Any) -> tuple[int, bool, np.dt
 _CUPY_NO_DEVICE = (35, 100)
 
 
-def _from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
+def from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
     """The ``__cuda_array_interface__`` of a DLPack-only CUDA array, read through CuPy.
 
     :raises ArgumentTypeError: not CUDA memory, or the object's DLPack methods (or CuPy's
@@ -390,7 +390,7 @@ def _from_dlpack(kernel: str, spec: ParamSpec, value: Any) -> dict:
         device_type = int(device_type)
     except Exception:  # noqa: BLE001 - anything but a pair of ints is the object's mistake
         raise _fail(kernel, spec, f"got {type(value).__name__}, whose __dlpack_device__() "
-                                  f"returned {_show(device)}, not a (device type, device id) "
+                                  f"returned {show(device)}, not a (device type, device id) "
                                   "pair") from None
     if device_type not in (2, 3, 13):  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
         raise _fail(kernel, spec, f"got a DLPack array on device type {device_type}, not "
@@ -454,16 +454,16 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
         # without the source, a 2- or 4-byte slot may be a short or a half, an int or a float:
         # a Python number would be guessed into one of them, and a wrong guess reads garbage
         ints, floats = _AMBIGUOUS[spec.size]
-        raise _fail(kernel, spec, f"got the Python {type(value).__name__} {_show(value)} for a "
+        raise _fail(kernel, spec, f"got the Python {type(value).__name__} {show(value)} for a "
                                   f"{spec.size}-byte parameter of a kernel whose parameter types "
                                   f"are unknown (a CUBIN without its source): it could be "
                                   f"{ints} or {floats}; pass a NumPy scalar of the type the "
                                   f"kernel declares, e.g. np.{floats.split()[0]}(x) or "
                                   f"np.{ints.split()[0]}(x)")
-    if isinstance(value, (bool, int)) and spec.size in _INT_CODES:
+    if isinstance(value, (bool, int)) and spec.size in INT_CODES:
         lo, hi = -(1 << (8 * spec.size - 1)), (1 << (8 * spec.size - 1)) - 1
         if not lo <= value <= hi:
-            raise _fail(kernel, spec, f"{_show(value)} does not fit in a signed {spec.size}-byte "
+            raise _fail(kernel, spec, f"{show(value)} does not fit in a signed {spec.size}-byte "
                                       f"integer [{lo}, {hi}]; for an unsigned parameter pass "
                                       f"np.uint{8 * spec.size}(x)", ArgumentValueError)
         return int(value).to_bytes(spec.size, "little", signed=True)
@@ -476,12 +476,12 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
                                            dtype=np.dtype(f"c{spec.size}")), value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _to_value(kernel, spec, value)
-    raise _fail(kernel, spec, f"got {type(value).__name__} {_show(value)}: a kernel without a "
+    raise _fail(kernel, spec, f"got {type(value).__name__} {show(value)}: a kernel without a "
                               "C++ signature takes device arrays, Python numbers, NumPy "
                               f"scalars of the slot's size ({spec.size} bytes) or raw bytes")
 
 
-_CONVERTERS: dict[SlotKind, Callable[[str, ParamSpec, Any], bytes]] = {
+CONVERTERS: dict[SlotKind, Callable[[str, ParamSpec, Any], bytes]] = {
     SlotKind.POINTER: _to_pointer, SlotKind.BOOL: _to_int, SlotKind.INT: _to_int,
     SlotKind.FLOAT: _to_float, SlotKind.BFLOAT16: _to_bfloat16, SlotKind.COMPLEX: _to_complex,
     SlotKind.VALUE: _to_value, SlotKind.UNTYPED: _to_untyped,
@@ -500,7 +500,7 @@ def encode(kernel: str, spec: ParamSpec, value: Any) -> bytes:
             return struct.pack("<" + code, value)
         except (struct.error, OverflowError):
             pass  # out of range: the converter says so
-    return _CONVERTERS[spec.kind](kernel, spec, value)
+    return CONVERTERS[spec.kind](kernel, spec, value)
 
 
 def _count_error(kernel: str, specs: Sequence[ParamSpec], args: Any) -> ArgumentTypeError:
@@ -546,13 +546,13 @@ def check_dims(name: str, what: str, value: Any) -> tuple[int, int, int]:
     if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3 \
             or not all(_is_int(v) for v in value):
         raise ArgumentTypeError(f"{name}: {what} must be an int or a tuple of 1 to 3 ints, "
-                                f"got {_show(value)}")
+                                f"got {show(value)}")
     dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
     if any(d < 1 for d in dims):
         raise ArgumentValueError(f"{name}: every {what} dimension must be at least 1, "
-                                 f"got {_show(value)}")
+                                 f"got {show(value)}")
     if any(d > _U32 for d in dims):
-        raise ArgumentValueError(f"{name}: a {what} dimension of {_show(max(dims))} is more "
+        raise ArgumentValueError(f"{name}: a {what} dimension of {show(max(dims))} is more "
                                  f"than a launch can take (at most {_U32})")
     return dims  # type: ignore[return-value]
 
@@ -565,10 +565,10 @@ def check_shared_mem(name: str, value: Any) -> int:
     if not _is_int(value):
         raise ArgumentTypeError(f"{name}: shared_mem is the dynamic shared memory in bytes, an "
                                 f"int >= 0 (0 for none); got {type(value).__name__} "
-                                f"{_show(value)}")
+                                f"{show(value)}")
     if not 0 <= int(value) <= _U32:
         raise ArgumentValueError(f"{name}: shared_mem must be from 0 to {_U32} bytes, got "
-                                 f"{_show(int(value))}")
+                                 f"{show(int(value))}")
     return int(value)
 
 
@@ -597,7 +597,7 @@ def stream_handle(name: str, stream: Any) -> int:
         if value is not None:
             if not _is_int(value):
                 raise ArgumentTypeError(f"{name}: stream: got {type(stream).__name__}, whose "
-                                        f".{attr} is {type(value).__name__} {_show(value)}, "
+                                        f".{attr} is {type(value).__name__} {show(value)}, "
                                         "not a CUstream handle (int)")
             return _checked_handle(name, int(value), f"stream .{attr}")
     try:
@@ -606,7 +606,7 @@ def stream_handle(name: str, stream: Any) -> int:
         raise _stream_raised(name, stream, "reading its __cuda_stream__", exc) from exc
     if protocol is None:
         raise ArgumentTypeError(f"{name}: stream must be {_STREAM_KINDS}, got "
-                                f"{type(stream).__name__} {_show(stream)}")
+                                f"{type(stream).__name__} {show(stream)}")
     try:
         answer = protocol()
     except Exception as exc:
@@ -614,14 +614,14 @@ def stream_handle(name: str, stream: Any) -> int:
     if not (isinstance(answer, tuple) and len(answer) == 2 and _is_int(answer[0])
             and _is_int(answer[1])):
         raise ArgumentTypeError(f"{name}: stream: got {type(stream).__name__}, whose "
-                                f"__cuda_stream__() returned {_show(answer)}, not a (version, "
+                                f"__cuda_stream__() returned {show(answer)}, not a (version, "
                                 "handle) pair of ints")
     return _checked_handle(name, int(answer[1]), "stream handle from __cuda_stream__()")
 
 
 def _checked_handle(name: str, value: int, what: str) -> int:
     if not 0 <= value <= _U64:
-        raise ArgumentValueError(f"{name}: {what} {_show(value)} is not a CUstream (an int "
+        raise ArgumentValueError(f"{name}: {what} {show(value)} is not a CUstream (an int "
                                  f"from 0 to 2**64 - 1)")
     return value
 

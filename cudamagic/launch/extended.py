@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import ArgumentTypeError, ArgumentValueError, LaunchError
 from ..toolchain.driver import ExtendedLaunch
 from ..toolchain.image import LaunchNeeds
-from .encode import _show, check_dims
+from .encode import show, check_dims
 
 __all__ = ["always_extended", "check_extended", "co_residency_error", "launch_extended"]
 
@@ -43,7 +43,7 @@ def check_extended(name: str, cluster: Any, cooperative: Any) -> tuple[Dims | No
     if cooperative is not None and type(cooperative) is not bool:
         raise ArgumentTypeError(f"{name}: cooperative must be True, False or None (as the "
                                 f"CUBIN says), got {type(cooperative).__name__} "
-                                f"{_show(cooperative)}")
+                                f"{show(cooperative)}")
     return (None if cluster is None else check_dims(name, "cluster", cluster)), cooperative
 
 

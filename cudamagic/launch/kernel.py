@@ -20,7 +20,7 @@ from ..cxx.resolve import ResolvedBy
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 from ..toolchain import driver
 from ..toolchain.image import KernelImage, KernelResources, LaunchNeeds
-from .launcher import (LAST_LAUNCH, SHARED_PER_BLOCK_DEFAULT, Launcher, LaunchHooks, _NoSuchType, _NullStream,
+from .launcher import (LAST_LAUNCH, SHARED_PER_BLOCK_DEFAULT, Launcher, LaunchHooks, NoSuchType, NullStream,
                        generate_launcher)
 from .params import ParamSpec, param_specs
 
@@ -95,7 +95,7 @@ class Kernel:
     resources : KernelResources or None
         Registers, shared, constant and local memory, as the CUBIN records them.
     binary : Binary
-        The loaded CUBIN the kernel is in (anything with ``_library()``).
+        The loaded CUBIN the kernel is in (anything with ``library()``).
     module : Module or None
         The module the kernel belongs to (set by the module that takes it; it travels with a
         pickled kernel); None for a kernel made on its own.
@@ -122,7 +122,7 @@ class Kernel:
         self._signatures = signatures
         self.tools = tools
         if image is not None:  # else read from the binary's CUBIN on first use
-            self.__dict__["_image"] = image
+            self.__dict__["image"] = image
         self._handles: dict[int, int] = {}  # device -> CUkernel (launches take it as it is)
         self._shared_limit: dict[int, int] = {}
         self._launchers: dict[int, Launcher] = {}  # by thread
@@ -133,7 +133,7 @@ class Kernel:
         return self._signatures.text(self.symbol)
 
     @once
-    def _image(self) -> KernelImage:
+    def image(self) -> KernelImage:
         """The kernel's records in its binary's CUBIN (one object per symbol: the image
         hands every thread the same)."""
         return self.binary.image.kernel(self.symbol)
@@ -142,24 +142,24 @@ class Kernel:
     def params(self) -> tuple[ParamSpec, ...] | None:
         """The parameter table (read from the CUBIN and the signature on first use, so a restore
         of many kernels parses only those that are called)."""
-        return param_specs(self._image, self._signatures[self.symbol])
+        return param_specs(self.image, self._signatures[self.symbol])
 
     @property
     def launch_needs(self) -> LaunchNeeds:
         """How the CUBIN says the kernel must be launched: grid-wide sync (launched
         cooperatively), compile-time clusters (no GPU)."""
-        return getattr(self._image, "launch", None) or LaunchNeeds()
+        return getattr(self.image, "launch", None) or LaunchNeeds()
 
     @property
     def prints(self) -> bool:
         """The kernel (or a function it calls) calls ``printf``: its CUBIN's call graph reaches
         ``vprintf`` (no GPU)."""
-        return bool(getattr(self._image, "prints", False))
+        return bool(getattr(self.image, "prints", False))
 
     @property
     def resources(self) -> KernelResources | None:
         """Registers, shared, constant and local memory as the CUBIN records them (no GPU)."""
-        return self._image.resources
+        return self.image.resources
 
     @property
     def dynamic_shared_default(self) -> int:
@@ -177,7 +177,7 @@ class Kernel:
         if handle is None:
             if not context_ready:
                 driver.ensure_context(device)
-            library = self.binary._library()  # its own lock: loaded once per process
+            library = self.binary.library()  # its own lock: loaded once per process
             with _SETUP:
                 handle = self._handles.get(device)
                 if handle is None:
@@ -315,14 +315,14 @@ class Kernel:
         cupy = sys.modules.get("cupy")
         fast = "cupy_backends.cuda.api.driver" in sys.modules
         return LaunchHooks(
-            array_type=cupy.ndarray if cupy is not None else _NoSuchType,
-            stream_type=cupy.cuda.Stream if cupy is not None else _NoSuchType,
+            array_type=cupy.ndarray if cupy is not None else NoSuchType,
+            stream_type=cupy.cuda.Stream if cupy is not None else NoSuchType,
             current_device=driver.device_getter(),
             current_stream=cupy.cuda.get_current_stream if cupy is not None
-            else _NullStream,
+            else NullStream,
             handles=self._handles, load=self._handle,
             launch=driver.fast_launch() if fast else None,
-            relaunch=self._relaunch, raise_shared_limit=self._raise_shared_limit,
+            relaunch=self._relaunch, raise_shared_limit=self.raise_shared_limit,
             other_thread=Kernel._any_thread, dynamic_shared_default=self.dynamic_shared_default)
 
     def _relaunch(self, fn: int, device: int, grid: tuple[int, int, int],
@@ -341,7 +341,7 @@ class Kernel:
             raise ContextPoisonedError(f"{exc} {sanitize_hint(LAST_LAUNCH[0])}", exc.code,
                                        exc.device) from None
 
-    def _raise_shared_limit(self, device: int, nbytes: int) -> None:
+    def raise_shared_limit(self, device: int, nbytes: int) -> None:
         if self._shared_limit.get(device, 0) < nbytes:
             driver.set_max_dynamic_shared(self._handle(device), device, nbytes)
             self._shared_limit[device] = nbytes

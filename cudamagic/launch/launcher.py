@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..toolchain import driver
-from .encode import _CONVERTERS, check_dims, check_shared_mem, pack_args, stream_handle
+from .encode import CONVERTERS, check_dims, check_shared_mem, pack_args, stream_handle
 from ..toolchain.image import LaunchNeeds
 from .extended import always_extended, check_extended, launch_extended
-from .params import ParamSpec, SlotKind, _nan_checked, layout_error
+from .params import ParamSpec, SlotKind, nan_checked, layout_error
 
 __all__ = ["LaunchHooks", "Launcher", "generate_launcher"]
 
@@ -32,11 +32,11 @@ _U32 = 2**32 - 1
 SHARED_PER_BLOCK_DEFAULT = 48 * 1024
 
 
-class _NoSuchType:
+class NoSuchType:
     """Stands for CuPy's ndarray and Stream where CuPy is not imported: nothing is of this type."""
 
 
-class _NullStream:
+class NullStream:
     ptr = 0
 
 
@@ -144,7 +144,7 @@ def _fast_form(spec: ParamSpec, env: dict[str, Any], sample: Any) -> tuple[str, 
             terms.append(f"t in S{i}")
             break
         env[f"T{i}_{j}"] = typ
-        nan = f" and {a} == {a}" if _nan_checked(typ, code) else ""
+        nan = f" and {a} == {a}" if nan_checked(typ, code) else ""
         terms.append(f"{'(t := type(' + a + '))' if j == 0 else 't'} is T{i}_{j}{nan}")
     return f"({' or '.join(terms)})", a, code
 
@@ -213,7 +213,7 @@ def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
         tests += [test] if test else []
         values += [value] if value else []
         if not code:  # no direct form: the slot's converter, written after the pack
-            env[f"C{spec.index}"] = functools.partial(_CONVERTERS[spec.kind], name, spec)
+            env[f"C{spec.index}"] = functools.partial(CONVERTERS[spec.kind], name, spec)
             env[f"W{spec.index}"] = struct.Struct(f"<{spec.size}s").pack_into
             converted.append(f"W{spec.index}(buf, {spec.offset}, C{spec.index}(a{spec.index}))")
         pos = spec.offset + spec.size

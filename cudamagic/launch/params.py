@@ -26,7 +26,7 @@ __all__ = ["ParamSpec", "SlotKind", "param_specs", "layout_error", "pointer_size
 
 
 _COMPLEX = re.compile(r"(?:^|::)complex<(float|double)>$")
-_INT_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
+INT_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
 _NP_INTS = tuple(dict.fromkeys(np.dtype(c).type for c in "bBhHiIlLqQ"))  # distinct types
 
 
@@ -90,12 +90,12 @@ class ParamSpec:
         """The ``struct`` code that packs ``value`` as it is, or None (the converter's turn)."""
         t = type(value)
         for typ, code in self.direct:
-            if t is typ and (not _nan_checked(typ, code) or value == value):
+            if t is typ and (not nan_checked(typ, code) or value == value):
                 return code
         return None
 
 
-def _nan_checked(typ: type, code: str) -> bool:
+def nan_checked(typ: type, code: str) -> bool:
     """Whether a direct entry packs NaNs differently from NumPy: ``struct`` widens a float32 to
     a double and back, which turns a signalling NaN quiet, so float32 NaNs take the converter
     (their own bytes)."""
@@ -106,7 +106,7 @@ def _direct_entries(kind: SlotKind, dtype: np.dtype | None, size: int) -> tuple[
     """The types a slot packs without conversion, most common first (the generated launcher
     tests them in this order); every entry is exact (the property tests check each)."""
     if kind is SlotKind.INT and dtype is not None:
-        code = _INT_CODES[dtype.itemsize].upper() if dtype.kind == "u" else _INT_CODES[size]
+        code = INT_CODES[dtype.itemsize].upper() if dtype.kind == "u" else INT_CODES[size]
         first = (int, dtype.type, bool)
         return tuple((t, code) for t in dict.fromkeys(first + _NP_INTS))
     if kind is SlotKind.BOOL:
@@ -115,8 +115,8 @@ def _direct_entries(kind: SlotKind, dtype: np.dtype | None, size: int) -> tuple[
         return ((float, "f"), (np.float32, "f"), (int, "f"), (bool, "f"))
     if kind is SlotKind.FLOAT and dtype is not None and dtype.itemsize == 8:
         return ((float, "d"), (np.float64, "d"), (int, "d"), (np.float32, "d"), (bool, "d"))
-    if kind is SlotKind.UNTYPED and size in _INT_CODES:
-        i = _INT_CODES[size]
+    if kind is SlotKind.UNTYPED and size in INT_CODES:
+        i = INT_CODES[size]
         # a Python number packs directly only where its size tells int from float (1, 8 bytes)
         python: list[tuple[type, str]] = [(int, i), (bool, i)] if size in (1, 8) else []
         ints = python + [(np.dtype(f"i{size}").type, i), (np.dtype(f"u{size}").type, i.upper())]
@@ -150,7 +150,7 @@ def _spec(index: int, offset: int, size: int, ctype: str | None) -> ParamSpec:
     """One row of the table (see :class:`ParamSpec`)."""
     if ctype is None:
         return ParamSpec(index, offset, size, ctype, SlotKind.UNTYPED,
-                         code=_INT_CODES.get(size, ""),
+                         code=INT_CODES.get(size, ""),
                          direct=_direct_entries(SlotKind.UNTYPED, None, size))
     if ctype.endswith("*") or ctype.endswith("*__restrict__"):
         pointee = ctype.rsplit("*", 1)[0].strip()

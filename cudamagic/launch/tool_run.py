@@ -183,7 +183,7 @@ def prepare_run(kernel: Any, grid: Any, block: Any, args: Sequence[Any],
                 copy=copy, labels=labels, uninitialized=uninitialized, ready=ready)
     support = getattr(kernel.module, "debug", None)
     build = support.lineinfo() if support is not None else \
-        LineinfoBuild(kernel.module._payload()) if kernel.module is not None else None
+        LineinfoBuild(kernel.module.payload()) if kernel.module is not None else None
     if build is None:
         raise LaunchError(f"{name}: a kernel made outside a module cannot be sent to a child "
                           "process")

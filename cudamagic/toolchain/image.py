@@ -41,7 +41,7 @@ _EIATTR_KPARAM_INFO = 0x17
 _EIATTR_FRAME_SIZE, _EIATTR_MIN_STACK_SIZE, _EIATTR_REGCOUNT = 0x11, 0x12, 0x2F
 _PER_FUNCTION = frozenset((_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE, _EIATTR_MIN_STACK_SIZE))
 # per-kernel records of a kernel's own .nv.info.<symbol> section (names as cuobjdump prints them)
-_EIATTR_MAX_THREADS = 0x05            # __launch_bounds__'s first argument, as (x, y, z)
+EIATTR_MAX_THREADS = 0x05            # __launch_bounds__'s first argument, as (x, y, z)
 _EIATTR_COOP_GROUP_INSTR_OFFSETS = 0x28  # the code offsets of cooperative-groups barriers
 _EIATTR_CTA_PER_CLUSTER = 0x3D        # __cluster_dims__(x, y, z)
 _EIATTR_EXPLICIT_CLUSTER = 0x3E       # the kernel must be launched with a cluster
@@ -300,7 +300,7 @@ class _Elf:
         offset = self._spans["offset"][i]
         return self.data[offset:offset + self._spans["size"][i]]
 
-    def _header(self, i: int) -> tuple:
+    def elf_header(self, i: int) -> tuple:
         """``(name offset, type, offset, size, link, entsize, info)`` of section ``i``."""
         name, stype, _flags, _addr, off, size, link, info, _align, entsize = \
             struct.unpack_from("<IIQQQQIIQQ", self.data, self._shoff + 64 * i)
@@ -373,12 +373,12 @@ class _Elf:
             if not picked:
                 continue
             where = {meta[j] >> 16 for j in picked}
-            names = dict(zip(where, _strings(self._shstr, [name_at[k] for k in where])))
+            names = dict(zip(where, strings_at(self._shstr, [name_at[k] for k in where])))
             picked = [j for j in picked if names[meta[j] >> 16] in _VARIABLE_SECTIONS]
             longs = words.cast("Q")  # per symbol: (name, info...), st_value, st_size
             values, sizes = longs[1::3].tolist(), longs[2::3].tolist()
             strings = words.cast("I")[0::6].tolist()
-            texts = _strings(self._span(self._spans["link"][i]), [strings[j] for j in picked])
+            texts = strings_at(self._span(self._spans["link"][i]), [strings[j] for j in picked])
             # .nv.global holds no bytes (NOBITS, or a CUDA section type of that meaning in -rdc)
             out += [GlobalImage(text, sizes[j], _VARIABLE_SECTIONS[section], values[j],
                                 section != ".nv.global")
@@ -387,9 +387,9 @@ class _Elf:
         return tuple(out)
 
     def section(self, name: str) -> tuple | None:
-        """The section with this name (:meth:`_header`'s tuple), or None."""
+        """The section with this name (:meth:`elf_header`'s tuple), or None."""
         i = self._index(name)
-        return None if i is None else self._header(i)
+        return None if i is None else self.elf_header(i)
 
     @once
     def per_symbol(self) -> dict[int, dict[int, int]]:
@@ -407,7 +407,7 @@ class _Elf:
                     if attr in _PER_FUNCTION:
                         out.setdefault(sym, {})[attr] = value
                 return out
-        for fmt, attr, body in _records(data):
+        for fmt, attr, body in info_records(data):
             if fmt == _EIFMT_SVAL and len(body) >= 8 and attr in _PER_FUNCTION:
                 sym, value = struct.unpack_from("<II", body)
                 out.setdefault(sym, {})[attr] = value
@@ -424,7 +424,7 @@ class _Elf:
         entries = [(j, e[0]) for j, e in enumerate(
             struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24]))
             if e[1] & 0xF == _STT_FUNC and e[3] != 0]
-        return dict(zip((j for j, _ in entries), _strings(strtab, [o for _, o in entries])))
+        return dict(zip((j for j, _ in entries), strings_at(strtab, [o for _, o in entries])))
 
     @once
     def callees(self) -> dict[int, set[int]]:
@@ -450,7 +450,7 @@ class _Elf:
         entries = [(j, e[0]) for j, e in enumerate(
             struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24]))
             if e[1] & 0xF == _STT_FUNC and e[3] == 0 and e[0]]
-        return dict(zip((j for j, _ in entries), _strings(strtab, [o for _, o in entries])))
+        return dict(zip((j for j, _ in entries), strings_at(strtab, [o for _, o in entries])))
 
     def externals_reached(self, symbol_index: int) -> set[str]:
         """The undefined functions a kernel calls, directly or through its callees (the
@@ -494,7 +494,7 @@ class _Elf:
     def launch_needs(self, symbol: str, symbol_index: int, info: bytes | None) -> LaunchNeeds:
         """One kernel's launch requirements (see :class:`LaunchNeeds` for the records)."""
         try:
-            own = {attr: body for _, attr, body in _records(info or b"")}
+            own = {attr: body for _, attr, body in info_records(info or b"")}
             # a kernel that calls nothing is its own call graph (the function table is every
             # FUNC symbol's name); the code is scanned only where a grid barrier could be
             names = self.reachable(symbol_index) if symbol_index in self.callees else [symbol]
@@ -502,7 +502,7 @@ class _Elf:
             for name in names:
                 sec = info if name == symbol else self._info(name)
                 if sec is not None and any(a == _EIATTR_COOP_GROUP_INSTR_OFFSETS
-                                           for _, a, _ in _records(sec)):
+                                           for _, a, _ in info_records(sec)):
                     barriers = True
             traps = barriers and any(self._traps(name) for name in names)
         except (struct.error, IndexError) as exc:
@@ -518,7 +518,7 @@ class _Elf:
         debug = barriers and self.section(".debug_info") is not None
         return LaunchNeeds(grid_sync=(None if barriers and debug else barriers and traps), cluster_dims=cluster,
                            requires_cluster=cluster is not None or _EIATTR_EXPLICIT_CLUSTER in own,
-                           max_threads=dims(_EIATTR_MAX_THREADS))
+                           max_threads=dims(EIATTR_MAX_THREADS))
 
     def _info(self, name: str) -> bytes | None:
         sec = self.section(".nv.info." + name)
@@ -573,7 +573,7 @@ def read_cubin(data: bytes) -> CubinImage:
         raise ImageError(f"the CUBIN is malformed or truncated ({exc})") from None
 
 
-def _header(data: bytes) -> tuple[int, int, int, int]:
+def elf_header(data: bytes) -> tuple[int, int, int, int]:
     """``(e_flags, e_shoff, e_shnum, e_shstrndx)`` of an ELF header checked to be a CUBIN's."""
     if len(data) < 64 or data[:4] != b"\x7fELF":
         raise ImageError("not a CUBIN: the data does not start with an ELF header")
@@ -594,7 +594,7 @@ def _header(data: bytes) -> tuple[int, int, int, int]:
 
 
 def _read(data: bytes) -> CubinImage:
-    e_flags, e_shoff, e_shnum, e_shstrndx = _header(data)
+    e_flags, e_shoff, e_shnum, e_shstrndx = elf_header(data)
     # the symbol table first, through typed views of the tables: no Python object per section
     # or per symbol that is not a kernel (the rest is read on first use, by _Elf)
     table = memoryview(data)[e_shoff:e_shoff + e_shnum * 64]
@@ -620,7 +620,7 @@ def _read(data: bytes) -> CubinImage:
         names = symtab[0::6].tolist()
         link = links[i]
         strtab = data[offsets[link]:offsets[link] + sizes[link]]
-        symbols += _strings(strtab, [names[j] for j in picked])
+        symbols += strings_at(strtab, [names[j] for j in picked])
         indices += picked
     sm = (e_flags >> 8) & 0xFF if e_flags >> 8 & 0xFF else None
     return CubinImage(tuple(symbols), tuple(indices), sm,
@@ -634,7 +634,7 @@ _VARIABLE_SECTIONS = {".nv.constant3": "constant", ".nv.global": "global",
                       ".nv.global.init": "global"}
 
 
-def _strings(table: bytes, offsets: list[int]) -> list[str]:
+def strings_at(table: bytes, offsets: list[int]) -> list[str]:
     """The NUL-terminated strings of a string table at these offsets (an offset into the
     middle of a string is read from there, as the ELF format allows).
 
@@ -652,7 +652,7 @@ def _section_bytes(data: bytes, sec: tuple) -> bytes:
     return data[off:off + size]
 
 
-def _records(info: bytes) -> Iterator[tuple[int, int, bytes]]:
+def info_records(info: bytes) -> Iterator[tuple[int, int, bytes]]:
     """The ``(format, attribute, value bytes)`` records of a ``.nv.info`` section.
 
     :raises ImageError: a record runs past the end, or has a format this reader does not know.
@@ -677,7 +677,7 @@ def _records(info: bytes) -> Iterator[tuple[int, int, bytes]]:
 def _kparams(info: bytes) -> tuple[Param, ...]:
     """Parameter records of one ``.nv.info.<symbol>`` section."""
     params: dict[int, Param] = {}
-    for fmt, attr, body in _records(info):
+    for fmt, attr, body in info_records(info):
         if fmt == _EIFMT_SVAL and attr == _EIATTR_KPARAM_INFO and len(body) >= 12:
             _index, ordinal, offset, flags = struct.unpack_from("<IHHI", body)
             params[ordinal] = Param(ordinal, offset, (flags >> 18) & 0x3FFF)

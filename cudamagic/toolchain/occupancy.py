@@ -206,17 +206,17 @@ def usage_of(kernel: Any) -> KernelUsage:
     """
     if isinstance(kernel, KernelUsage):
         return kernel
-    image = getattr(kernel, "_image", kernel)
+    image = getattr(kernel, "image", kernel)
     resources = getattr(image, "resources", None)
     if resources is None:
         raise OccupancyError(f"{getattr(kernel, 'name_expression', kernel)!r}: no CUBIN "
                              "records to compute occupancy from")
-    from .image import _EIATTR_MAX_THREADS, _records
+    from .image import EIATTR_MAX_THREADS, info_records
 
     # the kernel's own records alone: its launch needs (image.launch) would also walk the call
     # graph and scan the code, which the block limit does not depend on
-    records = [(attr, body) for _, attr, body in _records(image.info or b"")]
-    dims = dict(records).get(_EIATTR_MAX_THREADS)
+    records = [(attr, body) for _, attr, body in info_records(image.info or b"")]
+    dims = dict(records).get(EIATTR_MAX_THREADS)
     max_threads = None
     if dims is not None and len(dims) >= 12:
         x, y, z = struct.unpack_from("<III", dims)
@@ -517,7 +517,7 @@ def cubin_sm(kernel: Any) -> int | None:
     sm = getattr(image, "sm", None)
     if sm is not None:
         return sm
-    elf = getattr(getattr(kernel, "_image", kernel), "elf", None)
+    elf = getattr(getattr(kernel, "image", kernel), "elf", None)
     if elf is None:
         return None
     (flags,) = struct.unpack_from("<I", elf.data, 48)
@@ -550,7 +550,7 @@ class _DriverOccupancy:
         (48 KiB less the static shared memory), as the arithmetic assumes."""
         default = 48 * _KIB - usage_of(self.kernel).static_shared_bytes
         if dynamic > max(default, self._raised):
-            self.kernel._raise_shared_limit(self.device, dynamic)
+            self.kernel.raise_shared_limit(self.device, dynamic)
             self._raised = dynamic
 
     def active_blocks(self, block_size: int, dynamic: int) -> int:

@@ -20,7 +20,7 @@ FOLD_KERNELS = 8
 
 #: block sizes the text view lists (the table has every multiple of 32)
 _TEXT_BLOCKS = (32, 64, 128, 192, 256, 384, 512, 640, 768, 896, 1024)
-_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
             "#17becf")
 
 
@@ -108,7 +108,7 @@ def svg_lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, x_
                f'text-anchor="middle">{html.escape(x_label)}</text>')
     paths: dict[tuple, str] = {}  # kernels that ask alike share a curve: its points written once
     for i, (label, pts) in enumerate(series):
-        colour = _COLOURS[i % len(_COLOURS)]
+        colour = COLOURS[i % len(COLOURS)]
         key = tuple(pts)
         path = paths.get(key)
         if path is None:
@@ -230,7 +230,7 @@ def svg_strips(rows: Sequence[tuple[str, Sequence[float], bool]], *, width: int 
            "<title>time per launch, every sample</title>"]
     for i, (label, vs, flagged) in enumerate(rows):
         y = top + row_height * i + row_height / 2
-        colour = "#999" if flagged else _COLOURS[i % len(_COLOURS)]
+        colour = "#999" if flagged else COLOURS[i % len(COLOURS)]
         ordered = sorted(vs)
         if ordered:
             p10, med, p90 = (_quantile(ordered, q) for q in (0.1, 0.5, 0.9))

@@ -16,7 +16,7 @@ from ..toolchain.driver import Sticky, lost_text
 from ..toolchain.profiler import Comparison, Profile
 from ..toolchain.sanitizer import Access, FindingKind, Space
 from ..units import counted, size_text
-from .bench import _COLOURS
+from .bench import COLOURS
 
 __all__ = ["DebugView", "present", "sanitize_text", "sanitize_html", "profile_text",
            "profile_html", "roofline_svg", "crash_lines"]
@@ -171,7 +171,7 @@ def roofline_svg(profiles: Sequence[Profile], width: int = 460, height: int = 22
     out.append(f'<text x="{(left + width - right) / 2}" y="{height - 4}" text-anchor="middle">'
                "FLOP per DRAM byte</text>")
     for i, (label, x, y) in enumerate(pts):
-        colour = _COLOURS[i % len(_COLOURS)]
+        colour = COLOURS[i % len(COLOURS)]
         out.append(f'<circle cx="{px(math.log10(x)):.1f}" cy="{py(math.log10(y)):.1f}" r="5" '
                    f'fill="{colour}"><title>{html.escape(label)}</title></circle>'
                    f'<text x="{width - right - 4}" y="{top + 12 + 12 * i}" text-anchor="end" '
