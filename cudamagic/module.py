@@ -287,6 +287,15 @@ class Module(Mapping[str, Kernel]):
             f"given with -n). It holds: {', '.join(held) or 'nothing'}"
             + (f". Closest: {', '.join(near)}" if near else ""))
 
+    def __contains__(self, expr: object) -> bool:
+        """Whether ``module[expr]`` gives a kernel (a Mapping's answer: False, never an
+        error, for a name it does not hold or a key that is no name)."""
+        return isinstance(expr, str) and expr in self.kernels
+
+    def get(self, expr: str, default: Any = None) -> Any:
+        """``module[expr]``, or ``default`` where it holds no such kernel (as a Mapping)."""
+        return self[expr] if expr in self else default
+
     def get_function(self, name: str) -> Kernel:
         """The kernel ``name`` (its name expression, or an ``extern "C"`` kernel's name), as
         CuPy's ``RawModule.get_function`` gives it: ``module[name]`` under CuPy's name."""

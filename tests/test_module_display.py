@@ -41,3 +41,28 @@ def _shown(report) -> list[str]:
     p = _Printer()
     report._repr_pretty_(p, False)
     return p.out
+
+
+# --- a module is a Mapping of name expressions to kernels ------------------------------------
+
+_HELD = 'extern "C" __global__ void fill(float* x) {}\ntemplate <class T> __global__ void t(T* x) {}\n'
+
+# a key -> (key in module, module.get(key, "none") is a kernel)
+MAPPING = {"fill": (True, True), "t<float>": (True, True), "t<int>": (False, False),
+           "fil": (False, False), "": (False, False), 3: (False, False),
+           None: (False, False), b"fill": (False, False)}
+
+
+@pytest.mark.parametrize("key", list(MAPPING), ids=repr)
+def test_membership_and_get_answer_as_a_mapping(tmp_path, key):
+    """``"x" in module`` and ``module.get(x, default)`` raised NameResolutionError; a Mapping
+    answers False and the default."""
+    import cudamagic
+
+    module = cudamagic.build(_HELD, ["t<float>"], cache=tmp_path)
+    held, found = MAPPING[key]
+    assert (key in module) is held
+    got = module.get(key, "none")
+    assert (got != "none") is found
+    if found:
+        assert got is module[key]

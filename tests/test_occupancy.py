@@ -391,3 +391,73 @@ def test_a_terminal_shows_the_occupancy_table_not_the_record():
     table = cudamagic.build(src, use_cache=False)["k"].occupancy()
     text = PlainTextFormatter()(table)
     assert text == str(table) and "best block size" in text and "Occupancy(" not in text
+
+
+# --- the forms people write: taken, or refused clearly ---------------------------------------
+
+@pytest.fixture(scope="module")
+def typed_kernel(tmp_path_factory):
+    src = 'extern "C" __global__ void __launch_bounds__(256) k(float* x) { x[0] = 1.0f; }\n'
+    return cudamagic.build(src, cache=tmp_path_factory.mktemp("cache"))["k"]
+
+
+def _numpy():
+    return pytest.importorskip("numpy")
+
+
+# what people pass to kernel.occupancy -> the block sizes and dynamic sizes of the rows
+FORMS = {
+    "occupancy(256)": (lambda k: k.occupancy(256), [(256, 0)]),
+    "occupancy([128, 256])": (lambda k: k.occupancy([128, 256]), [(128, 0), (256, 0)]),
+    "occupancy(range(64, 193, 64))": (lambda k: k.occupancy(range(64, 193, 64)),
+                                      [(64, 0), (128, 0), (192, 0)]),
+    "a NumPy array of block sizes": (lambda k: k.occupancy(_numpy().array([128, 256])),
+                                     [(128, 0), (256, 0)]),
+    "a NumPy int block size": (lambda k: k.occupancy(_numpy().int64(128)), [(128, 0)]),
+    "occupancy(128, dynamic_shared=49152)": (
+        lambda k: k.occupancy(128, dynamic_shared=49152), [(128, 49152)]),
+    "occupancy(128, dynamic_shared=[0, 1024])": (
+        lambda k: k.occupancy(128, dynamic_shared=[0, 1024]), [(128, 0), (128, 1024)]),
+    "sm=90": (lambda k: k.occupancy(128, sm=90), [(128, 0)]),
+    "sm='90'": (lambda k: k.occupancy(128, sm="90"), [(128, 0)]),
+    "sm='sm_90'": (lambda k: k.occupancy(128, sm="sm_90"), [(128, 0)]),
+    "sm='SM_90a'": (lambda k: k.occupancy(128, sm="SM_90a"), [(128, 0)]),
+    "max_dynamic_shared (documented)": (
+        lambda k: k.occupancy(128, dynamic_shared=65536, max_dynamic_shared=49152),
+        [(128, 65536)]),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_the_forms_people_write_are_taken(typed_kernel, form):
+    """Each raised TypeError, NumPy's ambiguous-truth ValueError, or said 'no table for
+    sm_sm_90'."""
+    ask, rows = FORMS[form]
+    got = ask(typed_kernel)
+    assert [(r.block_size, r.dynamic_shared_bytes) for r in got.rows] == rows
+
+
+def test_max_dynamic_shared_is_the_limit_asked_about(typed_kernel):
+    raised = typed_kernel.occupancy(128, dynamic_shared=65536).rows[0]
+    left = typed_kernel.occupancy(128, dynamic_shared=65536, max_dynamic_shared=49152).rows[0]
+    assert raised.active_blocks > 0 and left.active_blocks == 0
+
+
+# what people pass that means nothing -> the words of the OccupancyError
+REFUSED = {
+    "sm=90.7": (lambda k: k.occupancy(128, sm=90.7), "give the architecture as 90"),
+    "sm='sm90x'": (lambda k: k.occupancy(128, sm="sm90x"), "give the architecture as 90"),
+    "sm=True": (lambda k: k.occupancy(128, sm=True), "give the architecture as 90"),
+    "a float block size": (lambda k: k.occupancy(128.0), "give an int, or a list"),
+    "a block size as text": (lambda k: k.occupancy("128"), "give an int, or a list"),
+    "an empty list": (lambda k: k.occupancy([]), "the list is empty"),
+    "a float dynamic size": (lambda k: k.occupancy(128, dynamic_shared=1.5),
+                             "give an int, or a list"),
+}
+
+
+@pytest.mark.parametrize("form", list(REFUSED))
+def test_forms_that_mean_nothing_are_refused_clearly(typed_kernel, form):
+    ask, words = REFUSED[form]
+    with pytest.raises(OccupancyError, match=words):
+        ask(typed_kernel)

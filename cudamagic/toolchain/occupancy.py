@@ -469,18 +469,62 @@ def best_block_size(rows: Iterable[Occupancy]) -> int:
     return best
 
 
-def table(kernel: Any, block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
-          dynamic_shared: Sequence[int] = (0,), *, sm: int | None = None,
-          carveout: int | None = None, device: int | None = None) -> OccupancyTable:
+def size_list(value: Any, what: str) -> tuple[int, ...]:
+    """Block sizes or dynamic shared sizes as people pass them: one int, or any sequence or
+    array of ints (NumPy's included), as a tuple of ints.
+
+    :raises OccupancyError: anything else (a float, a bool, a string, an empty list).
+    """
+    items = (value,) if isinstance(value, (int, str, bytes)) or not hasattr(value, "__iter__") \
+        else tuple(value)
+    out = []
+    for item in items:
+        if isinstance(item, (bool, str, bytes)) or not hasattr(item, "__index__"):
+            raise OccupancyError(f"{what} {item!r}: give an int, or a list or array of ints")
+        out.append(int(item.__index__()))
+    if not out:
+        raise OccupancyError(f"{what}: the list is empty; give at least one size")
+    return tuple(out)
+
+
+def sm_number(value: Any) -> int:
+    """An architecture as people write it (``90``, ``"90"``, ``"sm_90"``, ``"compute_90"``,
+    ``"90a"``, a NumPy int) as its number.
+
+    :raises OccupancyError: anything else (``90.7``, ``"sm90x"``, a bool).
+    """
+    text = value.lower().strip() if isinstance(value, str) else None
+    if text is not None:
+        for prefix in ("sm_", "compute_"):
+            text = text.removeprefix(prefix)
+        text = text[:-1] if text[-1:] in ("a", "f") else text
+        if text.isdigit():
+            return int(text)
+    elif not isinstance(value, bool) and hasattr(value, "__index__"):
+        return int(value.__index__())
+    raise OccupancyError(f"sm={value!r}: give the architecture as 90, '90' or 'sm_90'")
+
+
+def table(kernel: Any, block_sizes: Any = DEFAULT_BLOCK_SIZES, dynamic_shared: Any = (0,), *,
+          sm: Any = None, carveout: int | None = None, device: int | None = None,
+          max_dynamic_shared: int | None = None) -> OccupancyTable:
     """A kernel's occupancy over block sizes and dynamic shared sizes.
 
     With a GPU (``device``, or the current one when ``sm`` is not given) whose architecture is
     the CUBIN's, each row's ``active_blocks`` is the driver's answer and the best block size is
     ``cuOccupancyMaxPotentialBlockSize``'s; the limits per resource are always the arithmetic's.
     Without one, everything is computed for ``sm`` (default: the CUBIN's architecture).
+    ``block_sizes`` and ``dynamic_shared`` take one int or a sequence or array of them (None:
+    the defaults); ``sm`` takes ``90``, ``"90"`` or ``"sm_90"``; ``max_dynamic_shared`` is
+    :func:`compute`'s.
 
     :raises OccupancyError: an unknown architecture, a size that is not one, no CUBIN records.
     """
+    block_sizes = size_list(DEFAULT_BLOCK_SIZES if block_sizes is None else block_sizes,
+                        "block size")
+    dynamic_shared = size_list((0,) if dynamic_shared is None else dynamic_shared,
+                           "dynamic shared memory")
+    sm = None if sm is None else sm_number(sm)
     usage = usage_of(kernel)
     name = str(getattr(kernel, "name_expression", None) or getattr(kernel, "symbol", "kernel"))
     ask = _driver_for(kernel, sm, device, carveout)
@@ -491,7 +535,8 @@ def table(kernel: Any, block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
     best: dict[int, int] = {}
     min_grid: dict[int, int | None] = {}
     for dyn in dynamic_shared:
-        found = [compute(usage, b, dyn, sm=target, carveout=carveout) for b in block_sizes]
+        found = [compute(usage, b, dyn, sm=target, carveout=carveout,
+                         max_dynamic_shared=max_dynamic_shared) for b in block_sizes]
         if ask is not None:
             most = usage.max_block_size(arch_limits(target))
             found = [_answered(r, ask.active_blocks(r.block_size, dyn), most) for r in found]

@@ -68,8 +68,8 @@ def show_bench(result: BenchResult) -> ShownBench:
 def kernel_occupancy(kernel: Any, block_sizes: Sequence[int] | None = None,
                      dynamic_shared: Sequence[int] = (0,), **options: Any) -> ShownOccupancy:
     """``kernel.occupancy()``: :func:`cudamagic.toolchain.occupancy.table`, shown."""
-    return show_occupancy(table(kernel, block_sizes or DEFAULT_BLOCK_SIZES, dynamic_shared,
-                                **options))
+    return show_occupancy(table(kernel, DEFAULT_BLOCK_SIZES if block_sizes is None
+                                else block_sizes, dynamic_shared, **options))
 
 
 def kernel_bench(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
