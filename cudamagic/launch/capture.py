@@ -316,9 +316,10 @@ def name_address(address: int, c: Capture, placed: Sequence[Placement]) -> ArgAd
     return best
 
 
-def refuse_stream(name: str, options: dict) -> None:
-    """A tool run takes no stream (the child has its own): refuse one, and any other option a
-    launch does not take, before anything starts."""
+def check_options(name: str, options: dict) -> None:
+    """The launch options a tool run takes: ``shared_mem``, and ``stream`` (ignored: the child
+    launches on its own); any other (``cluster``, ``cooperative``) is refused before anything
+    starts."""
     unknown = sorted(set(options) - {"shared_mem", "stream"})
     if unknown:
         raise ArgumentTypeError(f"{name}: {', '.join(unknown)} is not a launch option here "

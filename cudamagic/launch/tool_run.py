@@ -31,7 +31,7 @@ from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool,
                                    sanitizer_argv)
 from .calls import CallSyntax, read_calls, read_options
 from .capture import (ArgAddress, Capture, Placement, capture, check_launch, encode_capture,
-                      name_address, refuse_stream)
+                      name_address, check_options)
 from .params import layout_error
 
 __all__ = ["LineinfoBuild", "DebugSupport", "CellFinding", "SanitizeReport", "sanitize",
@@ -160,7 +160,7 @@ def prepare_run(kernel: Any, grid: Any, block: Any, args: Sequence[Any],
     :raises NoDeviceError: after the checks, without a GPU.
     """
     name = kernel.name_expression
-    refuse_stream(name, launch_options)
+    check_options(name, launch_options)
     specs = kernel.params
     if specs is None:
         raise LaunchError(f"{name}: the CUBIN carries no parameter records for "
