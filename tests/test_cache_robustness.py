@@ -596,3 +596,23 @@ def test_one_damaged_byte_anywhere_in_a_large_entry_is_caught(tmp_path, where):
     assert got is None and miss is not None and miss.kind is MissKind.DAMAGED, (where, miss)
     assert not _value_files(tmp_path)  # deleted
     assert cache.get("key") == (None, None)  # gone: no entry, nothing to say
+
+
+@pytest.mark.parametrize("name", [b"caf\xe9", b"\xff\xfe", b"a%20b", b"q?mode=ro", b"h#x",
+                                  "é".encode()], ids=repr)
+def test_lookups_are_counted_in_a_folder_of_any_name(tmp_path, name):
+    """A cache folder whose name is not UTF-8 killed the hit-count thread (the URI of its
+    database was encoded as UTF-8): the stats stayed 0/0."""
+    import os
+
+    import cudamagic
+    from cudamagic.store import KernelCache
+
+    folder = os.fsdecode(os.fsencode(str(tmp_path)) + b"/" + name)
+    cache = KernelCache(folder)
+    src = 'extern "C" __global__ void k(int* p) {}\n'
+    assert not cudamagic.build(src, cache=cache).hit
+    for _ in range(3):
+        assert cudamagic.build(src, cache=cache).hit
+    assert cache.stats() == (3, 1)
+    cache.close()

@@ -646,7 +646,7 @@ class Bookkeeper:
         con = self._cons.pop(database, None)
         if con is None:
             # mode=rw: a folder deleted meanwhile gets no new empty database from a count
-            con = sqlite3.connect(f"file:{urllib.parse.quote(database)}?mode=rw", uri=True,
+            con = sqlite3.connect(f"file:{_uri_path(database)}?mode=rw", uri=True,
                                   timeout=0.05, isolation_level=None, check_same_thread=False)
         self._cons[database] = con
         while len(self._cons) > self.MAX_CONNECTIONS:
@@ -679,6 +679,12 @@ class Bookkeeper:
         (not copied by the fork) and its connections (left unused and unclosed)."""
         state._inherited.append(self._cons)
         Bookkeeper.__init__(self)
+
+
+def _uri_path(path: str) -> str:
+    """A path for an SQLite ``file:`` URI: its bytes as the file system has them, quoted (a
+    folder name that is not UTF-8 reaches Python as surrogates, which UTF-8 cannot encode)."""
+    return urllib.parse.quote(os.fsencode(path))
 
 
 def _flush_at_exit() -> None:
