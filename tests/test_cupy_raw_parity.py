@@ -1,7 +1,34 @@
-"""CuPy's RawModule conformance suite (tests/cupy_tests/core_tests/test_raw.py in CuPy's
-repository), ported to cudamagic: CuPy's kernel sources and expected results, cudamagic's calls
-(``build`` for ``RawModule(code=...)``, ``load_cubin`` for ``RawModule(path=...)``,
-``module[name]`` for ``get_function``, ``module.get_global`` for ``get_global``).
+"""The behaviours CuPy's RawModule suite checks (tests/cupy_tests/core_tests/test_raw.py in
+CuPy's repository), with the project's own kernels and cudamagic's calls (``build`` for
+``RawModule(code=...)``, ``load_cubin`` for ``RawModule(path=...)``, ``module[name]`` for
+``get_function``, ``module.get_global`` for ``get_global``). What carries over from CuPy is the
+facts: which behaviour each of its tests checks, and the results it expects. The kernel sources
+below are written here; none is CuPy's.
+
+Ported (CuPy's test: the behaviour, the kernel here):
+
+- test_basic: one extern "C" kernel built and launched, sums equal (``elementwise_add``)
+- test_module: two kernels of one extern "C" block, by name (``pairwise_add``/``pairwise_mul``)
+- test_compiler_flag / test_invalid_compiler_flag: a -D option picks the element type; a value
+  the cell refuses is a CompileError with the cell's #error text (``real_add``/``real_mul``)
+- test_load_cubin / test_load_ptx: nvcc's CUBIN, PTX and fatbin loaded and launched (``ratio``)
+- test_module_load_failure, test_get_function_failure: a missing file, an unknown kernel name
+- test_dynamical_parallelism (+ _compile_failure): a kernel launching a kernel links with -dc,
+  -rdc=true and -dlto, and fails to compile without (``fill_by_chunks``/``fill_chunk``)
+- test_cuFloatComplex / test_cuDoubleComplex: cuComplex.h's add, sub, mul, div, conj, abs, fma,
+  make, precision conversion and a by-value complex scalar (``cops``/``zops``)
+- test_const_memory: a __constant__ array listed with its type and shape, filled from the host
+  (``gains``, ``apply_gains``)
+- test_template_specialization / test_template_failure: name expressions instantiate a template
+  for int, float and CuPy's complex<double> beside a plain kernel; an uninstantiated one is a
+  NameResolutionError (``square_in_place``/``square_doubles``)
+- test_raw_pointer: a void* parameter given CuPy's MemoryPointer (``affine``)
+- test_compile_kernel / test_compile_module: NVRTC's warning kept in the log, on a hit too
+  (``combine``)
+- TestRawGridSync: a grid-wide barrier read from the CUBIN, launched cooperatively unasked
+  (``two_phase_add``)
+- TestRawPicklable: a module and a kernel pickled, launched in another process
+- the jitify test's std_code: <type_traits> refused with what to include (``bump``)
 
 The compile, link, load and name-resolution half of each test runs here; the launches are
 marked ``gpu``. docs/parity.md lists CuPy's tests that do not apply to cudamagic, and why.
@@ -21,361 +48,212 @@ from cudamagic.errors import CompileError, ImageError, NameResolutionError
 
 from .conftest import run_python
 
-# ---- CuPy's kernel sources, as its test_raw.py has them ----
-TEST_SOURCE1 = r'''
-extern "C" __global__
-void test_sum(const float* x1, const float* x2, float* y, unsigned int N) {
-    int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N)
-        y[tid] = x1[tid] + x2[tid];
+# ---- the kernels: the project's own, one per behaviour CuPy's suite checks ----
+
+# elementwise sum, one thread an element, bounds-checked by a grid-stride loop
+ADD = r"""
+extern "C" __global__ void elementwise_add(const float* lhs, const float* rhs, float* dst,
+                                           unsigned count) {
+    for (unsigned at = blockIdx.x * blockDim.x + threadIdx.x; at < count;
+         at += gridDim.x * blockDim.x)
+        dst[at] = lhs[at] + rhs[at];
 }
-'''
+"""
 
-TEST_COMPILE_SRC = r'''
-extern "C" __global__
-void test_op(const float* x1, const float* x2, float* y, unsigned int N) {
-    int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    int j;  // To generate a warning to appear in the log stream
-    if (tid < N)
-        y[tid] = x1[tid] OP x2[tid];
+# the operator comes from a -D option; the local no one reads makes NVRTC warn
+COMBINE = r"""
+extern "C" __global__ void combine(const float* lhs, const float* rhs, float* dst,
+                                   unsigned count) {
+    float never_read;
+    unsigned at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at >= count) return;
+    dst[at] = lhs[at] COMBINE_OP rhs[at];
 }
-'''
+"""
 
-TEST_SOURCE2 = r'''
-extern "C"{
+# two C-linkage kernels in one block, sharing a device helper templated on the operation
+PAIRWISE = r"""
+struct Plus  { __device__ float operator()(float a, float b) const { return a + b; } };
+struct Times { __device__ float operator()(float a, float b) const { return a * b; } };
 
-__global__ void test_sum(const float* x1, const float* x2, float* y, \
-                         unsigned int N)
-{
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N)
-    {
-        y[tid] = x1[tid] + x2[tid];
-    }
-}
-
-__global__ void test_multiply(const float* x1, const float* x2, float* y, \
-                              unsigned int N)
-{
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N)
-    {
-        y[tid] = x1[tid] * x2[tid];
-    }
+template <class Op>
+__device__ void pairwise(const float* a, const float* b, float* out, unsigned count, Op op) {
+    unsigned at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at < count) out[at] = op(a[at], b[at]);
 }
 
+extern "C" {
+__global__ void pairwise_add(const float* a, const float* b, float* out, unsigned count) {
+    pairwise(a, b, out, count, Plus());
 }
-'''
+__global__ void pairwise_mul(const float* a, const float* b, float* out, unsigned count) {
+    pairwise(a, b, out, count, Times());
+}
+}
+"""
 
-TEST_SOURCE3 = r'''
-#ifndef PRECISION
-    #define PRECISION 2
+# the element type chosen by a macro, a width the cell does not support refused by #error
+BY_WIDTH = r"""
+#ifndef WIDTH
+#define WIDTH 8
 #endif
-
-#if PRECISION == 2
-    #define TYPE double
-#elif PRECISION == 1
-    #define TYPE float
+#if WIDTH == 8
+typedef double real_t;
+#elif WIDTH == 4
+typedef float real_t;
 #else
-    #error precision not supported
+#error "WIDTH must be 4 or 8"
 #endif
 
-extern "C"{
-
-__global__ void test_sum(const TYPE* x1, const TYPE* x2, TYPE* y, \
-                         unsigned int N)
-{
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N)
-    {
-        y[tid] = x1[tid] + x2[tid];
-    }
+extern "C" {
+__global__ void real_add(const real_t* a, const real_t* b, real_t* out, unsigned count) {
+    unsigned at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at < count) out[at] = a[at] + b[at];
 }
-
-__global__ void test_multiply(const TYPE* x1, const TYPE* x2, TYPE* y, \
-                              unsigned int N)
-{
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N)
-    {
-        y[tid] = x1[tid] * x2[tid];
-    }
+__global__ void real_mul(const real_t* a, const real_t* b, real_t* out, unsigned count) {
+    unsigned at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at < count) out[at] = a[at] * b[at];
 }
-
 }
-'''
+"""
 
-TEST_SOURCE4 = r'''
-extern "C"{
-
-__global__ void test_kernel_inner(float *arr, int N)
-{
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-
-    if (tid < N)
-        arr[tid] = 1.0;
+# dynamic parallelism: each thread of the parent launches a child grid over its own chunk
+NESTED = r"""
+extern "C" {
+__global__ void fill_chunk(float* chunk, int length) {
+    if (threadIdx.x < length) chunk[threadIdx.x] = 1.0f;
 }
-
-__global__ void test_kernel(float *arr, int N, int inner_blk)
-{
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-
-    if (tid < N/inner_blk)
-        test_kernel_inner<<<1, inner_blk>>>(arr+tid*inner_blk, inner_blk);
+__global__ void fill_by_chunks(float* data, int count, int chunk) {
+    int which = blockIdx.x * blockDim.x + threadIdx.x;
+    if (which < count / chunk) fill_chunk<<<1, chunk>>>(data + which * chunk, chunk);
 }
-
 }
-'''
+"""
 
-TEST_SOURCE5 = r'''
-extern "C" __global__
-void test_div(const float* x1, const float* x2, float* y, unsigned int N) {
-    int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N)
-        y[tid] = x1[tid] / (x2[tid] + 1.0);
+# what nvcc compiles to a CUBIN, PTX or a fatbin for load_cubin
+RATIO = r"""
+extern "C" __global__ void ratio(const float* num, const float* den, float* out,
+                                 unsigned count) {
+    unsigned at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at < count) out[at] = num[at] / (den[at] + 1.0f);
 }
-'''
+"""
 
-TEST_CUCOMPLEX = r'''
+# cuComplex.h's arithmetic, one kernel per precision choosing the operation by an argument;
+# the by-value scalar is a double2 (16 bytes) in the one and a float2 (8) in the other
+CUCOMPLEX = r"""
 #include <cuComplex.h>
-#define N 100
 
-extern "C"{
-/* ------------------- double complex ------------------- */
+enum Op { ADD, SUB, MUL, DIV, CONJ, ABS, FMA, MAKE, CONVERT, ADD_SCALAR };
 
-__global__ void test_add(cuDoubleComplex* arr1, cuDoubleComplex* arr2,
-                         cuDoubleComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCadd(arr1[tid], arr2[tid]);
+extern "C" __global__ void zops(int op, int count, const cuDoubleComplex* a,
+                                const cuDoubleComplex* b, const cuDoubleComplex* c,
+                                cuDoubleComplex* out, double* magnitude, cuFloatComplex* narrow,
+                                cuDoubleComplex scalar) {
+    int at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at >= count) return;
+    switch (op) {
+    case ADD: out[at] = cuCadd(a[at], b[at]); break;
+    case SUB: out[at] = cuCsub(a[at], b[at]); break;
+    case MUL: out[at] = cuCmul(a[at], b[at]); break;
+    case DIV: out[at] = cuCdiv(a[at], b[at]); break;
+    case CONJ: out[at] = cuConj(a[at]); break;
+    case ABS: magnitude[at] = cuCabs(a[at]); break;
+    case FMA: out[at] = cuCfma(a[at], b[at], c[at]); break;
+    case MAKE: {
+        cuDoubleComplex made = make_cuDoubleComplex(1.8, 2.9);
+        out[at] = make_cuDoubleComplex(cuCreal(made), -3.0 * cuCimag(made));
+    } break;
+    case CONVERT: narrow[at] = cuComplexDoubleToFloat(a[at]); break;
+    case ADD_SCALAR: out[at] = cuCadd(a[at], scalar); break;
     }
 }
 
-__global__ void test_sub(cuDoubleComplex* arr1, cuDoubleComplex* arr2,
-                         cuDoubleComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCsub(arr1[tid], arr2[tid]);
+extern "C" __global__ void cops(int op, int count, const cuFloatComplex* a,
+                                const cuFloatComplex* b, const cuFloatComplex* c,
+                                cuFloatComplex* out, float* magnitude, cuDoubleComplex* wide,
+                                cuFloatComplex scalar) {
+    int at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at >= count) return;
+    switch (op) {
+    case ADD: out[at] = cuCaddf(a[at], b[at]); break;
+    case SUB: out[at] = cuCsubf(a[at], b[at]); break;
+    case MUL: out[at] = cuCmulf(a[at], b[at]); break;
+    case DIV: out[at] = cuCdivf(a[at], b[at]); break;
+    case CONJ: out[at] = cuConjf(a[at]); break;
+    case ABS: magnitude[at] = cuCabsf(a[at]); break;
+    case FMA: out[at] = cuCfmaf(a[at], b[at], c[at]); break;
+    case MAKE: {
+        cuFloatComplex made = make_cuFloatComplex(1.8f, 2.9f);
+        out[at] = make_cuFloatComplex(cuCrealf(made), -3.0f * cuCimagf(made));
+    } break;
+    case CONVERT: wide[at] = cuComplexFloatToDouble(a[at]); break;
+    case ADD_SCALAR: out[at] = cuCaddf(a[at], scalar); break;
     }
 }
+"""
+COMPLEX_OPS = ("ADD", "SUB", "MUL", "DIV", "CONJ", "ABS", "FMA", "MAKE", "CONVERT", "ADD_SCALAR")
 
-__global__ void test_mul(cuDoubleComplex* arr1, cuDoubleComplex* arr2,
-                         cuDoubleComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCmul(arr1[tid], arr2[tid]);
-    }
+# a __constant__ array the host fills, read by a kernel
+CONSTANT = r"""
+__constant__ float gains[100];
+
+extern "C" __global__ void apply_gains(float* values, int count) {
+    int at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at >= count) return;
+    values[at] = values[at] * gains[at];
 }
+"""
 
-__global__ void test_div(cuDoubleComplex* arr1, cuDoubleComplex* arr2,
-                         cuDoubleComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCdiv(arr1[tid], arr2[tid]);
-    }
-}
-
-__global__ void test_conj(cuDoubleComplex* arr, cuDoubleComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuConj(arr[tid]);
-    }
-}
-
-__global__ void test_abs(cuDoubleComplex* arr, double* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCabs(arr[tid]);
-    }
-}
-
-__global__ void test_fma(cuDoubleComplex* A, cuDoubleComplex* B,
-                         cuDoubleComplex* C, cuDoubleComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCfma(A[tid], B[tid], C[tid]);
-    }
-}
-
-__global__ void test_make(cuDoubleComplex* arr) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    cuDoubleComplex out = make_cuDoubleComplex(1.8, 2.9);
-    if (tid < N) {
-        arr[tid] = make_cuDoubleComplex(cuCreal(out), -3.*cuCimag(out));
-    }
-}
-
-__global__ void test_downcast(cuDoubleComplex* arr, cuComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuComplexDoubleToFloat(arr[tid]);
-    }
-}
-
-__global__ void test_add_scalar(cuDoubleComplex* arr, cuDoubleComplex scalar,
-                                cuDoubleComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCadd(arr[tid], scalar);
-    }
-}
-
-/* ------------------- single complex ------------------- */
-
-__global__ void test_addf(cuComplex* arr1, cuComplex* arr2,
-                          cuComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCaddf(arr1[tid], arr2[tid]);
-    }
-}
-
-__global__ void test_subf(cuComplex* arr1, cuComplex* arr2,
-                          cuComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCsubf(arr1[tid], arr2[tid]);
-    }
-}
-
-__global__ void test_mulf(cuComplex* arr1, cuComplex* arr2,
-                          cuComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCmulf(arr1[tid], arr2[tid]);
-    }
-}
-
-__global__ void test_divf(cuComplex* arr1, cuComplex* arr2,
-                          cuComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCdivf(arr1[tid], arr2[tid]);
-    }
-}
-
-__global__ void test_conjf(cuComplex* arr, cuComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuConjf(arr[tid]);
-    }
-}
-
-__global__ void test_absf(cuFloatComplex* arr, float* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCabsf(arr[tid]);
-    }
-}
-
-__global__ void test_fmaf(cuFloatComplex* A, cuFloatComplex* B,
-                          cuFloatComplex* C, cuFloatComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCfmaf(A[tid], B[tid], C[tid]);
-    }
-}
-
-__global__ void test_makef(cuComplex* arr) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    cuComplex out = make_cuFloatComplex(1.8, 2.9);
-    if (tid < N) {
-        arr[tid] = make_cuFloatComplex(cuCrealf(out), -3.*cuCimagf(out));
-    }
-}
-
-__global__ void test_upcast(cuComplex* arr, cuDoubleComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuComplexFloatToDouble(arr[tid]);
-    }
-}
-
-__global__ void test_addf_scalar(cuComplex* arr, cuComplex scalar,
-                                 cuComplex* out) {
-    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    if (tid < N) {
-        out[tid] = cuCadd(arr[tid], scalar);
-    }
-}
-
-}
-'''
-
-TEST_CONST_MEM = r'''
-extern "C"{
-__constant__ float some_array[100];
-
-__global__ void multiply_by_const(float* x, int N) {
-    int id = threadIdx.x + blockIdx.x * blockDim.x;
-
-    if (id < N) {
-        x[id] *= some_array[id];
-    }
-}
-}
-'''
-
-TEST_CXX_TEMPLATE = r'''
+# a template instantiated by name expressions (CuPy's complex among them) beside a plain kernel
+TEMPLATED = r"""
 #include <cupy/complex.cuh>
 
-template<typename T>
-__global__ void my_sqrt(T* input, int N) {
-  unsigned int x = blockIdx.x * blockDim.x + threadIdx.x;
-  if (x < N) {
-    input[x] *= input[x];
-  }
+template <class V>
+__global__ void square_in_place(V* values, int count) {
+    int at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at < count) values[at] = values[at] * values[at];
 }
 
-__global__ void my_func(double* input, int N) {
-  unsigned int x = blockIdx.x * blockDim.x + threadIdx.x;
-  if (x < N) {
-    input[x] *= input[x];
-  }
+__global__ void square_doubles(double* values, int count) {
+    int at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at < count) values[at] = values[at] * values[at];
 }
-'''
+"""
 
-TEST_CAST = r'''
-extern "C" __global__ void my_func(void* input, int N) {
-  double* arr = (double*)(input);
-  unsigned int x = blockIdx.x * blockDim.x + threadIdx.x;
-  if (x < N) {
-    arr[x] = 3.0 * arr[x] - 8.0;
-  }
+# an untyped pointer, cast inside the kernel
+UNTYPED = r"""
+extern "C" __global__ void affine(void* raw, int count) {
+    double* values = static_cast<double*>(raw);
+    int at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at < count) values[at] = 3.0 * values[at] - 8.0;
 }
-'''
+"""
 
-TEST_GRID_SYNC = r'''
+# a grid-wide barrier between two phases: the second reads what other blocks wrote
+GRID_SYNC = r"""
 #include <cooperative_groups.h>
+namespace cg = cooperative_groups;
 
-extern "C" __global__
-void test_grid_sync(const float* x1, const float* x2, float* y, int n) {
-    namespace cg = cooperative_groups;
+extern "C" __global__ void two_phase_add(const float* a, const float* b, float* out, int count) {
     cg::grid_group grid = cg::this_grid();
-    int size = gridDim.x * blockDim.x;
-    int tid = blockDim.x * blockIdx.x + threadIdx.x;
-    for (int i = tid; i < n; i += size) {
-        y[i] = x1[i];
-    }
-    cg::sync(grid);
-    for (int i = n - 1 - tid; i >= 0; i -= size) {
-        y[i] += x2[i];
-    }
+    long long rank = grid.thread_rank(), threads = grid.size();
+    for (long long at = rank; at < count; at += threads) out[at] = a[at];
+    grid.sync();
+    for (long long at = count - 1 - rank; at >= 0; at -= threads) out[at] += b[at];
 }
-'''
+"""
 
-STD_CODE = r'''
+# the C++ standard library's <type_traits>, which NVRTC does not have, in a constrained template
+NEEDS_STD = r"""
 #include <type_traits>
 
-template<typename T,
-         typename = typename std::enable_if<std::is_integral<T>::value>::type>
-__global__ void shift (T* a, int N) {
-    unsigned int tid = blockIdx.x * blockDim.x + threadIdx.x;
-    if (tid < N) {
-        a[tid] += 100;
-    }
+template <class I, typename std::enable_if<std::is_integral<I>::value, int>::type = 0>
+__global__ void bump(I* values, int count) {
+    int at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at < count) values[at] += 100;
 }
-'''
+"""
 
 gpu = pytest.mark.gpu
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -401,20 +279,20 @@ def _run_sum(kernel, dtype=np.float32):
 # ---- test_basic, test_module, test_compiler_flag ----
 
 def test_basic_module_and_compiler_flag_compile():
-    assert set(cudamagic.build(TEST_SOURCE1, use_cache=False).kernels) == {"test_sum"}
-    assert set(cudamagic.build(TEST_SOURCE2, use_cache=False).kernels) == {
-        "test_sum", "test_multiply"}
-    mod3 = cudamagic.build(TEST_SOURCE3, options=["-DPRECISION=2"], use_cache=False)
-    # PRECISION=2 makes TYPE double: the CUBIN's parameter records say 8-byte pointers and
+    assert set(cudamagic.build(ADD, use_cache=False).kernels) == {"elementwise_add"}
+    assert set(cudamagic.build(PAIRWISE, use_cache=False).kernels) == {
+        "pairwise_add", "pairwise_mul"}
+    mod3 = cudamagic.build(BY_WIDTH, options=["-DWIDTH=8"], use_cache=False)
+    # WIDTH=8 makes real_t double: the CUBIN's parameter records say 8-byte pointers and
     # the element type shows in nothing else (extern "C"), so the launch test checks it
-    assert [p.size for p in mod3.image.kernel("test_sum").params] == [8, 8, 8, 4]
+    assert [p.size for p in mod3.image.kernel("real_add").params] == [8, 8, 8, 4]
 
 
 @gpu
 def test_basic():
     import cupy
 
-    x1, x2, y = _run_sum(cudamagic.build(TEST_SOURCE1)["test_sum"])
+    x1, x2, y = _run_sum(cudamagic.build(ADD)["elementwise_add"])
     assert cupy.allclose(y, x1 + x2)
 
 
@@ -422,10 +300,10 @@ def test_basic():
 def test_module():
     import cupy
 
-    module = cudamagic.build(TEST_SOURCE2)
-    x1, x2, y = _run_sum(module["test_sum"])
+    module = cudamagic.build(PAIRWISE)
+    x1, x2, y = _run_sum(module["pairwise_add"])
     assert cupy.allclose(y, x1 + x2)
-    x1, x2, y = _run_sum(module["test_multiply"])
+    x1, x2, y = _run_sum(module["pairwise_mul"])
     assert cupy.allclose(y, x1 * x2)
 
 
@@ -433,24 +311,24 @@ def test_module():
 def test_compiler_flag():
     import cupy
 
-    module = cudamagic.build(TEST_SOURCE3, options=["-DPRECISION=2"])
-    x1, x2, y = _run_sum(module["test_sum"], np.float64)
+    module = cudamagic.build(BY_WIDTH, options=["-DWIDTH=8"])
+    x1, x2, y = _run_sum(module["real_add"], np.float64)
     assert cupy.allclose(y, x1 + x2)
-    x1, x2, y = _run_sum(module["test_multiply"], np.float64)
+    x1, x2, y = _run_sum(module["real_mul"], np.float64)
     assert cupy.allclose(y, x1 * x2)
 
 
 def test_invalid_compiler_flag():
-    with pytest.raises(CompileError, match="precision not supported"):
-        cudamagic.build(TEST_SOURCE3, options=["-DPRECISION=3"], use_cache=False)
+    with pytest.raises(CompileError, match="WIDTH must be 4 or 8"):
+        cudamagic.build(BY_WIDTH, options=["-DWIDTH=3"], use_cache=False)
 
 
 # ---- test_load_cubin, test_load_ptx (nvcc makes the files, as CuPy's test does) ----
 
 def _nvcc(tmp_path, flag: str, arch: str = "sm_90"):
-    src = tmp_path / "test_load_cubin.cu"
-    src.write_text(TEST_SOURCE5)
-    out = tmp_path / f"test_load_cubin.{flag.lstrip('-')}"
+    src = tmp_path / "ratio.cu"
+    src.write_text(RATIO)
+    out = tmp_path / f"ratio.{flag.lstrip('-')}"
     subprocess.run(["nvcc", f"-gencode=arch=compute_{arch[3:]},code=sm_{arch[3:]}", flag,
                     str(src), "-o", str(out)], check=True, capture_output=True)
     return out
@@ -460,7 +338,7 @@ def _nvcc(tmp_path, flag: str, arch: str = "sm_90"):
 @pytest.mark.parametrize("flag", ["-cubin", "-ptx", "-fatbin"])
 def test_load_cubin_ptx_and_fatbin_resolve(tmp_path, flag):
     module = cudamagic.load_cubin(_nvcc(tmp_path, flag), arch="sm_90", cache=tmp_path / "c")
-    assert set(module.kernels) == {"test_div"}
+    assert set(module.kernels) == {"ratio"}
 
 
 @gpu
@@ -471,7 +349,7 @@ def test_load_cubin(tmp_path, flag):
 
     arch = cudamagic.pipeline.default_arch()
     module = cudamagic.load_cubin(_nvcc(tmp_path, flag, arch), cache=tmp_path / "c")
-    x1, x2, y = _run_sum(module["test_div"])
+    x1, x2, y = _run_sum(module["ratio"])
     assert cupy.allclose(y, x1 / (x2 + 1.0))
 
 
@@ -481,7 +359,7 @@ def test_module_load_failure(tmp_path):
 
 
 def test_get_function_failure():
-    module = cudamagic.build(TEST_SOURCE2, use_cache=False)
+    module = cudamagic.build(PAIRWISE, use_cache=False)
     with pytest.raises(NameResolutionError, match="no kernel named 'no_such_kernel'"):
         module["no_such_kernel"]
 
@@ -489,14 +367,14 @@ def test_get_function_failure():
 # ---- test_dynamical_parallelism, test_dynamical_parallelism_compile_failure ----
 
 def test_dynamical_parallelism_links():
-    module = cudamagic.build(TEST_SOURCE4, options=["-dc"], use_cache=False)
-    assert set(module.kernels) == {"test_kernel", "test_kernel_inner"}
+    module = cudamagic.build(NESTED, options=["-dc"], use_cache=False)
+    assert set(module.kernels) == {"fill_by_chunks", "fill_chunk"}
     assert module.cubin[16] == 2  # an executable CUBIN: linked with the device runtime
 
 
 def test_dynamical_parallelism_compile_failure():
     with pytest.raises(CompileError):
-        cudamagic.build(TEST_SOURCE4, use_cache=False)
+        cudamagic.build(NESTED, use_cache=False)
 
 
 @gpu
@@ -506,35 +384,20 @@ def test_dynamical_parallelism(options):
 
     n, inner_chunk = 169, 13
     x = cupy.zeros((n,), dtype=cupy.float32)
-    kernel = cudamagic.build(TEST_SOURCE4, options=options)["test_kernel"]
+    kernel = cudamagic.build(NESTED, options=options)["fill_by_chunks"]
     kernel((1,), (n // inner_chunk,), (x, np.int32(n), np.int32(inner_chunk)))
     assert (x == 1.0).all()
 
 
 # ---- test_cuFloatComplex, test_cuDoubleComplex ----
 
-CUCOMPLEX_KERNELS = {"test_add", "test_sub", "test_mul", "test_div", "test_conj", "test_abs",
-                     "test_fma", "test_make", "test_downcast", "test_add_scalar", "test_addf",
-                     "test_subf", "test_mulf", "test_divf", "test_conjf", "test_absf",
-                     "test_fmaf", "test_makef", "test_upcast", "test_addf_scalar"}
-
-
-# CuPy maps cuComplex.h onto its own complex type (translate_cucomplex), whose cuCadd takes
-# floats too; the toolkit's cuComplex.h that cudamagic compiles has cuCaddf for them
-CUCOMPLEX = TEST_CUCOMPLEX.replace(
-    "cuComplex* out) {\n    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;\n"
-    "    if (tid < N) {\n        out[tid] = cuCadd(arr[tid], scalar);",
-    "cuComplex* out) {\n    unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;\n"
-    "    if (tid < N) {\n        out[tid] = cuCaddf(arr[tid], scalar);")
-
-
 def test_cucomplex_compiles():
-    """cuDoubleComplex is double2 (16 bytes), cuComplex float2 (8)."""
-    assert CUCOMPLEX != TEST_CUCOMPLEX
+    """cuDoubleComplex is double2 (16 bytes), cuComplex float2 (8): the by-value scalar's slot
+    says so in each precision's kernel."""
     module = cudamagic.build(CUCOMPLEX, use_cache=False)
-    assert set(module.kernels) == CUCOMPLEX_KERNELS
-    assert [p.size for p in module.image.kernel("test_add_scalar").params] == [8, 16, 8]
-    assert [p.size for p in module.image.kernel("test_addf_scalar").params] == [8, 8, 8]
+    assert set(module.kernels) == {"zops", "cops"}
+    assert [p.size for p in module.image.kernel("zops").params] == [4, 4] + [8] * 6 + [16]
+    assert [p.size for p in module.image.kernel("cops").params] == [4, 4] + [8] * 6 + [8]
 
 
 @gpu
@@ -544,73 +407,72 @@ def test_cucomplex(dtype):
 
     n, block = 100, 32
     grid = (n + block - 1) // block
-    f = "f" if dtype == np.complex64 else ""
-    module = cudamagic.build(CUCOMPLEX)
+    single = dtype == np.complex64
+    kernel = cudamagic.build(CUCOMPLEX)["cops" if single else "zops"]
     rnd = lambda: (cupy.random.random((n,)) + 1j * cupy.random.random((n,))).astype(dtype)
     a, b, c = rnd(), rnd(), rnd()
     out = cupy.zeros((n,), dtype=dtype)
-    real = cupy.zeros((n,), dtype=np.float32 if f else np.float64)
-    other = cupy.zeros((n,), dtype=np.complex128 if f else np.complex64)
-
-    def run(name, *args):
-        module[name]((grid,), (block,), args)
-
-    run(f"test_add{f}", a, b, out); assert (out == a + b).all()
-    run(f"test_sub{f}", a, b, out); assert (out == a - b).all()
-    run(f"test_mul{f}", a, b, out); assert cupy.allclose(out, a * b)
-    run(f"test_div{f}", a, b, out); assert (out == a / b).all()
-    run(f"test_conj{f}", a, out); assert (out == cupy.conj(a)).all()
-    # CuPy compares exactly because its translate_cucomplex turns cuCabs into its own abs; here
-    # the kernel calls cuComplex.h's cuCabs(f), whose scaled algorithm differs from cupy.abs's
-    # hypot in the last place (seen on the H200): equal to within 2 units in the last place
-    eps = np.finfo(real.dtype).eps
-    run(f"test_abs{f}", a, real); assert cupy.allclose(real, cupy.abs(a), rtol=2 * eps, atol=0)
-    run(f"test_fma{f}", a, b, c, out); assert cupy.allclose(out, a * b + c)
-    run(f"test_make{f}", out); assert cupy.allclose(out, 1.8 - 1j * 8.7)
-    if f:
-        run("test_upcast", a, other); assert (other == a.astype(cupy.complex128)).all()
-    else:
-        run("test_downcast", a, other); assert (other == a.astype(cupy.complex64)).all()
+    real = cupy.zeros((n,), dtype=np.float32 if single else np.float64)
+    other = cupy.zeros((n,), dtype=np.complex128 if single else np.complex64)
     scalar = dtype(2 + 3j)
-    run(f"test_add{f}_scalar", a, scalar, out); assert (out == a + scalar).all()
+
+    def run(op):
+        kernel((grid,), (block,), (np.int32(COMPLEX_OPS.index(op)), np.int32(n), a, b, c, out,
+                                   real, other, scalar))
+
+    run("ADD"); assert (out == a + b).all()
+    run("SUB"); assert (out == a - b).all()
+    run("MUL"); assert cupy.allclose(out, a * b)
+    run("DIV"); assert (out == a / b).all()
+    run("CONJ"); assert (out == cupy.conj(a)).all()
+    # cuComplex.h's cuCabs(f) scales before its square root; cupy.abs's hypot can differ from it
+    # in the last place: equal to within 2 units in the last place
+    eps = np.finfo(real.dtype).eps
+    run("ABS"); assert cupy.allclose(real, cupy.abs(a), rtol=2 * eps, atol=0)
+    run("FMA"); assert cupy.allclose(out, a * b + c)
+    run("MAKE"); assert cupy.allclose(out, 1.8 - 1j * 8.7)
+    run("CONVERT"); assert (other == a.astype(other.dtype)).all()
+    run("ADD_SCALAR"); assert (out == a + scalar).all()
 
 
 # ---- test_const_memory ----
 
 def test_const_memory_is_listed():
-    module = cudamagic.build(TEST_CONST_MEM, use_cache=False)
+    module = cudamagic.build(CONSTANT, use_cache=False)
     (var,) = module.globals
     assert (var.name, var.size, var.space, var.dtype, var.shape) == (
-        "some_array", 400, "constant", "float32", (100,))
+        "gains", 400, "constant", "float32", (100,))
 
 
 @gpu
 def test_const_memory():
     import cupy
 
-    module = cudamagic.build(TEST_CONST_MEM)
-    const_arr = cupy.asarray(module.get_global("some_array"))
+    module = cudamagic.build(CONSTANT)
+    const_arr = cupy.asarray(module.get_global("gains"))
     assert const_arr.shape == (100,) and const_arr.dtype == cupy.float32
     data = cupy.arange(100, dtype=cupy.float32)
     const_arr[...] = data
     output_arr = cupy.ones(100, dtype=cupy.float32)
-    module["multiply_by_const"]((1,), (100,), (output_arr, np.int32(100)))
+    module["apply_gains"]((1,), (100,), (output_arr, np.int32(100)))
     assert (data == output_arr).all()
 
 
 # ---- test_template_specialization, test_template_failure ----
 
-TEMPLATE_NAMES = ["my_sqrt<int>", "my_sqrt<float>", "my_sqrt<complex<double>>", "my_func"]
+TEMPLATE_NAMES = ["square_in_place<int>", "square_in_place<float>",
+                  "square_in_place<complex<double>>", "square_doubles"]
 
 
 def test_template_specialization_resolves():
-    module = cudamagic.build(TEST_CXX_TEMPLATE, TEMPLATE_NAMES, use_cache=False)
+    module = cudamagic.build(TEMPLATED, TEMPLATE_NAMES, use_cache=False)
     symbols = {e: module[e].symbol for e in TEMPLATE_NAMES}
-    complex_symbol = symbols.pop("my_sqrt<complex<double>>")
-    assert symbols == {"my_sqrt<int>": "_Z7my_sqrtIiEvPT_i",
-                       "my_sqrt<float>": "_Z7my_sqrtIfEvPT_i", "my_func": "_Z7my_funcPdi"}
+    complex_symbol = symbols.pop("square_in_place<complex<double>>")
+    assert symbols == {"square_in_place<int>": "_Z15square_in_placeIiEvPT_i",
+                       "square_in_place<float>": "_Z15square_in_placeIfEvPT_i",
+                       "square_doubles": "_Z14square_doublesPdi"}
     # thrust::complex<double> inside CCCL's versioned namespace (THRUST_300102_SM_900_NS...)
-    assert complex_symbol.startswith("_Z7my_sqrtIN6thrust")
+    assert complex_symbol.startswith("_Z15square_in_placeIN6thrust")
     assert complex_symbol.endswith("7complexIdEEEvPT_i")
 
 
@@ -618,7 +480,7 @@ def test_template_specialization_resolves():
 def test_template_specialization():
     import cupy
 
-    module = cudamagic.build(TEST_CXX_TEMPLATE, TEMPLATE_NAMES)
+    module = cudamagic.build(TEMPLATED, TEMPLATE_NAMES)
     for name, dtype in zip(TEMPLATE_NAMES, (cupy.int32, cupy.float32, cupy.complex128,
                                              cupy.float64)):
         in_arr = cupy.testing.shaped_random((10,), dtype=dtype)
@@ -628,19 +490,19 @@ def test_template_specialization():
 
 
 def test_template_failure():
-    unnamed = cudamagic.build(TEST_CXX_TEMPLATE, use_cache=False)
+    unnamed = cudamagic.build(TEMPLATED, use_cache=False)
     with pytest.raises(NameResolutionError):
-        unnamed["my_sqrt<int>"]
-    named = cudamagic.build(TEST_CXX_TEMPLATE, ["my_sqrt<int>"], use_cache=False)
+        unnamed["square_in_place<int>"]
+    named = cudamagic.build(TEMPLATED, ["square_in_place<int>"], use_cache=False)
     with pytest.raises(NameResolutionError):
-        named["my_sqrt<double>"]
+        named["square_in_place<double>"]
 
 
 # ---- test_raw_pointer ----
 
 def test_raw_pointer_compiles():
-    module = cudamagic.build(TEST_CAST, use_cache=False)
-    assert [p.size for p in module.image.kernel("my_func").params] == [8, 4]
+    module = cudamagic.build(UNTYPED, use_cache=False)
+    assert [p.size for p in module.image.kernel("affine").params] == [8, 4]
 
 
 @gpu
@@ -648,7 +510,7 @@ def test_raw_pointer():
     import cupy
     from cupy.cuda import memory
 
-    kernel = cudamagic.build(TEST_CAST)["my_func"]
+    kernel = cudamagic.build(UNTYPED)["affine"]
     a = cupy.ones((100,), dtype=cupy.float64)
     memptr = memory.alloc(100 * a.dtype.itemsize)
     memptr.copy_from(a.data, 100 * a.dtype.itemsize)
@@ -660,9 +522,9 @@ def test_raw_pointer():
 # ---- test_compile_kernel, test_compile_module ----
 
 def test_compile_log_has_the_warning(tmp_path):
-    module = cudamagic.build(TEST_COMPILE_SRC, options=["-DOP=+"], cache=tmp_path)
+    module = cudamagic.build(COMBINE, options=["-DCOMBINE_OP=+"], cache=tmp_path)
     assert "warning" in module.report.log
-    again = cudamagic.build(TEST_COMPILE_SRC, options=["-DOP=+"], cache=tmp_path)
+    again = cudamagic.build(COMBINE, options=["-DCOMBINE_OP=+"], cache=tmp_path)
     assert again.hit and "warning" in again.report.log  # the stored log, on a hit too
 
 
@@ -670,17 +532,17 @@ def test_compile_log_has_the_warning(tmp_path):
 def test_compile_module():
     import cupy
 
-    x1, x2, y = _run_sum(cudamagic.build(TEST_COMPILE_SRC, options=["-DOP=+"])["test_op"])
+    x1, x2, y = _run_sum(cudamagic.build(COMBINE, options=["-DCOMBINE_OP=+"])["combine"])
     assert cupy.allclose(y, x1 + x2)
 
 
 # ---- TestRawGridSync (CuPy needs enable_cooperative_groups=True; cudamagic reads the CUBIN) ----
 
 def test_grid_sync_is_read_from_the_cubin():
-    module = cudamagic.build(TEST_GRID_SYNC, use_cache=False)
-    assert module.image.kernel("test_grid_sync").launch.grid_sync is True
-    plain = cudamagic.build(TEST_SOURCE1, use_cache=False)
-    assert plain.image.kernel("test_sum").launch.grid_sync is False
+    module = cudamagic.build(GRID_SYNC, use_cache=False)
+    assert module.image.kernel("two_phase_add").launch.grid_sync is True
+    plain = cudamagic.build(ADD, use_cache=False)
+    assert plain.image.kernel("elementwise_add").launch.grid_sync is False
 
 
 @gpu
@@ -689,7 +551,7 @@ def test_grid_sync_is_read_from_the_cubin():
 def test_grid_sync(n, block):
     import cupy
 
-    kernel = cudamagic.build(TEST_GRID_SYNC)["test_grid_sync"]
+    kernel = cudamagic.build(GRID_SYNC)["two_phase_add"]
     x1 = cupy.arange(n ** 2, dtype="float32").reshape(n, n)
     x2 = cupy.ones((n, n), dtype="float32")
     y = cupy.zeros((n, n), dtype="float32")
@@ -705,7 +567,7 @@ def test_grid_sync(n, block):
 def test_grid_sync_oversized_grid_is_refused_before_launch():
     import cupy
 
-    kernel = cudamagic.build(TEST_GRID_SYNC)["test_grid_sync"]
+    kernel = cudamagic.build(GRID_SYNC)["two_phase_add"]
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     y = cupy.zeros(16, dtype="float32")
     with pytest.raises(cudamagic.errors.LaunchError, match=str(sms)):
@@ -716,23 +578,23 @@ def test_grid_sync_oversized_grid_is_refused_before_launch():
 # ---- TestRawPicklable ----
 
 def test_module_pickles_without_a_gpu():
-    module = cudamagic.build(TEST_SOURCE1, use_cache=False)
+    module = cudamagic.build(ADD, use_cache=False)
     back = pickle.loads(pickle.dumps(module))
-    assert back.cubin == module.cubin and set(back.kernels) == {"test_sum"}
-    kernel = pickle.loads(pickle.dumps(module["test_sum"]))
-    assert kernel.symbol == "test_sum"
+    assert back.cubin == module.cubin and set(back.kernels) == {"elementwise_add"}
+    kernel = pickle.loads(pickle.dumps(module["elementwise_add"]))
+    assert kernel.symbol == "elementwise_add"
 
 
 @gpu
 @pytest.mark.parametrize("what", ["mod", "mod_ker"])
 def test_raw_picklable(tmp_path, what):
-    module = cudamagic.build(TEST_SOURCE1, use_cache=False)
-    obj = module if what == "mod" else module["test_sum"]
+    module = cudamagic.build(ADD, use_cache=False)
+    obj = module if what == "mod" else module["elementwise_add"]
     (tmp_path / "raw.pkl").write_bytes(pickle.dumps(obj))
     run_python(f"""
 import pickle, numpy as np, cupy as cp
 obj = pickle.load(open({str(tmp_path / 'raw.pkl')!r}, 'rb'))
-ker = obj["test_sum"] if {what == 'mod'!r} else obj
+ker = obj["elementwise_add"] if {what == 'mod'!r} else obj
 n = 100
 a = cp.random.random(n, dtype=cp.float32); b = cp.random.random(n, dtype=cp.float32)
 c = cp.empty_like(a)
@@ -741,12 +603,12 @@ assert cp.allclose(a + b, c)
 """)
 
 
-# ---- std_code (the slow jitify test's source): NVRTC has no <type_traits> ----
+# ---- std_code (the slow jitify test): NVRTC has no <type_traits> ----
 
 def test_std_code_says_what_to_include():
     with pytest.raises(CompileError, match="cuda/std/type_traits"):
-        cudamagic.build(STD_CODE, ["shift<int>"], use_cache=False)
-    fixed = STD_CODE.replace("<type_traits>", "<cuda/std/type_traits>").replace(
+        cudamagic.build(NEEDS_STD, ["bump<int>"], use_cache=False)
+    fixed = NEEDS_STD.replace("<type_traits>", "<cuda/std/type_traits>").replace(
         "std::", "cuda::std::")
-    module = cudamagic.build(fixed, ["shift<int>"], use_cache=False)
-    assert module["shift<int>"].symbol.startswith("_Z5shiftIiv")
+    module = cudamagic.build(fixed, ["bump<int>"], use_cache=False)
+    assert module["bump<int>"].symbol.startswith("_Z4bumpIiLi0EEvPT_i")
