@@ -10,6 +10,7 @@ by hand from NVIDIA's documented XML format; see that folder's README).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -503,3 +504,23 @@ def test_a_tool_run_compiles_nothing_but_the_one_lineinfo_build(tmp_path, compil
     assert again.hit
     assert decode_entry(again.debug.lineinfo().payload).cubin == decode_entry(build.payload).cubin
     assert len(compiler.calls) == 2
+
+
+def test_a_profiles_views_show_ncus_occupancy_beside_cudamagics_and_a_roofline_per_variant():
+    from cudamagic.view.debug import profile_html, profile_text
+
+    copy = profiler.Profile("copy", "copy", duration_ns=175_800.0, compute_pct=12.0,
+                            memory_pct=61.0, dram_bytes=1.3e8, dram_bytes_per_s=7.6e11,
+                            achieved_occupancy_pct=95.0, theoretical_occupancy_pct=100.0,
+                            flops=0.0, occupancy_pct=100.0, limited_by=("warps",),
+                            stalls=(profiler.Stall("long_scoreboard", 12.5),),
+                            hot_lines=(profiler.HotLine(4, "b[i] = a[i];", 0.9, 90),))
+    burn = dataclasses.replace(copy, label="burn", flops=6.7e10, dram_bytes=1.3e8,
+                               duration_ns=2.0e6)
+    text = profile_text(copy)
+    assert "95.0 % achieved of 100.0 % theoretical (cudamagic: 100.0 %, limited by warps)" \
+        in text
+    assert "long_scoreboard 12.50" in text and "cell line 4: 90%  b[i] = a[i];" in text
+    page = profile_html(profiler.Comparison((copy, burn)))
+    assert "<th>copy</th><th>burn</th>" in page
+    assert page.count("<circle") == 1  # copy does no floating-point work: no point of its own

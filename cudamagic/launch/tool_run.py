@@ -257,6 +257,20 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
     return _present(kernel, record)
 
 
+def _with_occupancy(p: Any, kernel: Any, c: Capture) -> Any:
+    """The profile with cudamagic's own occupancy for the launch's block (the driver's answer
+    on this GPU), beside ncu's theoretical figure."""
+    import dataclasses
+
+    threads = c.block[0] * c.block[1] * c.block[2]
+    try:
+        row = kernel.occupancy([threads], [c.shared_mem]).at(threads, c.shared_mem)
+    except Exception:  # noqa: BLE001 - the profile stands without it
+        return p
+    return dataclasses.replace(p, occupancy_pct=100.0 * row.occupancy,
+                               limited_by=tuple(row.limited_by))
+
+
 def sanitize_call(last: Any) -> str | None:
     """The ``k.sanitize(grid, block, args)`` call that reruns the last launch,
     ``(kernel, grid, block)``, under compute-sanitizer (None: no launch yet)."""
@@ -320,11 +334,10 @@ def profile_many(launches: Sequence[tuple]) -> list[Any]:
             if not report.exists():
                 raise LaunchError(f"{k.name_expression}: ncu wrote no report (exit "
                                   f"{done.returncode}):\n{_tail(done.stdout + done.stderr)}")
-            out.append(profiler.read_report(report, label=k.name_expression,
-                                            source=build.source,
-                                            line_offset=build.line_offset,
-                                            program=build.program, tool=program.version,
-                                            seconds=done.seconds))
+            read = profiler.read_report(report, label=k.name_expression, source=build.source,
+                                        line_offset=build.line_offset, program=build.program,
+                                        tool=program.version, seconds=done.seconds)
+            out.append(_with_occupancy(read, k, c))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     return out

@@ -75,7 +75,9 @@ class HotLine:
 
 @dataclass(frozen=True)
 class Profile:
-    """One launch as Nsight Compute measured it (None: the report lacks that figure)."""
+    """One launch as Nsight Compute measured it (None: the report lacks that figure);
+    ``occupancy_pct`` and ``limited_by`` are cudamagic's own occupancy for the launch's block
+    (:mod:`.occupancy`), shown beside ncu's theoretical figure."""
 
     label: str
     kernel: str
@@ -90,6 +92,8 @@ class Profile:
     flops: float | None = None
     stalls: tuple[Stall, ...] = ()
     hot_lines: tuple[HotLine, ...] = ()
+    occupancy_pct: float | None = None
+    limited_by: tuple[str, ...] = ()
     tool: str = ""
     seconds: float = field(default=0.0, compare=False)
 

@@ -119,7 +119,10 @@ def _profile_pairs(p: Profile) -> list[tuple[str, str]]:
             ("memory throughput", _pct(p.memory_pct)),
             ("DRAM", f"{dram} at {_rate(p.dram_bytes_per_s)} ({_pct(p.dram_pct)} of peak)"),
             ("occupancy", f"{_pct(p.achieved_occupancy_pct)} achieved of "
-                          f"{_pct(p.theoretical_occupancy_pct)} theoretical"),
+                          f"{_pct(p.theoretical_occupancy_pct)} theoretical"
+                          + (f" (cudamagic: {_pct(p.occupancy_pct)}, limited by "
+                             f"{', '.join(p.limited_by) or '-'})"
+                             if p.occupancy_pct is not None else "")),
             ("top stalls", ", ".join(f"{s.reason} {s.ratio:.2f}" for s in p.stalls[:3])
              or "none reported")]
 
