@@ -8,7 +8,9 @@
 # 1000 names), api (run_all.py --sections api), dask (tests/test_dask.py), ship
 # (benchmarks/dask_ship.py), perf (benchmarks/perf.py: issue 21's table against CuPy, the
 # whole notebook cell by cell, the fresh process, the restore, the warm cell; $OUT/perf.md and
-# perf.json; about 7 minutes, run it alone), or NAME for
+# perf.json; about 7 minutes, run it alone), debug (tests/test_gpu_debug.py, issue 28's
+# must-show), fixtures (scripts/record_tool_fixtures.py: the tools' real outputs, copied to
+# $OUT/recorded to be committed into tests/fixtures/tools/recorded), or NAME for
 # benchmarks/NAME.py
 set -u
 OUT=${OUT:-/tmp/out}
@@ -25,6 +27,9 @@ for what in "${@:-gpu}"; do
     gpu) python3 -m pytest -m gpu -v -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
     suite) python3 -m pytest -q -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log" ;;
     resolve) python3 -m pytest -q -s -p no:cacheprovider tests/test_resolution_property.py 2>&1 | tee "$OUT/resolve.log" ;;
+    debug) python3 -m pytest -v -rs -p no:cacheprovider tests/test_gpu_debug.py 2>&1 | tee "$OUT/debug.log" ;;
+    fixtures) python3 scripts/record_tool_fixtures.py 2>&1 | tee "$OUT/fixtures.log"
+        cp -r tests/fixtures/tools/recorded "$OUT/" ;;
     dask) python3 -m pytest -v -s -rs -p no:cacheprovider tests/test_dask.py 2>&1 | tee "$OUT/dask.log" ;;
     cell) python3 benchmarks/warm_cell.py --repeats 5 --json "$OUT/warm_cell.json" 2>&1 | tee "$OUT/warm_cell.log" ;;
     launch) python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch.log" ;;
