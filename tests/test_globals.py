@@ -176,3 +176,22 @@ def test_a_cubin_from_elsewhere_has_no_types_and_says_so():
     loaded = cudamagic.load_cubin(module.cubin)
     assert {v.gap for v in loaded.globals} == {TypeGap.NO_SOURCE}
     assert all(v.dtype is None and v.shape == (v.size,) for v in loaded.globals)
+
+
+def test_a_stored_variable_expression_that_lies_is_a_damaged_entry(tmp_path):
+    """A stored map that gives &z::tv<float> the double instance's symbol is never served:
+    the entry is bad, the cell compiles again, and NVRTC's own map serves."""
+    import dataclasses
+
+    names = ["&z::tv<float>", "&z::tv<double>"]
+    cache = KernelCache(tmp_path / "cache")
+    try:
+        first = cudamagic.build(VARIABLE_TEMPLATE, names, arch="sm_90", cache=cache)
+        record, _ = cache.get(first.key)
+        lie = {**record.lowered, "&z::tv<float>": "_ZN1z2tvIdEE"}
+        cache.put(first.key, dataclasses.replace(record, lowered=lie))
+        again = cudamagic.build(VARIABLE_TEMPLATE, names, arch="sm_90", cache=cache)
+    finally:
+        cache.close()
+    assert not again.hit and "does not match its CUBIN" in again.report.miss_reason
+    assert again.variable_expressions["&z::tv<float>"] == "_ZN1z2tvIfEE"
