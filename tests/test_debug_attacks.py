@@ -192,3 +192,16 @@ def test_an_api_error_takes_no_place_from_the_host_stack():
                          SanitizerTool.MEMCHECK)
     (api,) = [f for f in findings if f.kind is FindingKind.API]
     assert (api.function, api.file, api.line) == ("", None, None)
+
+
+@pytest.mark.parametrize("make", [
+    lambda tmp: tmp / "a-file",  # the temporary folder is a file
+    lambda tmp: tmp / "missing" / "deeper",  # it does not exist
+])
+def test_no_scratch_folder_is_the_projects_error_saying_what_to_do(tmp_path, monkeypatch, make):
+    import tempfile
+
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.setattr(tempfile, "tempdir", str(make(tmp_path)))
+    with pytest.raises(tools.ScratchError, match="set TMPDIR to a writable folder"):
+        tools.scratch_folder()

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import CudaMagicError
 
 __all__ = ["ToolKind", "Found", "Tool", "Missing", "ToolMissingError", "find", "require",
-           "ChildResult", "run_child"]
+           "ChildResult", "run_child", "ScratchError", "scratch_folder"]
 
 
 class ToolKind(enum.Enum):
@@ -200,8 +200,22 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
+class ScratchError(CudaMagicError):
+    """No private folder could be made for a tool run's files."""
+
+
 def scratch_folder(parent: str | os.PathLike | None = None) -> Path:
-    """A private folder for one tool run's files (the payload, the tool's report)."""
+    """A private folder for one tool run's files (the payload, the tool's report), in the
+    temporary folder; the run removes it.
+
+    :raises ScratchError: it cannot be made there (the message names the folder and the fix).
+    """
     import tempfile
 
-    return Path(tempfile.mkdtemp(prefix="cudamagic-tool-", dir=parent))
+    try:
+        return Path(tempfile.mkdtemp(prefix="cudamagic-tool-", dir=parent))
+    except OSError as exc:
+        where = parent if parent is not None else tempfile.gettempdir()
+        raise ScratchError(f"a tool run needs a private folder for the module, the arguments "
+                           f"and the tool's report, and none can be made in {where} "
+                           f"({exc.strerror or exc}): set TMPDIR to a writable folder") from None
