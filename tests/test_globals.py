@@ -195,3 +195,16 @@ def test_a_stored_variable_expression_that_lies_is_a_damaged_entry(tmp_path):
         cache.close()
     assert not again.hit and "does not match its CUBIN" in again.report.miss_reason
     assert again.variable_expressions["&z::tv<float>"] == "_ZN1z2tvIfEE"
+
+
+def test_the_magic_takes_a_variable_as_a_name_expression(tmp_path, monkeypatch):
+    """%%cuda -n "&z::tv<float>": the cell runs, its kernels are pushed, the variable is the
+    module's (not pushed: it is no callable)."""
+    from .test_magic import _shell
+
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_cell_magic("cuda", '-q -n "&z::tv<float>"', VARIABLE_TEMPLATE)
+    module = ip.user_ns["cuda_module"]
+    assert callable(ip.user_ns["use"]) and "&z::tv<float>" not in module.kernels
+    assert module.variable_expressions == {"&z::tv<float>": "_ZN1z2tvIfEE"}
+    assert not any(k.startswith("z_tv") for k in ip.user_ns)
