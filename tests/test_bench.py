@@ -91,6 +91,9 @@ class StandInKernel:
         self.launches_run = 0
         self.calls: list[tuple] = []
 
+    def attributes(self, device=None):  # a GPU kernel answers for its attributes
+        return {}
+
     def __call__(self, grid, block, args=(), shared_mem=0, stream=None):
         self.calls.append((grid, block, shared_mem, stream))
         if self.host_s:
@@ -186,6 +189,19 @@ def test_a_budget_runs_at_least_min_repeat_and_at_most_max_repeat(gpu):
                 settings=Settings(warmup=0, budget_s=0.05), device=gpu)
     assert 0.05 <= time.perf_counter() - start < 1.0
     assert 5 <= len(r["a"].samples_ms) <= 50
+
+
+@pytest.mark.parametrize("settings,words", [
+    (dict(max_repeat=0), r"max_repeat=0: give an int >= 1"),
+    (dict(max_repeat=-1), r"max_repeat=-1: give an int >= 1"),
+    (dict(min_repeat=5, max_repeat=3), r"min_repeat=5 is over max_repeat=3"),
+    (dict(warmup=-1), r"warmup=-1: give an int >= 0"),
+], ids=str)
+def test_settings_that_would_time_nothing_are_refused(gpu, settings, words):
+    """max_repeat=0 timed no launch and printed a table of nan."""
+    with pytest.raises(ArgumentValueError, match=words):
+        compare(variants(gpu, {"a": 1.0}), settings=Settings(budget_s=1e-6, **settings),
+                device=gpu)
 
 
 def test_rates_and_fractions_of_peak(gpu):
@@ -361,13 +377,18 @@ def test_the_magic_line_checks_outputs(gpu):
     ("a(1, 2, (", "do not parse"),
     ("x = 3", "is not a launch"),
     ("missing(1, 2, ())", "kernel 'missing' raised NameError"),
-    ("n(1, 2, ())", "n is a int, not a kernel"),
+    ("n(1, 2, ())", "n is a int, not a GPU kernel"),
+    ("f(1, 2, ())", "f is a function, not a GPU kernel"),
+    ("(lambda *a: None)(1, 2, ())", "is a function, not a GPU kernel"),
+    ("np.add(1, 2, ())", "np.add is a ufunc, not a GPU kernel"),
+    ("print(1, 2, ())", "print is a builtin_function_or_method, not a GPU kernel"),
     ("a(1, 2, (), wrong=3)", "wrong is not one of them"),
     ("a(1, 2, (), stream=n)", "the calls run on CuPy's current stream"),
     ("a(1, 2, (), **{'shared_mem': 0})", r"\*\*\{'shared_mem': 0\} is not one of them"),
 ])
 def test_bad_magic_lines_say_what(gpu, line, message):
-    ns = {"a": StandInKernel(gpu, "a", 1.0), "n": 3}
+    ns = {"a": StandInKernel(gpu, "a", 1.0), "n": 3, "f": len, "np": np, "print": print}
+    ns["f"] = lambda *a: None
     with pytest.raises(OptionError, match=message):
         run_line(line, ns, device=gpu)
 

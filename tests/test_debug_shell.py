@@ -196,7 +196,7 @@ def test_the_calls_keep_the_args_expressions_as_labels(shell):
 @pytest.mark.parametrize("line, error, says", [
     ("--tool valgrind oob_write((1,), (256,), (None, 1))", ArgumentValueError, "memcheck"),
     ("--bogus oob_write((1,), (256,), (None, 1))", OptionError, "not an option"),
-    ("print((1,), (256,), (None, 1))", OptionError, "not a cudamagic kernel"),
+    ("print((1,), (256,), (None, 1))", OptionError, "not a GPU kernel"),
     ("oob_write((1,), (256,), (None, 1), stream=0)", OptionError, "no stream"),
     ("oob_write((1,), (256,), (None, 1)); oob_write((1,), (256,), (None, 1.5))",
      Exception, "parameter 1"),  # the second call is checked before the first runs

@@ -370,10 +370,15 @@ def _peaks(attrs: dict, sm: int) -> tuple[float | None, float | None]:
 
 
 def _check_settings(settings: Settings) -> None:
-    for name in ("warmup", "min_repeat", "max_repeat"):
+    for name, least in (("warmup", 0), ("min_repeat", 0), ("max_repeat", 1)):
         value = getattr(settings, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ArgumentValueError(f"bench: {name}={value!r}: give an int >= 0")
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ArgumentValueError(f"bench: {name}={value!r}: give an int >= {least}"
+                                     + (" (no timed launch would leave nothing to show)"
+                                        if least else ""))
+    if settings.min_repeat > settings.max_repeat:
+        raise ArgumentValueError(f"bench: min_repeat={settings.min_repeat} is over "
+                                 f"max_repeat={settings.max_repeat}")
     r = settings.repeat
     if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
         raise ArgumentValueError(f"bench: repeat={r!r}: give the timed launches as an int >= 1, "

@@ -131,9 +131,12 @@ def _call(stmt: ast.stmt, text: str, namespace: dict, syntax: CallSyntax) -> Cal
     keywords = {str(k.arg): evaluate(ast.unparse(k.value), namespace, str(k.arg), syntax)
                 for k in call.keywords}
     kernel = evaluate(ast.unparse(call.func), namespace, "kernel", syntax)
-    if not callable(kernel):
+    if not callable(kernel) or not hasattr(type(kernel), "attributes"):
+        # a GPU kernel answers for its attributes (a module's Kernel, CuPy's RawKernel); a
+        # function, a lambda or a NumPy ufunc is called on the host and would be timed as one
         raise OptionError(f"{syntax.magic}: {ast.unparse(call.func)} is a "
-                          f"{type(kernel).__name__}, not a kernel")
+                          f"{type(kernel).__name__}, not a GPU kernel: give a kernel of a "
+                          f"module (%%cuda pushes each under its name) or a cupy.RawKernel")
     given = dict(zip(_NAMES, parts)) | keywords
     if "stream" in given:
         raise OptionError(f"{syntax.magic}: {source!r}: {syntax.stream_note}")
