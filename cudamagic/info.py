@@ -74,8 +74,7 @@ def environment_info() -> EnvironmentInfo:
     fields: list[tuple[str, str]] = []
     if driver.available():
         for i in range(driver.device_count()):
-            major, minor = driver.compute_capability(i)
-            fields.append((f"device {i}", f"{driver.device_name(i)} (sm_{major}{minor})"))
+            fields.append((f"device {i}", f"{driver.device_name(i)} (sm_{driver.device_sm(i)})"))
         fields.append(("driver", f"CUDA {driver.driver_version()}"))
     else:
         fields.append(("device", "none (compile, cache and name resolution work; launches "

@@ -24,6 +24,7 @@ from .errors import OptionError, SourceError
 
 __all__ = [
     "BuildOptions",
+    "arch_sm",
     "check_source",
     "DEFAULT_ARCH",
     "DEFAULT_STD",
@@ -259,6 +260,14 @@ def normalize_arch(arch: str | int) -> str:
         raise OptionError(f"--arch {arch!r:.40} is not a real GPU architecture such as sm_90 "
                           "(a CUBIN is built for one; compute_XX would give PTX)")
     return f"sm_{m.group(1)}{m.group(2)}"
+
+
+def arch_sm(arch: str | int) -> int:
+    """The SM number of an architecture: ``sm_90``, ``sm_90a``, ``90`` -> 90.
+
+    :raises OptionError: not an architecture (:func:`normalize_arch`).
+    """
+    return int(normalize_arch(arch)[3:].rstrip("af"))
 
 
 class _Parser(argparse.ArgumentParser):

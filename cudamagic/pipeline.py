@@ -34,9 +34,8 @@ from .lineinfo import debug_support
 from .miss import BuildOrigin, HitKind, Miss, MissKind
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
-from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, check_source, check_text,
-                      normalize_arch,
-                      nvrtc_options, options_from_args)
+from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
+                      check_text, normalize_arch, nvrtc_options, options_from_args)
 from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
 from .toolchain import driver
@@ -63,8 +62,7 @@ def default_arch() -> str:
     """The current device's ``sm_XX``; :data:`~cudamagic.options.DEFAULT_ARCH` without a GPU."""
     if not driver.available():
         return DEFAULT_ARCH
-    major, minor = driver.compute_capability(driver.current_device())
-    return f"sm_{major * 10 + minor}"
+    return f"sm_{driver.device_sm(driver.current_device())}"
 
 
 @dataclass(frozen=True)
@@ -636,8 +634,7 @@ def _check_arch(arch: str) -> None:
 
     :raises OptionError: it cannot (a GPU newer than the NVRTC, or a typo in --arch).
     """
-    sm = int("".join(ch for ch in arch if ch.isdigit()))
-    if sm not in supported_archs():
+    if arch_sm(arch) not in supported_archs():
         raise OptionError(f"NVRTC {nvrtc_version()} cannot build a CUBIN for {arch} (it supports "
                           f"sm_{', sm_'.join(map(str, supported_archs()))}); install a newer "
                           "nvidia-cuda-nvrtc, or give --arch one of those")

@@ -113,3 +113,24 @@ def test_device_attribute_numbers_are_the_drivers():
     assert (driver._SM_COUNT, driver._COOPERATIVE_LAUNCH, driver._CLUSTER_LAUNCH) == (
         int(a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
         int(a.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH), int(a.CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH))
+
+
+@pytest.mark.parametrize("major, minor, sm", [(7, 5, 75), (8, 0, 80), (8, 6, 86), (9, 0, 90),
+                                              (10, 0, 100), (10, 3, 103), (12, 0, 120),
+                                              (12, 1, 121)])
+def test_a_compute_capability_is_one_sm_number_everywhere(monkeypatch, major, minor, sm):
+    """major * 10 + minor, as nvcc's sm_XY counts: the default arch, %cuda_info's device line
+    and the occupancy's driver check all take it from driver.device_sm (the driver's answer is
+    stood in for: no GPU here)."""
+    from cudamagic import info, pipeline
+
+    assert driver.sm_of(major, minor) == sm
+    monkeypatch.setattr(driver, "compute_capability", lambda device: (major, minor))
+    monkeypatch.setattr(driver, "available", lambda: True)
+    monkeypatch.setattr(driver, "current_device", lambda: 0)
+    monkeypatch.setattr(driver, "device_count", lambda: 1)
+    monkeypatch.setattr(driver, "device_name", lambda device: "Stand-in GPU")
+    monkeypatch.setattr(driver, "driver_version", lambda: "13.0")
+    assert driver.device_sm(0) == sm
+    assert pipeline.default_arch() == f"sm_{sm}"
+    assert dict(info.environment_info().fields)["device 0"] == f"Stand-in GPU (sm_{sm})"

@@ -159,3 +159,19 @@ def test_one_word_options_pass_as_they_are(opt):
     assert len(kept) == 1 and kept[0].replace("--include-path=", "-I") == \
         opt.replace("--include-path=", "-I")
     assert parse_magic_line(f'-o "{opt}"').options == kept
+
+
+@pytest.mark.parametrize("arch, sm", [("sm_90", 90), ("sm_90a", 90), ("SM_100f", 100), (" 75 ", 75),
+                                      (120, 120), ("sm_103a", 103)])
+def test_an_arch_is_one_sm_number_for_the_nvrtc_check_and_the_fatbin_pick(arch, sm):
+    from cudamagic.options import arch_sm
+
+    assert arch_sm(arch) == sm
+
+
+@pytest.mark.parametrize("arch", ["compute_90", "sm90x", "", "sm_9", 1000])
+def test_what_is_no_arch_has_no_sm_number(arch):
+    from cudamagic.options import arch_sm
+
+    with pytest.raises(OptionError):
+        arch_sm(arch)

@@ -249,8 +249,7 @@ class CupyDevice:
         self.cupy = cupy
         self.index = driver.current_device()
         self.name = driver.device_name(self.index)
-        major, minor = driver.compute_capability(self.index)
-        self.sm = major * 10 + minor
+        self.sm = driver.device_sm(self.index)
         attrs = _device_attributes(self.index)
         self.l2_bytes = attrs.get("l2_cache_size") or 64 << 20
         self.peak_gbps, self.peak_tflops = _peaks(attrs, self.sm)

@@ -23,7 +23,7 @@ from ..forksafe import ForkSafeLock
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 
 __all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
-           "launch", "fast_launch", "compute_capability", "driver_version", "device_name",
+           "launch", "fast_launch", "compute_capability", "sm_of", "device_sm", "driver_version", "device_name",
            "kernel_attributes", "kernel_function", "set_max_dynamic_shared", "device_getter",
            "DeviceLimits", "device_limits", "max_active_blocks", "ExtendedLaunch", "launch_ex",
            "retain_primary", "mem_alloc", "mem_free", "copy_to_device", "copy_to_host",
@@ -307,6 +307,17 @@ def compute_capability(device: int) -> tuple[int, int]:
     lib, dev = _require(), _device(device)
     return (_out(ctypes.c_int, lib.cuDeviceGetAttribute, _CC_MAJOR, dev, what="cuDeviceGetAttribute"),
             _out(ctypes.c_int, lib.cuDeviceGetAttribute, _CC_MINOR, dev, what="cuDeviceGetAttribute"))
+
+
+def sm_of(major: int, minor: int) -> int:
+    """The SM number of a compute capability: ``major * 10 + minor`` (9.0 -> 90, 12.1 -> 121),
+    as nvcc's ``sm_XY`` and ``__CUDA_ARCH__`` (``major * 100 + minor * 10``) count."""
+    return major * 10 + minor
+
+
+def device_sm(device: int) -> int:
+    """The SM number of a device (:func:`sm_of` its compute capability)."""
+    return sm_of(*compute_capability(device))
 
 
 def current_device() -> int:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ImageError
+from ..options import arch_sm
 from ..units import size_text
 from .link import ET_REL, CodeKind, LinkInput, LinkResult, elf_type, link_needing_runtime
 from .link import nvjitlink_identity
@@ -306,7 +307,7 @@ def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
     :raises ImageError: none of those, or nothing in a fatbin that can serve ``arch``.
     :raises LinkError: nvJitLink refused the PTX (its log says where).
     """
-    sm = int("".join(ch for ch in arch if ch.isdigit()))
+    sm = arch_sm(arch)
     if data[:4] == b"\x7fELF":
         if elf_type(data) == ET_REL:
             return _linked(LinkInput(data, CodeKind.CUBIN, label), arch, store,

@@ -26,7 +26,7 @@ from ..forksafe import once
 PROBE_MARK = "__cudamagic_"
 
 __all__ = ["Param", "KernelImage", "KernelResources", "LaunchNeeds", "GlobalImage", "CubinImage",
-           "read_cubin"]
+           "read_cubin", "sm_of_flags", "elf_sm", "undefined_globals", "block_limits"]
 
 _EM_CUDA = 190
 _SHT_SYMTAB = 2
@@ -45,6 +45,7 @@ EIATTR_MAX_THREADS = 0x05            # __launch_bounds__'s first argument, as (x
 _EIATTR_COOP_GROUP_INSTR_OFFSETS = 0x28  # the code offsets of cooperative-groups barriers
 _EIATTR_CTA_PER_CLUSTER = 0x3D        # __cluster_dims__(x, y, z)
 _EIATTR_EXPLICIT_CLUSTER = 0x3E       # the kernel must be launched with a cluster
+_EIATTR_NUM_BARRIERS = 0x4C            # named barriers used (cuobjdump's code)
 # the low 12 bits of a sm_70+ instruction word that say BPT (the trap of __trap()), the same on
 # sm_75, sm_80, sm_90, sm_100 and sm_120 (read off NVRTC's CUBINs: tests/test_image.py)
 _OPCODE_MASK, _OPCODE_BPT = 0xFFF, 0x95C
@@ -508,17 +509,13 @@ class _Elf:
         except (struct.error, IndexError) as exc:
             raise ImageError(f"the CUBIN's records for {symbol} are malformed ({exc})") from None
 
-        def dims(attr: int) -> tuple[int, int, int] | None:
-            body = own.get(attr)
-            return struct.unpack_from("<III", body) if body and len(body) >= 12 else None
-
-        cluster = dims(_EIATTR_CTA_PER_CLUSTER)
+        cluster = _dims(own.get(_EIATTR_CTA_PER_CLUSTER))
         # -G (-lineinfo writes .debug_line); asked only where it changes the answer: a name
         # the CUBIN lacks is looked for through its whole section-name table
         debug = barriers and self.section(".debug_info") is not None
         return LaunchNeeds(grid_sync=(None if barriers and debug else barriers and traps), cluster_dims=cluster,
                            requires_cluster=cluster is not None or _EIATTR_EXPLICIT_CLUSTER in own,
-                           max_threads=dims(EIATTR_MAX_THREADS))
+                           max_threads=_dims(own.get(EIATTR_MAX_THREADS)))
 
     def _info(self, name: str) -> bytes | None:
         sec = self.section(".nv.info." + name)
@@ -622,8 +619,7 @@ def _read(data: bytes) -> CubinImage:
         strtab = data[offsets[link]:offsets[link] + sizes[link]]
         symbols += strings_at(strtab, [names[j] for j in picked])
         indices += picked
-    sm = (e_flags >> 8) & 0xFF if e_flags >> 8 & 0xFF else None
-    return CubinImage(tuple(symbols), tuple(indices), sm,
+    return CubinImage(tuple(symbols), tuple(indices), sm_of_flags(e_flags),
                       _Elf(data, e_shoff, e_shstrndx, symtabs,
                            {"name": words32[0::16].tolist(), "type": types, "offset": offsets,
                             "size": sizes, "link": links}))
@@ -632,6 +628,63 @@ def _read(data: bytes) -> CubinImage:
 # the sections that hold a module's variables, and the memory each is in
 _VARIABLE_SECTIONS = {".nv.constant3": "constant", ".nv.global": "global",
                       ".nv.global.init": "global"}
+
+
+def sm_of_flags(e_flags: int) -> int | None:
+    """The target a CUBIN's ELF header names: bits 8-15 of ``e_flags`` (90 for sm_90), None
+    where they are 0."""
+    return (e_flags >> 8) & 0xFF or None
+
+
+def elf_sm(data: bytes) -> int | None:
+    """The target of a CUBIN (:func:`sm_of_flags` of its header).
+
+    :raises ImageError: not a CUBIN.
+    """
+    return sm_of_flags(elf_header(data)[0])
+
+
+def undefined_globals(data: bytes) -> list[str]:
+    """The GLOBAL symbols a CUBIN names but defines in no section (a relocatable CUBIN's calls
+    to ``cudaLaunchDevice`` and other code a link must bring in), from every symbol table.
+
+    :raises ImageError: not a CUBIN, or a table that runs past the end.
+    """
+    _, e_shoff, e_shnum, _ = elf_header(data)
+    try:
+        sections = list(struct.iter_unpack("<IIQQQQIIQQ", data[e_shoff:e_shoff + e_shnum * 64]))
+        out: list[str] = []
+        for sec in sections:
+            if sec[1] != _SHT_SYMTAB:
+                continue
+            symtab = data[sec[4]:sec[4] + sec[5]]
+            link = sections[sec[6]]
+            strtab = data[link[4]:link[4] + link[5]]
+            entries = struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24])
+            offsets = [e[0] for e in entries
+                       # GLOBAL, in no section (the WEAK ones, __UDT..., the linker makes)
+                       if e[3] == 0 and e[1] >> 4 == 1 and e[0]]
+            out += strings_at(strtab, offsets)
+        return out
+    except (struct.error, IndexError) as exc:
+        raise ImageError(f"the CUBIN's symbol tables are malformed ({exc})") from None
+
+
+def _dims(body: bytes | None) -> tuple[int, int, int] | None:
+    """An ``.nv.info`` record's (x, y, z) value (``__launch_bounds__``, ``__cluster_dims__``)."""
+    return struct.unpack_from("<III", body) if body and len(body) >= 12 else None
+
+
+def block_limits(info: bytes | None) -> tuple[tuple[int, int, int] | None, int]:
+    """What a kernel's own ``.nv.info`` records limit a block by: ``__launch_bounds__``'s
+    maximum threads (x, y, z; None without) and the named barriers it uses.
+
+    :raises ImageError: a record runs past the end of its section.
+    """
+    records = {attr: body for _, attr, body in info_records(info or b"")}
+    barriers = records.get(_EIATTR_NUM_BARRIERS)
+    return (_dims(records.get(EIATTR_MAX_THREADS)),
+            barriers[0] if barriers is not None and len(barriers) >= 2 else 0)
 
 
 def strings_at(table: bytes, offsets: list[int]) -> list[str]:

@@ -252,24 +252,11 @@ def _failure_hint(log: str, runtime_missing: bool, lto_ir: bool) -> str:
 def undefined_symbols(cubin: bytes) -> list[str]:
     """The symbols a relocatable CUBIN uses but does not define (``__cudaCDP2LaunchDeviceV2``
     for a kernel that launches kernels): what a link must bring in."""
-    from .image import elf_header, strings_at
+    from .image import undefined_globals
 
     try:
-        _, e_shoff, e_shnum, _ = elf_header(cubin)
-        sections = list(struct.iter_unpack("<IIQQQQIIQQ", cubin[e_shoff:e_shoff + e_shnum * 64]))
-        out: list[str] = []
-        for sec in sections:
-            if sec[1] != 2:  # SHT_SYMTAB
-                continue
-            symtab = cubin[sec[4]:sec[4] + sec[5]]
-            link_sec = sections[sec[6]]
-            strtab = cubin[link_sec[4]:link_sec[4] + link_sec[5]]
-            offsets = [e[0] for e in struct.iter_unpack("<IBBHQQ", symtab[:len(symtab) // 24 * 24])
-                       # GLOBAL, in no section (the WEAK ones, __UDT..., the linker makes)
-                       if e[3] == 0 and e[1] >> 4 == 1 and e[0]]
-            out += strings_at(strtab, offsets)
-        return out
-    except (struct.error, IndexError, ImageError):
+        return undefined_globals(cubin)
+    except ImageError:  # not a CUBIN, or a damaged table: nothing a link is known to need
         return []
 
 

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from ..errors import CompileError, OptionError, ToolchainError
 from ..forksafe import ForkSafeLock, NativeSection
 from ..toolkit import include_hints
+from .link import lto
 from .tracefolder import compile_folder
 
 __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version",
@@ -299,7 +300,7 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
         lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),
                                 "nvrtcGetLoweredName").decode() for expr in name_expressions}
         size_of, get = nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN
-        if any(o in ("-dlto", "--dlink-time-opt") for o in options):
+        if lto(options):
             # NVRTC makes LTO IR and no CUBIN: nvJitLink makes that (toolchain/link.py)
             size_of, get = nvrtc.nvrtcGetLTOIRSize, nvrtc.nvrtcGetLTOIR
         size = _check(size_of(prog), size_of.__name__)

@@ -25,7 +25,6 @@ header compiled where a C compiler and the header are at hand.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -195,7 +194,6 @@ class KernelUsage:
         return most
 
 
-_EIATTR_NUM_BARRIERS = 0x4C  # named barriers used (.nv.info.<symbol>; cuobjdump's code)
 
 
 def usage_of(kernel: Any) -> KernelUsage:
@@ -211,18 +209,12 @@ def usage_of(kernel: Any) -> KernelUsage:
     if resources is None:
         raise OccupancyError(f"{getattr(kernel, 'name_expression', kernel)!r}: no CUBIN "
                              "records to compute occupancy from")
-    from .image import EIATTR_MAX_THREADS, info_records
+    from .image import block_limits
 
     # the kernel's own records alone: its launch needs (image.launch) would also walk the call
     # graph and scan the code, which the block limit does not depend on
-    records = [(attr, body) for _, attr, body in info_records(image.info or b"")]
-    dims = dict(records).get(EIATTR_MAX_THREADS)
-    max_threads = None
-    if dims is not None and len(dims) >= 12:
-        x, y, z = struct.unpack_from("<III", dims)
-        max_threads = x * y * z
-    barriers = next((body[0] for attr, body in records
-                     if attr == _EIATTR_NUM_BARRIERS and len(body) >= 2), 0)
+    dims, barriers = block_limits(image.info)
+    max_threads = None if dims is None else dims[0] * dims[1] * dims[2]
     return KernelUsage(registers=resources.registers,
                        static_shared_bytes=resources.static_shared_bytes,
                        max_threads=max_threads, barriers=barriers)
@@ -565,8 +557,9 @@ def cubin_sm(kernel: Any) -> int | None:
     elf = getattr(getattr(kernel, "image", kernel), "elf", None)
     if elf is None:
         return None
-    (flags,) = struct.unpack_from("<I", elf.data, 48)
-    return (flags >> 8) & 0xFF or None
+    from .image import elf_sm
+
+    return elf_sm(elf.data)
 
 
 class _DriverOccupancy:
@@ -625,8 +618,7 @@ def _driver_for(kernel: Any, sm: int | None, device: int | None,
     if device is None and sm is not None or not driver.available():
         return None
     device = driver.current_device() if device is None else device
-    major, minor = driver.compute_capability(device)
-    here = major * 10 + minor
+    here = driver.device_sm(device)
     if (sm is not None and sm != here) or cubin_sm(kernel) not in (None, here):
         return None
     return _DriverOccupancy(kernel, device, here)
