@@ -187,7 +187,8 @@ def _value(action: Any, name: str) -> float | None:
 def profile_of(action: Any, *, label: str = "", source: str = "", line_offset: int = 0,
                program: str = "cell.cu", tool: str = "", seconds: float = 0.0) -> Profile:
     """A :class:`Profile` from one of the report interface's actions (one launch)."""
-    figures = {key: _value(action, name) for key, name in METRICS.items()}
+    # the float | None fields of Profile named by METRICS (mypy cannot match a spread's keys)
+    figures: dict[str, Any] = {key: _value(action, name) for key, name in METRICS.items()}
     counts = [(_value(action, name), weight) for name, weight in _FLOP_METRICS.items()]
     flops = sum(v * w for v, w in counts if v is not None) \
         if any(v is not None for v, _ in counts) else None
