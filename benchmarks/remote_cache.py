@@ -69,11 +69,52 @@ def _case(kind: str, n: int, server, key: str, root: Path) -> dict:
             "local_hit": local["total"]}
 
 
+def manifest_check(repeat: int) -> dict:
+    """The CCCL cell's header check on a hit: the fast path (an entry made here: size, times
+    and inode of each packaged header) against the content path (made in another installation:
+    every header hashed), in ms of this thread's CPU time, median of ``repeat`` checks in this
+    process."""
+    import time
+
+    from cudamagic import build
+    from cudamagic.store import KernelCache
+    from cudamagic.toolchain.manifest import Manifest
+    from cudamagic.pipeline import _context, BuildSettings
+    from cudamagic.options import options_from_args
+
+    source, stem = SOURCES["cccl"]
+    cache = KernelCache(tempfile.mkdtemp(), remote=False)
+    m = build(source, name_expressions=[f"{stem}<1>"], cache=cache)
+    stored = cache.get(m.key)[0].manifest
+    search = _context(source, options_from_args([], [f"{stem}<1>"]), BuildSettings(),
+                      keyless=True).search
+
+    def timed(data: dict) -> float:
+        times = []
+        for _ in range(repeat):
+            man = Manifest.from_json(data, search)
+            t = time.thread_time()  # CPU time: this machine's load shows less in it
+            assert man.check() is None
+            times.append(time.thread_time() - t)
+        return median(times) * 1000
+
+    elsewhere = json.loads(json.dumps(stored))
+    for row in elsewhere["files"]:
+        row[2:6] = [row[2], 0, 0, 0]  # times and inode of another installation
+    return {"headers": len(stored["files"]), "fast_ms": round(timed(stored), 2),
+            "content_ms": round(timed(elsewhere), 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="10 names only")
+    ap.add_argument("--manifest", action="store_true",
+                    help="only the header check's two paths (no server)")
     args = ap.parse_args()
+    if args.manifest:
+        print(json.dumps({"manifest_check": manifest_check(max(args.repeat, 20))}))
+        return
     root = Path(tempfile.mkdtemp(prefix="cudamagic-remote-bench-"))
     key = root / "team.key"
     key.write_text(os.urandom(32).hex())

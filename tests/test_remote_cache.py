@@ -342,3 +342,70 @@ def test_cuda_cache_remote_in_a_shell(tmp_path, monkeypatch):
     ip.run_line_magic("load_ext", "cudamagic")
     shown = ip.run_line_magic("cuda_cache", "remote")
     assert "cudamagic remote cache" in str(shown) and "server: none" in str(shown)
+
+
+def test_a_forked_child_sends_through_its_own_queue_and_connection(tmp_path, server,
+                                                                    key_file):
+    """A fork while the parent's sender thread is busy: the child gets a fresh lock, queue
+    and connection (never the parent's socket), sends its own record and exits promptly."""
+    store, _ = open_remote(server.url, str(key_file))
+    entry = b"x" * 1000
+    for i in range(20):  # the parent's thread busy sending
+        store.share(f"parent{i}", entry)
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery, only os._exit
+        code = 1
+        try:
+            store.share("child", entry)
+            code = 0 if store.flush(10) and store.load("child") == entry else 2
+        finally:
+            os._exit(code)
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.flush(10) and store.load("parent19") == entry
+
+
+def _build_on_worker(source: str, names: list[str]) -> dict:
+    """A task that builds the cell itself (the module is not shipped)."""
+    import cudamagic
+    from cudamagic.toolchain import nvrtc as compiler
+
+    compiles = []
+    real = compiler._compile
+    compiler._compile = lambda *a, **k: compiles.append(a) or real(*a, **k)
+    try:
+        m = cudamagic.build(source, names)
+    finally:
+        compiler._compile = real
+    return {"status": m.report.status, "compiles": len(compiles), "pid": os.getpid(),
+            "kernels": {k.name_expression: k.symbol for k in m.kernels.values()}}
+
+
+def test_dask_workers_warm_from_the_team_cache_without_the_module(tmp_path, server, key_file,
+                                                                  monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    ours = _cache(tmp_path, "client", server.url, key_file)
+    made = build(TEMPLATE, name_expressions=NAMES, cache=ours)
+    assert ours.remote.flush()  # the client's record is on the server
+    monkeypatch.setenv("CUDAMAGIC_REMOTE_CACHE", server.url)
+    monkeypatch.setenv("CUDAMAGIC_REMOTE_KEY_FILE", str(key_file))
+    monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "workers"))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, silence_logs=40) as cluster, \
+            distributed.Client(cluster) as client:
+        workers = list(client.scheduler_info()["workers"])
+        results = client.gather([client.submit(_build_on_worker, TEMPLATE, NAMES,
+                                               workers=[w], pure=False) for w in workers])
+    assert len({r["pid"] for r in results}) == 2
+    for r in results:  # each worker: no compile; the first from the server
+        assert r["compiles"] == 0 and r["kernels"] == _kernels(made), r
+        assert r["status"] in ("cache hit (remote)", "cache hit"), r
+    assert "cache hit (remote)" in [r["status"] for r in results]

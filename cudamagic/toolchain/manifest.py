@@ -332,18 +332,20 @@ class Manifest:
 
     def _check_files(self) -> str | None:
         stat, join = os.stat, os.path.join
-        versioned = [f is not None and self._search.is_versioned(join(f, "x"))
-                     for f in self._folders]
+        folders = self._folders
+        versioned = [f is not None and self._search.is_versioned(join(f, "x")) for f in folders]
         for n, (i, name, size, mtime_ns, ctime_ns, inode, digest) in enumerate(
                 self._data["files"]):
-            path = join(self._folder(i), name)
+            folder = folders[i]
+            path = join(folder if folder is not None else self._folder(i), name)
             try:
                 st = stat(path)
             except OSError:
                 return f"the header {path} was read by the last compile and is gone"
+            if versioned[i] and st.st_mtime_ns == mtime_ns and st.st_size == size \
+                    and st.st_ctime_ns == ctime_ns and st.st_ino == inode:
+                continue  # the fast path: an entry made here
             now = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-            if versioned[i] and now == [size, mtime_ns, ctime_ns, inode]:
-                continue
             if digest is None or _digest(path) != digest:
                 if digest is None and not versioned[i]:
                     continue  # hand-built: nothing to compare
