@@ -409,3 +409,28 @@ def test_dask_workers_warm_from_the_team_cache_without_the_module(tmp_path, serv
         assert r["compiles"] == 0 and r["kernels"] == _kernels(made), r
         assert r["status"] in ("cache hit (remote)", "cache hit"), r
     assert "cache hit (remote)" in [r["status"] for r in results]
+
+
+def test_ctrl_c_inside_a_reply_leaves_no_half_read_connection(tmp_path, server, key_file,
+                                                             monkeypatch):
+    """KeyboardInterrupt while the server's reply is read: the cell is interrupted, and the
+    next lookup reads a whole reply on a new connection (never the old reply's tail)."""
+    store, _ = open_remote(server.url, str(key_file))
+    store.save("a", b"A" * 5000)
+    store.save("b", b"B" * 5000)
+    from redis.connection import Connection
+
+    real = Connection.read_response
+    calls = []
+
+    def interrupted(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 1:  # the command was sent; its reply waits unread
+            raise KeyboardInterrupt
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Connection, "read_response", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.load("a")
+    monkeypatch.setattr(Connection, "read_response", real)
+    assert store.load("b") == b"B" * 5000 and store.load("a") == b"A" * 5000

@@ -299,6 +299,9 @@ class RemoteStore(Store):
             self._breaker.trip(self.location, exc)
             self._drop_connection()
             return default
+        except BaseException:  # Ctrl-C mid-reply: the rest of the reply must not be read later
+            self._drop_connection()
+            raise
         self._breaker.ok()
         return result
 
