@@ -108,3 +108,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def fresh_shell():
+    """A new IPython shell as the process's singleton, for a test that installs hooks on it: any
+    shell an earlier test made (as ``InteractiveShell.instance()``) is cleared first, so what
+    the test sees does not depend on the order the suite runs in. Clear it again when done
+    (``InteractiveShell.clear_instance()``)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    InteractiveShell.clear_instance()
+    return InteractiveShell.instance()

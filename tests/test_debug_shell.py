@@ -25,9 +25,11 @@ rt = pytest.importorskip("cuda.bindings.runtime")
 
 @pytest.fixture(scope="module")
 def shell(tmp_path_factory):
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.core.interactiveshell import InteractiveShell
 
-    ip = start_ipython()
+    from .conftest import fresh_shell
+
+    ip = fresh_shell()
     shown: list = []
     # another extension's wrapper, there first: ours must call it, and it must see the advice
     original = ip._showtraceback
@@ -46,6 +48,7 @@ def shell(tmp_path_factory):
     ip.run_cell("%%cuda -q --module printing\n" + PRINTF_SOURCE)
     yield ip
     mp.undo()
+    InteractiveShell.clear_instance()
 
 
 @pytest.fixture

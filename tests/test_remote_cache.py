@@ -331,16 +331,21 @@ def test_the_report_and_the_stats_say_remote(tmp_path, server, key_file):
 
 
 def test_cuda_cache_remote_in_a_shell(tmp_path, monkeypatch):
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.core.interactiveshell import InteractiveShell
 
     from cudamagic.store import reset
+
+    from .conftest import fresh_shell
 
     monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "c"))
     monkeypatch.delenv("CUDAMAGIC_REMOTE_CACHE", raising=False)
     reset()
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "cudamagic")
-    shown = ip.run_line_magic("cuda_cache", "remote")
+    ip = fresh_shell()
+    try:
+        ip.run_line_magic("load_ext", "cudamagic")
+        shown = ip.run_line_magic("cuda_cache", "remote")
+    finally:
+        InteractiveShell.clear_instance()
     assert "cudamagic remote cache" in str(shown) and "server: none" in str(shown)
 
 
