@@ -137,6 +137,9 @@ def read_regular(path: str | os.PathLike, *, max_size: int, follow_links: bool =
 _MAX_CUBIN = 4 << 30  # a sanity bound: CUBINs of many thousand kernels are tens of MB
 
 
+_MAX_SHOWN = 200  # characters of a path a message quotes
+
+
 def read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
     """The bytes of what :func:`load_cubin` was given, and a label for messages.
 
@@ -147,9 +150,14 @@ def read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
     if not isinstance(path_or_bytes, (str, os.PathLike)):
         raise ImageError(f"load_cubin takes a path or the CUBIN's bytes, got "
                          f"{type(path_or_bytes).__name__}")
-    label = os.fspath(path_or_bytes)
+    path = os.fspath(path_or_bytes)
+    if isinstance(path, str) and "\n" in path and not os.path.lexists(path):
+        # text, not a path (PTX read with open().read()): its bytes, which the loader reads
+        return path.encode("utf-8", "surrogateescape"), "<text>"
+    label = str(path) if len(path) <= _MAX_SHOWN else \
+        f"{path[:_MAX_SHOWN]!s}... ({len(path)} characters)"  # what messages quote
     try:  # a path the user gave: a link is followed, a FIFO or a device refused at once
-        return read_regular(label, max_size=_MAX_CUBIN, follow_links=True), label
+        return read_regular(path, max_size=_MAX_CUBIN, follow_links=True), str(path)
     except NotAFile as exc:
         if exc.kind == "a folder":
             raise ImageError(f"{label} is a folder, not a CUBIN file") from None

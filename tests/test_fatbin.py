@@ -271,3 +271,38 @@ def test_the_768_mib_fatbin_is_refused_under_a_memory_limit_as_it_was_found(tmp_
         "except ImageError as exc:\n"
         "    print(len(data) < 30000, 'refused', exc)\n", timeout=120)
     assert out.startswith("True refused") and "more than the 512 MiB" in out, out
+
+
+# --- what people pass load_cubin by mistake, said as what it is --------------------------------
+
+def _machine(data: bytes, machine: int) -> bytes:
+    import struct
+
+    return data[:18] + struct.pack("<H", machine) + data[20:]
+
+
+CUBIN = (FIXTURES / "fixture.cubin").read_bytes()
+# an input -> the words of its ImageError (None: it loads)
+INPUTS = {
+    "an x86-64 object file": (lambda: _machine(CUBIN, 62), "ELF file for another machine "
+                                                           r"\(e_machine 62, x86-64\)"),
+    "an AArch64 object file": (lambda: _machine(CUBIN, 183), r"e_machine 183, AArch64"),
+    "an ELF header cut short": (lambda: CUBIN[:19], "another machine"),
+    "PTX text as a str": (lambda: PTX.read_text(), None),
+    "CUDA C++ as a str": (lambda: '__global__ void k() {}\nint x;\n',
+                          "<text> is not a CUBIN .*nor PTX text"),
+    "a 300 000-character str": (lambda: "x" * 300_000, r"\.\.\. \(300000 characters\)"),
+}
+
+
+@pytest.mark.parametrize("case", list(INPUTS))
+def test_what_load_cubin_is_given_is_said_as_what_it_is(tmp_path, case):
+    """An x86 .o gave a LinkError from nvJitLink instead of 'not a CUBIN'; PTX text passed as a
+    str was taken for a path (and its 1.3 MB quoted in the error)."""
+    make, words = INPUTS[case]
+    if words is None:
+        assert _names(cudamagic.load_cubin(make(), arch="sm_90", cache=tmp_path)) == NAMES
+        return
+    with pytest.raises(ImageError, match=words) as caught:
+        cudamagic.load_cubin(make(), arch="sm_90", cache=tmp_path)
+    assert len(str(caught.value)) < 600

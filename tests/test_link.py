@@ -192,3 +192,24 @@ def test_linked_cubin_records_agree_with_the_unlinked_ones():
         [(p.offset, p.size) for p in whole.image.kernel(sym).params] == \
         [(0, 8), (8, 8), (16, 8), (24, 4)]
     assert struct.unpack_from("<H", linked.cubin, 16)[0] == ET_EXEC
+
+
+# the options -> whether the build was linked (the last of -rdc=true/-rdc=false counts, as NVRTC)
+RDC_ORDER = {("-rdc=true",): True, ("-rdc=true", "-rdc=false"): False,
+             ("-rdc=false", "-rdc=true"): True, ("-rdc=true", "-rdc=false", "-rdc=true"): True,
+             ("--relocatable-device-code=true", "--relocatable-device-code=false"): False,
+             ("-rdc=false",): False}
+
+
+@pytest.mark.parametrize("options", list(RDC_ORDER), ids=" ".join)
+def test_the_last_rdc_option_decides_whether_the_build_is_linked(tmp_path, options):
+    """-rdc=true -rdc=false was reported as 'linked with nvJitLink' although NVRTC made
+    whole-program code and nothing was linked."""
+    import cudamagic
+    from cudamagic.toolchain.link import relocatable
+
+    assert relocatable(options) is RDC_ORDER[options]
+    mod = cudamagic.build('extern "C" __global__ void k(int* p) { *p = 1; }\n',
+                          options=list(options), cache=tmp_path)
+    assert mod.report.linked is RDC_ORDER[options]
+    assert any(k == "linked with" for k, _ in mod.report.facts) is RDC_ORDER[options]

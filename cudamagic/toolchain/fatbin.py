@@ -27,6 +27,8 @@ from .link import nvjitlink_identity
 __all__ = ["FatbinEntry", "Loaded", "LinkCache", "read_fatbin", "is_fatbin", "is_ptx",
            "loadable_cubin"]
 
+_EM_CUDA = 190  # e_machine of a CUBIN
+_MACHINES = {3: "x86", 62: "x86-64", 183: "AArch64", 40: "ARM", 21: "PowerPC 64"}
 _MAGICS = (0xBA55ED50, 0x466243B1)  # a fatbin; the second in relocatable objects
 _HEADER = struct.Struct("<IHHQ")
 # kind, ?, header size, payload size (padded), compressed size, ?, minor, major, sm,
@@ -309,6 +311,12 @@ def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
     """
     sm = arch_sm(arch)
     if data[:4] == b"\x7fELF":
+        machine = struct.unpack_from("<H", data, 18)[0] if len(data) >= 20 else None
+        if machine != _EM_CUDA:
+            what = _MACHINES.get(machine or 0, "not a GPU")
+            raise ImageError(f"{label} is an ELF file for another machine (e_machine "
+                             f"{machine}, {what}), not a CUBIN: give the output of nvcc "
+                             f"-cubin, -ptx or -fatbin")
         if elf_type(data) == ET_REL:
             return _linked(LinkInput(data, CodeKind.CUBIN, label), arch, store,
                            f"relocatable CUBIN linked by nvJitLink for {arch}")

@@ -33,11 +33,17 @@ ET_REL, ET_EXEC = 1, 2
 # NVRTC's spellings of relocatable device code (NVRTC's own option list)
 _RDC = ("-rdc=true", "--relocatable-device-code=true", "-dc", "--device-c")
 _LTO = ("-dlto", "--dlink-time-opt")
+_RDC_OFF = ("-rdc=false", "--relocatable-device-code=false")
 
 
 def relocatable(options: Sequence[str]) -> bool:
-    """The NVRTC options ask for relocatable device code (or LTO IR): the output needs a link."""
-    return any(o in _RDC or o in _LTO for o in options)
+    """The NVRTC options ask for relocatable device code (or LTO IR): the output needs a link.
+    Of ``-rdc=true`` and ``-rdc=false`` the last given counts, as for NVRTC."""
+    rdc = False
+    for o in options:
+        if o in _RDC or o in _RDC_OFF:
+            rdc = o in _RDC
+    return rdc or lto(options)
 
 
 def lto(options: Sequence[str]) -> bool:
