@@ -108,7 +108,8 @@ def manifest_check(repeat: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="10 names only")
+    ap.add_argument("--quick", action="store_true", help="10 names and CCCL only")
+    ap.add_argument("--only", default=None, help="one case: small:10, small:1000 or cccl:1")
     ap.add_argument("--manifest", action="store_true",
                     help="only the header check's two paths (no server)")
     args = ap.parse_args()
@@ -121,6 +122,9 @@ def main() -> None:
     key.chmod(0o600)
     server = start_server(root / "redis")
     cases = [("small", 10), ("cccl", 1)] + ([] if args.quick else [("small", 1000)])
+    if args.only:
+        kind, n = args.only.split(":")
+        cases = [(kind, int(n))]
     try:
         for kind, n in cases:
             runs = [_case(kind, n, server, str(key), root) for _ in range(args.repeat)]

@@ -35,6 +35,7 @@ class RedisServer:
     proc: subprocess.Popen
     port: int
     folder: Path
+    password: str | None = None
 
     @property
     def url(self) -> str:
@@ -43,7 +44,8 @@ class RedisServer:
     def client(self):
         import redis
 
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
+                           password=self.password)
 
     def pause(self) -> None:
         os.kill(self.proc.pid, signal.SIGSTOP)
@@ -58,7 +60,7 @@ class RedisServer:
             self.proc.wait(10)
 
 
-def start_server(folder: Path) -> RedisServer:
+def start_server(folder: Path, *extra: str) -> RedisServer:
     if SERVER is None:
         pytest.skip("redis-server is not installed here (Debian's redis-server package; "
                     ".ci/run installs it)")
@@ -67,9 +69,11 @@ def start_server(folder: Path) -> RedisServer:
         port = free_port()
         proc = subprocess.Popen([SERVER, "--port", str(port), "--bind", "127.0.0.1",
                                  "--save", "", "--appendonly", "no", "--dir", str(folder),
-                                 "--protected-mode", "yes"],
+                                 "--protected-mode", "yes", *extra],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        server = RedisServer(proc, port, folder)
+        server = RedisServer(proc, port, folder,
+                             extra[extra.index("--requirepass") + 1]
+                             if "--requirepass" in extra else None)
         end = time.monotonic() + 10
         while time.monotonic() < end and proc.poll() is None:
             try:

@@ -439,3 +439,38 @@ def test_ctrl_c_inside_a_reply_leaves_no_half_read_connection(tmp_path, server, 
         store.load("a")
     monkeypatch.setattr(Connection, "read_response", real)
     assert store.load("b") == b"B" * 5000 and store.load("a") == b"A" * 5000
+
+
+@pytest.mark.parametrize("how", ["url", "file", "wrong", "none"])
+def test_a_password_from_the_url_or_a_file(tmp_path, key_file, how):
+    """A server that requires a password: from the URL or from a file readable by its owner
+    only, the tier works; a wrong or missing one is an error the cell does not see (it
+    compiles) and the tier backs off."""
+    secret = "s3cret-" + os.urandom(8).hex()
+    server = start_server(tmp_path / "redis", "--requirepass", secret)
+    try:
+        pw = tmp_path / "pw"
+        pw.write_text((secret if how != "wrong" else "nope") + "\n")
+        pw.chmod(0o600)
+        url = f"redis://:{secret}@127.0.0.1:{server.port}/0" if how == "url" else server.url
+        store, why = open_remote(url, str(key_file),
+                                 password_file=str(pw) if how in ("file", "wrong") else None)
+        assert why is None and secret not in store.location
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            m = build(CELL, cache=KernelCache(tmp_path / "c", remote=store))
+        assert m.kernels
+        works = how in ("url", "file")
+        assert store.flush() and (store.remote_stats().sent == 1) is works
+        assert (store.remote_stats().errors >= 1) is not works
+        assert any("remote cache" in str(w.message) for w in caught) is not works
+    finally:
+        server.stop()
+
+
+def test_a_password_file_others_can_read_is_refused(tmp_path, key_file):
+    pw = tmp_path / "pw"
+    pw.write_text("secret\n")
+    pw.chmod(0o644)
+    store, why = open_remote("redis://127.0.0.1:1/0", str(key_file), password_file=str(pw))
+    assert store is None and "password file" in why and "readable or writable by others" in why
