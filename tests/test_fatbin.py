@@ -306,3 +306,13 @@ def test_what_load_cubin_is_given_is_said_as_what_it_is(tmp_path, case):
     with pytest.raises(ImageError, match=words) as caught:
         cudamagic.load_cubin(make(), arch="sm_90", cache=tmp_path)
     assert len(str(caught.value)) < 600
+
+
+def test_a_fatbin_of_another_kind_only_says_what_it_holds(tmp_path):
+    """An LTO-IR-only fatbin said 'nothing runs on sm_90: it holds sm_90'."""
+    data = _fatbin(_rle_frame(64, 64), 64, kind=4)
+    with pytest.raises(ImageError) as caught:
+        cudamagic.load_cubin(data, arch="sm_90", cache=tmp_path)
+    said = str(caught.value)
+    assert "it holds kind 4 for sm_90" in said and "neither PTX nor a CUBIN" in said, said
+    assert "it holds sm_90" not in said

@@ -158,10 +158,14 @@ class FatbinEntry:
     version: tuple[int, int]
 
     flags: int = 0
+    raw_kind: int = 0
 
     @property
     def label(self) -> str:
-        """``sm_90`` for a CUBIN, ``compute_90`` for PTX."""
+        """``sm_90`` for a CUBIN, ``compute_90`` for PTX, ``kind 4 for sm_90`` for another
+        kind (LTO IR, which nvJitLink links into a program and nothing loads alone)."""
+        if self.kind is None:
+            return f"kind {self.raw_kind} for sm_{self.sm}"
         return f"{'compute' if self.kind is CodeKind.PTX else 'sm'}_{self.sm}"
 
     @property
@@ -225,7 +229,7 @@ def read_fatbin(data: bytes) -> tuple[FatbinEntry, ...]:
                     kind=_KINDS.get(kind), sm=sm, compressed=compressed,
                     payload=bytes(data[at + ehs:at + ehs + stored]),
                     size=checked_size(usize, stored, label, True) if compressed else stored,
-                    version=(major, minor), flags=flags))
+                    version=(major, minor), flags=flags, raw_kind=kind))
                 at += ehs + psize
             pos = end
     except struct.error as exc:
@@ -349,6 +353,10 @@ def _from_fatbin(entries: tuple[FatbinEntry, ...], data: bytes, sm: int, arch: s
     if ptx:
         return _linked(LinkInput(ptx[-1].data.rstrip(b"\0"), CodeKind.PTX, label), arch, store,
                        f"its {ptx[-1].label} PTX compiled for {arch} (it holds {held})")
+    other = [e.label for e in entries if e.kind is None]
+    neither = (f"; {', '.join(other)} is neither PTX nor a CUBIN (LTO IR from "
+               f"code=lto_{sm} is one such: it is linked into a program, never loaded alone)"
+               if other else "")
     raise ImageError(f"{label}: nothing in the fatbin runs on {arch}: it holds {held} (a "
-                     f"CUBIN runs on its own target only here, PTX on its target and newer); "
-                     f"rebuild it with -gencode arch=compute_{sm},code=sm_{sm}")
+                     f"CUBIN runs on its own target only here, PTX on its target and newer)"
+                     f"{neither}; rebuild it with -gencode arch=compute_{sm},code=sm_{sm}")
