@@ -319,6 +319,12 @@ def test_the_report_and_the_stats_say_remote(tmp_path, server, key_file):
     assert m.hit and m.report.hit_kind is HitKind.REMOTE
     assert "cache hit (remote)" in m.report.headline
     assert "remote cache lookup" in [p.label for p in m.report.phases]
+    from cudamagic.view.report import render_html, render_text
+
+    assert "cache hit (remote)" in render_text(m.report)
+    assert "cache hit (remote)" in render_html(m.report)
+    local = build(CELL, cache=cache)  # kept in the folder: the next one is a local hit
+    assert local.report.hit_kind is HitKind.LOCAL and local.report.status == "cache hit"
     s = cache.remote.remote_stats()
     assert (s.hits, s.misses, s.errors) == (1, 0, 0) and s.bytes_read > 0
     assert s.server == server.url and s.lookup_seconds > 0
