@@ -19,6 +19,8 @@ from cudamagic.pipeline import build_module, options_from_args
 from cudamagic.toolchain.image import read_cubin
 
 from .test_fork_locks import _in_child
+from cudamagic.toolchain import image as image_module
+from cudamagic.view import report as report_module
 
 SOURCE = r"""
 template <int N> __global__ void t(float* x, int n) { if (threadIdx.x < n) x[threadIdx.x] += N; }
@@ -457,3 +459,87 @@ def test_a_section_name_kept_as_the_tail_of_another_is_found(indexed):
     want = {"": 0, ".rela.text.k": 1, ".text.k": 4, ".nv.info": 3, "text.k": None, ".text": None,
             ".nv.info.k": None}
     assert {n: elf._index(n) for n in want} == want
+
+
+# --------------------------------------------------------------------------------------------------
+# Ctrl-C in the middle of a lazy first read leaves nothing half made: the next read of the
+# same kernel, row or record gives what an uninterrupted read gives.
+
+def _interrupting(real):
+    """``real`` whose first call raises KeyboardInterrupt (Ctrl-C inside it)."""
+    calls = []
+
+    def once_interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    return once_interrupted
+
+
+# where Ctrl-C comes: (module, function), and the read that reaches it
+WHERE = {
+    "a kernel's parameter table": (kernel_module, "param_specs", lambda m: m[EXPRS[2]].params),
+    "a kernel's records": (image_module, "_kparams", lambda m: m[EXPRS[2]].image.params),
+    "a report row's signature": (report_module, "display_signature",
+                                 lambda m: m.report.rows[2].signature),
+    "a kernel's resources": (image_module, "KernelResources",
+                             lambda m: m[EXPRS[2]].image.resources),
+}
+
+
+@pytest.mark.parametrize("where", list(WHERE))
+def test_ctrl_c_in_a_first_read_leaves_the_next_read_whole(hit, monkeypatch, where):
+    module, name, read = WHERE[where]
+    monkeypatch.setattr(module, name, _interrupting(getattr(module, name)))
+    with pytest.raises(KeyboardInterrupt):
+        read(hit)
+    again = read(hit)
+    assert again == read(hit)
+    fresh = read_cubin(hit.cubin)
+    k = hit[EXPRS[2]]
+    assert k.image.params == fresh.kernel(k.symbol).params
+    assert k.image.resources == fresh.kernel(k.symbol).resources
+    assert again is not None and again != ()
+
+
+# --------------------------------------------------------------------------------------------------
+# A fork while another thread works out a report's first row leaves the child's report
+# working: a hit's report rows are made when shown, so a child forked after the hit (a worker
+# pool, a fork-based Dask worker) is the one that shows them; nothing on that way may wait on a
+# lock the parent's thread held at the fork (Python 3.11's functools.cached_property holds one
+# lock per property for every instance while it computes).
+
+def _held(monkeypatch, name: str):
+    """Replace report.``name`` by one whose first call waits until released."""
+    entered, release = threading.Event(), threading.Event()
+    real = getattr(report_module, name)
+
+    def held(*args, **kwargs):
+        if not entered.is_set():  # the parent thread's call; the child's goes through
+            entered.set()
+            release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(report_module, name, held)
+    return entered, release
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("shown", ["signature", "text", "html"])
+def test_a_fork_while_a_thread_makes_a_row_leaves_the_childs_report_working(hit, monkeypatch,
+                                                                           shown):
+    entered, release = _held(monkeypatch, "display_signature")
+    rows = hit.report.rows
+    reader = threading.Thread(target=lambda: rows[0].signature)
+    reader.start()
+    assert entered.wait(30)
+    show = {"signature": lambda: rows[1].signature, "text": hit.report.text,
+            "html": hit.report.html}[shown]
+    try:
+        outcome = _in_child(show)
+    finally:
+        release.set()
+        reader.join()
+    assert outcome == "ok", f"the child's report {shown} {outcome}"
