@@ -18,7 +18,9 @@ def test_the_occupancy_fold_draws_its_plot_in_the_widget(lab):  # noqa: F811 - t
         try:
             _run_quickstart(page)
             first = page.locator(WIDGET).first
-            fold = first.locator(".cudamagic-fold")
+            # the report's folds: this one by its title (a "sanitize and profile" fold follows it)
+            fold = first.locator(".cudamagic-fold").filter(
+                has=page.locator("summary", has_text="timing and occupancy"))
             hidden = fold.locator("svg").first.bounding_box()  # closed: not drawn
             fold.locator("summary").scroll_into_view_if_needed()
             fold.locator("summary").click()
