@@ -208,16 +208,18 @@ def _inside(filename: object) -> list[str] | None:
 
 # --- opening diskcache -------------------------------------------------------------------------
 
-# diskcache's Cache.__init__ runs about 70 SQL statements on every open, most of them rewriting
-# settings the database already holds (on every kernel restart's first cell: docs/performance.md
-# has the cost), and it
-# offers no public way to open a folder as it is. When the stored settings and schema are what
-# the full open would leave, _Store sets the attributes Cache.__init__ would set from one SELECT
-# instead: that writes diskcache's private attributes (_directory, _timeout, _local, _txn_id,
-# _disk, _page_size), so it is pinned to the diskcache versions it was checked against, and
-# tests/test_cache_robustness.py compares both opens attribute by attribute; anything
-# unexpected takes diskcache's own path. Everything else uses diskcache's public settings
-# (reset) and calls; get_deferred, filenames and rows read through its _sql as its own get does.
+# diskcache's private members, used here and nowhere else in the package, and why. Its
+# Cache.__init__ runs about 70 SQL statements on every open, most of them rewriting settings
+# the database already holds (on every kernel restart's first cell: docs/performance.md has the
+# cost), and it offers no public way to open a folder as it is. When the stored settings and
+# schema are what the full open would leave, _Store sets the attributes Cache.__init__ would set
+# from one SELECT instead: it writes _directory, _timeout, _local, _txn_id, _disk and
+# _page_size, so it is pinned to the diskcache versions it was checked against (_FAST_OPEN),
+# and tests/test_cache_robustness.py compares both opens attribute by attribute; anything
+# unexpected takes diskcache's own path. get_deferred, filenames, rows and the size read through
+# Cache._sql and _page_size as diskcache's own get and volume do (there is no public query), and
+# _PrivateDisk reads Disk._directory, the folder it was made for (no public accessor). The rest
+# uses diskcache's public settings (reset) and calls.
 _FAST_OPEN = diskcache.__version__.startswith("5.6.")
 _SCHEMA = frozenset({"Settings", "Cache", "Cache_key_raw", "Cache_expire_time", "Cache_access_time",
                      "Settings_count_insert", "Settings_count_delete", "Settings_size_insert",
