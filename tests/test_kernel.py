@@ -1210,3 +1210,28 @@ def test_static_and_dynamic_shared_memory_together_raise_the_limit(tmp_path):
         k((1,), (32,), (None,), shared_mem=4096)
         k((1,), (32,), (None,), shared_mem=16384)
     assert dev.shared_limits == [(0, 16384)]
+
+
+# the call's grid and cluster -> what a machine without a GPU says (every argument error
+# before the device: the device question comes last)
+CLUSTER_CALLS = {
+    "a cluster that does not divide the grid": (((4,), (3, 1, 1)), ArgumentValueError,
+                                                 "not a whole number of clusters"),
+    "a 2-D cluster that does not divide the grid": (((4, 2), (2, 3)), ArgumentValueError,
+                                                    "not a whole number of clusters"),
+    "a cluster dimension of 0": (((4,), (0, 1, 1)), ArgumentValueError, "at least 1"),
+    "a cluster that is text": (((4,), "x"), ArgumentTypeError, "cluster must be an int"),
+    "a cluster that divides the grid": (((4,), (2, 1, 1)), NoDeviceError, "no CUDA device"),
+}
+
+
+@pytest.mark.parametrize("case", list(CLUSTER_CALLS))
+def test_cluster_argument_errors_come_before_the_device_question(tmp_path, monkeypatch, case):
+    """A cluster that does not divide the grid was said only as NoDeviceError without a GPU."""
+    from cudamagic.toolchain import driver
+
+    monkeypatch.setattr(driver, "available", lambda: False)
+    (grid, cluster), error, words = CLUSTER_CALLS[case]
+    k = cudamagic.build('extern "C" __global__ void k(int n) {}\n', cache=tmp_path)["k"]
+    with pytest.raises(error, match=words):
+        k(grid, (32,), (1,), cluster=cluster)

@@ -34,9 +34,11 @@ def always_extended(needs: LaunchNeeds) -> bool:
     return bool(needs.grid_sync) or needs.requires_cluster or needs.cluster_dims is not None
 
 
-def check_extended(name: str, cluster: Any, cooperative: Any) -> tuple[Dims | None, bool | None]:
-    """A call's ``cluster`` (None, or 1 to 3 ints, each at least 1) and ``cooperative``
-    (None, True or False), checked before the device is asked.
+def check_extended(name: str, cluster: Any, cooperative: Any, grid: Dims | None = None
+                   ) -> tuple[Dims | None, bool | None]:
+    """A call's ``cluster`` (None, or 1 to 3 ints, each at least 1, that divide ``grid``) and
+    ``cooperative`` (None, True or False), checked before the device is asked (without a GPU
+    a bad cluster is said as such, not as no device).
 
     :raises ArgumentTypeError, ArgumentValueError: anything else.
     """
@@ -44,7 +46,12 @@ def check_extended(name: str, cluster: Any, cooperative: Any) -> tuple[Dims | No
         raise ArgumentTypeError(f"{name}: cooperative must be True, False or None (as the "
                                 f"CUBIN says), got {type(cooperative).__name__} "
                                 f"{show(cooperative)}")
-    return (None if cluster is None else check_dims(name, "cluster", cluster)), cooperative
+    dims = None if cluster is None else check_dims(name, "cluster", cluster)
+    if dims is not None and grid is not None:
+        error = _cluster_error(name, grid, dims, "the call's cluster")
+        if error is not None:
+            raise error
+    return dims, cooperative
 
 
 def co_residency_error(name: str, grid: Dims, block: Dims, shared_mem: int, per_sm: int,

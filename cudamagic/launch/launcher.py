@@ -310,7 +310,7 @@ def _dispatch_lines() -> list[str]:
 def _extended_lines() -> list[str]:
     """The end of a launcher that takes ``cuLaunchKernelEx``: every check before the device."""
     return [
-        "    cluster, cooperative = check_extended(cluster, cooperative)",
+        "    cluster, cooperative = check_extended(cluster, cooperative, (gx, gy, gz))",
         "    shared_mem, st, device, fn = with_shared(shared_mem, stream)",
         "    return extended(fn, device, Extended((gx, gy, gz), (bx, by, bz), shared_mem, st,",
         "                                         cluster, cooperative))",
