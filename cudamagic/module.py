@@ -17,7 +17,8 @@ from .toolchain import driver
 from .toolchain.image import CubinImage, read_cubin
 from .toolchain.link import device_runtime_kernels
 from .toolchain.probe import VarType
-from .toolchain.variables import DeviceGlobal, Variable, find, variables
+from .toolchain.ptx import PtxParam
+from .toolchain.variables import DeviceGlobal, device_global, Variable, find, variables
 from .cxx import Signatures, similar_names
 from .cxx.resolve import ResolvedBy
 from .units import counted
@@ -30,9 +31,13 @@ class Binary:
     """A CUBIN and its ELF view, loaded into the CUDA driver on first use (once per process;
     the driver then puts it into each device's context on first use there)."""
 
-    def __init__(self, cubin: bytes, image: CubinImage) -> None:
+    def __init__(self, cubin: bytes, image: CubinImage,
+                 declared: Mapping[str, tuple[PtxParam, ...] | None] | None = None) -> None:
         self.cubin = cubin
         self.image = image
+        # symbol -> its parameters as the PTX the CUBIN was compiled from declares them (a PTX
+        # or fatbin load): an extern "C" kernel's slots then take Python numbers
+        self.declared: Mapping[str, tuple[PtxParam, ...] | None] = declared or {}
         self._lib: driver.Library | None = None
         self._lock = ForkSafeLock()
 
@@ -256,7 +261,7 @@ class Module(Mapping[str, Kernel]):
         if size != var.size:
             raise ImageError(f"the driver finds {var.name} of {size} bytes, the CUBIN's symbol "
                              f"table {var.size}")
-        return DeviceGlobal(var, ptr, device, dtype, self)
+        return device_global(var, ptr, device, dtype, self)
 
     def load(self, device: int | None = None) -> "Module":
         """Load the module on a device now (default: the current one) instead of at first call:

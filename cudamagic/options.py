@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import OptionError, SourceError
+from .toolkit import std_header_dirs
 
 __all__ = [
     "BuildOptions",
@@ -195,6 +196,10 @@ class BuildOptions:
     module : str
         The Python name the module is pushed under.
     force, no_cache, quiet : bool
+    std_headers : bool
+        cudamagic's small C++ standard headers for device code (``<cstdint>``, ``<cmath>``...
+        onto libcu++) are searched after every other folder; False leaves them out
+        (``--no-std-headers``). In the NVRTC options, so in the key.
     """
 
     name_expressions: tuple[str, ...] = ()
@@ -205,6 +210,7 @@ class BuildOptions:
     force: bool = False
     no_cache: bool = False
     quiet: bool = False
+    std_headers: bool = True
     duplicates: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -311,6 +317,9 @@ def magic_parser() -> argparse.ArgumentParser:
                    help="pass an option to NVRTC as is, e.g. -o -lineinfo (repeatable)")
     p.add_argument("--module", default=DEFAULT_MODULE, metavar="NAME",
                    help=f"Python name of the module object (default {DEFAULT_MODULE})")
+    p.add_argument("--no-std-headers", action="store_true",
+                   help="leave out cudamagic's C++ standard headers for device code (<cstdint>, "
+                        "<cmath>, <limits>... mapped onto libcu++)")
     p.add_argument("--force", action="store_true", help="recompile and overwrite the cache entry")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     p.add_argument("-q", "--quiet", action="store_true", help="show no report after the cell")
@@ -382,7 +391,7 @@ def parse_magic_line(line: str) -> BuildOptions | None:
     return BuildOptions(
         name_expressions=tuple(exprs) + tuple(ns.name_expression), arch=ns.arch, std=ns.std,
         options=tuple(ns.options or ()), module=ns.module, force=ns.force,
-        no_cache=ns.no_cache, quiet=ns.quiet)
+        no_cache=ns.no_cache, quiet=ns.quiet, std_headers=not ns.no_std_headers)
 
 
 def options_from_args(options: Sequence[str], name_expressions: Sequence[str] = (),
@@ -462,7 +471,9 @@ def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
     """The NVRTC option list of a build (it is part of the cache key, in this order).
 
     Relative ``-I`` folders are taken from ``base_dir`` (the notebook's folder). The search
-    order is: the user's ``-I`` folders, then ``include_dirs`` (the toolkit's). The current
+    order is: the user's ``-I`` folders, then ``include_dirs`` (the toolkit's), then
+    cudamagic's standard headers (:func:`std_header_dirs`: last, so that a project's own
+    ``<cstdint>`` wins; its one fix of a CCCL header goes before the toolkit's). The current
     folder ``cwd`` is not an ``-I`` folder: NVRTC looks up the cell's quoted includes there
     already, and as an ``-I`` folder it would be searched for angle includes too, where the
     toolkit's headers look for each other (``<version>``, which libcu++ includes where it
@@ -475,9 +486,11 @@ def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
         if o.startswith("-I") and not os.path.isabs(o[2:]):
             o = f"-I{(base / o[2:]).resolve()}"
         out.append(o)
-    out += [f"-I{d}" for d in include_dirs]
+    before, after = std_header_dirs() if opts.std_headers else ((), ())
+    out += [f"-I{d}" for d in (*before, *include_dirs)]
     if cwd is None or base.resolve() != Path(cwd).resolve():
         out.append(f"-I{base.resolve()}")
+    out += [f"-I{d}" for d in after]
     return tuple(out)
 
 

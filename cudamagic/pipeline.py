@@ -44,11 +44,12 @@ from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_
                              trace_headers)
 from .toolchain.image import read_cubin
 from .toolchain.fatbin import LinkCache, loadable_cubin
+from .toolchain.ptx import entry_params
 from .toolchain.link import ET_REL, LinkResult, elf_type, link_compiled, relocatable
 from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
                               supported_archs)
 from .toolchain.probe import VarType, typed_compile
-from .toolkit import toolkit
+from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import BuildReport, KernelRow, KernelRows
 
@@ -232,8 +233,10 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
     # NVRTC's wheel names the NVRTC a build uses without loading it (loading takes tens of ms,
     # kept off the hit path); without the wheel, ask NVRTC itself
     nv = tk.nvrtc_wheel or nvrtc_version()
+    before, after = std_header_dirs()  # package files, as the toolkit's are
     search = SearchPath(cwd, tuple(o[2:] for o in options if o.startswith("-I")),
-                        tk.include_dirs, _named(opts, tk.named, base, cwd))
+                        (*before, *tk.include_dirs, *after),
+                        (*_named(opts, tk.named, base, cwd), *_shim_names(before, after)))
     key = cache_key(source=source, name_expressions=opts.name_expressions,
                     options=_travelling(options, search), arch=arch, nvrtc_version=nv,
                     toolkit=tk.fingerprint)
@@ -255,6 +258,14 @@ def _named(opts: BuildOptions, toolkit_named: Sequence[tuple[str, str]], base: P
         rel.append(base)
     return (*((d, n, "") for d, n in toolkit_named),
             *((str(p.resolve()), ".", os.path.relpath(p.resolve(), cwd)) for p in rel))
+
+
+def _shim_names(before: Sequence[str], after: Sequence[str]
+                ) -> tuple[tuple[str, str, str], ...]:
+    """cudamagic's own header folders by names that travel (``cudamagic-std``): the same in
+    every installation; their files are checked on a hit like the toolkit's."""
+    return (*((d, "cudamagic-nvrtc", "") for d in before),
+            *((d, "cudamagic-std", "") for d in after))
 
 
 def _travelling(options: Sequence[str], search: SearchPath) -> tuple[str, ...]:
@@ -649,7 +660,8 @@ def _warn(module: Module) -> Module:
 
 def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[str] = (),
           arch: str | None = None, cache: "KernelCache | Any" = None, *, force: bool = False,
-          use_cache: bool = True, base_dir: str | os.PathLike | None = None) -> Module:
+          use_cache: bool = True, base_dir: str | os.PathLike | None = None,
+          std_headers: bool = True) -> Module:
     """Compile CUDA C++ (or take it from the cache) and return its kernels.
 
     Parameters
@@ -672,13 +684,19 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     base_dir : path, optional
         Folder for relative ``-I`` and angle includes (default: the working directory, which
         NVRTC also searches first for the source's quoted includes).
+    std_headers : bool
+        cudamagic's C++ standard headers for device code (``<cstdint>``, ``<cmath>``,
+        ``<limits>``... mapped onto libcu++), searched after every other folder; False leaves
+        them out (the magic's ``--no-std-headers``).
 
     :raises CompileError: NVRTC refused the source or a name expression.
     :raises OptionError: a bad option or argument.
     :raises NameResolutionError: a name expression that names no kernel.
     """
+    if type(std_headers) is not bool:
+        raise OptionError(f"std_headers must be True or False, got {type(std_headers).__name__}")
     opts = options_from_args(options, name_expressions, arch, force=force,
-                             no_cache=not use_cache)
+                             no_cache=not use_cache, std_headers=std_headers)
     return _warn(build_module(source, opts, cache=cache, base_dir=base_dir))
 
 
@@ -722,7 +740,8 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     loaded = loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),
                             label=label, store=lambda: _link_cache(KernelCache.wrap(cache)))
     original, cubin = cubin, loaded.cubin
-    binary = Binary(cubin, read_cubin(cubin))
+    binary = Binary(cubin, read_cubin(cubin),
+                    entry_params(loaded.ptx) if loaded.ptx is not None else None)
     ctx = BuildContext(source="", opts=opts,
                        settings=BuildSettings(demangler=demangler, reserved=tuple(reserved)),
                        arch=f"sm_{binary.image.sm}" if binary.image.sm else "?", options=(),

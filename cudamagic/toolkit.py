@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Toolkit", "toolkit", "include_hints"]
+__all__ = ["Toolkit", "toolkit", "include_hints", "std_header_dirs", "std_headers_shipped"]
 
 # distributions that ship the headers every build sees (crt/mma.h: nvidia_cuda_crt;
 # curand_kernel.h: nvidia_curand), the NVRTC that compiles, or the nvJitLink that links
@@ -140,10 +140,14 @@ _HOST_ONLY = {
                    "and warp-level headers work in a kernel: <cub/block/block_reduce.cuh>, "
                    "<cub/block/block_scan.cuh>, <cub/block/block_load.cuh>, "
                    "<cub/warp/warp_reduce.cuh>...",
-    "thrust/complex.h": "thrust's <thrust/complex.h> needs the host C++ library (std::abs, "
-                        "std::basic_ostream), which NVRTC lacks; include <cupy/complex.cuh> "
-                        "instead (thrust::complex<T> made for NVRTC, as CuPy's kernels use it) "
-                        "or <cuda/std/complex> (cuda::std::complex<T>)",
+}
+# without cudamagic's standard headers (--no-std-headers): what they made compile
+_NEEDS_STD_HEADERS = {
+    "thrust/complex.h": "thrust's <thrust/complex.h> needs <math.h> and host stream operators, "
+                        "which cudamagic's standard headers provide (they are turned off: "
+                        "leave out --no-std-headers / std_headers=False); or include "
+                        "<cupy/complex.cuh> (thrust::complex<T> made for NVRTC) or "
+                        "<cuda/std/complex> (cuda::std::complex<T>)",
 }
 # the C and C++ standard library's headers (what NVRTC cannot open is one of these, or the user's)
 _STANDARD = frozenset("""
@@ -163,6 +167,27 @@ wchar.h wctype.h""".split())
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 
+_HEADERS = Path(__file__).resolve().parent / "headers"
+
+
+def std_header_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """cudamagic's header folders: (searched before the toolkit's, searched after all).
+
+    ``headers/std`` maps the C++ standard headers device code includes onto libcu++ (NVRTC has
+    no standard library); last, so that a project's own ``<cstdint>`` wins. ``headers/nvrtc``
+    holds the one CCCL header NVRTC cannot compile (thrust's stream operators of
+    ``thrust::complex``: host functions), emptied; it must come before CCCL's folders.
+    """
+    return (str(_HEADERS / "nvrtc"),), (str(_HEADERS / "std"),)
+
+
+@functools.lru_cache(maxsize=1)
+def std_headers_shipped() -> frozenset[str]:
+    """The standard headers cudamagic ships for device code (``cstdint``, ``math.h``...)."""
+    folder = std_header_dirs()[1][0]
+    return frozenset(n for n in os.listdir(folder) if not n.startswith("cudamagic_"))
+
+
 def _libcudacxx_header(name: str, include_dirs: tuple[str, ...]) -> str | None:
     """The ``<cuda/std/...>`` header that stands for a C or C++ standard header (``cstdint``,
     ``stdint.h``), where libcu++ has one in these folders."""
@@ -173,19 +198,25 @@ def _libcudacxx_header(name: str, include_dirs: tuple[str, ...]) -> str | None:
     return None
 
 
-def include_hints(log: str, source: str = "",
-                  include_dirs: tuple[str, ...] | None = None) -> list[str]:
+def include_hints(log: str, source: str = "", include_dirs: tuple[str, ...] | None = None,
+                  std_headers: bool = False) -> list[str]:
     """What to do about the headers a failed compile could not use, one line each.
 
     A standard header NVRTC cannot open is named with its libcu++ stand-in (``<cstdint>``:
-    ``<cuda/std/cstdint>``); a toolkit header with the wheel that ships it; ``<cub/cub.cuh>``
-    and ``<thrust/complex.h>`` with what compiles instead.
+    ``<cuda/std/cstdint>``), and where cudamagic has it but ``std_headers`` says it was left
+    out, so; a toolkit header with the wheel that ships it; ``<cub/cub.cuh>`` (and without the
+    standard headers ``<thrust/complex.h>``) with what compiles instead.
     """
     dirs = toolkit().include_dirs if include_dirs is None else include_dirs
     hints: list[str] = []
     for name in dict.fromkeys(_CANNOT_OPEN.findall(log)):
         stand_in = _libcudacxx_header(name, dirs) if "/" not in name else None
-        if stand_in:
+        if stand_in and not std_headers and name in std_headers_shipped():
+            hints.append(f"<{name}>: NVRTC has no C++ standard library, and cudamagic's "
+                         "<{name}> for device code is turned off (--no-std-headers / "
+                         f"std_headers=False): leave that out, or #include <{stand_in}> "
+                         "(namespace cuda::std)".replace("{name}", name))
+        elif stand_in:
             hints.append(f"<{name}>: NVRTC has no C++ standard library; libcu++ has the same "
                          f"for device code: #include <{stand_in}> (namespace cuda::std)")
         elif name in _WHEEL_HEADERS:
@@ -197,4 +228,6 @@ def include_hints(log: str, source: str = "",
                          "(printf, malloc, the math functions) without an include")
     included = set(_INCLUDE.findall(source))
     hints += [text for header, text in _HOST_ONLY.items() if header in included]
+    if not std_headers:
+        hints += [text for header, text in _NEEDS_STD_HEADERS.items() if header in included]
     return hints

@@ -7,6 +7,7 @@ import pytest
 from cudamagic.errors import OptionError
 from cudamagic.options import (BuildOptions, normalize_arch, nvrtc_options, options_from_args,
                                parse_magic_line)
+from cudamagic.toolkit import std_header_dirs
 
 
 def test_quoted_expressions_with_spaces_and_commas():
@@ -69,11 +70,16 @@ def test_duplicate_expressions_are_dropped_in_order():
 def test_nvrtc_option_list(tmp_path):
     o = parse_magic_line("-I inc -D N=4 -o -lineinfo -U N")
     opts = nvrtc_options(o, "sm_90", ["/toolkit/include"], tmp_path)
+    (fix,), (std,) = std_header_dirs()
+    # the user's folders first, cudamagic's standard headers last (a project's own win)
     assert opts == ("-arch=sm_90", "-std=c++17", f"-I{tmp_path / 'inc'}", "-DN=4", "-lineinfo",
-                    "-UN", "-I/toolkit/include", f"-I{tmp_path}")
+                    "-UN", f"-I{fix}", "-I/toolkit/include", f"-I{tmp_path}", f"-I{std}")
     # the current folder itself is no -I folder (NVRTC finds quoted includes there anyway)
-    assert nvrtc_options(o, "sm_90", ["/toolkit/include"], tmp_path, str(tmp_path))[-1] == \
-        "-I/toolkit/include"
+    assert nvrtc_options(o, "sm_90", ["/toolkit/include"], tmp_path, str(tmp_path))[-2:] == \
+        ("-I/toolkit/include", f"-I{std}")
+    off = parse_magic_line("-I inc --no-std-headers")
+    assert nvrtc_options(off, "sm_90", ["/toolkit/include"], tmp_path, str(tmp_path)) == \
+        ("-arch=sm_90", "-std=c++17", f"-I{tmp_path / 'inc'}", "-I/toolkit/include")
 
 
 def test_options_from_args_splits_known_flags():

@@ -54,6 +54,10 @@ def test_the_wheel_holds_every_module_and_py_typed(wheel):
     modules = {f for f in _tree_files() if f.startswith("cudamagic/") and f.endswith(".py")}
     assert modules and modules <= shipped, sorted(modules - shipped)
     assert "cudamagic/py.typed" in shipped
+    # the standard headers for device code are package data, read from the install
+    headers = {f for f in _tree_files() if f.startswith("cudamagic/headers/")}
+    assert "cudamagic/headers/std/cstdint" in headers and headers <= shipped, \
+        sorted(headers - shipped)
     for sub in ("store", "toolchain", "cxx", "launch", "view"):
         assert f"cudamagic/{sub}/__init__.py" in shipped
 

@@ -12,6 +12,7 @@ common types and hands every other value to the converter here.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import struct
 import sys
@@ -124,9 +125,51 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
+def _cupy_handle(value: Any) -> int | None:
+    """The handle a CuPy ``TextureObject`` or ``SurfaceObject`` holds (a
+    ``cudaTextureObject_t``/``cudaSurfaceObject_t``: an unsigned 64-bit integer), as CuPy's
+    RawKernel passes it; None for any other value (CuPy's module is looked up, never imported)."""
+    texture = sys.modules.get("cupy.cuda.texture")
+    kinds = tuple(getattr(texture, n, None) for n in ("TextureObject", "SurfaceObject"))
+    if texture is None or not all(isinstance(k, type) for k in kinds) \
+            or not isinstance(value, kinds):  # type: ignore[arg-type]
+        return None
+    return int(value.ptr)
+
+
+def _handle_bytes(kernel: str, spec: ParamSpec, value: Any, handle: int) -> bytes:
+    """A texture or surface object for a slot: an 8-byte unsigned one (what the CUDA headers
+    make ``cudaTextureObject_t``, ``unsigned long long``), or an 8-byte untyped one."""
+    if spec.size == POINTER_BYTES and (spec.lo is None or spec.lo >= 0):
+        return handle.to_bytes(POINTER_BYTES, "little")
+    raise _fail(kernel, spec, f"got a CuPy {type(value).__name__}, whose handle is a "
+                              "cudaTextureObject_t / cudaSurfaceObject_t (unsigned long long, "
+                              f"8 bytes), for {type_text(spec)}: declare the parameter so")
+
+
+def _cupy_mdspan_type() -> type | None:
+    """CuPy's ``mdspan`` (``ndarray.mdspan()``), where CuPy is imported."""
+    return getattr(sys.modules.get("cupy._core._carray"), "mdspan", None)
+
+
+def _from_mdspan(kernel: str, spec: ParamSpec, value: Any) -> bytes:
+    """CuPy's ``ndarray.mdspan()`` for a ``cuda::std::mdspan`` by value: the bytes CuPy made
+    for it (the data pointer, then each extent, then each stride in elements, of its index
+    type), the slot's size of them, as CuPy's RawKernel hands the kernel that same memory."""
+    if spec.ctype is None or not tidy_type(spec.ctype).startswith("cuda::std::mdspan<"):
+        raise _fail(kernel, spec, "got a CuPy mdspan (ndarray.mdspan()), which is for a "
+                                  "cuda::std::mdspan parameter with dynamic extents and "
+                                  "layout_stride; pass the array itself for a pointer")
+    return ctypes.string_at(value.ptr, spec.size)
+
+
 def _to_int(kernel: str, spec: ParamSpec, value: Any) -> bytes:
-    """An integer or bool parameter: Python ints, bools and NumPy integers, by value."""
+    """An integer or bool parameter: Python ints, bools and NumPy integers, by value; a CuPy
+    texture or surface object for an 8-byte unsigned one (its handle)."""
     value = _unwrap(value)
+    handle = _cupy_handle(value)
+    if handle is not None:
+        return _handle_bytes(kernel, spec, value, handle)
     if spec.kind is SlotKind.BOOL and isinstance(value, np.generic) and value.dtype.kind == "b":
         return bytes([bool(value)])
     if isinstance(value, np.generic) and value.dtype.kind not in "biu":
@@ -140,7 +183,8 @@ def _to_int(kernel: str, spec: ParamSpec, value: Any) -> bytes:
         raise _fail(kernel, spec, f"{show(v)} does not fit in {type_text(spec)} [{spec.lo}, "
                                   f"{spec.hi}]",
                     ArgumentValueError)
-    return v.to_bytes(spec.size, "little", signed=spec.lo < 0)  # type: ignore[operator]
+    # two's complement of the slot's width: a PTX slot of unknown sign takes either range
+    return (v % (1 << 8 * spec.size)).to_bytes(spec.size, "little")
 
 
 def _to_float(kernel: str, spec: ParamSpec, value: Any) -> bytes:
@@ -247,7 +291,19 @@ def _to_complex(kernel: str, spec: ParamSpec, value: Any) -> bytes:
 
 
 def _to_value(kernel: str, spec: ParamSpec, value: Any) -> bytes:
-    """A struct or vector type by value: raw bytes of its size, or host NumPy data."""
+    """A struct or vector type by value: raw bytes of its size, or host NumPy data; a Python
+    complex for a ``double2`` (``cuDoubleComplex`` is one), which is exactly its two doubles,
+    as CuPy passes it."""
+    mdspan = _cupy_mdspan_type()
+    if mdspan is not None and isinstance(value, mdspan):
+        return _from_mdspan(kernel, spec, value)
+    if isinstance(value, complex) and spec.ctype == "double2" and spec.size == 16:
+        return struct.pack("<dd", value.real, value.imag)
+    if isinstance(value, complex) and spec.ctype == "float2":
+        raise _fail(kernel, spec, f"got the Python complex {show(value)}, which is two doubles "
+                                  "(a double2, cuDoubleComplex); a float2 (cuFloatComplex) "
+                                  "takes np.complex64(z) (each part rounded to float32), or its "
+                                  "8 raw bytes")
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
     elif isinstance(value, (np.generic, np.ndarray)):
@@ -302,6 +358,9 @@ def _to_pointer(kernel: str, spec: ParamSpec, value: Any) -> bytes:
     if cai is None and is_dlpack_only(kernel, spec, value):
         cai = from_dlpack(kernel, spec, value)
     if cai is None:
+        mdspan = _cupy_mdspan_type()
+        if mdspan is not None and isinstance(value, mdspan):
+            return _from_mdspan(kernel, spec, value)  # the refusal that says what it is for
         if read_attribute(kernel, spec, value, "__array_interface__") is not None \
                 or read_attribute(kernel, spec, value, "__array__") is not None:
             raise _fail(kernel, spec, f"got a host array ({type(value).__name__}); a pointer "
@@ -460,6 +519,9 @@ def _to_untyped(kernel: str, spec: ParamSpec, value: Any) -> bytes:
                                   f"{ints} or {floats}; pass a NumPy scalar of the type the "
                                   f"kernel declares, e.g. np.{floats.split()[0]}(x) or "
                                   f"np.{ints.split()[0]}(x)")
+    handle = _cupy_handle(value)
+    if handle is not None:
+        return _handle_bytes(kernel, spec, value, handle)
     if isinstance(value, (bool, int)) and spec.size in INT_CODES:
         lo, hi = -(1 << (8 * spec.size - 1)), (1 << (8 * spec.size - 1)) - 1
         if not lo <= value <= hi:

@@ -142,7 +142,8 @@ class Kernel:
     def params(self) -> tuple[ParamSpec, ...] | None:
         """The parameter table (read from the CUBIN and the signature on first use, so a restore
         of many kernels parses only those that are called)."""
-        return param_specs(self.image, self._signatures[self.symbol])
+        declared = getattr(self.binary, "declared", None) or {}
+        return param_specs(self.image, self._signatures[self.symbol], declared.get(self.symbol))
 
     @property
     def launch_needs(self) -> LaunchNeeds:

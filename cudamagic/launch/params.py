@@ -20,6 +20,7 @@ import numpy as np
 from ..cxx import SCALARS, Signature, tidy_name
 from ..errors import LaunchError
 from ..toolchain.image import KernelImage
+from ..toolchain.ptx import PtxParam, PtxType
 
 __all__ = ["ParamSpec", "SlotKind", "param_specs", "layout_error", "pointer_size_error", "tidy_type",
            "type_text", "POINTER_BYTES"]
@@ -131,8 +132,11 @@ def _direct_entries(kind: SlotKind, dtype: np.dtype | None, size: int) -> tuple[
     return ()
 
 
-def param_specs(image: KernelImage, signature: Signature | None) -> tuple[ParamSpec, ...] | None:
-    """The parameter table of a kernel: the CUBIN's records and, where it matches, the signature.
+def param_specs(image: KernelImage, signature: Signature | None,
+                declared: Sequence[PtxParam] | None = None) -> tuple[ParamSpec, ...] | None:
+    """The parameter table of a kernel: the CUBIN's records and, where it matches, the signature;
+    without one, the types its PTX ``declared`` (a kernel loaded from PTX), where they match the
+    records slot by slot.
 
     Returns None where the CUBIN carries no parameter records (nothing can be checked).
     """
@@ -142,8 +146,32 @@ def param_specs(image: KernelImage, signature: Signature | None) -> tuple[ParamS
     if signature is not None and signature.params is not None \
             and len(signature.params) == len(image.params):
         types = signature.params
+    elif declared is not None and len(declared) == len(image.params) \
+            and all(d.size == p.size for d, p in zip(declared, image.params)):
+        return tuple(_declared_spec(p.ordinal, p.offset, p.size, d.type if d.count == 1 else None)
+                     for p, d in zip(image.params, declared))
     return tuple(_spec(p.ordinal, p.offset, p.size, ctype)
                  for p, ctype in zip(image.params, types))
+
+
+def _declared_spec(index: int, offset: int, size: int, ptx: PtxType | None) -> ParamSpec:
+    """A slot whose PTX type is known (:class:`~cudamagic.toolchain.ptx.PtxType`): an integer
+    of 1, 2 or 4 bytes takes a value of either sign's range (PTX does not keep the sign of a C++
+    integer: ``int`` and ``unsigned`` are both ``.u32``), ``.f32``/``.f64`` a float; 8-byte
+    integers (pointers are ``.u64`` too), bit types and arrays stay untyped."""
+    if ptx is not None and ptx.floating and ptx.width in (4, 8):
+        dtype = np.dtype(f"f{ptx.width}")
+        direct = _direct_entries(SlotKind.FLOAT, dtype, size)
+        return ParamSpec(index, offset, size, None, SlotKind.FLOAT, dtype=dtype,
+                         code=direct[0][1], direct=direct)
+    if ptx is not None and ptx.integer and ptx.width in (1, 2, 4):
+        bits = 8 * ptx.width
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - (1 if ptx.signed else 0))) - 1
+        dtype = np.dtype(f"{'i' if ptx.signed else 'u'}{ptx.width}")
+        direct = _direct_entries(SlotKind.INT, dtype, size)
+        return ParamSpec(index, offset, size, None, SlotKind.INT, dtype=dtype, lo=lo, hi=hi,
+                         code=direct[0][1], direct=direct)
+    return _spec(index, offset, size, None)
 
 
 def _spec(index: int, offset: int, size: int, ctype: str | None) -> ParamSpec:

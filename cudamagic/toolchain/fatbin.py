@@ -252,6 +252,9 @@ class Loaded:
         nvJitLink made the CUBIN (now or, where ``cached``, earlier).
     cached : bool
         The CUBIN came from the cache (no link ran).
+    ptx : bytes or None
+        The PTX text nvJitLink compiled it from (PTX, or a fatbin's PTX entry): it declares
+        each kernel's parameter types (:func:`cudamagic.toolchain.ptx.entry_params`).
     """
 
     cubin: bytes
@@ -259,6 +262,7 @@ class Loaded:
     how: str
     linked: bool = False
     cached: bool = False
+    ptx: bytes | None = None
 
 
 def _key(kind: CodeKind, data: bytes, arch: str) -> str:
@@ -294,11 +298,13 @@ def _linked(item: LinkInput, arch: str, store: Callable[[], LinkCache | None] | 
     if cache is not None:
         cubin = cache.find(key)
         if cubin is not None and elf_type(cubin) == 2:
-            return Loaded(cubin, item.kind, f"{what} (from the cache)", linked=True, cached=True)
+            return Loaded(cubin, item.kind, f"{what} (from the cache)", linked=True, cached=True,
+                          ptx=item.data if item.kind is CodeKind.PTX else None)
     result = link_needing_runtime([item], arch)
     if cache is not None:
         cache.keep(key, result, arch)
-    return Loaded(result.cubin, item.kind, what, linked=True)
+    return Loaded(result.cubin, item.kind, what, linked=True,
+                  ptx=item.data if item.kind is CodeKind.PTX else None)
 
 
 def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from ..errors import CompileError, OptionError, ToolchainError
 from ..forksafe import ForkSafeLock, NativeSection
-from ..toolkit import include_hints
+from ..toolkit import include_hints, std_header_dirs
 from .link import lto
 from .tracefolder import compile_folder
 
@@ -294,7 +294,9 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
             text = rewrite_log(log, program_name, name_expressions, line_offset, source)
             count = count_errors(text)
             counted = f" ({count} error{'s' if count != 1 else ''})" if count else ""
-            hints = "".join(f"\nhint: {h}" for h in include_hints(log, source))
+            shims = f"-I{std_header_dirs()[1][0]}" in options
+            hints = "".join(f"\nhint: {h}"
+                            for h in include_hints(log, source, std_headers=shims))
             raise CompileError(f"NVRTC could not compile {program_name}{counted}:\n"
                                f"{text or '(NVRTC wrote no log)'}{hints}", text)
         lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),

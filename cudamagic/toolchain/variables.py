@@ -10,6 +10,7 @@ bytes, with the reason (:class:`~.probe.TypeGap`); nothing is read from the sour
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from ..errors import NameResolutionError
 from .image import GlobalImage
 from .probe import TypeGap, VarType, strip_internal
 
-__all__ = ["Variable", "DeviceGlobal", "variables", "find", "plain_name"]
+__all__ = ["device_global", "Variable", "DeviceGlobal", "variables", "find", "plain_name"]
 
 
 @dataclass(frozen=True)
@@ -144,23 +145,33 @@ class DeviceGlobal:
     """A variable's device memory on one device, as an array view CuPy, PyTorch and Numba take
     (``cupy.asarray(module.get_global("coeffs"))``).
 
+    Where CuPy is installed, :func:`device_global` makes it a ``cupy.cuda.MemoryPointer`` as
+    well (what CuPy's ``RawModule.get_global`` returns), so that ported code's
+    ``cupy.ndarray(shape, dtype, module.get_global("x"))`` runs unchanged; ``device`` is then
+    CuPy's ``Device`` (as a ``MemoryPointer``'s is) and ``device_id`` the number either way.
+
     Attributes
     ----------
     variable : Variable
     ptr : int
         The device address (``cuLibraryGetGlobal`` in the device's context).
-    device : int
+    device : int (cupy.cuda.Device with CuPy)
+    device_id : int
     dtype, shape
         Of the view (the variable's, or the caller's dtype over its bytes).
     """
 
     def __init__(self, variable: Variable, ptr: int, device: int, dtype: Any,
                  owner: Any) -> None:
+        self.ptr = ptr
+        self.device = device
+        self.device_id = device
+        self._view(variable, dtype, owner)
+
+    def _view(self, variable: Variable, dtype: Any, owner: Any) -> None:
         import numpy as np
 
         self.variable = variable
-        self.ptr = ptr
-        self.device = device
         self.dtype = np.dtype(dtype if dtype is not None else variable.dtype or "uint8")
         if dtype is None and variable.dtype is not None:
             self.shape = variable.shape
@@ -187,4 +198,36 @@ class DeviceGlobal:
 
     def __repr__(self) -> str:
         return (f"<cudamagic.DeviceGlobal {self.variable.cxx_name} {self.variable.space} "
-                f"{self.dtype}{list(self.shape)} at 0x{self.ptr:x} on device {self.device}>")
+                f"{self.dtype}{list(self.shape)} at 0x{self.ptr:x} on device {self.device_id}>")
+
+
+def device_global(variable: Variable, ptr: int, device: int, dtype: Any,
+                  owner: Any) -> DeviceGlobal:
+    """The view of a variable's memory: a :class:`DeviceGlobal` that is also CuPy's
+    ``MemoryPointer`` (over ``UnownedMemory`` of the variable's size, holding ``owner``: the
+    CUBIN stays loaded while CuPy's arrays over it live) where CuPy imports, else a plain one."""
+    pointer = _memory_pointer_view()
+    if pointer is None:
+        return DeviceGlobal(variable, ptr, device, dtype, owner)
+    return pointer(variable, ptr, device, dtype, owner)
+
+
+@functools.lru_cache(maxsize=1)
+def _memory_pointer_view() -> type | None:
+    try:
+        from cupy.cuda import memory
+    except Exception:  # noqa: BLE001 - no CuPy, or one that cannot load: the plain view
+        return None
+
+    class DeviceGlobalPointer(DeviceGlobal, memory.MemoryPointer):
+        __doc__ = DeviceGlobal.__doc__
+
+        def __init__(self, variable: Variable, ptr: int, device: int, dtype: Any,
+                     owner: Any) -> None:
+            # ptr, device and device_id are the MemoryPointer's own (read-only) attributes
+            memory.MemoryPointer.__init__(
+                self, memory.UnownedMemory(ptr, variable.size, owner, device), 0)
+            self._view(variable, dtype, owner)
+
+    DeviceGlobalPointer.__name__ = DeviceGlobalPointer.__qualname__ = "DeviceGlobal"
+    return DeviceGlobalPointer
