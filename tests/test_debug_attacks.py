@@ -205,3 +205,87 @@ def test_no_scratch_folder_is_the_projects_error_saying_what_to_do(tmp_path, mon
     monkeypatch.setattr(tempfile, "tempdir", str(make(tmp_path)))
     with pytest.raises(tools.ScratchError, match="set TMPDIR to a writable folder"):
         tools.scratch_folder()
+
+
+# (a __cuda_array_interface__ that lies, what the refusal says): the launch itself reads only
+# the pointer, but a capture copies what shape and strides describe, so each must hold
+LYING = {
+    "a negative extent": ({"shape": (-5,), "strides": (4,)}, "negative extent"),
+    "a negative extent, C order": ({"shape": (-3, 4)}, "negative extent"),
+    "fewer strides than dimensions": ({"shape": (4, 1000), "strides": (4,)},
+                                      "one stride per dimension"),
+    "more strides than dimensions": ({"shape": (4,), "strides": (4, 4000)},
+                                     "one stride per dimension"),
+    "a fractional extent": ({"shape": (2.7,)}, "not a tuple of integers"),
+    "a text shape": ({"shape": "abc"}, "not a tuple of integers"),
+    "an int for a shape": ({"shape": 5}, "not a tuple of integers"),
+    "a shape of None": ({"shape": None}, "not a tuple of integers"),
+    "an extent written as text": ({"shape": ("3",)}, "not a tuple of integers"),
+    "a bool extent": ({"shape": (True,)}, "not a tuple of integers"),
+    "a fractional stride": ({"shape": (4,), "strides": (4.5,)}, "not a tuple of integers"),
+    "memory below address 0": ({"shape": (4,), "strides": (-4,), "data": (4, False)},
+                               "outside the address space"),
+    "memory past 2**64": ({"shape": (4,), "data": (2**64 - 8, False)},
+                          "outside the address space"),
+    "a huge negative stride": ({"shape": (2,), "strides": (-(1 << 62),)},
+                               "outside the address space"),
+}
+
+
+@pytest.mark.parametrize("lie, says", LYING.values(), ids=list(LYING))
+def test_a_lying_array_interface_is_refused_before_anything_is_copied(lie, says):
+    # before: shape (-5,) copied 28 bytes from 24 bytes below the pointer, strides (4,) for a
+    # (4, 1000) array copied 16 bytes (the child's buffer then far too small: false
+    # out-of-bounds findings), 2.7 was taken as 2, a text shape or None a raw ValueError or
+    # TypeError, an address below 0 reached the driver's copy
+    k = cudamagic.build('extern "C" __global__ void k(const float* a) {}', use_cache=False)["k"]
+
+    class Lying:
+        def __init__(self):
+            self.__cuda_array_interface__ = {"typestr": "<f4", "data": (1 << 20, True),
+                                             "version": 3, "strides": None, **lie}
+
+    copied, asked = [], []
+    with pytest.raises(ArgumentValueError, match=says) as refused:
+        cap.capture("k", k.params, (1,), (1,), (Lying(),),
+                    copy=lambda p, n: copied.append(n) or bytes(n),
+                    ready=lambda: asked.append(1))
+    assert "parameter 0" in str(refused.value)
+    assert copied == [] and asked == []
+
+
+@pytest.mark.parametrize("given, taken", [(1, (1,)), (np.int64(1), (1,)), ([1], (1,)),
+                                          ((), ()), (None, "refused"), ("1", "refused"),
+                                          (True, "refused"), ([0], "refused"),
+                                          ([1.0], "refused")])
+def test_uninitialized_takes_one_index_or_several_and_refuses_the_rest(given, taken):
+    # before: uninitialized=1 (one index, as people write it) raised a raw TypeError
+    k = cudamagic.build('extern "C" __global__ void k(int n, float* a) {}',
+                        use_cache=False)["k"]
+    a = _DeviceArray(np.zeros(4, np.float32))
+    if taken == "refused":
+        with pytest.raises(ArgumentValueError, match="uninitialized"):
+            cap.capture("k", k.params, (1,), (1,), (3, a), copy=_host_copy,
+                        uninitialized=given)
+        return
+    c = cap.capture("k", k.params, (1,), (1,), (3, a), copy=_host_copy, uninitialized=given)
+    assert tuple(x.index for x in c.args if x.kind is cap.ArgKind.ARRAY and not x.copied) \
+        == taken
+
+
+@pytest.mark.parametrize("line, says", [
+    # k's argument 0 is an array, bad's an int
+    ("--uninitialized 0 k(1, 32, (x, 4)); bad(1, 32, (4, x))", "0 is not the index of a pointer"),
+    ("--tool nosuch k(1, 32, (x, 4)); bad(1, 32, (4, x))", "nosuch"),
+])
+def test_cuda_sanitize_checks_its_options_against_every_launch_before_the_first(line, says):
+    # before: the first launch started (here: NoDeviceError, no GPU) before the second's
+    # --uninitialized index was checked
+    from cudamagic.launch.tool_run import sanitize_line
+
+    k = cudamagic.build('extern "C" __global__ void k(float* a, int n) {}',
+                        use_cache=False)["k"]
+    bad = cudamagic.build('extern "C" __global__ void bad(int n, float* a) {}',
+                          use_cache=False)["bad"]
+    with pytest.raises(ArgumentValueError, match=says):
+        sanitize_line(line, {"k": k, "bad": bad, "x": _DeviceArray(np.zeros(4, np.float32))})

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ArgumentTypeError, ArgumentValueError
 from .encode import read_attribute, is_dlpack_only, from_dlpack, array_interface, check_dims, \
-    check_shared_mem, pack_args
+    check_shared_mem, pack_args, show
 from .params import POINTER_BYTES, ParamSpec, SlotKind, tidy_type
 
 __all__ = ["ArgKind", "CapturedArg", "Capture", "capture", "encode_capture", "decode_capture",
@@ -128,14 +128,37 @@ def _array_form(name: str, spec: ParamSpec, value: Any) -> tuple[int, np.dtype, 
         size = int(getattr(mem, "size", 0)) - (int(value.ptr) - int(getattr(mem, "ptr", 0)))
         return int(value.ptr), np.dtype("u1"), (max(size, 0),), (1,)
     ptr, _, dtype = array_interface(name, spec, cai)
-    shape = tuple(int(n) for n in cai.get("shape", ()))
+    shape = _ints(name, spec, "shape", cai.get("shape", ()), 0)
     strides = cai.get("strides")
     if strides is None:  # C-contiguous
         strides, step = [], dtype.itemsize
         for n in reversed(shape):
             strides.insert(0, step)
             step *= max(n, 1)
-    return ptr, dtype, shape, tuple(int(s) for s in strides)
+    strides = _ints(name, spec, "strides", strides, None)
+    if len(strides) != len(shape):
+        raise _bad(name, spec, f"strides {show(tuple(strides))} for shape {show(shape)}: one "
+                               "stride per dimension")
+    return ptr, dtype, shape, strides
+
+
+def _bad(name: str, spec: ParamSpec, what: str) -> ArgumentValueError:
+    return ArgumentValueError(f"{name}: {spec.describe()}: the array's __cuda_array_interface__ "
+                              f"{what}: it does not describe memory a tool run can copy")
+
+
+def _ints(name: str, spec: ParamSpec, field: str, value: Any, least: int | None
+          ) -> tuple[int, ...]:
+    """A shape (``least`` 0) or strides (any int) of a ``__cuda_array_interface__``, checked:
+    a tuple or list of integers, each one exactly (2.7 is no extent)."""
+    if not isinstance(value, (tuple, list)) or len(value) > 64 or not all(
+            isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_))
+            for n in value):
+        raise _bad(name, spec, f"{field} {show(value)} is not a tuple of integers (at most 64)")
+    out = tuple(int(n) for n in value)
+    if least is not None and any(n < least for n in out):
+        raise _bad(name, spec, f"{field} {show(value)} has a negative extent")
+    return out
 
 
 def check_launch(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any,
@@ -163,25 +186,9 @@ def capture(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any, args: 
         :data:`MAX_CAPTURE_BYTES` to copy.
     """
     grid3, block3, shared, packed = check_launch(name, specs, grid, block, args, shared_mem)
-    bad = [i for i in uninitialized if not (isinstance(i, int) and 0 <= i < len(specs)
-                                            and specs[i].kind is SlotKind.POINTER)]
-    if bad:
-        raise ArgumentValueError(f"{name}: uninitialized={tuple(uninitialized)!r}: {bad[0]!r} "
-                                 "is not the index of a pointer argument")
+    uninitialized = uninitialized_indices(name, specs, uninitialized)
+    arrays = _array_forms(name, specs, args)
     ready()
-    forms: list[tuple[int, Any]] = []
-    total = 0
-    for spec, value, slot in zip(specs, args, packed):
-        if spec.kind is SlotKind.POINTER and value is not None:
-            ptr, dtype, shape, strides = _array_form(name, spec, value)
-            lo, nbytes = extent(shape, strides, dtype.itemsize)
-            total += nbytes
-            forms.append((spec.index, (ptr, dtype, shape, strides, lo, nbytes)))
-    if total > MAX_CAPTURE_BYTES:
-        raise ArgumentValueError(f"{name}: the arrays hold {total} bytes, more than a tool run "
-                                 f"copies ({MAX_CAPTURE_BYTES >> 30} GiB): launch a smaller "
-                                 "case")
-    arrays = dict(forms)
     out = []
     for spec, value, slot in zip(specs, args, packed):
         label = labels[spec.index] if spec.index < len(labels) else ""
@@ -196,6 +203,49 @@ def capture(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any, args: 
         else:
             out.append(CapturedArg(spec.index, ArgKind.BYTES, slot, spec.ctype, label))
     return Capture(name, grid3, block3, shared, tuple(out))
+
+
+def _array_forms(name: str, specs: Sequence[ParamSpec], args: Sequence[Any]
+                 ) -> dict[int, tuple]:
+    """Each array argument's ``(address, dtype, shape, strides, lowest offset, bytes)``,
+    checked to describe memory that can be copied, in all at most :data:`MAX_CAPTURE_BYTES`."""
+    forms: dict[int, tuple] = {}
+    total = 0
+    for spec, value in zip(specs, args):
+        if spec.kind is SlotKind.POINTER and value is not None:
+            ptr, dtype, shape, strides = _array_form(name, spec, value)
+            lo, nbytes = extent(shape, strides, dtype.itemsize)
+            if nbytes and not 0 <= ptr + lo <= ptr + lo + nbytes <= 1 << 64:
+                raise _bad(name, spec, f"data pointer 0x{ptr:x} with shape {shape} and "
+                                       f"strides {strides} reaches outside the address space")
+            total += nbytes
+            forms[spec.index] = (ptr, dtype, shape, strides, lo, nbytes)
+    if total > MAX_CAPTURE_BYTES:
+        raise ArgumentValueError(f"{name}: the arrays hold {total} bytes, more than a tool run "
+                                 f"copies ({MAX_CAPTURE_BYTES >> 30} GiB): launch a smaller "
+                                 "case")
+    return forms
+
+
+def uninitialized_indices(name: str, specs: Sequence[ParamSpec], value: Any) -> tuple[int, ...]:
+    """The array arguments to leave uninitialised (an index, or a sequence of them), checked.
+
+    :raises ArgumentValueError: one that is not the index of a pointer argument.
+    """
+    items = (value,) if isinstance(value, (int, np.integer)) else value
+    try:
+        indices = tuple(items)
+    except TypeError:
+        raise ArgumentValueError(f"{name}: uninitialized={show(value)}: give the indices of "
+                                 "array arguments, e.g. uninitialized=(0, 2)") from None
+    bad = [i for i in indices if not (isinstance(i, (int, np.integer))
+                                      and not isinstance(i, (bool, np.bool_))
+                                      and 0 <= i < len(specs)
+                                      and specs[int(i)].kind is SlotKind.POINTER)]
+    if bad:
+        raise ArgumentValueError(f"{name}: uninitialized={show(value)}: {bad[0]!r} "
+                                 "is not the index of a pointer argument")
+    return tuple(int(i) for i in indices)
 
 
 def _nbytes(a: CapturedArg) -> int:

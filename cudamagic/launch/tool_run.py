@@ -31,7 +31,7 @@ from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool,
                                    sanitizer_argv)
 from .calls import CallSyntax, read_calls, read_options
 from .capture import (ArgAddress, Capture, Placement, capture, check_launch, encode_capture,
-                      name_address, check_options)
+                      name_address, check_options, uninitialized_indices)
 from .params import layout_error
 
 __all__ = ["LineinfoBuild", "DebugSupport", "CellFinding", "SanitizeReport", "sanitize",
@@ -392,6 +392,9 @@ def sanitize_line(line: str, namespace: dict) -> Any:
     opts, calls = _checked_calls(line, namespace, SANITIZE_SYNTAX)
     tool = opts.get("tool", "memcheck")
     uninit = _indices(opts.get("uninitialized"))
+    for c in calls:  # the options against every launch, before the first starts
+        _check_tool(c.kernel.name_expression, tool)
+        uninitialized_indices(c.kernel.name_expression, c.kernel.params, uninit)
     views = [sanitize(c.kernel, c.grid, c.block, c.args, tool, labels=c.arg_labels,
                       uninitialized=uninit, shared_mem=c.shared_mem) for c in calls]
     return views[0] if len(views) == 1 else _present(calls[0].kernel, tuple(
