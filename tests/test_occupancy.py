@@ -451,6 +451,9 @@ REFUSED = {
     "a float block size": (lambda k: k.occupancy(128.0), "give an int, or a list"),
     "a block size as text": (lambda k: k.occupancy("128"), "give an int, or a list"),
     "an empty list": (lambda k: k.occupancy([]), "the list is empty"),
+    "a 2-D NumPy array": (lambda k: k.occupancy(_numpy().ones((2, 2), int)),
+                          "give an int, or a list"),
+    "a NumPy float": (lambda k: k.occupancy(_numpy().float64(128)), "give an int, or a list"),
     "a float dynamic size": (lambda k: k.occupancy(128, dynamic_shared=1.5),
                              "give an int, or a list"),
 }

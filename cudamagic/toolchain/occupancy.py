@@ -471,9 +471,13 @@ def size_list(value: Any, what: str) -> tuple[int, ...]:
         else tuple(value)
     out = []
     for item in items:
-        if isinstance(item, (bool, str, bytes)) or not hasattr(item, "__index__"):
-            raise OccupancyError(f"{what} {item!r}: give an int, or a list or array of ints")
-        out.append(int(item.__index__()))
+        try:
+            if isinstance(item, (bool, str, bytes)):
+                raise TypeError(item)
+            out.append(int(item.__index__()))
+        except (TypeError, AttributeError, ValueError):  # a float, a row of a 2-D array...
+            raise OccupancyError(f"{what} {item!r:.80}: give an int, or a list or array of "
+                                 "ints") from None
     if not out:
         raise OccupancyError(f"{what}: the list is empty; give at least one size")
     return tuple(out)
