@@ -464,3 +464,25 @@ def test_forms_that_mean_nothing_are_refused_clearly(typed_kernel, form):
     ask, words = REFUSED[form]
     with pytest.raises(OccupancyError, match=words):
         ask(typed_kernel)
+
+
+def test_the_register_rule_checks_the_spread_block_alone_and_answers_as_before():
+    """A block's registers are checked as if its warps were spread over every sub-partition,
+    which is never fewer than the block's own: checking the block's own count as well (as the
+    rule did) changes no answer over every architecture, register count and block size."""
+    from cudamagic.toolchain import occupancy as occ
+
+    for sm in occ.known_archs():
+        arch = occ.arch_limits(sm)
+        for regs in (1, 24, 32, 40, 64, 72, 96, 128, 160, 200, 255):
+            usage = occ.KernelUsage(registers=regs, static_shared_bytes=0, max_threads=None,
+                                    barriers=0)
+            for block in range(32, arch.max_threads_per_block + 1, 32):
+                warps = block // 32
+                per_warp = -(-regs * 32 // arch.register_unit) * arch.register_unit
+                spread = per_warp * -(-warps // arch.sub_partitions) * arch.sub_partitions
+                both = max(per_warp * warps, spread) > arch.registers_per_block
+                row = occ.compute(usage, block, sm=sm)
+                assert both == (spread > arch.registers_per_block), (sm, regs, block)
+                if both:  # the rule still refuses what does not fit
+                    assert row.active_blocks == 0 and not row.launches, (sm, regs, block)

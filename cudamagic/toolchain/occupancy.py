@@ -356,10 +356,10 @@ def _register_limit(usage: KernelUsage, arch: ArchLimits, warps: int) -> tuple[i
     """Blocks the register file allows, the registers a block is given, and why none fit."""
     per_warp = _round_up(usage.registers * _WARP, arch.register_unit)
     per_block = per_warp * warps
-    # the hardware checks a block as if its warps were spread over all sub-partitions
+    # the hardware checks a block as if its warps were spread over all sub-partitions (never
+    # fewer registers than the block's own: per_block need not be checked beside it)
     assumed = per_warp * _round_up(warps, arch.sub_partitions)
-    if usage.registers > arch.max_registers_per_thread or max(per_block, assumed) \
-            > arch.registers_per_block:
+    if usage.registers > arch.max_registers_per_thread or assumed > arch.registers_per_block:
         return 0, per_block, (f"{usage.registers} registers a thread: a block of {warps} warps "
                               f"needs more than the {arch.registers_per_block} a block may have")
     if per_warp == 0:
