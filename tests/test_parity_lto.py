@@ -157,3 +157,26 @@ def test_nvrtc_options_as_nvjitlink_options(options, expected):
 
 def test_code_generation_is_a_record_of_enums():
     assert code_generation(["--ftz=true"]) == CodeGeneration(flags=((Flag.FTZ, True),))
+
+
+@pytest.mark.gpu
+def test_a_dlto_fmad_false_kernel_gives_numpy_s_float32_results_exactly():
+    """The issue's fractal in small: a multiply then an add, each rounded to float32, as NumPy
+    computes them; with contraction (-dlto alone) the one rounding of an FMA differs somewhere."""
+    import cupy as cp
+    import numpy as np
+
+    rng = np.random.default_rng(29)
+    x = rng.standard_normal(1 << 16).astype(np.float32)
+    a, b = np.float32(1.1), np.float32(-0.3)
+    expected = x * a + b  # NumPy: float32 multiply, rounded, then float32 add
+    results = {}
+    for options in (["-dlto", "--fmad=false"], ["-dlto"]):
+        k = cudamagic.build(MULADD.replace("x[threadIdx.x]", "x[blockIdx.x * blockDim.x + "
+                                                            "threadIdx.x]"),
+                            options=options, use_cache=False)["k"]
+        d = cp.asarray(x)
+        k((x.size // 256,), (256,), (d, a, b))
+        results[" ".join(options)] = d.get()
+    assert results["-dlto --fmad=false"].tobytes() == expected.tobytes()
+    assert results["-dlto"].tobytes() != expected.tobytes()
