@@ -289,3 +289,43 @@ def test_cuda_sanitize_checks_its_options_against_every_launch_before_the_first(
                           use_cache=False)["bad"]
     with pytest.raises(ArgumentValueError, match=says):
         sanitize_line(line, {"k": k, "bad": bad, "x": _DeviceArray(np.zeros(4, np.float32))})
+
+
+_ENTITIES = ('<?xml version="1.0" encoding="{}"?>\n<!DOCTYPE r [<!ENTITY a "AAAAAAAAAA">'
+             '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>\n<ComputeSanitizerOutput><record>'
+             '<kind>Error</kind><text>&b;</text></record></ComputeSanitizerOutput>')
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-8"])
+def test_a_report_in_another_encoding_cannot_hide_its_entities(encoding):
+    # before: the DTD check looked for the bytes b"<!DOCTYPE", so a UTF-16 report with a BOM
+    # declared its entities and expat expanded them (the text read 100 A's)
+    data = _ENTITIES.format(encoding.upper()).encode(encoding)
+    with pytest.raises(SanitizerOutputError, match="refused"):
+        parse_xml(data, SanitizerTool.MEMCHECK)
+
+
+def test_a_huge_report_is_refused_by_its_size_before_it_is_read(tmp_path):
+    # before: the tool run read the whole file into memory (report.read_bytes()), then
+    # compared its length: a sparse terabyte was a MemoryError or a machine out of memory
+    from cudamagic.toolchain.sanitizer import read_xml
+
+    report = tmp_path / "report.xml"
+    with open(report, "wb") as f:
+        f.truncate(1 << 40)
+    started = time.monotonic()
+    with pytest.raises(SanitizerOutputError, match="more than the 64 MiB"):
+        read_xml(report, SanitizerTool.MEMCHECK)
+    assert time.monotonic() - started < 5
+    assert read_xml(tmp_path / "absent.xml", SanitizerTool.MEMCHECK) == ()
+
+
+@pytest.mark.parametrize("where", ["missing/report.xml", "."])
+def test_a_save_report_that_cannot_be_written_is_refused_before_the_run(tmp_path, where,
+                                                                        monkeypatch):
+    # before: the run went ahead (child, tool, findings) and the final copy raised
+    # FileNotFoundError or IsADirectoryError, losing the findings
+    monkeypatch.chdir(tmp_path)
+    k = cudamagic.build('extern "C" __global__ void k(float* a) {}', use_cache=False)["k"]
+    with pytest.raises(ArgumentValueError, match="save_report"):
+        k.sanitize(1, 1, (_DeviceArray(np.zeros(4, np.float32)),), save_report=where)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import ArgumentValueError, LaunchError, OptionError
 from ..toolchain import driver, tools
-from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, parse_xml,
+from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, read_xml,
                                    sanitizer_argv)
 from .calls import CallSyntax, read_calls, read_options
 from .capture import (ArgAddress, Capture, Placement, capture, check_launch, encode_capture,
@@ -226,6 +226,7 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
     :raises ToolMissingError: no compute-sanitizer.
     """
     which = _check_tool(kernel.name_expression, tool)
+    _check_save(kernel.name_expression, save_report)
     t0 = time.perf_counter()
     c, build, device = prepare_run(kernel, grid, block, args, launch_options, labels=labels,
                                    uninitialized=uninitialized)
@@ -239,7 +240,7 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
                                env=_child_env(), cwd=folder)
         t2 = time.perf_counter()
         try:
-            findings = parse_xml(report.read_bytes(), which) if report.exists() else ()
+            findings = read_xml(report, which)
         except SanitizerOutputError as exc:
             findings, done = (), tools.ChildResult(done.returncode, done.stdout,
                                                    f"{done.stderr}\n{exc}", done.seconds)
@@ -255,6 +256,22 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
                             folded, len(findings), build.lineinfo, failed,
                             {"capture": t1 - t0, "child": t2 - t1})
     return _present(kernel, record)
+
+
+def _check_save(name: str, path: "str | os.PathLike | None") -> None:
+    """A ``save_report`` file a run can write at its end (its folder there), checked before
+    the run starts: a copy that failed after it lost the run's findings."""
+    if path is None:
+        return
+    try:
+        folder = Path(os.fspath(path)).expanduser().absolute().parent
+    except TypeError:
+        raise ArgumentValueError(f"{name}: save_report={path!r:.60} is not a file path") from None
+    if not folder.is_dir() or Path(os.fspath(path)).is_dir():
+        raise ArgumentValueError(f"{name}: save_report={os.fspath(path)!r}: "
+                                 + (f"the folder {str(folder)!r} does not exist"
+                                    if not folder.is_dir() else "it is a folder")
+                                 + "; give a file in an existing folder")
 
 
 def _with_occupancy(p: Any, kernel: Any, c: Capture) -> Any:

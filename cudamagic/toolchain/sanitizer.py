@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..errors import CudaMagicError
 
 __all__ = ["SanitizerTool", "FindingKind", "Space", "Access", "Finding", "SanitizerOutputError",
-           "parse_xml", "sanitizer_argv", "MAX_REPORT_BYTES"]
+           "parse_xml", "read_xml", "sanitizer_argv", "MAX_REPORT_BYTES"]
 
 
 class SanitizerTool(enum.Enum):
@@ -251,6 +251,27 @@ def _finding(tool: SanitizerTool, record: ET.Element) -> Finding:
         thread=_dims(_first(record, "thread", who)), block=_dims(_first(record, "block", who)))
 
 
+def read_xml(path: "str | os.PathLike[str]", tool: SanitizerTool) -> tuple[Finding, ...]:
+    """The findings of the report in ``path`` (none where the tool wrote no file), its size
+    checked before a byte of it is read.
+
+    :raises SanitizerOutputError: as :func:`parse_xml`, or a report that cannot be read.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_REPORT_BYTES:
+                raise SanitizerOutputError(f"compute-sanitizer's report is {size} bytes, more "
+                                           f"than the {MAX_REPORT_BYTES >> 20} MiB read")
+            data = f.read(MAX_REPORT_BYTES + 1)
+    except FileNotFoundError:
+        return ()
+    except OSError as exc:
+        raise SanitizerOutputError(f"compute-sanitizer's report {os.fspath(path)} cannot be "
+                                   f"read ({exc.strerror or exc})") from None
+    return parse_xml(data, tool)
+
+
 def parse_xml(data: bytes, tool: SanitizerTool) -> tuple[Finding, ...]:
     """The findings of one compute-sanitizer report, in its order.
 
@@ -259,11 +280,17 @@ def parse_xml(data: bytes, tool: SanitizerTool) -> tuple[Finding, ...]:
     if len(data) > MAX_REPORT_BYTES:
         raise SanitizerOutputError(f"compute-sanitizer's report is {len(data)} bytes, more "
                                    f"than the {MAX_REPORT_BYTES >> 20} MiB read")
-    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:  # the tool writes neither
+    # the tool writes UTF-8: read as text, the report's own encoding declaration is not
+    # followed, so a UTF-16 file cannot hide a DTD from the check below
+    text = data.decode("utf-8-sig", errors="replace")
+    if "\x00" in text:  # UTF-16 or UTF-32 (XML holds no NUL): expat would detect it itself
+        raise SanitizerOutputError("compute-sanitizer's report is not UTF-8 text (it holds NUL "
+                                   "bytes), which the tool always writes: refused")
+    if "<!DOCTYPE" in text or "<!ENTITY" in text:  # the tool writes neither
         raise SanitizerOutputError("compute-sanitizer's report declares a DTD or entities, "
                                    "which its XML never does: refused")
     try:
-        root = ET.fromstring(data)
+        root = ET.fromstring(text)
     except (ET.ParseError, LookupError, ValueError) as exc:  # LookupError: a bad encoding
         raise SanitizerOutputError(f"compute-sanitizer's report is not well-formed XML "
                                    f"({exc}); was the child stopped while it wrote it?") from None
