@@ -112,3 +112,43 @@ def test_a_child_forked_during_a_compile_is_refused_nvrtc_not_left_waiting(tmp_p
                               "while another thread of its parent was inside NVRTC"), refused
     assert "'spawn' or 'forkserver'" in refused
     assert out[1] == "later 0"
+
+
+# what NVRTC's log says on each attempt -> what the compile gives
+_PTXAS_NULL = "ptxas fatal   : Output file '(null)' could not be opened"
+ATTEMPTS = {
+    "once, then compiled": ([_PTXAS_NULL], "compiled"),
+    "twice": ([_PTXAS_NULL, _PTXAS_NULL], "ToolchainError"),
+    "the cell's own ptxas error": (["ptxas error   : Entry function 'k' uses too much shared "
+                                    "data"], "CompileError"),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTEMPTS))
+def test_a_compile_failing_outside_the_cells_code_is_never_the_cells_error(monkeypatch, case):
+    """'ptxas fatal : Output file (null) could not be opened' was reported as the cell's
+    CompileError. NVRTC cannot be made to fail so here: its program call is stood in for on the
+    failing attempts only; the last attempt is NVRTC's own."""
+    from cudamagic.errors import CompileError, ToolchainError
+    from cudamagic.toolchain import nvrtc
+
+    logs, outcome = ATTEMPTS[case]
+    real, said = nvrtc._program, list(logs)
+
+    def failing(*args):
+        if said:
+            log = said.pop(0)
+            raise CompileError(f"NVRTC could not compile cell.cu:\n{log}", log)
+        return real(*args)
+
+    monkeypatch.setattr(nvrtc, "_program", failing)
+    try:
+        nvrtc.compile_cubin('extern "C" __global__ void k() {}', [], ["-arch=sm_90"],
+                            trace=False)
+        got = "compiled"
+    except ToolchainError as exc:
+        got = "ToolchainError"
+        assert "outside the cell's code" in str(exc) and "(null)" in str(exc)
+    except CompileError:
+        got = "CompileError"
+    assert got == outcome

@@ -269,11 +269,32 @@ def _read_trace(folder: str) -> bytes | None:
         return None
 
 
+# NVRTC's assembler failing to open a file of its own: nothing in a cell's code does that (seen
+# once as "ptxas fatal : Output file '(null)' could not be opened", not reproduced: see
+# docs/testing.md)
+_OUTSIDE_THE_CELL = re.compile(r"^ptxas fatal\s*: .*could not be opened", re.M)
+
+
 def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
              program_name: str, line_offset: int) -> tuple[bytes, dict[str, str], str]:
-    """One NVRTC program: (CUBIN, lowered names, rewritten log)."""
-    with _INSIDE:
-        return _program(source, name_expressions, options, program_name, line_offset)
+    """One NVRTC program: (CUBIN, lowered names, rewritten log). A failure of NVRTC's own
+    files is tried once more, then raised as :class:`~cudamagic.errors.ToolchainError`, never
+    as the cell's :class:`~cudamagic.errors.CompileError`."""
+    for attempt in (1, 2):
+        try:
+            with _INSIDE:
+                return _program(source, name_expressions, options, program_name, line_offset)
+        except CompileError as exc:
+            found = _OUTSIDE_THE_CELL.search(exc.log or str(exc))
+            if found is None:
+                raise
+            if attempt == 2:
+                raise ToolchainError(
+                    f"NVRTC could not compile {program_name} for a reason outside the cell's "
+                    f"code, twice: its assembler said {found.group(0)!r}. The cell itself may "
+                    f"be fine: run it again; if it persists, check the process's temporary "
+                    f"folder and file limits") from exc
+    raise AssertionError("unreachable")
 
 
 def _program(source: str, name_expressions: Sequence[str], options: Sequence[str],
