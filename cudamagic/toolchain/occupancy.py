@@ -25,6 +25,7 @@ header compiled where a C compiler and the header are at hand.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,7 +34,7 @@ from ..errors import CudaMagicError
 
 __all__ = ["ArchLimits", "KernelUsage", "Occupancy", "OccupancyTable", "OccupancyError",
            "arch_limits", "known_archs", "compute", "usage_of", "table", "best_block_size",
-           "cubin_sm", "DEFAULT_BLOCK_SIZES", "LIMIT_NAMES"]
+           "cubin_sm", "DEFAULT_BLOCK_SIZES", "LIMIT_NAMES", "Limit", "Source"]
 
 _KIB = 1024
 _WARP = 32
@@ -41,8 +42,31 @@ _WARP = 32
 #: the block sizes a table covers unless asked otherwise: every whole number of warps
 DEFAULT_BLOCK_SIZES = tuple(range(32, 1025, 32))
 
+class Limit(str, enum.Enum):
+    """What can limit the blocks per SM (each member equals the word the views show)."""
+
+    WARPS = "warps"
+    REGISTERS = "registers"
+    SHARED = "shared memory"
+    BLOCKS = "blocks"
+    BARRIERS = "barriers"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Source(str, enum.Enum):
+    """Who answered an occupancy: the CUDA driver, or cudamagic's arithmetic."""
+
+    DRIVER = "driver"
+    COMPUTED = "computed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 #: what can limit the blocks per SM, in the order the views list them
-LIMIT_NAMES = ("warps", "registers", "shared memory", "blocks", "barriers")
+LIMIT_NAMES = tuple(Limit)
 
 
 class OccupancyError(CudaMagicError, ValueError):
@@ -230,20 +254,18 @@ class Occupancy:
         The question.
     active_blocks : int
         Blocks per SM (0: the launch does not fit); the driver's where ``source`` is
-        ``"driver"``.
+        :attr:`Source.DRIVER`.
     max_warps : int
         Resident warps per SM.
-    limits : dict of str to int or None
-        Blocks per SM each resource alone allows (None: that resource sets no limit), by
-        :data:`LIMIT_NAMES`.
-    limited_by : tuple of str
+    limits : dict of Limit to int or None
+        Blocks per SM each resource alone allows (None: that resource sets no limit).
+    limited_by : tuple of Limit
         The resources whose limit is the answer (several can tie).
     registers_per_block, shared_per_block : int
         What a block is given (after rounding up to the allocation units).
     carveout : int or None
         The shared memory carveout asked, percent of the largest (None: the default).
-    source : str
-        ``"driver"`` or ``"computed"``.
+    source : Source
     computed_blocks : int
         The arithmetic's answer (equal to ``active_blocks`` unless the driver disagrees).
     launches : bool
@@ -258,12 +280,12 @@ class Occupancy:
     dynamic_shared_bytes: int
     active_blocks: int
     max_warps: int
-    limits: dict[str, int | None] = field(hash=False)
-    limited_by: tuple[str, ...]
+    limits: dict[Limit, int | None] = field(hash=False)
+    limited_by: tuple[Limit, ...]
     registers_per_block: int
     shared_per_block: int
     carveout: int | None = None
-    source: str = "computed"
+    source: Source = Source.COMPUTED
     computed_blocks: int = 0
     launches: bool = True
     reason: str = ""
@@ -302,8 +324,7 @@ class OccupancyTable:
     min_grid : dict of int to int or None
         Dynamic shared size -> blocks that fill every SM at the best block size (None without a
         device: the SM count is the device's).
-    source : str
-        ``"driver"`` or ``"computed"``.
+    source : Source
 
     A record: its text and HTML are :mod:`cudamagic.view.bench`'s, and ``kernel.occupancy()``
     gives it with them (:class:`cudamagic.view.shown.ShownOccupancy`).
@@ -315,7 +336,7 @@ class OccupancyTable:
     rows: tuple[Occupancy, ...]
     best: dict[int, int] = field(hash=False)
     min_grid: dict[int, int | None] = field(hash=False)
-    source: str = "computed"
+    source: Source = Source.COMPUTED
 
     @property
     def dynamic_sizes(self) -> tuple[int, ...]:
@@ -435,11 +456,11 @@ def compute(kernel: Any, block_size: int, dynamic_shared_bytes: int = 0, *, sm: 
     by_shared, shared_per_block, why = _shared_limit(usage, arch, dynamic_shared_bytes, carveout,
                                                      max_dynamic_shared)
     reasons += [why] if why else []
-    limits: dict[str, int | None] = {"warps": by_warps, "registers": by_regs,
-                                     "shared memory": by_shared,
-                                     "blocks": arch.max_blocks_per_sm, "barriers": None}
+    limits: dict[Limit, int | None] = {Limit.WARPS: by_warps, Limit.REGISTERS: by_regs,
+                                       Limit.SHARED: by_shared,
+                                       Limit.BLOCKS: arch.max_blocks_per_sm, Limit.BARRIERS: None}
     if arch.sm >= 90 and usage.barriers > 0:
-        limits["barriers"] = arch.barrier_factor * arch.max_blocks_per_sm // usage.barriers
+        limits[Limit.BARRIERS] = arch.barrier_factor * arch.max_blocks_per_sm // usage.barriers
     blocks = min(v for v in limits.values() if v is not None)
     limited_by = tuple(k for k in LIMIT_NAMES if limits[k] == blocks)
     launches = blocks > 0 and block_size <= most
@@ -542,13 +563,13 @@ def table(kernel: Any, block_sizes: Any = DEFAULT_BLOCK_SIZES, dynamic_shared: A
             min_grid[dyn] = None
         rows += found
     return OccupancyTable(kernel=name, sm=target, usage=usage, rows=tuple(rows), best=best,
-                          min_grid=min_grid, source="driver" if ask else "computed")
+                          min_grid=min_grid, source=Source.DRIVER if ask else Source.COMPUTED)
 
 
 def _answered(row: Occupancy, blocks: int, most: int) -> Occupancy:
     """A computed row with the driver's block count in it."""
     launches = blocks > 0 and row.block_size <= most
-    return replace(row, active_blocks=blocks, source="driver", launches=launches,
+    return replace(row, active_blocks=blocks, source=Source.DRIVER, launches=launches,
                    reason=row.reason or ("" if launches else "the driver finds no room"))
 
 

@@ -42,7 +42,9 @@ def _usage_line(table: Any) -> str:
 
 
 def _source_text(table: Any) -> str:
-    return ("the driver's answer" if table.source == "driver"
+    from ..toolchain.occupancy import Source
+
+    return ("the driver's answer" if table.source is Source.DRIVER
             else "computed from the CUBIN's records and sm_%d's limits" % table.sm)
 
 
