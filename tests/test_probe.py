@@ -111,6 +111,9 @@ BREAKS = {
         "__device__ float ok[2];\n" + _K.replace("ok[1]", "ok[1] + v[1]"), [], 2, True,
         "float32"),
     "C++14": ("__device__ float ok[2];\n" + _K, ["-std=c++14"], 1, False, None),
+    "a __managed__ variable beside (NVRTC refuses it in decltype and as a template argument)": (
+        "__managed__ int m[4];\n__device__ __managed__ float mm;\n__device__ float ok[2];\n"
+        + _K, [], 1, False, "float32"),
     "a macro names the variable": (
         "#define ok real_ok\n__device__ float ok[2];\n" + _K, [], 1, False, "float32"),
 }

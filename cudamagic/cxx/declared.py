@@ -1,5 +1,6 @@
 """Which names a cell declares at namespace scope, read from its tokens: the variables
-(``__device__``, ``__constant__``, ``__managed__``) and the ``extern "C"`` kernels, with their
+(``__device__``, ``__constant__``; a ``__managed__`` one NVRTC cannot be asked about) and the
+``extern "C"`` kernels, with their
 namespaces. The type probe (:mod:`cudamagic.toolchain.probe`) asks the compiler about each; this
 reading only chooses the questions, and knows no type. Pure text: no CUDA, no compiler.
 
@@ -329,8 +330,8 @@ def _statement(stmt: list[str], path: tuple[Scope, ...], c_block: bool,
             name = toks[at - 1]
             found.setdefault((path, name), Candidate(path, name, CandidateKind.EXTERN_C))
         return
-    if not _SPECIFIERS.intersection(toks):
-        return
+    if not _SPECIFIERS.intersection(toks) or "__managed__" in toks:
+        return  # (NVRTC takes a __managed__ variable in neither question: not asked)
     for quals, name in _declarators(toks):
         where = path + tuple(Scope(q) for q in quals)
         found.setdefault((where, name), Candidate(where, name, CandidateKind.VARIABLE))
