@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import enum
 import functools
 import os
 import re
@@ -32,7 +33,7 @@ from ..errors import CudaMagicError
 
 __all__ = ["Demangler", "Pending", "CuFilt", "LibStdCxx", "find_cufilt", "default_demangler",
            "concrete_demangler", "TEXT_LIMIT", "WORK_LIMIT", "TOO_LONG", "too_long",
-           "is_too_long", "plan"]
+           "is_too_long", "plan", "Plan"]
 
 #: The longest demangled text kept (a CCCL kernel's is a few KiB).
 TEXT_LIMIT = 64 << 10
@@ -49,33 +50,40 @@ def too_long(symbol: str) -> str:
            f"{TEXT_LIMIT >> 10} KiB)"
 
 
-def plan(symbol: str) -> str:
-    """What a demangler does with ``symbol``: ``"demangle"``, ``"keep"`` (not a mangled name:
-    it comes back as it is) or ``"too long"`` (its demangled name could exceed the limits)."""
+class Plan(enum.Enum):
+    """What a demangler does with a symbol (:func:`plan`)."""
+
+    DEMANGLE = enum.auto()
+    KEEP = enum.auto()       # not a mangled name: it comes back as it is
+    TOO_LONG = enum.auto()   # its demangled name could exceed the limits
+
+
+def plan(symbol: str) -> Plan:
+    """What a demangler does with ``symbol`` (:class:`Plan`)."""
     if _MANGLED.fullmatch(symbol) is None:
-        return "keep"
+        return Plan.KEEP
     if len(symbol) > TEXT_LIMIT:
-        return "too long"
+        return Plan.TOO_LONG
     bound = coarse_bound(symbol)  # one regular expression: enough for nearly every kernel
     if bound > WORK_LIMIT:
         try:
             bound = demangled_bound(symbol)
         except Unreadable:
             pass  # a construct the reader does not follow: the coarse bound stands
-    return "demangle" if bound <= WORK_LIMIT else "too long"
+    return Plan.DEMANGLE if bound <= WORK_LIMIT else Plan.TOO_LONG
 
 
 def _bounded(symbols: Sequence[str], run) -> list[str]:
     """``run`` (a list of symbols -> their texts) applied to the symbols that :func:`plan`
     lets through; the others as plan says; texts over :data:`TEXT_LIMIT` cut to too_long."""
     plans = [plan(s) for s in symbols]
-    todo = [s for s, p in zip(symbols, plans) if p == "demangle"]
+    todo = [s for s, p in zip(symbols, plans) if p is Plan.DEMANGLE]
     done = iter(run(todo) if todo else ())
     out = []
     for s, p in zip(symbols, plans):
-        if p == "keep":
+        if p is Plan.KEEP:
             out.append(s)
-        elif p == "too long":
+        elif p is Plan.TOO_LONG:
             out.append(too_long(s))
         else:
             text = next(done)
