@@ -46,7 +46,7 @@ def _report(name: str) -> bytes:
 def test_the_wheels_compute_sanitizer_is_found_with_its_version(monkeypatch):
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    tool = tools.find.__wrapped__(tools.ToolKind.SANITIZER)
+    tool = tools.look(tools.ToolKind.SANITIZER)
     assert isinstance(tool, tools.Tool), tool
     assert tool.found is tools.Found.WHEEL
     assert "compute-sanitizer" in tool.path and tool.version.startswith("Version ")
@@ -64,10 +64,10 @@ def test_cuda_home_comes_before_the_wheel_and_ncu_is_found_there(monkeypatch, tm
     sanitizer = _fake_tool(tmp_path / "compute-sanitizer", "compute-sanitizer", "Version 9.9")
     ncu = _fake_tool(tmp_path / "bin", "ncu", "Version 2099.1.0")
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
-    found = tools.find.__wrapped__(tools.ToolKind.SANITIZER)
+    found = tools.look(tools.ToolKind.SANITIZER)
     assert (found.path, found.found, found.version) == (str(sanitizer), tools.Found.CUDA_HOME,
                                                         "Version 9.9")
-    found = tools.find.__wrapped__(tools.ToolKind.NCU)
+    found = tools.look(tools.ToolKind.NCU)
     assert (found.path, found.version) == (str(ncu), "Version 2099.1.0")
 
 
@@ -79,12 +79,34 @@ def test_a_tool_that_does_not_run_is_passed_over(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
-    found = tools.find.__wrapped__(tools.ToolKind.NCU)
+    found = tools.look(tools.ToolKind.NCU)
     if isinstance(found, tools.Tool):  # a machine with Nsight Compute installed
         assert found.path != str(broken)
     else:
         assert str(broken) in found.looked
         assert "not pip-installable" in found.describe() and "CUDA_HOME" in found.describe()
+
+
+def test_a_tool_installed_after_a_failed_look_is_found(monkeypatch, tmp_path):
+    # before: find() was lru_cached, a Missing included: after "ncu not found", installing it
+    # or setting CUDA_HOME changed nothing until the Jupyter kernel was restarted
+    monkeypatch.setattr(tools, "_FOUND", {}, raising=False)
+    if hasattr(tools.find, "cache_clear"):
+        tools.find.cache_clear()
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(tools.glob, "glob", lambda pattern: [])  # no /opt/nvidia/nsight-compute
+    monkeypatch.setattr(tools.os.path, "isfile",
+                        lambda p, real=os.path.isfile: real(p) and str(tmp_path) in str(p))
+    assert isinstance(tools.find(tools.ToolKind.NCU), tools.Missing)
+    ncu = _fake_tool(tmp_path / "bin", "ncu", "Version 2099.1.0")
+    found = tools.find(tools.ToolKind.NCU)
+    assert isinstance(found, tools.Tool) and found.path == str(ncu)
+    ncu.unlink()
+    assert tools.find(tools.ToolKind.NCU) == found  # a found tool is not looked for again
+    if hasattr(tools.find, "cache_clear"):
+        tools.find.cache_clear()
 
 
 def test_missing_ncu_says_how_to_install_it(monkeypatch):

@@ -10,7 +10,6 @@ installer. Where each is looked for, in order, is :data:`SEARCH`; what was found
 from __future__ import annotations
 
 import enum
-import functools
 import glob
 import os
 import shutil
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from ..errors import CudaMagicError
 
-__all__ = ["ToolKind", "Found", "Tool", "Missing", "ToolMissingError", "find", "require",
+__all__ = ["ToolKind", "Found", "Tool", "Missing", "ToolMissingError", "find", "look", "require",
            "ChildResult", "run_child", "ScratchError", "scratch_folder"]
 
 
@@ -136,9 +135,24 @@ def _version(path: str) -> str | None:
     return versions[0]
 
 
-@functools.lru_cache(maxsize=None)
+_FOUND: dict[ToolKind, Tool] = {}
+
+
 def find(kind: ToolKind) -> Tool | Missing:
-    """The first place the tool runs from, with its version (once per process), or why not."""
+    """The first place the tool runs from, with its version (looked for once per process once
+    found), or why not: a missing tool is looked for again at the next call, so one installed
+    after the first attempt (``pip install`` in the notebook, CUDA_HOME set) is found."""
+    known = _FOUND.get(kind)
+    if known is not None:
+        return known
+    tool = look(kind)
+    if isinstance(tool, Tool):
+        _FOUND[kind] = tool
+    return tool
+
+
+def look(kind: ToolKind) -> Tool | Missing:
+    """:func:`find` without its memory: every place looked at now."""
     looked: list[str] = []
     for path, found in _candidates(kind):
         if path in looked:
