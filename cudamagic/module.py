@@ -221,19 +221,11 @@ class Module(Mapping[str, Kernel]):
         memory space, and the C++ type, dtype and shape as the compiler gave them (listed from
         the CUBIN's symbol table; no GPU needed)."""
         if self._variables is None:
-            from .toolchain.demangle import default_demangler
+            from .typed import variable_texts
 
             names = [g.name for g in self.image.globals]
-            mangled = [n for n in names if n.startswith("_Z")]
-            texts: list[str] = []
-            if mangled:
-                pending = default_demangler().start()
-                try:
-                    texts = list(pending(mangled))
-                finally:
-                    pending.close()
             self._variables = variables(self.image.globals, self._types,
-                                        dict(zip(mangled, texts)))
+                                        variable_texts(names, may_start=True))
         return self._variables
 
     @property

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from .cxx import Signatures, contradicts
-from .toolchain.demangle import Demangler, concrete_demangler
+from .toolchain.demangle import Demangler, concrete_demangler, default_demangler
 from .toolchain.image import CubinImage
 from .toolchain.probe import ProbeAnswers, TypedCompile, VarType, read_answers, strip_internal
 
-__all__ = ["PROBE_RETRIED", "answers", "variable_expressions", "contradicted", "stored_types"]
+__all__ = ["PROBE_RETRIED", "answers", "variable_expressions", "contradicted", "stored_types",
+           "variable_texts"]
 
 PROBE_RETRIED = ("the compiler could not answer some of cudamagic's questions about the types "
                  "of this cell's variables and extern \"C\" kernels (a name the cell's text "
@@ -51,15 +52,32 @@ def variable_expressions(names: Sequence[str], lowered: Mapping[str, str], image
     return {e: s for e, s in others.items() if s in held}
 
 
+def variable_texts(symbols: Sequence[str], *, may_start: bool) -> dict[str, str]:
+    """symbol -> demangled name of the mangled ones among ``symbols`` (variables), by the one
+    demangler variables use: libstdc++'s in this process where it loads, else (where
+    ``may_start``) the default one, started for this batch; {} where neither."""
+    mangled = [s for s in symbols if s.startswith("_Z")]
+    if not mangled:
+        return {}
+    lib = concrete_demangler()
+    if lib is not None:
+        return dict(zip(mangled, lib.demangle(mangled)))
+    if not may_start:
+        return {}
+    pending = default_demangler().start()
+    try:
+        return dict(zip(mangled, pending(mangled)))
+    finally:
+        pending.close()
+
+
 def contradicted(found: Mapping[str, str]) -> str | None:
     """The first expression whose variable's demangled name decidably names another entity,
     or None (demangled in this process: a hit starts no demangler; without libstdc++ only
     plain names are compared)."""
-    lib = concrete_demangler()
-    pairs = [(e, s) for e, s in found.items() if lib is not None or not s.startswith("_Z")]
-    texts = lib.demangle([s for _, s in pairs]) if lib is not None else [s for _, s in pairs]
-    return next((expr for (expr, _), text in zip(pairs, texts)
-                 if contradicts(expr, strip_internal(text))), None)
+    texts = variable_texts(list(found.values()), may_start=False)  # a hit starts no demangler
+    return next((expr for expr, s in found.items() if s in texts or not s.startswith("_Z")
+                 if contradicts(expr, strip_internal(texts.get(s, s)))), None)
 
 
 def stored_types(table: Mapping[str, object] | None) -> dict[str, VarType]:
