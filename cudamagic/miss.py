@@ -72,15 +72,20 @@ class Miss:
         object.__setattr__(self, "kind", MissKind(self.kind))
 
 
-class BuildOrigin(str, enum.Enum):
-    """Where a build's module came from (``BuildReport.origin``); each member equals its word."""
+class WordEnum(str, enum.Enum):
+    """An enum a user reads: each member equals, and prints as, the word the views show
+    (``kernel.resolved_by == "demangled"`` holds); the code tests members."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class BuildOrigin(WordEnum):
+    """Where a build's module came from (``BuildReport.origin``)."""
 
     CACHE = "cache"          # a hit
     COMPILED = "compiled"    # compiled by NVRTC (a miss)
     CUBIN = "cubin"          # a CUBIN from elsewhere (load_cubin)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class ChangeKind(str, enum.Enum):

@@ -23,10 +23,10 @@ Pure: no CUDA, no IPython.
 from __future__ import annotations
 
 import difflib
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..miss import WordEnum
 from .compare import CONTRADICTION, EQUAL, UNDECIDABLE, compare, quick_equal
 from .parse import Signature, parse_expression
 from .signatures import Signatures
@@ -35,18 +35,14 @@ __all__ = ["Resolved", "Unresolved", "Resolution", "resolve", "plain_kernels", "
            "ResolvedBy", "NVRTC", "STORED", "STORED_UNVERIFIED", "DEMANGLED", "EXTERN_C"]
 
 
-class ResolvedBy(str, enum.Enum):
-    """How a name expression's symbol was found (``Kernel.resolved_by``); each member equals
-    its word, which the report shows."""
+class ResolvedBy(WordEnum):
+    """How a name expression's symbol was found (``Kernel.resolved_by``)."""
 
     NVRTC = "nvrtc"                            # NVRTC's own map, on a miss
     STORED = "stored"                          # stored map, verified by the demangled name
     STORED_UNVERIFIED = "stored-unverified"    # stored map; the demangled name cannot decide it
     DEMANGLED = "demangled"                    # no stored map: the one equal demangled name
     EXTERN_C = "extern-c"                      # an extern "C" kernel: its symbol is its name
-
-    def __str__(self) -> str:
-        return self.value
 
 
 NVRTC, STORED, STORED_UNVERIFIED = ResolvedBy.NVRTC, ResolvedBy.STORED, ResolvedBy.STORED_UNVERIFIED

@@ -25,12 +25,12 @@ header compiled where a C compiler and the header are at hand.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import CudaMagicError
+from ..miss import WordEnum
 
 __all__ = ["ArchLimits", "KernelUsage", "Occupancy", "OccupancyTable", "OccupancyError",
            "arch_limits", "known_archs", "compute", "usage_of", "table", "best_block_size",
@@ -42,8 +42,8 @@ _WARP = 32
 #: the block sizes a table covers unless asked otherwise: every whole number of warps
 DEFAULT_BLOCK_SIZES = tuple(range(32, 1025, 32))
 
-class Limit(str, enum.Enum):
-    """What can limit the blocks per SM (each member equals the word the views show)."""
+class Limit(WordEnum):
+    """What can limit the blocks per SM."""
 
     WARPS = "warps"
     REGISTERS = "registers"
@@ -51,18 +51,12 @@ class Limit(str, enum.Enum):
     BLOCKS = "blocks"
     BARRIERS = "barriers"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Source(str, enum.Enum):
+class Source(WordEnum):
     """Who answered an occupancy: the CUDA driver, or cudamagic's arithmetic."""
 
     DRIVER = "driver"
     COMPUTED = "computed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: what can limit the blocks per SM, in the order the views list them
