@@ -70,6 +70,14 @@ def bench_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return full
 
 
+def compile_bytecode() -> None:
+    """Compile the package's bytecode where the benchmark's children read it (the
+    ``PYTHONPYCACHEPREFIX`` of :func:`bench_env`), as a wheel install leaves it: no timed child
+    compiles cudamagic's source."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "cudamagic")],
+                   check=True, env=bench_env(), stdout=subprocess.DEVNULL)
+
+
 def fresh(code: str, *args: str, env: dict[str, str] | None = None) -> dict:
     """Run ``code`` in a fresh interpreter; it prints one JSON object last."""
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,

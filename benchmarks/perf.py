@@ -44,8 +44,8 @@ def parts(gpu: bool, quick: bool, reps: int) -> list[tuple[str, Callable[[], dic
          lambda r: r["table"]),
         ("warm cell", lambda: warm_cell.run(sizes, cccl, reps, not gpu),
          lambda r: r["table"]),
-        ("%load_ext in a fresh IPython", lambda: startup.run(3 if quick else 7),
-         lambda r: [f"%load_ext cudamagic: {r['seconds'] * 1e3:.1f} ms (median)"]),
+        ("%load_ext against IPython's start, and the first cell",
+         lambda: startup.run(3 if quick else 7), startup.table),
     ]
     if gpu:
         out.insert(1, ("the driver's start in a fresh process (what %load_ext's thread does)",

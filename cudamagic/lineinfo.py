@@ -13,11 +13,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .launch.tool_run import DebugSupport, LineinfoBuild
+from .launch.support import DebugSupport, LineinfoBuild
 from .module import Module
 from .options import PROGRAM_NAME, BuildOptions
 from .toolchain.image import has_line_info
-from .view.debug import present
 
 
 class BuildContext(Protocol):
@@ -42,7 +41,15 @@ def debug_support(ctx: BuildContext, module: Module,
                   build: Callable[..., Module]) -> DebugSupport:
     """The module's tool-run support: its -lineinfo build (made by ``build``, the pipeline's
     ``build_module``) and the debugging view."""
-    return DebugSupport(lineinfo=_lineinfo_build(ctx, module, build), present=present)
+    return DebugSupport(lineinfo=_lineinfo_build(ctx, module, build), present=_present)
+
+
+def _present(record: Any) -> Any:
+    """The debugging view of a tool run's record (imported by the first tool run, not by a
+    build)."""
+    from .view.debug import present
+
+    return present(record)
 
 
 def _lineinfo_build(ctx: BuildContext, module: Module,

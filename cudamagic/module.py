@@ -14,11 +14,9 @@ from .launch import Kernel
 from .launch.kernel import KernelTools
 from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_digest
 from .toolchain import driver
-from .toolchain.image import CubinImage, read_cubin
-from .toolchain.link import device_runtime_kernels
-from .toolchain.probe import VarType
+from .toolchain.image import CubinImage, device_runtime_kernels, read_cubin
 from .toolchain.ptx import PtxParam
-from .toolchain.variables import DeviceGlobal, device_global, Variable, find, variables
+from .toolchain.variables import DeviceGlobal, device_global, Variable, VarType, find, variables
 from .cxx import Signatures, similar_names
 from .cxx.resolve import ResolvedBy
 from .units import counted

@@ -516,3 +516,33 @@ def check_source(source: str, line_offset: int) -> None:
         raise SourceError(f"line {_line_of(source, exc.start, line_offset)}: the source holds "
                           f"text that is not valid UTF-8 ({source[exc.start]!r}); re-type or "
                           "remove it") from None
+
+
+# NVRTC's spellings of relocatable device code (NVRTC's own option list)
+_RDC = ("-rdc=true", "--relocatable-device-code=true", "-dc", "--device-c")
+_LTO = ("-dlto", "--dlink-time-opt")
+_RDC_OFF = ("-rdc=false", "--relocatable-device-code=false")
+
+
+def relocatable(options: Sequence[str]) -> bool:
+    """The NVRTC options ask for relocatable device code (or LTO IR): the output needs a link.
+    Of ``-rdc=true`` and ``-rdc=false`` the last given counts, as for NVRTC."""
+    rdc = False
+    for o in options:
+        if o in _RDC or o in _RDC_OFF:
+            rdc = o in _RDC
+    return rdc or lto(options)
+
+
+def lto(options: Sequence[str]) -> bool:
+    """The NVRTC options ask for LTO IR (``-dlto``)."""
+    return any(o in _LTO for o in options)
+
+
+def shift_lines(log: str, delta: int) -> str:
+    """A rewritten log with its ``line N:`` numbers moved by ``delta`` (a stored log counts the
+    source's lines; a cell's start one below its magic line)."""
+    if not delta or not log:
+        return log
+    return re.sub(r"^line (\d+)(?=: )", lambda m: f"line {int(m.group(1)) + delta}", log,
+                  flags=re.M)

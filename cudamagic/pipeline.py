@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager
 
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
                   stored_signatures, symbol_record)
@@ -35,28 +35,41 @@ from .miss import BuildOrigin, HitKind, Miss, MissKind
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
-                      check_text, normalize_arch, nvrtc_options, options_from_args)
+                      check_text, normalize_arch, nvrtc_options, options_from_args,
+                      relocatable, shift_lines)
 from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
 from .toolchain import driver
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
                              trace_headers)
-from .toolchain.image import read_cubin
-from .toolchain.fatbin import LinkCache, loadable_cubin
+from .toolchain.image import ET_REL, elf_type, read_cubin
 from .toolchain.ptx import entry_params
-from .toolchain.link import ET_REL, LinkResult, elf_type, link_compiled, relocatable
-from .toolchain.nvrtc import (CompileResult, compile_cubin, nvrtc_version, shift_lines,
-                              supported_archs)
-from .toolchain.probe import VarType, typed_compile
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import BuildReport, KernelRow, KernelRows
 
+if TYPE_CHECKING:  # pragma: no cover  (a miss's, a link's: a hit imports none of them)
+    from .toolchain.fatbin import LinkCache
+    from .toolchain.link import LinkResult
+    from .toolchain.nvrtc import CompileResult
+    from .toolchain.variables import VarType
+
 __all__ = ["Module", "BuildSettings", "BuildContext", "build", "build_module", "entry_key",
            "load_cubin", "default_arch"]
 
-Compiler = Callable[..., CompileResult]
+Compiler = Callable[..., "CompileResult"]
+
+
+def compile_cubin(*args: Any, **kwargs: Any) -> "CompileResult":
+    """NVRTC's compile (:mod:`.toolchain.nvrtc`, imported by the first: never by a hit)."""
+    from .toolchain import nvrtc
+    return nvrtc.compile_cubin(*args, **kwargs)
+
+
+def nvrtc_version() -> str:
+    from .toolchain import nvrtc
+    return nvrtc.nvrtc_version()
 
 
 def default_arch() -> str:
@@ -455,6 +468,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     no_files = reads_no_file(ctx.source, ctx.opts.options)
     started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
     notice = ctx.settings.compile_notice or contextlib.nullcontext
+    from .toolchain.probe import typed_compile
     with notice():  # the type probe's questions ride along (toolchain/probe.py)
         typed = typed_compile(ctx.settings.compiler, ctx.source, ctx.opts.name_expressions,
                               ctx.options, program_name=PROGRAM_NAME,
@@ -464,6 +478,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
         ctx.notes.append(PROBE_RETRIED.format(typed.compiles))
     t = ctx.lap("compile", t)
     if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
+        from .toolchain.link import link_compiled
         result = link_compiled(result, ctx.arch, ctx.options)
         t = ctx.lap("link", t)
     manifest = _manifest(ctx, result, no_files, started_ns)
@@ -645,6 +660,7 @@ def _check_arch(arch: str) -> None:
 
     :raises OptionError: it cannot (a GPU newer than the NVRTC, or a typo in --arch).
     """
+    from .toolchain.nvrtc import supported_archs
     if arch_sm(arch) not in supported_archs():
         raise OptionError(f"NVRTC {nvrtc_version()} cannot build a CUBIN for {arch} (it supports "
                           f"sm_{', sm_'.join(map(str, supported_archs()))}); install a newer "
@@ -700,7 +716,7 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     return _warn(build_module(source, opts, cache=cache, base_dir=base_dir))
 
 
-def _link_cache(store: KernelCache) -> LinkCache:
+def _link_cache(store: KernelCache) -> "LinkCache":
     """The cache ``loadable_cubin`` keeps nvJitLink's CUBINs in: entries of ``store`` holding the
     CUBIN alone (no name map, no manifest: what was linked is the key)."""
     def find(key: str) -> bytes | None:
@@ -711,6 +727,7 @@ def _link_cache(store: KernelCache) -> LinkCache:
         store.put(key, EntryRecord(cubin=result.cubin, lowered=None, log=result.log, arch=arch,
                                    nvrtc_version="-", compile_seconds=result.seconds,
                                    manifest={}))
+    from .toolchain.fatbin import LinkCache
     return LinkCache(find, keep)
 
 
@@ -735,6 +752,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     """
     started = time.perf_counter()
     opts = options_from_args((), name_expressions, **({"module": module} if module else {}))
+    from .toolchain.fatbin import loadable_cubin
     cubin, label = read_cubin_arg(path_or_bytes)
     linked_from = time.perf_counter()
     loaded = loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),

@@ -6,11 +6,15 @@ are. The pipeline's helper; no IPython."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .cxx import Signatures, contradicts
 from .toolchain.demangle import Demangler, concrete_demangler, default_demangler
 from .toolchain.image import CubinImage
-from .toolchain.probe import ProbeAnswers, TypedCompile, VarType, read_answers, strip_internal
+from .toolchain.variables import VarType, strip_internal
+
+if TYPE_CHECKING:  # pragma: no cover  (the probe's compile: not a hit's)
+    from .toolchain.probe import ProbeAnswers, TypedCompile
 
 __all__ = ["PROBE_RETRIED", "answers", "variable_expressions", "contradicted", "stored_types",
            "variable_texts"]
@@ -34,6 +38,8 @@ def answers(typed: TypedCompile, image: CubinImage, sigs: Signatures, fallback: 
     """The signatures with each ``extern "C"`` kernel's parameter types where the probe said
     them, and everything the probe said."""
     untyped = sigs.untyped()
+    from .toolchain.probe import read_answers
+
     said = read_answers(typed.probes, typed.lowered, _demangle(fallback),
                         [g.name for g in image.globals], untyped)
     return sigs.with_texts(dict(said.functions)), said

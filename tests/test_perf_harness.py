@@ -108,6 +108,8 @@ def test_a_fresh_process_is_served_from_the_cache_and_tabled(bench, capsys):
     assert {"seconds", "import", "build", "load", "process"} <= set(med)
     assert med["process"] > med["seconds"] >= med["build"]
     assert res["table"][2].startswith("| small, 2 names |")
+    # the hit's own import count is in the row (tests/test_startup.py holds the list)
+    assert 20 < case["modules"] < 80 and res["table"][2].endswith(f"| {case['modules']} |")
 
 
 def test_the_warm_cell_floor_reads_every_kernel_of_the_cached_entry(tmp_path):
@@ -138,3 +140,16 @@ def test_the_warm_cell_floor_reads_every_kernel_of_the_cached_entry(tmp_path):
                           timeout=300, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FOUND 12" in proc.stdout, proc.stdout
+
+
+def test_the_startup_benchmark_sets_load_ext_against_ipythons_start(bench):
+    """benchmarks/startup.py (issue 30 item 2's rows): a bare interpreter, IPython's start and
+    %load_ext + the first %%cuda cell, in fresh processes, with the budget's verdict."""
+    import startup
+
+    row = startup.run(repeats=1)
+    assert 0 < row["bare"] and 0 < row["load_ext"] and 0 < row["first_cell"]
+    assert row["ratio"] == row["load_ext"] / row["ipython"]
+    assert row["met"] is (row["ratio"] <= startup.LOAD_EXT_BUDGET)
+    head, _, line = startup.table(row)
+    assert "IPython's start" in head and ("met" in line or "missed" in line)

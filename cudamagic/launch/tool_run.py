@@ -33,47 +33,13 @@ from .calls import CallSyntax, read_calls, read_options
 from .capture import (ArgAddress, Capture, Placement, capture, check_launch, encode_capture,
                       name_address, check_options, uninitialized_indices)
 from .params import layout_error
+from .support import DebugSupport, LineinfoBuild
 
 __all__ = ["LineinfoBuild", "DebugSupport", "CellFinding", "SanitizeReport", "sanitize",
            "profile", "prepare_run", "CHILD_MODULE"]
 
 #: the module a child runs (``python -m``): it imports the pipeline's arrival of a module
 CHILD_MODULE = "cudamagic.child"
-
-
-@dataclass(frozen=True)
-class LineinfoBuild:
-    """What a child needs of the cell: the module's travelling record (built with
-    ``-lineinfo``), and the source its line numbers refer to.
-
-    Attributes
-    ----------
-    payload : bytes
-        The module's record (:meth:`cudamagic.Module.__reduce__`'s).
-    source : str
-        The cell's source as NVRTC compiled it ("" for a CUBIN from elsewhere).
-    line_offset : int
-        NVRTC's line numbers plus this are the cell's (1 below the ``%%cuda`` line).
-    program : str
-        The file name NVRTC gave the source (``cell.cu``).
-    lineinfo : bool
-        The record's CUBIN has line information.
-    """
-
-    payload: bytes
-    source: str = ""
-    line_offset: int = 0
-    program: str = "cell.cu"
-    lineinfo: bool = False
-
-
-@dataclass(frozen=True)
-class DebugSupport:
-    """What a module gives its kernels for tool runs: its ``-lineinfo`` build (a callable: made
-    and cached on first use) and the view that shows a result."""
-
-    lineinfo: Callable[[], LineinfoBuild]
-    present: Callable[[Any], Any] = lambda record: record
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,12 @@ import abc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["Store", "StoredEntry", "Refused", "StoreUnavailable", "StoreBusy"]
+__all__ = ["Store", "StoredEntry", "Refused", "StoreUnavailable", "StoreBusy", "REMOTE_VARIABLES"]
+
+#: The environment that configures the remote tier (:mod:`.remote`, imported only where the
+#: first of them is set or a cache is given one).
+REMOTE_VARIABLES = ("CUDAMAGIC_REMOTE_CACHE", "CUDAMAGIC_REMOTE_KEY_FILE",
+                    "CUDAMAGIC_REMOTE_PASSWORD_FILE")
 
 
 class Refused(Exception):

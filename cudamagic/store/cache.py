@@ -27,12 +27,12 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import diskcache
 
 from ..errors import CacheArgumentError, CacheWarning, CudaMagicError
-from .base import Refused, Store, StoreBusy, StoreUnavailable
+from .base import REMOTE_VARIABLES, Refused, Store, StoreBusy, StoreUnavailable
 from .disk import CACHE_WAIT_S, DiskStore, untrusted_folder
 from .entry import BadEntry, EntryRecord, decode_entry, encode_entry
 from .limits import (DEFAULT_SIZE_LIMIT, MAX_SIZE, MIN_ENTRY_ROOM, checked_size,
@@ -40,8 +40,10 @@ from .limits import (DEFAULT_SIZE_LIMIT, MAX_SIZE, MIN_ENTRY_ROOM, checked_size,
 from .memory import MemoryStore
 from .state import MAX_FOLDERS, state
 from ..miss import HitKind, Miss, MissKind
-from .remote import REMOTE_VARIABLES, RemoteStore, open_remote
 from ..units import size_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .remote import RemoteStore
 
 __all__ = ["KernelCache", "EntryInfo", "Lookup", "default_cache", "default_cache_dir"]
 
@@ -425,10 +427,13 @@ class Lookup:
     remote_seconds: float = 0.0
 
 
-def _remote(remote: object) -> tuple[RemoteStore | None, str | None]:
-    """The remote tier a cache was given (see :class:`KernelCache`), or why it is off."""
-    if remote is False:
+def _remote(remote: object) -> "tuple[RemoteStore | None, str | None]":
+    """The remote tier a cache was given (see :class:`KernelCache`), or why it is off; its
+    module is imported only where one is given or configured."""
+    if remote is False or (remote is None and not os.environ.get(REMOTE_VARIABLES[0])):
         return None, None
+    from .remote import RemoteStore, open_remote
+
     if isinstance(remote, RemoteStore):
         return remote, None
     if remote is None or isinstance(remote, str):

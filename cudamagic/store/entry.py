@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import CacheArgumentError
 from ..miss import MissKind
-from ..toolchain.probe import VarType
+from ..toolchain.variables import VarType
 
 __all__ = ["EntryRecord", "BadEntry", "encode_entry", "decode_entry", "entry_digest",
            "ENTRY_FORMAT", "ENTRY_MAGIC"]

@@ -43,15 +43,12 @@ from typing import Any
 from ..errors import CacheArgumentError, CacheWarning
 from ..files import FileRefused, read_regular
 from ..forksafe import ForkSafeLock
-from .base import Refused, Store, StoredEntry
+from .base import REMOTE_VARIABLES, Refused, Store, StoredEntry
 
 __all__ = ["RemoteStore", "RemoteStats", "RemoteState", "open_remote", "sign", "verify",
            "TIMEOUT_S", "BACKOFF_S", "MAX_RECORD", "RECORD_MAGIC", "read_secret",
            "REMOTE_VARIABLES"]
 
-#: The environment that configures the tier.
-REMOTE_VARIABLES = ("CUDAMAGIC_REMOTE_CACHE", "CUDAMAGIC_REMOTE_KEY_FILE",
-                    "CUDAMAGIC_REMOTE_PASSWORD_FILE")
 #: Seconds one call to the server may take (connect, send, each read).
 TIMEOUT_S = 0.1
 #: Seconds the server is skipped after it failed.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import operator
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import ImageError
@@ -51,6 +51,38 @@ _EIATTR_NUM_BARRIERS = 0x4C            # named barriers used (cuobjdump's code)
 _OPCODE_MASK, _OPCODE_BPT = 0xFFF, 0x95C
 # .nv.info record formats: the byte before the attribute
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
+
+
+#: an ELF image's ``e_type``: relocatable (``-rdc``'s output) and executable
+ET_REL, ET_EXEC = 1, 2
+
+
+def elf_type(image: bytes) -> int | None:
+    """``e_type`` of an ELF image (1 relocatable, 2 executable), None for anything else."""
+    if len(image) < 18 or image[:4] != b"\x7fELF":
+        return None
+    return struct.unpack_from("<H", image, 16)[0]
+
+
+# the device runtime's own kernels (memset/memcpy helpers) that libcudadevrt.a brings into a
+# linked CUBIN: internal to it (static, in its source file cuda_device_runtime.cu)
+DEVRT_KERNEL = "_cuda_device_runtime_cu_"
+
+
+def from_device_runtime(symbol: str) -> bool:
+    """A kernel the device runtime library brought into the link (not the user's)."""
+    return symbol.startswith("__nv_static_") and DEVRT_KERNEL in symbol
+
+
+def device_runtime_kernels(symbols: Sequence[str]) -> frozenset[str]:
+    """The kernels among ``symbols`` that the device runtime brought in
+    (:func:`from_device_runtime`); all the names searched at once first, as a CUBIN nearly
+    always has none."""
+    if DEVRT_KERNEL not in "\0".join(symbols):
+        return frozenset()
+    return frozenset(s for s in symbols if from_device_runtime(s))
+
+
 
 
 @dataclass(frozen=True)

@@ -22,41 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ImageError, LinkError
+from ..options import lto, relocatable
+from .image import ET_EXEC, ET_REL, device_runtime_kernels, elf_type, from_device_runtime
 
 __all__ = ["CodeKind", "LinkInput", "LinkResult", "link", "link_compiled", "link_needing_runtime", "relocatable", "lto",
            "device_runtime", "nvjitlink_version", "nvjitlink_identity", "elf_type", "undefined_symbols",
            "from_device_runtime", "device_runtime_kernels", "ET_REL", "ET_EXEC",
            "Flag", "CodeGeneration", "code_generation"]
-
-ET_REL, ET_EXEC = 1, 2
-
-# NVRTC's spellings of relocatable device code (NVRTC's own option list)
-_RDC = ("-rdc=true", "--relocatable-device-code=true", "-dc", "--device-c")
-_LTO = ("-dlto", "--dlink-time-opt")
-_RDC_OFF = ("-rdc=false", "--relocatable-device-code=false")
-
-
-def relocatable(options: Sequence[str]) -> bool:
-    """The NVRTC options ask for relocatable device code (or LTO IR): the output needs a link.
-    Of ``-rdc=true`` and ``-rdc=false`` the last given counts, as for NVRTC."""
-    rdc = False
-    for o in options:
-        if o in _RDC or o in _RDC_OFF:
-            rdc = o in _RDC
-    return rdc or lto(options)
-
-
-def lto(options: Sequence[str]) -> bool:
-    """The NVRTC options ask for LTO IR (``-dlto``)."""
-    return any(o in _LTO for o in options)
-
-
-def elf_type(image: bytes) -> int | None:
-    """``e_type`` of an ELF image (1 relocatable, 2 executable), None for anything else."""
-    if len(image) < 18 or image[:4] != b"\x7fELF":
-        return None
-    return struct.unpack_from("<H", image, 16)[0]
-
 
 class CodeKind(enum.Enum):
     """What a piece of device code is; the value names it in a link cache key."""
@@ -264,25 +236,6 @@ def undefined_symbols(cubin: bytes) -> list[str]:
         return undefined_globals(cubin)
     except ImageError:  # not a CUBIN, or a damaged table: nothing a link is known to need
         return []
-
-
-# the device runtime's own kernels (memset/memcpy helpers) that libcudadevrt.a brings into a
-# linked CUBIN: internal to it (static, in its source file cuda_device_runtime.cu)
-_DEVRT_KERNEL = "_cuda_device_runtime_cu_"
-
-
-def from_device_runtime(symbol: str) -> bool:
-    """A kernel the device runtime library brought into the link (not the user's)."""
-    return symbol.startswith("__nv_static_") and _DEVRT_KERNEL in symbol
-
-
-def device_runtime_kernels(symbols: Sequence[str]) -> frozenset[str]:
-    """The kernels among ``symbols`` that the device runtime brought in
-    (:func:`from_device_runtime`); all the names searched at once first, as a CUBIN nearly
-    always has none."""
-    if _DEVRT_KERNEL not in "\0".join(symbols):
-        return frozenset()
-    return frozenset(s for s in symbols if from_device_runtime(s))
 
 
 _UNRESOLVED = ("Unresolved extern", "Undefined reference")

@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 from ..errors import CompileError, OptionError, ToolchainError
 from ..forksafe import ForkSafeLock, NativeSection
+from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
-from .link import lto
 from .tracefolder import compile_folder
 
 __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version",
@@ -518,17 +518,6 @@ def _name_map_errors(blocks: list[tuple[int, list[str]]], expr: str, hints: _Hin
         out += [f'name expression -n "{expr}": {rest}', *_pointed(block, expr), ""]
         first = False
     return out
-
-
-_LINE = re.compile(r"^line (\d+)(?=: )", re.M)
-
-
-def shift_lines(log: str, delta: int) -> str:
-    """A rewritten log with its ``line N:`` numbers moved by ``delta`` (a stored log counts the
-    source's lines; a cell's start one below its magic line)."""
-    if not delta or not log:
-        return log
-    return _LINE.sub(lambda m: f"line {int(m.group(1)) + delta}", log)
 
 
 def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],

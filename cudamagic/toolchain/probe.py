@@ -24,7 +24,6 @@ A compile whose probes fail where the cell's code does not is compiled again wit
 from __future__ import annotations
 
 import dataclasses
-import enum
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,21 +32,13 @@ from ..cxx.declared import Candidate, CandidateKind, Scope, scan
 from ..errors import CompileError
 from .image import PROBE_MARK
 from .nvrtc import CompileResult
+from .variables import BUILTIN_DTYPES, TypeGap, VarType, strip_internal
 
 __all__ = ["Probe", "ProbeAnswers", "VarType", "TypeGap", "typed_compile", "read_answers",
            "decode_type", "PROBE_MARK", "strip_internal"]
 
 _NS = "__cudamagic_p"
 _FALLBACK = "__cudamagic_f"
-class TypeGap(enum.Enum):
-    """Why a variable has no dtype (its bytes are shown, never a guess)."""
-
-    NOT_ASKED = "not-asked"          # not declared in the cell's own text (a header, a macro)
-    NOT_ARITHMETIC = "not-arithmetic"  # a class, a pointer to member, a type NumPy has no dtype for
-    NO_SOURCE = "no-source"          # a CUBIN from elsewhere: no compiler to ask
-    SIZE = "size"                    # the compiler's type and the CUBIN's size disagree
-
-
 @dataclass(frozen=True)
 class Probe:
     """The two name expressions asked for one candidate."""
@@ -55,47 +46,6 @@ class Probe:
     candidate: Candidate
     type_expr: str
     entity_expr: str
-
-
-@dataclass(frozen=True)
-class VarType:
-    """A variable's type as the compiler gave it.
-
-    Attributes
-    ----------
-    ctype : str or None
-        The C++ type as the demangler spells the compiler's answer (``float [8]``); None where
-        none was asked or answered.
-    dtype : str or None
-        The NumPy dtype name of its element, where the element is an arithmetic type.
-    shape : tuple of int
-        The array's extents (``()`` for a scalar, or an array of unknown bound).
-    gap : TypeGap or None
-        Why ``dtype`` is None.
-    """
-
-    ctype: str | None
-    dtype: str | None
-    shape: tuple[int, ...] = ()
-    gap: TypeGap | None = None
-
-    def to_json(self) -> list[object]:
-        return [self.ctype, self.dtype, list(self.shape), self.gap.value if self.gap else None]
-
-    @classmethod
-    def from_json(cls, value: object) -> "VarType":
-        """:raises ValueError: not what :meth:`to_json` writes."""
-        if not (isinstance(value, list) and len(value) == 4):
-            raise ValueError("a variable's type is not a list of 4")
-        ctype, dtype, shape, gap = value
-        if not (ctype is None or isinstance(ctype, str)) or not (
-                dtype is None or isinstance(dtype, str)) or not isinstance(shape, list) or \
-                not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40
-                        for d in shape) or len(shape) > 32:
-            raise ValueError("a variable's type has fields of the wrong type")
-        if dtype is not None and dtype not in _DTYPES:
-            raise ValueError(f"a variable's dtype {dtype!r} is not one cudamagic writes")
-        return cls(ctype, dtype, tuple(shape), TypeGap(gap) if gap is not None else None)
 
 
 @dataclass(frozen=True)
@@ -149,12 +99,6 @@ def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset()
     return "\n".join(lines) + "\n", owners
 
 
-# the dtypes of the builtin types' one-letter Itanium codes, and of CUDA's own scalar classes
-_BUILTIN = {"f": "float32", "d": "float64", "b": "bool", "c": "int8", "a": "int8",
-            "h": "uint8", "s": "int16", "t": "uint16", "i": "int32", "j": "uint32",
-            "l": "int64", "m": "uint64", "x": "int64", "y": "uint64", "Ds": "uint16",
-            "Di": "uint32", "Du": "uint8", "DF16_": "float16", "6__half": "float16"}
-_DTYPES = frozenset(_BUILTIN.values())
 _EXTENT = re.compile(r"A(\d*)_")
 
 
@@ -176,17 +120,7 @@ def decode_type(mangled: str) -> tuple[str | None, tuple[int, ...]]:
     element = mangled[i:]
     if element.startswith("P"):
         return "uint64", tuple(shape)
-    return _BUILTIN.get(element), tuple(shape)
-
-
-_INTERNAL = re.compile(r"^_INTERNAL_[0-9A-Za-z_]*::")
-
-
-def strip_internal(text: str) -> str:
-    """A demangled name without NVRTC's per-program namespace for internal entities
-    (``_INTERNAL_00000000_7_cell_cu_k::fl`` is the static ``fl``), and with an anonymous
-    namespace spelled one way whichever demangler wrote it."""
-    return _INTERNAL.sub("", text).replace("<unnamed>", "(anonymous namespace)")
+    return BUILTIN_DTYPES.get(element), tuple(shape)
 
 
 def _argument(demangled: str, template: str) -> str | None:

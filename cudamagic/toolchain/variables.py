@@ -5,21 +5,89 @@ The CUBIN gives each variable's symbol, size and memory (:class:`~.image.GlobalI
 mangling does not encode a variable's type, so the type is what NVRTC said in the compile that
 made the CUBIN (:mod:`.probe`), stored with the entry and carried by a module that travels.
 A variable the compiler was not asked about, or whose element NumPy has no dtype for, is
-bytes, with the reason (:class:`~.probe.TypeGap`); nothing is read from the source text.
+bytes, with the reason (:class:`TypeGap`); nothing is read from the source text.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NameResolutionError
 from .image import GlobalImage
-from .probe import TypeGap, VarType, strip_internal
 
-__all__ = ["device_global", "Variable", "DeviceGlobal", "variables", "find", "plain_name"]
+__all__ = ["device_global", "Variable", "DeviceGlobal", "VarType", "TypeGap", "variables", "find", "plain_name",
+           "strip_internal"]
+
+
+class TypeGap(enum.Enum):
+    """Why a variable has no dtype (its bytes are shown, never a guess)."""
+
+    NOT_ASKED = "not-asked"          # not declared in the cell's own text (a header, a macro)
+    NOT_ARITHMETIC = "not-arithmetic"  # a class, a pointer to member, a type NumPy has no dtype for
+    NO_SOURCE = "no-source"          # a CUBIN from elsewhere: no compiler to ask
+    SIZE = "size"                    # the compiler's type and the CUBIN's size disagree
+
+
+@dataclass(frozen=True)
+class VarType:
+    """A variable's type as the compiler gave it.
+
+    Attributes
+    ----------
+    ctype : str or None
+        The C++ type as the demangler spells the compiler's answer (``float [8]``); None where
+        none was asked or answered.
+    dtype : str or None
+        The NumPy dtype name of its element, where the element is an arithmetic type.
+    shape : tuple of int
+        The array's extents (``()`` for a scalar, or an array of unknown bound).
+    gap : TypeGap or None
+        Why ``dtype`` is None.
+    """
+
+    ctype: str | None
+    dtype: str | None
+    shape: tuple[int, ...] = ()
+    gap: TypeGap | None = None
+
+    def to_json(self) -> list[object]:
+        return [self.ctype, self.dtype, list(self.shape), self.gap.value if self.gap else None]
+
+    @classmethod
+    def from_json(cls, value: object) -> "VarType":
+        """:raises ValueError: not what :meth:`to_json` writes."""
+        if not (isinstance(value, list) and len(value) == 4):
+            raise ValueError("a variable's type is not a list of 4")
+        ctype, dtype, shape, gap = value
+        if not (ctype is None or isinstance(ctype, str)) or not (
+                dtype is None or isinstance(dtype, str)) or not isinstance(shape, list) or \
+                not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40
+                        for d in shape) or len(shape) > 32:
+            raise ValueError("a variable's type has fields of the wrong type")
+        if dtype is not None and dtype not in _KNOWN_DTYPES:
+            raise ValueError(f"a variable's dtype {dtype!r} is not one cudamagic writes")
+        return cls(ctype, dtype, tuple(shape), TypeGap(gap) if gap is not None else None)
+
+
+# the dtypes of the builtin types' one-letter Itanium codes, and of CUDA's own scalar classes
+BUILTIN_DTYPES = {"f": "float32", "d": "float64", "b": "bool", "c": "int8", "a": "int8",
+            "h": "uint8", "s": "int16", "t": "uint16", "i": "int32", "j": "uint32",
+            "l": "int64", "m": "uint64", "x": "int64", "y": "uint64", "Ds": "uint16",
+            "Di": "uint32", "Du": "uint8", "DF16_": "float16", "6__half": "float16"}
+_KNOWN_DTYPES = frozenset(BUILTIN_DTYPES.values())
+
+
+def strip_internal(text: str) -> str:
+    """A demangled name without NVRTC's per-program namespace for internal entities
+    (``_INTERNAL_00000000_7_cell_cu_k::fl`` is the static ``fl``), and with an anonymous
+    namespace spelled one way whichever demangler wrote it."""
+    return re.sub(r"^_INTERNAL_[0-9A-Za-z_]*::", "", text).replace("<unnamed>", "(anonymous namespace)")
+
 
 
 @dataclass(frozen=True)

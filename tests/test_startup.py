@@ -1,0 +1,90 @@
+"""A cache hit in a fresh process imports only what a hit needs (issue 30 item 1).
+
+One child fills a cache folder; a second, fresh, child serves the same build from it
+(``import cudamagic; cudamagic.build(...)``, NumPy imported first as a user's script has it) and
+lists what the hit imported. A module that joins the hit path by mistake (a compiler, linker,
+tool-run, view or remote-tier module pulled in by a module-level import) fails here: add it to
+HIT_MODULES only where a hit really uses it, and say why in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+SOURCE = "template <int N> __global__ void k(float* x, int n) { if (n > N) x[N] += 1.f; }\n"
+
+CHILD = r"""
+import json, sys
+import numpy  # noqa: F401  (as a user's script has it: not counted)
+before = set(sys.modules)
+import cudamagic
+mod = cudamagic.build(sys.argv[1], name_expressions=["k<0>", "k<1>"])
+new = sorted(set(sys.modules) - before)
+print(json.dumps({"hit": mod.hit, "kernels": len(mod), "modules": new}))
+"""
+
+#: cudamagic's modules a hit imports: the entry, the CUBIN's tables, the names, the records of
+#: the report, the launch's Kernel (not yet launched).
+HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
+    | cxx cxx.args cxx.compare cxx.display cxx.mangled cxx.parse cxx.pyname cxx.resolve
+    cxx.signatures cxx.types errors explain files forksafe keys miss options toolkit units
+    launch launch.encode launch.extended launch.kernel launch.launcher launch.params
+    launch.support lineinfo module naming pipeline typed
+    store store.base store.cache store.connections store.disk store.entry store.limits
+    store.memory store.state
+    toolchain toolchain.demangle toolchain.deps toolchain.driver toolchain.image
+    toolchain.manifest toolchain.variables toolchain.nvrtc toolchain.tracefolder
+    view view.render view.report
+    """.replace("|", "").split() + [""])
+
+#: what a hit must never import: the compile's, the link's, the tools', the views a hit does
+#: not show, the remote tier (none configured), and the shell's libraries
+NEVER = ("cudamagic.toolchain.probe", "cudamagic.cxx.declared", "cudamagic.toolchain.link",
+         "cudamagic.toolchain.fatbin", "cudamagic.toolchain.occupancy",
+         "cudamagic.toolchain.sanitizer", "cudamagic.toolchain.profiler",
+         "cudamagic.toolchain.tools", "cudamagic.launch.bench", "cudamagic.launch.tool_run",
+         "cudamagic.launch.calls", "cudamagic.launch.capture", "cudamagic.view.debug",
+         "cudamagic.view.bench", "cudamagic.view.shown", "cudamagic.view.widget",
+         "cudamagic.store.remote", "cudamagic.magic", "cudamagic.info", "redis", "xml",
+         "IPython", "ipywidgets", "cupy", "cuda.bindings.nvrtc", "cuda.bindings.nvjitlink")
+
+
+def _child(cache: Path, *, env: dict[str, str] | None = None) -> dict:
+    full = {**os.environ, "CUDAMAGIC_CACHE_DIR": str(cache), **(env or {}),
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    full.pop("CUDAMAGIC_REMOTE_CACHE", None)
+    proc = subprocess.run([sys.executable, "-c", CHILD, SOURCE], capture_output=True,
+                          text=True, env=full, timeout=600, cwd=cache.parent)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def hit(tmp_path_factory) -> dict:
+    cache = tmp_path_factory.mktemp("startup") / "cache"
+    first = _child(cache)
+    assert first["hit"] is False and first["kernels"] == 2
+    got = _child(cache)
+    assert got["hit"] is True and got["kernels"] == 2
+    return got
+
+
+def test_a_fresh_hit_imports_only_the_hit_path(hit):
+    ours = {m for m in hit["modules"] if m.split(".")[0] == "cudamagic"}
+    extra = sorted(ours - HIT_MODULES)
+    assert not extra, f"a cache hit now imports {extra}: make the import lazy, or add it to " \
+                      "HIT_MODULES with the reason"
+
+
+@pytest.mark.parametrize("name", NEVER)
+def test_a_fresh_hit_never_imports(hit, name):
+    loaded = [m for m in hit["modules"] if m == name or m.startswith(name + ".")]
+    assert not loaded, f"a cache hit imported {loaded}"
