@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .forksafe import ForkSafeLock, once
 from .errors import ImageError, NameResolutionError
@@ -15,12 +15,14 @@ from .launch.kernel import KernelTools
 from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_digest
 from .toolchain import driver
 from .toolchain.image import CubinImage, device_runtime_kernels, read_cubin
-from .toolchain.ptx import PtxParam
 from .toolchain.variables import DeviceGlobal, device_global, Variable, VarType, find, variables
 from .cxx import Signatures, similar_names
 from .cxx.resolve import ResolvedBy
 from .units import counted
 from .view.report import BuildReport
+
+if TYPE_CHECKING:  # pragma: no cover  (PTX's parameters: a load_cubin of PTX reads them)
+    from .toolchain.ptx import PtxParam
 
 __all__ = ["Binary", "KernelTable", "Module", "arrive"]
 

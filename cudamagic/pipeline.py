@@ -39,19 +39,16 @@ from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_s
                       relocatable, shift_lines)
 from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
-from .toolchain import driver
+from .toolchain import compile_cubin, driver, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
                              trace_headers)
 from .toolchain.image import ET_REL, elf_type, read_cubin
-from .toolchain.ptx import entry_params
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import BuildReport, KernelRow, KernelRows
 
-if TYPE_CHECKING:  # pragma: no cover  (a miss's, a link's: a hit imports none of them)
-    from .toolchain.fatbin import LinkCache
-    from .toolchain.link import LinkResult
+if TYPE_CHECKING:  # pragma: no cover  (the compiler's record: a hit never imports it)
     from .toolchain.nvrtc import CompileResult
     from .toolchain.variables import VarType
 
@@ -59,17 +56,6 @@ __all__ = ["Module", "BuildSettings", "BuildContext", "build", "build_module", "
            "load_cubin", "default_arch"]
 
 Compiler = Callable[..., "CompileResult"]
-
-
-def compile_cubin(*args: Any, **kwargs: Any) -> "CompileResult":
-    """NVRTC's compile (:mod:`.toolchain.nvrtc`, imported by the first: never by a hit)."""
-    from .toolchain import nvrtc
-    return nvrtc.compile_cubin(*args, **kwargs)
-
-
-def nvrtc_version() -> str:
-    from .toolchain import nvrtc
-    return nvrtc.nvrtc_version()
 
 
 def default_arch() -> str:
@@ -716,21 +702,6 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     return _warn(build_module(source, opts, cache=cache, base_dir=base_dir))
 
 
-def _link_cache(store: KernelCache) -> "LinkCache":
-    """The cache ``loadable_cubin`` keeps nvJitLink's CUBINs in: entries of ``store`` holding the
-    CUBIN alone (no name map, no manifest: what was linked is the key)."""
-    def find(key: str) -> bytes | None:
-        record, _ = store.get(key)
-        return None if record is None else record.cubin
-
-    def keep(key: str, result: LinkResult, arch: str) -> None:
-        store.put(key, EntryRecord(cubin=result.cubin, lowered=None, log=result.log, arch=arch,
-                                   nvrtc_version="-", compile_seconds=result.seconds,
-                                   manifest={}))
-    from .toolchain.fatbin import LinkCache
-    return LinkCache(find, keep)
-
-
 def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Sequence[str] = (),
                *, module: str | None = None, demangler: Demangler | None = None,
                reserved: Sequence[str] = (), arch: str | None = None,
@@ -752,14 +723,14 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     """
     started = time.perf_counter()
     opts = options_from_args((), name_expressions, **({"module": module} if module else {}))
-    from .toolchain.fatbin import loadable_cubin
+    from .toolchain import fatbin, ptx  # a CUBIN from elsewhere: not a hit's modules
     cubin, label = read_cubin_arg(path_or_bytes)
     linked_from = time.perf_counter()
-    loaded = loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),
-                            label=label, store=lambda: _link_cache(KernelCache.wrap(cache)))
+    loaded = fatbin.loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),
+                                   label=label, store=lambda: KernelCache.wrap(cache).link_cache())
     original, cubin = cubin, loaded.cubin
     binary = Binary(cubin, read_cubin(cubin),
-                    entry_params(loaded.ptx) if loaded.ptx is not None else None)
+                    ptx.entry_params(loaded.ptx) if loaded.ptx is not None else None)
     ctx = BuildContext(source="", opts=opts,
                        settings=BuildSettings(demangler=demangler, reserved=tuple(reserved)),
                        arch=f"sm_{binary.image.sm}" if binary.image.sm else "?", options=(),

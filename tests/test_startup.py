@@ -32,7 +32,10 @@ print(json.dumps({"hit": mod.hit, "kernels": len(mod), "modules": new}))
 """
 
 #: cudamagic's modules a hit imports: the entry, the CUBIN's tables, the names, the records of
-#: the report, the launch's Kernel (not yet launched).
+#: the report, the launch's Kernel (not yet launched) and its parameter kinds (launch.params
+#: takes PTX's parameter types from toolchain.ptx). toolchain.nvrtc is here only for
+#: naming.unnamed_hints, which reads the cell's template kernels on every build, a hit's too
+#: (docs/performance.md: what is left).
 HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
     | cxx cxx.args cxx.compare cxx.display cxx.mangled cxx.parse cxx.pyname cxx.resolve
     cxx.signatures cxx.types errors explain files forksafe keys miss options toolkit units
@@ -41,7 +44,7 @@ HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
     store store.base store.cache store.connections store.disk store.entry store.limits
     store.memory store.state
     toolchain toolchain.demangle toolchain.deps toolchain.driver toolchain.image
-    toolchain.manifest toolchain.variables toolchain.nvrtc toolchain.tracefolder
+    toolchain.manifest toolchain.variables toolchain.nvrtc toolchain.tracefolder toolchain.ptx
     view view.render view.report
     """.replace("|", "").split() + [""])
 

@@ -43,6 +43,8 @@ from ..miss import HitKind, Miss, MissKind
 from ..units import size_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..toolchain.fatbin import LinkCache
+    from ..toolchain.link import LinkResult
     from .remote import RemoteStore
 
 __all__ = ["KernelCache", "EntryInfo", "Lookup", "default_cache", "default_cache_dir"]
@@ -291,6 +293,22 @@ class KernelCache:
         """Store an entry in the folder only (one the remote tier served, or a local one whose
         manifest was restamped): the remote already has it."""
         return self.put(key, record, share=False)
+
+    def link_cache(self) -> "LinkCache":
+        """What :func:`~cudamagic.toolchain.fatbin.loadable_cubin` keeps nvJitLink's CUBINs in:
+        entries of this cache holding the CUBIN alone (no name map, no manifest: what was
+        linked is the key)."""
+        from ..toolchain.fatbin import LinkCache
+
+        def find(key: str) -> bytes | None:
+            record, _ = self.get(key)
+            return None if record is None else record.cubin
+
+        def keep(key: str, result: "LinkResult", arch: str) -> None:
+            self.put(key, EntryRecord(cubin=result.cubin, lowered=None, log=result.log,
+                                      arch=arch, nvrtc_version="-",
+                                      compile_seconds=result.seconds, manifest={}))
+        return LinkCache(find, keep)
 
     def put(self, key: str, record: EntryRecord, share: bool = True) -> bool:
         """Store an entry under ``key`` (replacing any), naming ``key`` inside it; False where

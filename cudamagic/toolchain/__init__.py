@@ -1,1 +1,28 @@
-"""The tools a build drives: NVRTC, the header manifest, the CUBIN reader, demanglers, the driver."""
+"""The tools a build drives: NVRTC, the header manifest, the CUBIN reader, demanglers, the driver.
+
+NVRTC's two entry points a build names are here as stand-ins that import :mod:`.nvrtc` when
+called: a cache hit never imports the compiler's module.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .nvrtc import CompileResult
+
+__all__ = ["compile_cubin", "nvrtc_version"]
+
+
+def compile_cubin(*args: Any, **kwargs: Any) -> "CompileResult":
+    """:func:`.nvrtc.compile_cubin` (its module imported by the first compile)."""
+    from . import nvrtc
+
+    return nvrtc.compile_cubin(*args, **kwargs)
+
+
+def nvrtc_version() -> str:
+    """:func:`.nvrtc.nvrtc_version` (its module imported where it is asked)."""
+    from . import nvrtc
+
+    return nvrtc.nvrtc_version()
