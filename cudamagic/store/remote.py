@@ -15,8 +15,11 @@ handed out: it is counted, said once, deleted from the server and rebuilt. Nothi
 the server is unpickled: an entry is plain bytes (:mod:`cudamagic.store.entry`). Without a key
 the tier is off and says why.
 
-**Never in the way.** Every call has a socket timeout (:data:`TIMEOUT_S`, also for connecting)
-and no retries; a failure opens a circuit breaker: the server is skipped for
+**Never in the way.** Every call has a timeout (:data:`TIMEOUT_S`, also for connecting) that
+bounds the whole reply, not each read of it (a server trickling its reply a byte at a time
+costs one timeout), and a reply may hold at most a record's bytes (a declared size of
+terabytes is cut at :data:`MAX_RECORD`); there are no retries. Any failure of the client
+(a reply it cannot read: another protocol, junk) is the server's fault and is handled so; a failure opens a circuit breaker: the server is skipped for
 :data:`BACKOFF_S`, with one warning, and the cell goes on from the folder or compiles. Records
 go out on a daemon thread through a bounded queue (full: the record is dropped and counted),
 with ``SET NX`` (two machines compiling one cell at once keep the first record; both are
@@ -31,6 +34,7 @@ import hashlib
 import hmac
 import os
 import queue
+import socket
 import threading
 import time
 import urllib.parse
@@ -63,6 +67,8 @@ _TAG = 32
 #: The shortest team key taken (bytes).
 MIN_KEY = 16
 _MAX_SECRET = 4096
+#: Bytes a reply may hold beyond a record (its header, a SCAN page).
+_REPLY_SLACK = 1 << 20
 
 
 class RemoteState(str, enum.Enum):
@@ -202,6 +208,50 @@ def open_remote(url: str | None = None, key_file: str | None = None,
     return RemoteStore(url, team_key, password=password, **kw), None
 
 
+class _BoundedSocket:
+    """A connection's socket on which every request's reply must come whole within ``bound``
+    seconds of the request being sent, and within ``budget`` bytes: the client's own timeout
+    bounds each read only, so a server sending a byte every 90 ms held a lookup for as long
+    as it liked, and a declared size of terabytes was read for as long as bytes came."""
+
+    def __init__(self, sock: Any, bound: float, budget: int) -> None:
+        self._sock, self._bound, self._budget = sock, bound, budget
+        self._end, self._got, self._asked = time.monotonic() + bound, 0, sock.gettimeout()
+
+    def sendall(self, data: Any, *flags: int) -> None:
+        self._sock.sendall(data, *flags)
+        self._end, self._got = time.monotonic() + self._bound, 0
+
+    def settimeout(self, value: float | None) -> None:
+        self._asked = value
+        self._sock.settimeout(value)
+
+    def recv(self, size: int, *flags: int) -> bytes:
+        left = self._end - time.monotonic()
+        if self._asked != 0:  # 0: the client asking whether anything is there, never blocks
+            if left <= 0:
+                raise socket.timeout(f"the reply took over {self._bound:g} s")
+            self._sock.settimeout(left if self._asked is None else min(left, self._asked))
+        data = self._sock.recv(size, *flags)
+        self._got += len(data)
+        if self._got > self._budget:
+            raise socket.timeout(f"the reply is over {self._budget} bytes")
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _bounded(base: type, bound: float, budget: int) -> type:
+    """``base`` (redis-py's connection class for the URL's scheme) with its socket bounded."""
+
+    class Bounded(base):
+        def _connect(self) -> Any:
+            return _BoundedSocket(super()._connect(), bound, budget)
+
+    return Bounded
+
+
 class _Breaker:
     """Skips the server for a while after it failed; one warning per outage."""
 
@@ -279,6 +329,9 @@ class RemoteStore(Store):
                     self.url, password=self._password, socket_timeout=self.timeout,
                     socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
                     retry_on_timeout=False, health_check_interval=0)
+                pool = self._client.connection_pool
+                pool.connection_class = _bounded(pool.connection_class, self.timeout,
+                                                 self.max_record + _REPLY_SLACK)
             return self._client
 
     def _call(self, what: Callable[[Any], Any], default: Any = None) -> Any:
@@ -290,8 +343,10 @@ class RemoteStore(Store):
             return default
         try:
             result = what(self._redis())
-        except (redis.RedisError, OSError, ValueError) as exc:
-            # ValueError: a reply cut inside a length or a number (a connection gone mid-reply)
+        except Exception as exc:  # noqa: BLE001 - whatever the client met is the server's
+            # RedisError, OSError; ValueError: a reply cut inside a length or a number; and
+            # any error of the client's own on a reply it did not expect (a HELLO answered
+            # with junk raised AttributeError out of redis-py)
             self._count("errors")
             self._breaker.trip(self.location, exc)
             self._drop_connection()

@@ -1,0 +1,124 @@
+"""The team cache against a hostile server: a scripted RESP server on loopback answers each
+request as a test says (a trickled reply, a declared size of terabytes, junk, another
+protocol), and the lookup must cost one bounded delay, hold no more than a record's bytes, and
+never raise into the cell."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable
+
+import pytest
+
+from cudamagic.store.base import Refused
+from cudamagic.store.remote import RemoteStore, TIMEOUT_S
+
+pytest.importorskip("redis")
+
+_HELLO = b"%1\r\n$5\r\nproto\r\n:3\r\n"  # a RESP3 HELLO reply redis-py 8 takes
+
+
+class ScriptedServer:
+    """A loopback server answering the handshake as Redis does and GET with ``reply(conn)``;
+    it stops writing after ``limit_s`` seconds (so a test of the old code fails, not hangs)."""
+
+    def __init__(self, reply: Callable[[socket.socket, float], None], hello: bytes = _HELLO):
+        self.reply, self.hello = reply, hello
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            while request := conn.recv(1 << 16):
+                if b"HELLO" in request:
+                    conn.sendall(self.hello)
+                elif b"GET" in request:
+                    self.reply(conn, time.monotonic() + 3.0)
+                else:
+                    conn.sendall(b"+OK\r\n")
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _trickle(conn, end):  # a whole 20-byte reply, one byte every 50 ms: each read is quick
+    for byte in b"$10\r\n0123456789\r\n":
+        conn.sendall(bytes([byte]))
+        time.sleep(0.05)
+
+
+def _terabytes(conn, end):  # declares 90 TB and streams as fast as it can
+    conn.sendall(b"$99999999999999\r\n")
+    while time.monotonic() < end:
+        conn.sendall(b"x" * (1 << 16))
+
+
+def _junk(conn, end):
+    conn.sendall(b"HTTP/1.1 200 OK\r\n\r\n")
+
+
+def _map(conn, end):
+    conn.sendall(b"%1\r\n+a\r\n+b\r\n")
+
+
+def _silent(conn, end):
+    time.sleep(1.0)
+
+
+# (name, GET's reply, HELLO's reply, what the lookup gives: None a miss after a failure,
+# Refused a record refused)
+CASES = [
+    ("a reply trickled a byte at a time", _trickle, _HELLO, None),
+    ("a declared size of terabytes, streamed", _terabytes, _HELLO, None),
+    ("junk instead of RESP", _junk, _HELLO, None),
+    ("a HELLO answered with junk", _junk, b"+OK\r\n", None),
+    ("a HELLO answered with an error", _junk, b"-ERR unknown command\r\n", None),
+    ("a GET answered with a RESP3 map", _map, _HELLO, Refused),
+    ("no reply at all", _silent, _HELLO, None),
+]
+
+
+@pytest.mark.parametrize("name, reply, hello, gives", CASES, ids=[c[0] for c in CASES])
+def test_a_hostile_server_costs_one_bounded_delay_and_never_raises(name, reply, hello, gives):
+    server = ScriptedServer(reply, hello)
+    store = RemoteStore(f"redis://127.0.0.1:{server.port}/0", b"k" * 32, max_record=1 << 20)
+    try:
+        t = time.perf_counter()
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            if gives is Refused:
+                with pytest.raises(Refused):
+                    store.load("abc")
+            else:
+                assert store.load("abc") is None
+        seconds = time.perf_counter() - t
+        # the connect, the handshake and the GET each have at most one timeout
+        assert seconds < 4 * TIMEOUT_S + 0.3, f"{name}: {seconds:.2f} s"
+        if gives is None:
+            stats = store.remote_stats()
+            assert stats.errors == 1 and stats.state.value == "backing-off"
+            assert len(said) == 1
+            t = time.perf_counter()
+            assert store.load("abc") is None  # skipped, at once
+            assert time.perf_counter() - t < 0.01
+    finally:
+        store.close()
+        server.close()
