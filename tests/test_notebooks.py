@@ -142,3 +142,18 @@ def test_a_quiet_cell_leaves_no_output_on_a_miss_or_a_hit(cache_env):
     assert miss == [] and hit == []  # not even an empty display (issue 20, item 6)
     # without -q: the report alone, no empty output before it
     assert [o["data"]["text/plain"][:21] for o in shown] == ["cudamagic: cache hit "]
+
+
+def test_every_notebook_validates_without_a_warning():
+    """The README's first command read the quickstart with nbformat, which warned
+    'MissingIDFieldWarning: Cell is missing an id field' on its occupancy cells: every cell of
+    every shipped notebook has an id and the notebook validates as it is."""
+    import warnings
+
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            nb = nbformat.read(path, as_version=4)
+            nbformat.validate(nb)
+        missing = [i for i, c in enumerate(nb.cells) if "id" not in c]
+        assert not missing, f"{path.name}: cells {missing} have no id"
