@@ -361,3 +361,55 @@ def test_a_crafted_manifest_is_a_clean_miss_never_an_exception(tmp_path):
             if folder_slot and not isinstance(value, str) or index_slot and type(value) is not int:
                 assert said is not None and said.kind.value == "damaged", (path, value, said)
     assert tried > 300
+
+
+DAY_NS = 86_400 * 10**9
+
+
+@pytest.mark.parametrize("ahead_ns", [DAY_NS, 365 * DAY_NS, 30 * 365 * DAY_NS])
+def test_a_header_with_a_future_mtime_is_cached(cache, compiler, tmp_path, monkeypatch, ahead_ns):
+    """A header whose modification time is ahead of the clock (a tarball from a machine whose
+    clock ran ahead, ``touch -d``, a network folder's server time) did not change while the cell
+    compiled: the build is stored and the next one is a hit."""
+    import time
+
+    from cudamagic.options import options_from_args
+    from cudamagic.pipeline import build_module
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "v.h").write_text("#define V 1\n")
+    future = time.time_ns() + ahead_ns
+    os.utime(tmp_path / "v.h", ns=(future, future))
+    time.sleep(2 * deps.RACY_NS / 1e9)  # the utime (its ctime) is well before the compile
+    src = '#include "v.h"\n' + KERN
+    first = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
+    assert not any("not cached" in w for w in first.warnings), first.warnings
+    again = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
+    assert again.hit and again.cubin == first.cubin
+
+
+def test_a_header_with_a_future_mtime_edited_while_compiling_is_not_stored(
+        cache, compiler, tmp_path, monkeypatch):
+    """Its change time still says when it really changed: an edit during the compile that keeps
+    the future modification time (an editor that restores it, ``touch -d`` again) is doubted."""
+    import time
+
+    from cudamagic.options import options_from_args
+    from cudamagic.pipeline import build_module
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "v.h").write_text("#define V 1\n")
+    future = time.time_ns() + DAY_NS
+    os.utime(tmp_path / "v.h", ns=(future, future))
+    time.sleep(2 * deps.RACY_NS / 1e9)
+
+    def edits_during_the_compile(*args, **kw):
+        result = compiler(*args, **kw)
+        (tmp_path / "v.h").write_text("#define V 2\n")
+        os.utime(tmp_path / "v.h", ns=(future, future))
+        return result
+
+    first = build_module('#include "v.h"\n' + KERN, options_from_args([], []), cache=cache,
+                         compiler=edits_during_the_compile)
+    assert any("not cached" in w and "v.h" in w for w in first.warnings)
+    assert len(cache) == 0

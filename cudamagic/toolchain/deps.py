@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from stat import S_ISREG
@@ -249,10 +250,18 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 def _late(read: _Read, opened_at: dict[str, float], started_ns: int) -> list[str]:
     """Headers modified after NVRTC opened them, or within :data:`RACY_NS` before."""
+    now = time.time_ns()
     return [f"the header {f.path} changed while it was compiled (or just before)"
             for f in read.states.values()
-            if max(f.mtime_ns, f.ctime_ns)
-            >= started_ns + int(opened_at.get(f.path, 0.0) * 1000) - RACY_NS]
+            if _changed_at(f, now) >= started_ns + int(opened_at.get(f.path, 0.0) * 1000) - RACY_NS]
+
+
+def _changed_at(f: HeaderState, now_ns: int) -> int:
+    """When a file last changed: its change time, which the kernel sets on every write and
+    ``utime``, and its modification time unless that is ahead of the clock (``touch -d``, a
+    tarball from a machine whose clock ran ahead): a future mtime says nothing about when the
+    file changed, and a change that kept it still moved the change time."""
+    return f.ctime_ns if f.mtime_ns > now_ns else max(f.mtime_ns, f.ctime_ns)
 
 
 def _appeared(places: Iterable[str], found: dict[str, bool], tested: set[str],
