@@ -122,3 +122,36 @@ def test_a_hostile_server_costs_one_bounded_delay_and_never_raises(name, reply, 
     finally:
         store.close()
         server.close()
+
+
+# a URL as people write it: the tier on or off, never raising, the password never shown
+URLS = [
+    ("redis://:sekrit@127.0.0.1:1/0", True),
+    ("redis://user:sekrit@[::1]:6379/0", True),
+    ("redis://127.0.0.1:1/0?password=sekrit", True),
+    ("rediss://u:sekrit@h/0?password=sekrit", True),
+    ("unix:///tmp/no.sock?password=sekrit&db=0", True),
+    ("redis://user:se%40krit@host/0", True),
+    ("redis://:sekrit@host:99999/0", False),  # a port out of range
+    ("redis://:sekrit@host:abc/0", False),
+    ("redis://:sekrit@[::1:1/0", False),  # an unclosed IPv6 bracket
+    ("redis://h:1/0?db=x&password=sekrit", False),  # a db that is not a number
+]
+
+
+@pytest.mark.parametrize("url, on", URLS, ids=[u for u, _ in URLS])
+def test_a_url_never_shows_its_password_and_never_raises(tmp_path, url, on):
+    from cudamagic.store.remote import open_remote
+
+    key = tmp_path / "team.key"
+    key.write_text("k" * 32)
+    key.chmod(0o600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        store, why = open_remote(url, str(key))
+    assert (store is not None) == on, why
+    shown = store.location if store is not None else why
+    assert "sekrit" not in shown and "se@krit" not in shown and "%40" not in shown, shown
+    if store is not None:
+        assert "sekrit" not in repr(store) and "sekrit" not in str(store.remote_stats())
+        store.close()

@@ -159,15 +159,22 @@ def read_secret(path: str, what: str) -> bytes:
 
 
 def _shown_url(url: str) -> str:
-    """The URL without its password."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" if parts.username else f":***@{host}"
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its password: the one in the user part and any ``password=`` of the
+    query (redis-py takes both), whatever else the URL holds (it never raises)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "(a URL that is not one)" if "@" in url or "password" in url.lower() else url
+    where, qmark, query = rest.partition("?")
+    netloc, slash, path = where.partition("/")
+    user, at, host = netloc.rpartition("@")
+    if at:
+        name, colon, _ = user.partition(":")
+        netloc = f"{name}:***@{host}" if colon else f"{name}@{host}"
+    if qmark:
+        query = "&".join(f"{part.partition('=')[0]}=***"
+                         if part.partition("=")[0].lower() in ("password", "username")
+                         else part for part in query.split("&"))
+    return f"{scheme}://{netloc}{slash}{path}{qmark}{query}"
 
 
 def open_remote(url: str | None = None, key_file: str | None = None,
@@ -182,7 +189,7 @@ def open_remote(url: str | None = None, key_file: str | None = None,
     url = url if url is not None else os.environ.get("CUDAMAGIC_REMOTE_CACHE") or None
     if not url:
         return None, None
-    if urllib.parse.urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+    if url.partition("://")[0].lower() not in ("redis", "rediss", "unix"):
         return None, (f"the remote cache {_shown_url(url)!r} is not a redis://, rediss:// or "
                       "unix:// URL")
     try:
@@ -205,7 +212,22 @@ def open_remote(url: str | None = None, key_file: str | None = None,
     if len(team_key) < MIN_KEY:
         return None, (f"the team key in {key_file} is {len(team_key)} bytes, fewer than "
                       f"{MIN_KEY}: make one with `openssl rand -hex 32 > {key_file}`")
-    return RemoteStore(url, team_key, password=password, **kw), None
+    try:
+        return RemoteStore(url, team_key, password=password, **kw), None
+    except ValueError as exc:  # the client's reading of the URL: a port, db or option
+        return None, (f"the remote cache {_shown_url(url)!r} is not a URL the Redis client "
+                      f"takes ({_masked(str(exc), url)}): the remote cache is off")
+
+
+def _masked(text: str, url: str) -> str:
+    """``text`` without the URL's passwords, should it quote them."""
+    where, _, query = url.partition("://")[2].partition("?")
+    secrets = [where.partition("/")[0].rpartition("@")[0].partition(":")[2]]
+    secrets += [urllib.parse.unquote(part.partition("=")[2]) for part in query.split("&")
+                if part.partition("=")[0].lower() == "password"]
+    for secret in filter(None, secrets):
+        text = text.replace(secret, "***").replace(urllib.parse.unquote(secret), "***")
+    return text
 
 
 class _BoundedSocket:
