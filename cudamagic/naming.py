@@ -12,6 +12,7 @@ import keyword
 from collections.abc import Sequence
 
 from .cxx import Signatures, python_name, valid_python_name
+from .cxx.kernel_names import template_kernels
 
 __all__ = ["Namer", "unnamed_hints", "invalid_names"]
 
@@ -129,8 +130,6 @@ def unnamed_hints(source: str, name_expressions: Sequence[str], sigs: Signatures
     # non-template kernels left without a name are overloads: only a cast can pick one
     unnamed = [sigs.text(s) for s in sigs
                if s not in named and sigs.maybe_plain(s) and "<" not in sigs[s].name]
-    from .toolchain.nvrtc import template_kernels  # a hint's reading: not a hit's
-
     templates = template_kernels(source)
     if templates:  # which of them a name expression asks for: stop once all are found
         unasked = set(templates)

@@ -33,9 +33,8 @@ print(json.dumps({"hit": mod.hit, "kernels": len(mod), "modules": new}))
 
 #: cudamagic's modules a hit imports: the entry, the CUBIN's tables, the names, the records of
 #: the report, the launch's Kernel (not yet launched) and its parameter kinds (launch.params
-#: takes PTX's parameter types from toolchain.ptx). toolchain.nvrtc is here only for
-#: naming.unnamed_hints, which reads the cell's template kernels on every build, a hit's too
-#: (docs/performance.md: what is left).
+#: takes PTX's parameter types from toolchain.ptx), and cxx.kernel_names (the report's hint of
+#: a template kernel left without -n reads the cell's text on every build, a hit's too).
 HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
     | cxx cxx.args cxx.compare cxx.display cxx.mangled cxx.parse cxx.pyname cxx.resolve
     cxx.signatures cxx.types errors explain files forksafe keys miss options toolkit units
@@ -44,13 +43,13 @@ HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
     store store.base store.cache store.connections store.disk store.entry store.limits
     store.memory store.state
     toolchain toolchain.demangle toolchain.deps toolchain.driver toolchain.image
-    toolchain.manifest toolchain.variables toolchain.nvrtc toolchain.tracefolder toolchain.ptx
+    toolchain.manifest toolchain.variables toolchain.ptx cxx.kernel_names
     view view.render view.report
     """.replace("|", "").split() + [""])
 
 #: what a hit must never import: the compile's, the link's, the tools', the views a hit does
 #: not show, the remote tier (none configured), and the shell's libraries
-NEVER = ("cudamagic.toolchain.probe", "cudamagic.cxx.declared", "cudamagic.toolchain.link",
+NEVER = ("cudamagic.toolchain.nvrtc", "cudamagic.toolchain.probe", "cudamagic.cxx.declared", "cudamagic.toolchain.link",
          "cudamagic.toolchain.fatbin", "cudamagic.toolchain.occupancy",
          "cudamagic.toolchain.sanitizer", "cudamagic.toolchain.profiler",
          "cudamagic.toolchain.tools", "cudamagic.launch.bench", "cudamagic.launch.tool_run",

@@ -8,7 +8,6 @@ log rewritten to the cell's own line numbers, and an error in a name expression 
 
 from __future__ import annotations
 
-import bisect
 import difflib
 import functools
 import os
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 
 from ..errors import CompileError, OptionError, ToolchainError
 from ..forksafe import ForkSafeLock, NativeSection
+from ..cxx.kernel_names import plain_kernels, template_kernels
 from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
 from .tracefolder import compile_folder
@@ -351,33 +351,9 @@ _PARSE_FAILED = "Error in parsing name expression for lowered name lookup"
 _FOLLOW_ON = ("type name is not allowed", "expected an expression", "expected an identifier",
               _PARSE_FAILED)
 _UNDEFINED = re.compile(r'error: identifier "(?P<name>[^"]+)" is undefined')
-# a template's head is read in two linear passes, not one expression: ``template\s*<[^{};]*?>``
-# followed by the declaration retries every later '>' from every 'template <', which is
-# quadratic in text such as a long comment of repeated "template<"
-_TEMPLATE_OPEN = re.compile(r"\btemplate\s*<")
-# launch attributes (__launch_bounds__(256), __cluster_dims__(2, 1, 1)) stand before or after
-# 'void'; their arguments are dropped first (one linear pass), then the name is the word after
-_ATTR_ARGS = re.compile(r"\b(__\w{1,64}__)\s*\([^()]{0,200}\)")
-_KERNEL_AFTER = re.compile(r">\s*(?:(?:__\w{1,64}__|static|inline|extern|void)\s+)*"
-                           r"(?:__global__\s+(?:\w+\s+)*void|void\s+__global__)\s+"
-                           r"(?:__\w{1,64}__\s+){0,4}(?P<name>\w+)\s*\(")
-_SCOPE = re.compile(r"[{};]")
 _TYPE_WORDS = ("float", "double", "int", "unsigned", "long", "short", "char", "bool", "size_t",
                "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
                "uint64_t", "__half", "__nv_bfloat16", "float2", "float4", "double2")
-
-
-_GLOBAL = re.compile(r"(?:__global__\s+(?:\w+\s+){0,16}void|void\s+__global__)\s+"
-                     r"(?:__\w{1,64}__\s+){0,4}(?P<name>\w+)\s*\(")
-
-
-def plain_kernels(source: str) -> list[str]:
-    """The non-template ``__global__`` functions a source defines, by name, in order (a regular
-    expression's reading, as :func:`template_kernels`)."""
-    source = _ATTR_ARGS.sub(r"\1", source)
-    templates = set(template_kernels(source))
-    return [n for n in dict.fromkeys(m.group("name") for m in _GLOBAL.finditer(source))
-            if n not in templates]
 
 
 def _no_such_kernel(name: str, hints: "_Hints") -> str:
@@ -392,25 +368,6 @@ def _no_such_kernel(name: str, hints: "_Hints") -> str:
     return (f"error: the cell defines no kernel {name!r}"
             + (f"; did you mean {near[0]!r}?" if near else "")
             + f" (its kernels: {hints.listed(plain + templates)})")
-
-
-def template_kernels(source: str) -> list[str]:
-    """The ``__global__`` function templates a source defines, by name, in order (a regular
-    expression's reading: good for a hint, not a parse).
-
-    A ``>`` followed by a kernel's declaration closes a template head where a ``template <``
-    came before it with no ``{``, ``}`` or ``;`` between.
-    """
-    source = _ATTR_ARGS.sub(r"\1", source)
-    opens = [m.end() for m in _TEMPLATE_OPEN.finditer(source)]
-    scopes = [m.start() for m in _SCOPE.finditer(source)]
-    names = []
-    for m in _KERNEL_AFTER.finditer(source):
-        at = m.start()
-        i = bisect.bisect_right(opens, at)  # the last template head opened before the '>'
-        if i and bisect.bisect_left(scopes, at) == bisect.bisect_left(scopes, opens[i - 1]):
-            names.append(m.group("name"))
-    return list(dict.fromkeys(names))
 
 
 def name_map_lines(name_expressions: Sequence[str]) -> dict[int, str]:
