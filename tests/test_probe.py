@@ -114,6 +114,12 @@ BREAKS = {
     "a __managed__ variable beside (NVRTC refuses it in decltype and as a template argument)": (
         "__managed__ int m[4];\n__device__ __managed__ float mm;\n__device__ float ok[2];\n"
         + _K, [], 1, False, "float32"),
+    # a cell's own macros named as the probe's words were: NVRTC macro-expands name expressions
+    # too, so each cost a second compile and every type (ok's bytes, k untyped) before the
+    # probe's identifiers were reserved ones
+    **{f"the cell defines {m.split()[0]} as a macro": (
+        f"#define {m}\n__device__ float ok[2];\n" + _K, [], 1, False, "float32")
+       for m in ("T float", "V 4", "none 1", "ty 1", "en 2")},
     "a macro names the variable": (
         "#define ok real_ok\n__device__ float ok[2];\n" + _K, [], 1, False, "float32"),
 }
@@ -158,3 +164,44 @@ def test_the_cells_own_error_is_its_own(source, names):
     assert "__cudamagic" not in str(probed.value)
     assert str(probed.value) == str(plain.value)
     assert len(compiler.sources) <= 2  # a second, plain compile only where a probe took part
+
+
+# (the cell, its options): warnings made errors, by an option or a pragma; the probe's uses of a
+# variable turned NVRTC's "declared but never referenced" into "set but never used" (the
+# cell's error read differently) or into nothing (the failing cell compiled): such a compile is
+# now checked by one without the probe, whose error is the cell's
+ELEVATED = {
+    "-Werror=all-warnings": ("static __device__ int unused_v;\n__device__ float ok[2];\n" + _K,
+                             ["-Werror=all-warnings"]),
+    "-Werror=all-warnings, the variable in an anonymous namespace": (
+        "namespace { __device__ int unused_v; }\n__device__ float ok[2];\n" + _K,
+        ["-Werror=all-warnings"]),
+    "--diag-error=177": ("static __device__ int unused_v;\n__device__ float ok[2];\n" + _K,
+                         ["--diag-error=177"]),
+    "a pragma makes 177 an error": (
+        "#pragma nv_diag_error 177\nnamespace { __device__ int unused_v; }\n"
+        "__device__ float ok[2];\n" + _K, []),
+}
+
+
+@pytest.mark.parametrize("source, options", ELEVATED.values(), ids=list(ELEVATED))
+def test_a_warning_made_an_error_reads_as_without_the_probe(source, options):
+    from cudamagic.pipeline import build_module, options_from_args
+
+    with pytest.raises(CompileError) as probed:
+        build_module(source, options_from_args(options, [], "sm_90", no_cache=True))
+    with pytest.raises(CompileError) as plain:
+        compile_cubin(source, [], ["-arch=sm_90", *options], trace=False)
+    assert str(probed.value) == str(plain.value)
+
+
+def test_a_good_cell_whose_warnings_are_errors_keeps_its_types():
+    from cudamagic.pipeline import build_module, options_from_args
+
+    compiler = _Counting()
+    module = build_module("__device__ float ok[2];\n" + _K,
+                          options_from_args(["-Werror=all-warnings"], [], "sm_90",
+                                            no_cache=True), compiler=compiler)
+    assert [v.dtype for v in module.globals] == ["float32"]
+    assert module["k"].params[0].ctype == "float*"
+    assert len(compiler.sources) == 2 and not module.warnings  # the probed one and the check

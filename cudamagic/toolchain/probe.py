@@ -4,9 +4,9 @@ The CUBIN keeps a variable's size and an ``extern "C"`` kernel's parameter sizes
 types. NVRTC knows them, and says them through the lowered names of two variable templates
 instantiated by name expressions beside the user's:
 
-- ``&__cudamagic_p::ty<decltype(Q)>`` lowers to a name whose template argument is the type of
+- ``&__cudamagic_p::__cudamagic_ty<decltype(Q)>`` lowers to a name whose template argument is the type of
   the entity ``Q`` names, mangled (``A8_f``: ``float[8]``), typedefs and macros resolved;
-- ``&__cudamagic_p::en<Q>`` lowers to a name whose template argument is that entity itself,
+- ``&__cudamagic_p::__cudamagic_en<Q>`` lowers to a name whose template argument is that entity itself,
   which demangles to the entity's own name, so the answer is matched to the CUBIN symbol it
   belongs to (an ``extern "C"`` symbol ``k`` is not the C++ ``k(float, float*)``).
 
@@ -39,6 +39,11 @@ __all__ = ["Probe", "ProbeAnswers", "VarType", "TypeGap", "typed_compile", "read
 
 _NS = "__cudamagic_p"
 _FALLBACK = "__cudamagic_f"
+# every identifier the probe writes is reserved (a cell's own #define T, V, none, ty or en
+# would reach the probe's text and its name expressions, which NVRTC macro-expands)
+_TY, _EN, _NONE = "__cudamagic_ty", "__cudamagic_en", "__cudamagic_none"
+
+
 @dataclass(frozen=True)
 class Probe:
     """The two name expressions asked for one candidate."""
@@ -65,8 +70,8 @@ def _probes(cands: Sequence[Candidate]) -> list[Probe]:
     """One probe per entity name (a name found in two branches asks once)."""
     out: dict[str, Probe] = {}
     for c in cands:
-        out.setdefault(c.qualified, Probe(c, f"&{_NS}::ty<decltype({c.qualified})>",
-                                          f"&{_NS}::en<{c.qualified}>"))
+        out.setdefault(c.qualified, Probe(c, f"&{_NS}::{_TY}<decltype({c.qualified})>",
+                                          f"&{_NS}::{_EN}<{c.qualified}>"))
     return list(out.values())
 
 
@@ -79,8 +84,8 @@ def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset()
     unqualified after the probe) get no fallback at global scope. Also returns which
     namespace each fallback line serves, by its line in the text (0: the cell's last line)."""
     lines = ["", "", "#pragma nv_diagnostic push", "#pragma nv_diag_suppress 177",
-             f"namespace {_NS} {{ struct none {{}}; template <class T> __device__ char ty; "
-             f"template <auto& V> __device__ char en; }}"]
+             f"namespace {_NS} {{ struct {_NONE} {{}}; template <class __cudamagic_T> "
+             f"__device__ char {_TY}; template <auto& __cudamagic_V> __device__ char {_EN}; }}"]
     by_path: dict[tuple[Scope, ...], list[str]] = {}
     for c in cands:
         if c.expression or (not c.path and c.name in avoid):
@@ -91,7 +96,7 @@ def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset()
     owners: dict[int, tuple[Scope, ...]] = {}
     for k, (path, names) in enumerate(by_path.items()):
         owners[len(lines)] = owners[len(lines) + 1] = path
-        lines.append(f"namespace {_FALLBACK}{k} {{ __device__ ::{_NS}::none "
+        lines.append(f"namespace {_FALLBACK}{k} {{ __device__ ::{_NS}::{_NONE} "
                      + ", ".join(names) + "; }")
         opened = "".join(f"{'inline ' if s.inline else ''}namespace {s.name} {{ " for s in path)
         lines.append(f"{opened}using namespace ::{_FALLBACK}{k};{' }' * len(path)}")
@@ -158,9 +163,9 @@ def read_answers(probes: Sequence[Probe], lowered: Mapping[str, str],
     functions: dict[str, str] = {}
     kernel_set = set(kernels)
     for p, type_text, entity_text in zip(asked, types, entities):
-        entity = _argument(entity_text, "en")
-        ctype = _argument(type_text, "ty")
-        mangled = _mangled_argument(lowered[p.type_expr], "ty")
+        entity = _argument(entity_text, _EN)
+        ctype = _argument(type_text, _TY)
+        mangled = _mangled_argument(lowered[p.type_expr], _TY)
         owner = by_name.get(strip_internal(entity)) if entity else None
         if owner is None or ctype is None or mangled is None:
             continue
@@ -207,7 +212,9 @@ def variable_candidates(expressions: Sequence[str], templates: frozenset[str] = 
 @dataclass(frozen=True)
 class TypedCompile:
     """A compile with its probes' questions: the result as the cell's own compile would give
-    it (the user's name expressions only), the probes asked, and their lowered names."""
+    it (the user's name expressions only), the probes asked, and their lowered names;
+    ``compiles`` counts the compiles with probes and the retries without them (not the check
+    without them of a compile whose warnings are errors)."""
 
     result: CompileResult
     probes: tuple[Probe, ...]
@@ -241,10 +248,14 @@ def typed_compile(compiler: Callable[..., CompileResult], source: str,
             result = compiler(source + text, exprs, options, line_offset=line_offset, **kwargs)
         except CompileError as exc:
             kept = _without_failed(str(exc), probes, first_line, owners)
+            if kept is None and probes and _elevated(options, source):
+                kept = []  # the probe's uses change which warnings the cell gets: its own text
             if kept is None:
                 raise
             probes = kept
             continue
+        if probes and _elevated(options, source):  # may the probe's uses hide a warning?
+            compiler(source, list(name_expressions), options, line_offset=line_offset, **kwargs)
         lowered = dict(result.lowered)
         own = {e: lowered[e] for e in name_expressions if e in lowered}
         probe_lowered = {e: lowered[e] for p in probes for e in (p.type_expr, p.entity_expr)
@@ -265,6 +276,19 @@ def _defines(options: Sequence[str]) -> dict[str, str]:
         elif o.startswith("-U"):
             out.pop(o[2:], None)
     return out
+
+
+_ELEVATING = ("-Werror", "--Werror", "--warning-as-error", "-diag-error", "--diag-error",
+              "-diag_error", "--diag_error")
+
+
+def _elevated(options: Sequence[str], source: str) -> bool:
+    """Whether warnings can be errors in this compile (``-Werror=all-warnings``, a
+    ``--diag-error``, a ``#pragma nv_diag_error``): the probe's uses of a variable turn "declared
+    but never referenced" into "set but never used", or into nothing, so such a compile is also
+    done without the probe, whose error (if any) is the cell's (a second compile on a miss,
+    only for such cells)."""
+    return any(o.startswith(_ELEVATING) for o in options) or "diag_error" in source
 
 
 _OLD_STANDARDS = ("c++03", "c++11", "c++14")
