@@ -3,7 +3,8 @@ with a miss, and the words for a :class:`~cudamagic.miss.Miss`.
 
 A *cell* is what the shell identifies: the cell id IPython gives a notebook cell (Jupyter keeps
 it in the notebook, so it survives restarts), or, where a ``--module`` name is given or there is
-no cell id (a terminal, :func:`cudamagic.build`), the module name, in the working folder. For
+no cell id (a terminal, :func:`cudamagic.build`), the module name, in the working folder (a
+cell id is found after ``%cd``; a module name is one of its folder). For
 each, one small JSON file in ``<cache>/history/`` remembers its last few builds
 (:data:`PER_CELL`, newest first): key and inputs, that is the source (up to :data:`MAX_SOURCE`
 characters), the name expressions, the options, the arch, NVRTC and the toolkit. A miss is
@@ -111,9 +112,12 @@ class CellBuild:
 @functools.lru_cache(maxsize=256)
 def cell_id(cwd: str, module: str, cell: str | None = None) -> str:
     """The file name of a cell's record, hashed from what identifies the cell: the shell's cell
-    id where there is one and no ``--module`` was given, else the module name; and the folder."""
-    what = f"cell\0{cell}" if cell is not None and module == DEFAULT_MODULE else module
-    return hashlib.sha256(f"{cwd}\0{what}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    id where there is one and no ``--module`` was given (the same cell after ``%cd``: Jupyter's
+    cell ids are unique in the notebook, whatever the working folder), else the module name and
+    the folder."""
+    what = (f"cell\0{cell}" if cell is not None and module == DEFAULT_MODULE
+            else f"{cwd}\0{module}")
+    return hashlib.sha256(what.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def cell_words(module: str, cell: str | None = None) -> str:

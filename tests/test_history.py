@@ -385,3 +385,31 @@ def test_a_changed_line_of_names_says_the_first_ones_and_counts_the_rest(before,
         more = int(said.group(2) or 0)
         assert more == len(names) - len(listed), summary
     assert len(summary) < 600, f"{len(summary)} characters"
+
+
+# cell id, module, the explanation's kinds for the edited cell built after %cd to another folder
+AFTER_CD = [
+    ("a1b2c3", "cuda_module", ("source",)),   # a notebook cell: the same cell in any folder
+    (None, "cuda_module", ("first",)),        # no cell id: the module in this folder
+    (None, "mylib", ("first",)),
+    ("a1b2c3", "mylib", ("first",)),          # --module names a module of this folder
+]
+
+
+@pytest.mark.parametrize("cell, module, kinds", AFTER_CD)
+def test_a_cell_keeps_its_history_after_cd(tmp_path, monkeypatch, cell, module, kinds):
+    """``%cd`` in a notebook: the cell built there many times is not 'its first build' in the
+    next folder; the shell's cell id identifies it wherever the kernel's working folder is."""
+    from cudamagic.options import options_from_args
+    from cudamagic.pipeline import build_module
+
+    cache = cudamagic.KernelCache(tmp_path / "cache")
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    opts = options_from_args([], ["saxpy<float>"], module=module)
+    monkeypatch.chdir(tmp_path / "a")
+    first = build_module(SRC, opts, cache=cache, cell=cell)
+    assert first.report.explanation.kinds == ("first",)
+    monkeypatch.chdir(tmp_path / "b")
+    edited = build_module(SRC.replace("+ y[i]", "- y[i]"), opts, cache=cache, cell=cell)
+    assert edited.report.explanation.kinds == kinds
