@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import difflib
-import functools
 import hashlib
 import json
 import os
@@ -34,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .process import InTest, cached, held
 from .forksafe import ForkSafeLock
 from .files import FileRefused, read_regular
 from .miss import BuildOrigin, ChangeKind, Miss, MissKind
@@ -109,7 +109,7 @@ class CellBuild:
             return None
 
 
-@functools.lru_cache(maxsize=256)
+@cached(256, test=InTest.KEPT)
 def cell_id(cwd: str, module: str, cell: str | None = None) -> str:
     """The file name of a cell's record, hashed from what identifies the cell: the shell's cell
     id where there is one and no ``--module`` was given (the same cell after ``%cd``: Jupyter's
@@ -225,7 +225,7 @@ class History:
             self._known.pop(os.path.basename(path)[:-5], None)
 
 
-_histories: dict[str, History] = {}
+_histories: dict[str, History] = held(__name__, "_histories", {})
 _histories_lock = ForkSafeLock()
 
 

@@ -10,11 +10,12 @@ guards is state of the parent's threads, which the child does not have.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from .process import at_fork
 
 __all__ = ["ForkSafeLock", "once", "NativeSection"]
 
@@ -166,5 +167,4 @@ def _after_fork_in_child() -> None:
         section._after_fork()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+at_fork(__name__, "_all", after_in_child=_after_fork_in_child, covers=("_sections",))

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .forksafe import ForkSafeLock, once
+from .process import held
 from .errors import ImageError, NameResolutionError
 from .launch import Kernel
 from .launch.kernel import KernelTools
@@ -345,7 +346,8 @@ class Module(Mapping[str, Kernel]):
 
 # Modules that arrived in this process, by their payload's checksum: a task that brings the
 # same module again gets the one already here (its CUBIN already loaded on this GPU).
-_arrived: "weakref.WeakValueDictionary[bytes, Module]" = weakref.WeakValueDictionary()
+_arrived: "weakref.WeakValueDictionary[bytes, Module]" = held(
+    __name__, "_arrived", weakref.WeakValueDictionary())
 _arrived_lock = ForkSafeLock()
 
 

@@ -9,7 +9,6 @@ sets itself, are refused. Pure: no CUDA, no IPython.
 from __future__ import annotations
 
 import argparse
-import functools
 import keyword
 import os
 import re
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .process import cached, InTest
 from .errors import OptionError, SourceError
 from .toolkit import std_header_dirs
 
@@ -294,7 +294,7 @@ class _InOrder(argparse.Action):
         namespace.options = ordered
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1, test=InTest.KEPT)
 def magic_parser() -> argparse.ArgumentParser:
     """The ``%%cuda`` line's parser; its help is the magic's help."""
     p = _Parser(prog="%%cuda", add_help=False, description=(

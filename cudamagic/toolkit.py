@@ -8,13 +8,14 @@ purpose: it runs on the first build of every process, cache hits included.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from .process import cached
 
 __all__ = ["Toolkit", "toolkit", "include_hints", "std_header_dirs", "std_headers_shipped"]
 
@@ -92,7 +93,7 @@ def _include_dirs(cupy: Path | None, nvidia: Path | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(d) for d in dirs))
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def toolkit() -> Toolkit:
     """The toolkit of this process (looked up once)."""
     cupy, nvidia = _package_dir("cupy"), _package_dir("nvidia")
@@ -181,7 +182,7 @@ def std_header_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return (str(_HEADERS / "nvrtc"),), (str(_HEADERS / "std"),)
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def std_headers_shipped() -> frozenset[str]:
     """The standard headers cudamagic ships for device code (``cstdint``, ``math.h``...)."""
     folder = std_header_dirs()[1][0]

@@ -119,3 +119,15 @@ def fresh_shell():
 
     InteractiveShell.clear_instance()
     return InteractiveShell.instance()
+
+
+@pytest.fixture
+def fresh_process():
+    """The package's per-process state as a new process has it, before the test and after it:
+    every piece cudamagic.process registers as cleared by a test's reset (the driver's lost
+    contexts, the last launch, the finders' answers, the store's default cache and warnings...)."""
+    from cudamagic import process
+
+    process.reset_for_tests()
+    yield
+    process.reset_for_tests()

@@ -52,18 +52,8 @@ def shell(tmp_path_factory):
 
 
 @pytest.fixture
-def last_launch(shell):
-    saved = launcher_module.LAST_LAUNCH[0]
+def last_launch(shell, fresh_process):
     launcher_module.LAST_LAUNCH[0] = (shell.user_ns["oob_write"], (1,), (256,))
-    lost, told = dict(driver._lost), set(driver._told)
-    driver._lost.clear()
-    driver._told.clear()
-    yield
-    launcher_module.LAST_LAUNCH[0] = saved
-    driver._lost.clear()
-    driver._lost.update(lost)
-    driver._told.clear()
-    driver._told.update(told)
 
 
 def _advice_of(shell, code: str) -> list[str]:
@@ -166,10 +156,8 @@ def test_sticky_numbers_are_the_drivers_and_the_runtimes():
         assert int(rt.cudaError_t(int(code))) == int(code)
 
 
-def test_cudamagics_own_fault_carries_its_code_and_device(monkeypatch):
+def test_cudamagics_own_fault_carries_its_code_and_device(monkeypatch, fresh_process):
     monkeypatch.setattr(driver, "_error_name", lambda s: ("CUDA_ERROR_ASSERT", "assert"))
-    monkeypatch.setattr(driver, "_lost", {})
-    monkeypatch.setattr(driver, "_told", set())
     with pytest.raises(ContextPoisonedError, match="restart the notebook kernel") as info:
         driver.check(710, "launching k")
     assert info.value.code == 710 and driver.sticky_of(info.value) is driver.Sticky.ASSERT

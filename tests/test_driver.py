@@ -48,7 +48,7 @@ def test_without_a_gpu_every_device_call_says_what_works():
         driver.current_device()
 
 
-def test_the_driver_starts_once_however_many_threads_ask(monkeypatch):
+def test_the_driver_starts_once_however_many_threads_ask(monkeypatch, fresh_process):
     """%load_ext starts the driver in a thread while a cell may ask too: one cuInit."""
     calls = []
     started = threading.Event()
@@ -59,7 +59,6 @@ def test_the_driver_starts_once_however_many_threads_ask(monkeypatch):
         return None
 
     monkeypatch.setattr(driver, "_first_init", first_init)
-    monkeypatch.setattr(driver, "_init_result", [])
     threads = [threading.Thread(target=driver._init) for _ in range(8)]
     for t in threads:
         t.start()

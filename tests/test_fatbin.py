@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 import cudamagic
+from cudamagic import process
 from cudamagic.errors import ImageError, NameResolutionError
 from cudamagic.store import KernelCache
 from cudamagic.toolchain import fatbin as fatbin_mod
@@ -116,7 +117,7 @@ def test_what_nvjitlink_made_is_not_served_after_nvjitlink_changes(tmp_path, mon
     name, patched = UPGRADES[upgrade]
     owner = toolkit_mod if name == "toolkit" else link_mod
     monkeypatch.setattr(owner, name, patched(getattr(owner, name)))
-    forget = getattr(link_mod, "nvjitlink_identity", link_mod.nvjitlink_version).cache_clear
+    forget = process.reset_for_tests  # the finders' answers (nvJitLink's identity) forgotten
     forget()
     try:
         linked = []

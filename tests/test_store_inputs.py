@@ -19,21 +19,12 @@ from cudamagic.errors import CacheArgumentError, CacheWarning, CudaMagicError
 from cudamagic.store import DEFAULT_SIZE_LIMIT, EntryRecord, KernelCache, default_cache
 from cudamagic.store import disk as disk_mod
 from cudamagic.store.limits import MAX_SIZE
-from cudamagic.store.state import state
 
 from .conftest import run_python
 
 
-@pytest.fixture(autouse=True)
-def _fresh_state():
-    """Each test sees its own warnings and default cache (the process's state, put back)."""
-    saved = (state.default, state.default_spec, set(state.warned))
-    state.default = state.default_spec = None
-    state.warned.clear()
-    yield
-    state.default, state.default_spec = saved[:2]
-    state.warned.clear()
-    state.warned.update(saved[2])
+# each test sees its own warnings and default cache
+pytestmark = pytest.mark.usefixtures("fresh_process")
 
 
 def _record(size: int = 1000, **kw) -> EntryRecord:

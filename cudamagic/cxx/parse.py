@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import re
 
+from ..process import cached, InTest
 from .args import (CV, LIB_SUFFIX, NOT_NAMES, PTR_OPS, SUFFIX, Arg, Part,
                    Type, Unknown, Value, cast, fits, is_name, is_number, join, name_key,
                    real_value, split, tokens, typed, unary, user_char, user_integer)
@@ -382,7 +383,7 @@ def _param_list(p: _Parser, items: list[tuple[int, int]]) -> tuple[Arg, ...]:
     return () if len(out) == 1 and out[0].key == "void" else out
 
 
-@functools.lru_cache(maxsize=16384)
+@cached(16384, test=InTest.KEPT)
 def parse_demangled(demangled: str, placeholders: bool = False) -> Signature:
     """Read a demangled kernel name into a :class:`Signature`.
 
@@ -401,7 +402,7 @@ def parse_demangled(demangled: str, placeholders: bool = False) -> Signature:
         return Signature(demangled, demangled, False, None)
 
 
-@functools.lru_cache(maxsize=16384)
+@cached(16384, test=InTest.KEPT)
 def parse_expression(expr: str) -> Signature:
     """Read a user's name expression into a :class:`Signature`.
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..process import held
 from ..toolchain import driver
 from .encode import CONVERTERS, check_dims, check_shared_mem, pack_args, stream_handle
 from ..toolchain.image import LaunchNeeds
@@ -172,9 +173,12 @@ def _dims_lines(what: str, names: str, first: int = 1) -> list[str]:
 #: the last launch a generated launcher made, ``(kernel, grid, block)``: the crash advice names
 #: it (one store per launch)
 LAST_LAUNCH: list[Any] = [None]
+held(__name__, "LAST_LAUNCH", LAST_LAUNCH, clear=lambda: LAST_LAUNCH.__setitem__(0, None))
 #: set by a launch of a kernel whose CUBIN calls ``vprintf``: the shell synchronizes after the
 #: cell, so that the device's printf buffer is flushed into that cell's output
 PRINT_PENDING: list[bool] = [False]
+held(__name__, "PRINT_PENDING", PRINT_PENDING,
+     clear=lambda: PRINT_PENDING.__setitem__(0, False))
 
 
 def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,

@@ -9,7 +9,6 @@ generated launcher (:mod:`.launcher`) both read it, and nothing else decides an 
 from __future__ import annotations
 
 import enum
-import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..process import cached, InTest
 from ..cxx import SCALARS, Signature, tidy_name
 from ..errors import LaunchError
 from ..toolchain.image import KernelImage
@@ -218,7 +218,7 @@ def _numpy_dtype(ctype: str) -> np.dtype | None:
     return np.dtype(code) if code else None
 
 
-@functools.lru_cache(maxsize=1024)
+@cached(1024, test=InTest.KEPT)
 def tidy_type(ctype: str) -> str:
     """A C++ type as messages show it: library-internal inline namespaces left out
     (``thrust::THRUST_300102_SM_900_NS::complex<float>`` is ``thrust::complex<float>``,

@@ -18,10 +18,11 @@ SQLite code on the parent's copy).
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from typing import Any
+
+from ..process import at_fork
 
 __all__ = ["ThreadConnections", "close_orphans"]
 
@@ -100,5 +101,5 @@ def _after_fork_in_child() -> None:
         slots._after_fork_in_child()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+at_fork(__name__, "_all", after_in_child=_after_fork_in_child,
+        covers=("_orphans", "_inherited"))

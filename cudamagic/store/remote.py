@@ -47,6 +47,7 @@ from typing import Any
 from ..errors import CacheArgumentError, CacheWarning
 from ..files import FileRefused, read_regular
 from ..forksafe import ForkSafeLock
+from ..process import at_fork
 from .base import REMOTE_VARIABLES, Refused, Store, StoredEntry
 
 __all__ = ["RemoteStore", "RemoteStats", "RemoteState", "open_remote", "sign", "verify",
@@ -579,5 +580,4 @@ def _after_fork_in_child() -> None:
         store._renew()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+at_fork(__name__, "_stores", after_in_child=_after_fork_in_child)

@@ -4,8 +4,9 @@ A forked child is a copy of one thread of its parent. SQLite's own per-process b
 (which connection holds which lock on which file, its mutexes) is copied as it stood at the
 fork: a fork while a thread was inside a SQLite call leaves the child with a lock or a mutex
 that no thread of its own will ever release, and its next write waits forever. So every SQLite
-call the package makes holds :attr:`ProcessState.sqlite`, and a fork waits for it
-(``os.register_at_fork``): no thread of the package is inside SQLite when the child is made.
+call the package makes holds :attr:`ProcessState.sqlite`, and a fork waits for it (its hooks
+are registered with :mod:`cudamagic.process`): no thread of the package is inside SQLite when
+the child is made.
 The child then starts clean: a fresh lock, no bookkeeping inherited (the parent writes its own),
 no bookkeeper thread, the default cache opened again on first use (its connection is
 diskcache's to replace: it reconnects when the process id changes), and the warnings said
@@ -18,10 +19,11 @@ it goes on in memory, with a warning.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from typing import Any
+
+from ..process import at_fork
 
 __all__ = ["ProcessState", "state", "FORK_WAIT_S", "MAX_FOLDERS"]
 
@@ -110,6 +112,5 @@ class ProcessState:
 
 state = ProcessState()
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=state.before_fork, after_in_parent=state.after_fork_in_parent,
-                        after_in_child=state.after_fork_in_child)
+at_fork(__name__, "state", before=state.before_fork, after_in_parent=state.after_fork_in_parent,
+        after_in_child=state.after_fork_in_child, test=state.reset)

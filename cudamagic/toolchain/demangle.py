@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import enum
-import functools
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..process import cached
 from ..cxx.mangled import TOO_LONG, Unreadable, coarse_bound, demangled_bound, is_too_long
 from ..errors import CudaMagicError
 
@@ -235,7 +235,7 @@ def find_cufilt() -> str | None:
     return str(fallback) if os.access(fallback, os.X_OK) else None
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def concrete_demangler() -> "LibStdCxx | None":
     """libstdc++'s demangler, which names concrete parameter types (what the report shows),
     in process; None where it cannot be loaded."""
@@ -245,7 +245,7 @@ def concrete_demangler() -> "LibStdCxx | None":
         return None
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def default_demangler() -> Demangler:
     """cu++filt when it is found, else libstdc++ (looked up once per process)."""
     path = find_cufilt()

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import ctypes
 import enum
-import functools
 import sys
 from dataclasses import dataclass
 
+from ..process import InTest, cached, held
 from ..forksafe import ForkSafeLock
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 
@@ -101,7 +101,7 @@ class _Driver:
         return fn
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def _lib() -> _Driver:
     return _Driver()
 
@@ -133,7 +133,7 @@ class Sticky(enum.IntEnum):
 
 
 # the devices whose context a sticky error lost in this process, and the error
-_lost: dict[int, Sticky] = {}
+_lost: dict[int, Sticky] = held(__name__, "_lost", {})
 
 
 def lost_contexts() -> dict[int, Sticky]:
@@ -159,7 +159,7 @@ def note_lost(code: Sticky, device: int | None = None) -> int:
 
 
 # the devices whose lost context has been explained in full once (later errors say it short)
-_told: set[int] = set()
+_told: set[int] = held(__name__, "_told", set())
 
 
 def first_telling(device: int) -> bool:
@@ -229,7 +229,8 @@ def check(status: int, what: str) -> None:
 
 
 _init_lock = ForkSafeLock()
-_init_result: list[str | None] = []  # filled once: why the driver is unavailable, or None
+# filled once: why the driver is unavailable, or None
+_init_result: list[str | None] = held(__name__, "_init_result", [])
 
 
 def _init() -> str | None:
@@ -331,7 +332,7 @@ def current_device() -> int:
     return 0
 
 
-_primary: dict[int, int] = {}
+_primary: dict[int, int] = held(__name__, "_primary", {}, test=InTest.KEPT)
 _primary_lock = ForkSafeLock()
 
 
@@ -505,7 +506,7 @@ class DeviceLimits:
         return f"device {self.ordinal} ({self.name}, {self.sm_count} SMs)"
 
 
-@functools.lru_cache(maxsize=None)
+@cached(None)
 def device_limits(device: int) -> DeviceLimits:
     """A device's SM count and launch capabilities (asked once per device)."""
     lib, dev = _require(), _device(device)

@@ -12,12 +12,12 @@ cached by the input's content and the target (and nvJitLink's exact identity:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..process import cached
 from ..errors import ImageError
 from ..options import arch_sm
 from ..units import size_text
@@ -53,7 +53,7 @@ _ZSTD_CONTENTSIZE_UNKNOWN = 2**64 - 1
 _ZSTD_CONTENTSIZE_ERROR = 2**64 - 2
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def _libzstd():
     """The system's libzstd (Debian and Ubuntu install it with apt), or None."""
     import ctypes

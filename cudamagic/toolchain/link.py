@@ -12,7 +12,6 @@ driver loads like any other; that is what the cache keeps.
 from __future__ import annotations
 
 import enum
-import functools
 import os
 import struct
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..process import cached
 from ..errors import ImageError, LinkError
 from ..options import lto, relocatable
 from .image import ET_EXEC, ET_REL, device_runtime_kernels, elf_type, from_device_runtime
@@ -80,7 +80,7 @@ def _nvjitlink():
     return nvjitlink
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def nvjitlink_version() -> str:
     """nvJitLink's version as ``"major.minor"``.
 
@@ -90,7 +90,7 @@ def nvjitlink_version() -> str:
     return f"{major}.{minor}"
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def nvjitlink_identity() -> str:
     """What identifies the nvJitLink this process links with, exactly, for a cache key:
     its version, the ``nvidia-nvjitlink`` wheel's dist-info name (``...-13.0.88.dist-info``:
@@ -133,7 +133,7 @@ def _package_lib_dirs() -> list[Path]:
                    for d in Path(root).glob("cu*/lib")), reverse=True)
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def device_runtime() -> Path | None:
     """``libcudadevrt.a``, the device runtime a kernel that launches kernels links with: the
     ``nvidia-cuda-runtime`` wheel's, else ``$CUDA_HOME``'s or ``/usr/local/cuda``'s."""

@@ -9,7 +9,6 @@ log rewritten to the cell's own line numbers, and an error in a name expression 
 from __future__ import annotations
 
 import difflib
-import functools
 import os
 import re
 import shutil
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..process import cached
 from ..errors import CompileError, OptionError, ToolchainError
 from ..forksafe import ForkSafeLock, NativeSection
 from ..cxx.kernel_names import plain_kernels, template_kernels
@@ -103,14 +103,14 @@ def _check(result, what: str):
     return values[0] if len(values) == 1 else tuple(values)
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def nvrtc_version() -> str:
     """NVRTC's version as ``"major.minor"``."""
     major, minor = _check(_nvrtc().nvrtcVersion(), "nvrtcVersion")
     return f"{major}.{minor}"
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def supported_archs() -> tuple[int, ...]:
     """The SM versions this NVRTC can build a CUBIN for (``(75, 80, ..., 120)``)."""
     return tuple(int(a) for a in _check(_nvrtc().nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs"))

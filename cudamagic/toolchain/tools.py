@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..process import held
 from ..errors import CudaMagicError
 
 __all__ = ["ToolKind", "Found", "Tool", "Missing", "ToolMissingError", "find", "look", "require",
@@ -135,7 +136,7 @@ def _version(path: str) -> str | None:
     return versions[0]
 
 
-_FOUND: dict[ToolKind, Tool] = {}
+_FOUND: dict[ToolKind, Tool] = held(__name__, "_FOUND", {})
 
 
 def find(kind: ToolKind) -> Tool | Missing:

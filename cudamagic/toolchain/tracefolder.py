@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterator
 
 from ..forksafe import ForkSafeLock
+from ..process import at_fork
 
 __all__ = ["compile_folder", "TRACE_ROOM", "PREFIX"]
 
@@ -163,5 +164,4 @@ def _after_fork_in_child() -> None:
     _reaped.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+at_fork(__name__, "_homes", after_in_child=_after_fork_in_child, covers=("_reaped",))

@@ -11,12 +11,12 @@ bytes, with the reason (:class:`TypeGap`); nothing is read from the source text.
 from __future__ import annotations
 
 import enum
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..process import cached
 from ..errors import NameResolutionError
 from .image import GlobalImage
 
@@ -280,7 +280,7 @@ def device_global(variable: Variable, ptr: int, device: int, dtype: Any,
     return pointer(variable, ptr, device, dtype, owner)
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1)
 def _memory_pointer_view() -> type | None:
     try:
         from cupy.cuda import memory

@@ -12,13 +12,13 @@ Pure: no CUDA, no IPython, no widgets.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import html
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
+from ..process import cached, InTest
 from ..cxx import parse_demangled, tidy_name as _tidy
 from ..cxx.mangled import is_too_long
 from ..cxx.resolve import ResolvedBy
@@ -106,7 +106,7 @@ class Explanation:
 _PLACEHOLDER = re.compile(r"\bT\d+\b")
 
 
-@functools.lru_cache(maxsize=4096)
+@cached(4096, test=InTest.KEPT)
 def display_signature(demangled: str, placeholders: bool = False,
                       param_sizes: tuple[int, ...] | None = None) -> str:
     """A kernel's signature as a person reads it: ``void saxpy<float>(float, float const*,
