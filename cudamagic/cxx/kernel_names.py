@@ -7,13 +7,14 @@ cache hit whose cell has no template kernel left unnamed compiles only what it r
 from __future__ import annotations
 
 import bisect
-import functools
 import re
+
+from ..process import InTest, cached
 
 __all__ = ["template_kernels", "plain_kernels"]
 
 
-@functools.cache
+@cached(None, test=InTest.KEPT)
 def _reading() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
     """(a template's opening, a launch attribute's arguments, a kernel's declaration after a
     ``>``, a scope mark), compiled once.
@@ -33,7 +34,7 @@ def _reading() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], re.Pa
             re.compile(r"[{};]"))
 
 
-@functools.cache
+@cached(None, test=InTest.KEPT)
 def _any_kernel() -> re.Pattern[str]:
     return re.compile(r"(?:__global__\s+(?:\w+\s+){0,16}void|void\s+__global__)\s+"
                       r"(?:__\w{1,64}__\s+){0,4}(?P<name>\w+)\s*\(")
