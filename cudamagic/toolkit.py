@@ -199,6 +199,17 @@ def _libcudacxx_header(name: str, include_dirs: tuple[str, ...]) -> str | None:
     return None
 
 
+def _own_header_hint(name: str) -> str:
+    """Where NVRTC looked for a header of the user's own that it could not open."""
+    try:
+        here = f" ({os.getcwd()})"
+    except OSError:
+        here = ""
+    return (f'"{name}" is in neither the current folder{here}, where NVRTC looks first for a '
+            "quoted include, nor any -I folder: put it there, add -I DIR to the %%cuda line "
+            "(a relative DIR is taken from the current folder), or %cd to its folder")
+
+
 def include_hints(log: str, source: str = "", include_dirs: tuple[str, ...] | None = None,
                   std_headers: bool = False) -> list[str]:
     """What to do about the headers a failed compile could not use, one line each.
@@ -227,6 +238,8 @@ def include_hints(log: str, source: str = "", include_dirs: tuple[str, ...] | No
             hints.append(f"<{name}>: NVRTC has no C or C++ standard library and libcu++ has no "
                          f"<cuda/std/...> for it; device code uses the built-in CUDA functions "
                          "(printf, malloc, the math functions) without an include")
+        elif name not in _HOST_ONLY and name not in _NEEDS_STD_HEADERS:
+            hints.append(_own_header_hint(name))
     included = set(_INCLUDE.findall(source))
     hints += [text for header, text in _HOST_ONLY.items() if header in included]
     if not std_headers:

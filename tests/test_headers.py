@@ -108,7 +108,9 @@ def test_the_matrix_uses_the_wheels_of_this_venv():
      "pip install nvidia-curand"),
     ('x(1): catastrophic error: cannot open source file "crt/mma.h"', "",
      "pip install nvidia-cuda-crt"),
-    ('x(1): catastrophic error: cannot open source file "my_header.h"', "", None),
+    # a header of the user's own: where it was looked for and what to do (it had no hint)
+    ('x(1): catastrophic error: cannot open source file "my_header.h"', "",
+     "add -I DIR to the %%cuda line"),
     ("x(3): error: identifier \"foo\" is undefined", "#include <cub/cub.cuh>\n", "block- and warp"),
     ("x(3): error: identifier \"foo\" is undefined", "#include <cub/block/block_scan.cuh>\n", None),
 ])
