@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from stat import S_ISREG
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
@@ -346,7 +347,7 @@ class Manifest:
                     and st.st_ctime_ns == ctime_ns and st.st_ino == inode:
                 continue  # the fast path: an entry made here
             now = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-            if digest is None or _digest(path) != digest:
+            if digest is None or _digest(path, size) != digest:
                 if digest is None and not versioned[i]:
                     continue  # hand-built: nothing to compare
                 return f"the header {path} changed since the last compile"
@@ -410,9 +411,32 @@ def _stat_list(path: str) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _digest(path: str) -> str | None:
+def _digest(path: str, size: object) -> str | None:
+    """The sha256 of a regular file of ``size`` bytes (None: it is not one, or unreadable).
+
+    A stored manifest may name any path: it is opened without blocking (a FIFO), must be a
+    regular file (not /dev/zero, a folder), of the size recorded (a file of another size is
+    another file: not read), and is hashed in pieces, never more than ``size`` bytes.
+    """
+    if type(size) is not int or size < 0:
+        return None
     try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+        if not S_ISREG(st.st_mode) or st.st_size != size:
+            return None
+        h, left = hashlib.sha256(), size
+        while left > 0:
+            piece = os.read(fd, min(left, 1 << 20))
+            if not piece:
+                return None  # cut while read
+            h.update(piece)
+            left -= len(piece)
+        return None if os.read(fd, 1) else h.hexdigest()  # grown while read
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
