@@ -329,3 +329,48 @@ def test_a_save_report_that_cannot_be_written_is_refused_before_the_run(tmp_path
     k = cudamagic.build('extern "C" __global__ void k(float* a) {}', use_cache=False)["k"]
     with pytest.raises(ArgumentValueError, match="save_report"):
         k.sanitize(1, 1, (_DeviceArray(np.zeros(4, np.float32)),), save_report=where)
+
+
+def _aliased_rows():
+    x = np.arange(8, dtype=np.float32)
+    y = np.zeros(3, np.float32)
+    # (the arguments, the child's buffers, whether a and b share one)
+    return {"the same array twice": ((x, x, y), [32, 12], True),
+            "overlapping views": ((x[:-1], x[1:], y), [32, 12], True),
+            "a view inside the array": ((x, x[2:5], y), [32, 12], True),
+            "touching, not sharing": ((x[:4], x[4:], y), [16, 16, 12], False),
+            "apart": ((x[:2], x[4:], y), [8, 16, 12], False)}
+
+
+@pytest.mark.parametrize("row", list(_aliased_rows()))
+def test_arguments_that_share_memory_in_the_notebook_share_it_in_the_child(row):
+    # before: each array argument got a buffer of its own, so k(x, x) (an in-place kernel) or
+    # k(x[:-1], x[1:]) ran on unrelated copies: a write through one was not seen through the
+    # other, and the tool watched allocations the notebook's launch never had
+    args, buffers, shared = _aliased_rows()[row]
+    k = cudamagic.build('extern "C" __global__ void k(float* a, float* b, float* c) {}',
+                        use_cache=False)["k"]
+    c = cap.capture("k", k.params, (1,), (1,), tuple(_DeviceArray(a) for a in args),
+                    copy=_host_copy)
+    memory: dict[int, bytearray] = {}
+
+    def alloc(n):
+        base = 0x100000 * (len(memory) + 1)
+        memory[base] = bytearray(n)
+        return base
+
+    def write(address, data):
+        base = address & ~0xFFFFF
+        memory[base][address - base:address - base + len(data)] = data
+
+    slots, placed = cap.rebuild(c, alloc, write)
+    assert [len(m) for m in memory.values()] == buffers
+    a, b, _ = (int.from_bytes(s, "little") for s in slots)
+    parent = [v.__array_interface__["data"][0] for v in args]
+    assert (b - a == parent[1] - parent[0]) is shared
+    for ptr, value in zip((a, b), args[:2]):  # each pointer reads its own array's values
+        base = ptr & ~0xFFFFF
+        got = np.frombuffer(bytes(memory[base][ptr - base:ptr - base + value.nbytes]),
+                            np.float32)
+        assert got.tolist() == value.tolist()
+    assert [p.nbytes for p in placed] == [v.nbytes for v in args]

@@ -6,7 +6,8 @@ device array's bytes to the host with its dtype, shape and strides; scalars and 
 as the exact bytes their parameter receives; streams are not taken. :func:`encode_capture` /
 :func:`decode_capture` give the record a bytes form of its own (a JSON header and the arrays'
 bytes, never a pickle). In the child, :func:`rebuild` allocates one device buffer per array, of
-exactly its size (so a tool sees each allocation's bounds), and writes the parameter buffer.
+exactly its size (so a tool sees each allocation's bounds; arrays that overlap in the parent share
+one), and writes the parameter buffer.
 :func:`name_address` then says where an address the tool reports lies against the arguments.
 """
 
@@ -310,21 +311,49 @@ class Placement:
     nbytes: int
 
 
+def _shared_spans(arrays: Sequence[CapturedArg]) -> dict[int, tuple[int, int]]:
+    """For each array argument (by index), the parent's span ``(lowest address, bytes)`` of
+    the memory it shares with the arguments whose bytes overlap its own (``k(x, x)``,
+    ``k(x[:-1], x[1:])``): one buffer in the child, as one allocation in the parent."""
+    spans = sorted(((a.address - a.offset, _nbytes(a), a.index) for a in arrays),
+                   key=lambda t: t[0])
+    out: dict[int, tuple[int, int]] = {}
+    group: list[int] = []
+    lo = hi = 0
+    for start, n, index in spans:
+        if group and n and start < hi:
+            hi = max(hi, start + n)
+        else:
+            for i in group:
+                out[i] = (lo, hi - lo)
+            group, lo, hi = [], start, start + n
+        group.append(index)
+    for i in group:
+        out[i] = (lo, hi - lo)
+    return out
+
+
 def rebuild(c: Capture, alloc: Callable[[int], int],
             write: Callable[[int, bytes], None]) -> tuple[list[bytes], list[Placement]]:
-    """The parameter slots' bytes in the child, each array in a buffer of its own, and where
-    each buffer lies (``alloc(n)`` -> address, ``write(address, bytes)``)."""
+    """The parameter slots' bytes in the child, each array in a buffer of its own (arrays
+    that overlap in the parent share one, at the same distances), and where each array lies
+    (``alloc(n)`` -> address, ``write(address, bytes)``)."""
+    arrays = [a for a in c.args if a.kind is ArgKind.ARRAY]
+    spans = _shared_spans(arrays)
+    bases: dict[tuple[int, int], int] = {}
+    for span in dict.fromkeys(spans[a.index] for a in arrays):
+        bases[span] = alloc(span[1])
     slots, placed = [], []
     for a in c.args:
         if a.kind is not ArgKind.ARRAY:
             slots.append(a.packed)
             continue
-        nbytes = _nbytes(a)
-        base = alloc(nbytes)
+        span = spans[a.index]
+        start = bases[span] + (a.address - a.offset - span[0])  # the array's lowest byte
         if a.copied:
-            write(base, a.contents)
-        placed.append(Placement(a.index, base, nbytes))
-        slots.append((base + a.offset).to_bytes(POINTER_BYTES, "little"))
+            write(start, a.contents)
+        placed.append(Placement(a.index, start, _nbytes(a)))
+        slots.append((start + a.offset).to_bytes(POINTER_BYTES, "little"))
     return slots, placed
 
 
