@@ -413,3 +413,51 @@ def test_a_header_with_a_future_mtime_edited_while_compiling_is_not_stored(
                          compiler=edits_during_the_compile)
     assert any("not cached" in w and "v.h" in w for w in first.warnings)
     assert len(cache) == 0
+
+
+# a file another process writes into the -I folder while the cell compiles: none of them is a
+# name the compile looked up there
+WRITTEN_DURING = ["notes.txt", "run.log", "out/data.bin", ".ipynb_checkpoints/x.ipynb"]
+
+
+@pytest.mark.parametrize("written", WRITTEN_DURING)
+def test_a_file_written_into_an_include_folder_during_the_compile_is_no_doubt(
+        cache, compiler, tmp_path, monkeypatch, written):
+    """A CCCL cell with ``-I.`` in a folder where a notebook, a logger or a training run writes
+    files: CCCL's ``__has_include`` tests look in ``.`` too, but only the names they tested
+    (and the headers' names) could change what NVRTC read; any other file there is no doubt."""
+    from cudamagic.options import options_from_args
+    from cudamagic.pipeline import build_module
+
+    monkeypatch.chdir(tmp_path)
+    src = "#include <cuda/std/array>\n" + KERN.replace("V", "cuda::std::array<int, 2>{1, 2}[1]")
+    opts = options_from_args(["-I."], [])
+
+    def writes_during_the_compile(*args, **kw):
+        result = compiler(*args, **kw)
+        (tmp_path / written).parent.mkdir(exist_ok=True)
+        (tmp_path / written).write_text("x")
+        return result
+
+    first = build_module(src, opts, cache=cache, compiler=writes_during_the_compile)
+    assert not any("not cached" in w for w in first.warnings), first.warnings
+    assert build_module(src, opts, cache=cache, compiler=compiler).hit
+
+
+def test_a_name_a_has_include_tested_appearing_during_the_compile_is_still_doubted(
+        cache, compiler, tmp_path, monkeypatch):
+    from cudamagic.options import options_from_args
+    from cudamagic.pipeline import build_module
+
+    monkeypatch.chdir(tmp_path)
+    src = '#if __has_include(<later.h>)\n#include <later.h>\n#else\n#define V 1\n#endif\n' + KERN
+
+    def creates_the_tested_name(*args, **kw):
+        result = compiler(*args, **kw)
+        (tmp_path / "later.h").write_text("#define V 2\n")
+        return result
+
+    first = build_module(src, options_from_args(["-I."], []), cache=cache,
+                         compiler=creates_the_tested_name)
+    assert any("not cached" in w and "later.h" in w for w in first.warnings), first.warnings
+    assert len(cache) == 0

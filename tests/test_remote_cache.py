@@ -480,3 +480,24 @@ def test_a_password_file_others_can_read_is_refused(tmp_path, key_file):
     pw.chmod(0o644)
     store, why = open_remote("redis://127.0.0.1:1/0", str(key_file), password_file=str(pw))
     assert store is None and "password file" in why and "readable or writable by others" in why
+
+
+def test_without_the_client_the_reason_gives_an_install_command_that_works(monkeypatch, tmp_path):
+    """cudamagic is on no package index (README): the reason said pip install
+    'cudamagic[remote]', which a user cannot run. It names the remote extra's own requirement
+    (read from pyproject.toml) and the checkout's extra."""
+    import tomllib
+
+    from .conftest import REPO
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["remote"]
+    key = tmp_path / "team.key"
+    key.write_text("k" * 32)
+    key.chmod(0o600)
+    monkeypatch.setitem(sys.modules, "redis", None)  # import redis raises ImportError
+    store, why = open_remote("redis://127.0.0.1:1/0", str(key))
+    assert store is None and why is not None
+    assert "'cudamagic[remote]'" not in why, why
+    for requirement in extra:
+        assert f"pip install '{requirement}'" in why, why
+    assert "pip install -e '.[remote]'" in why, why
