@@ -208,3 +208,32 @@ def test_the_magic_takes_a_variable_as_a_name_expression(tmp_path, monkeypatch):
     assert callable(ip.user_ns["use"]) and "&z::tv<float>" not in module.kernels
     assert module.variable_expressions == {"&z::tv<float>": "_ZN1z2tvIfEE"}
     assert not any(k.startswith("z_tv") for k in ip.user_ns)
+
+
+# What a new user porting CuPy RawModule code met (from test_user_tries.py): a variable given as a name expression
+VARIABLES = r"""
+template <typename T> __device__ T table[4];
+__constant__ float coeffs[8];
+extern "C" __global__ void rd(float* o) { o[0] = table<float>[0] + coeffs[1]; }
+template <typename T> __global__ void k(T* o) { o[0] = table<T>[1]; }
+"""
+
+
+@pytest.mark.parametrize("names", [["table<float>"], ["coeffs"], ["k<float>", "table<float>"],
+                                   ["table<double>"], ["&table<double>"]])
+def test_a_variable_given_as_a_name_expression_is_taken_as_nvrtc_takes_it(tmp_path, names):
+    """NVRTC's nvrtcAddNameExpression takes a variable (and instantiates a variable template's
+    instance no code uses): the module lists it, typed, and reaches it by the expression."""
+    module = cudamagic.build(VARIABLES, names, arch="sm_90", cache=tmp_path)
+    variables = [n for n in names if not n.startswith("k<")]
+    assert set(module.variable_expressions) == set(variables)
+    assert all(v not in module.kernels for v in variables)
+    for v in variables:
+        found = find(module.globals, v, module.variable_expressions)
+        assert found.dtype == ("float64" if "double" in v else "float32")
+        assert found.shape == ((8,) if v == "coeffs" else (4,))
+
+
+def test_without_the_name_expression_the_variable_is_listed(tmp_path):
+    module = cudamagic.build(VARIABLES, ["k<float>"], arch="sm_90", cache=tmp_path)
+    assert {"table<float>", "coeffs"} <= {v.cxx_name for v in module.globals}

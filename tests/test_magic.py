@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import run_python
+from .conftest import FIXTURES, run_python
 
 CELL = r'''
 template <typename T>
@@ -446,3 +446,16 @@ def cudamagic_build(source: str, tmp_path):
     import cudamagic
 
     return cudamagic.build(source, cache=tmp_path / "cache")
+
+
+# What a new user porting CuPy RawModule code met (from test_user_tries.py): %cuda_load --arch
+@pytest.mark.parametrize("arch, sm, linked", [("sm_80", 80, False), ("sm_90", 90, False),
+                                              ("sm_100", 100, True)])
+def test_cuda_load_picks_a_fatbins_target_with_arch(tmp_path, monkeypatch, arch, sm, linked):
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_line_magic("cuda_load", f'"{FIXTURES / "nvcc_kernels.fatbin"}" --arch {arch} '
+                                   "--module fb -q")
+    module = ip.user_ns["fb"]
+    assert module.image.sm == sm and "fill" in module.kernels
+    assert ("link (nvJitLink)" in module.report.text()) == linked
+    assert "PTX or fatbin" in ip.find_line_magic("cuda_load").__doc__

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import cudamagic
+from cudamagic.errors import NameResolutionError
 from cudamagic.view.report import SHOWN_ROWS
 
 SOURCE = "template <int N> __global__ void k(float* x) { x[0] = N; }"
@@ -66,3 +67,15 @@ def test_membership_and_get_answer_as_a_mapping(tmp_path, key):
     assert (got != "none") is found
     if found:
         assert got is module[key]
+
+
+# What a new user porting CuPy RawModule code met (from test_user_tries.py): CuPy's get_function
+def test_rawmodule_code_finds_kernels_with_get_function(tmp_path):
+    # CuPy: mod = cp.RawModule(code=..., name_expressions=[...]); mod.get_function("saxpy<float>")
+    source = (r'template <typename T> __global__ void saxpy(T a, T* y) { y[0] *= a; }'
+              '\nextern "C" __global__ void fill(float* x) { x[0] = 1.0f; }')
+    module = cudamagic.build(source, ["saxpy<float>"], arch="sm_90", cache=tmp_path)
+    assert module.get_function("saxpy<float>") is module["saxpy<float>"]
+    assert module.get_function("fill").symbol == "fill"
+    with pytest.raises(NameResolutionError, match="saxpy<float>"):
+        module.get_function("saxpy<double>")

@@ -6,12 +6,16 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+import cudamagic
 from IPython.lib.pretty import pretty
 
 from cudamagic.view import render
 from cudamagic.view import report as R
 from cudamagic.view.records import CacheListing, CacheStats, EnvironmentInfo
 from cudamagic.view.report import SHOWN_ROWS, BuildReport, Explanation, KernelRow, display_signature
+
+from .conftest import FIXTURES
 
 
 def make(n: int = 3, origin: str = "compiled", **kw) -> BuildReport:
@@ -276,3 +280,40 @@ def test_a_small_cache_database_is_not_said_to_take_zero(tmp_path):
     said = str(caught.value)
     assert "database alone takes" in said and " KiB" in said, said
     assert "0.0 MiB" not in said
+
+
+# What a new user porting CuPy RawModule code met (from test_user_tries.py): every lap of a build is a named phase
+DYNAMIC = r"""
+__global__ void child(int* x) { x[threadIdx.x] += 1; }
+extern "C" __global__ void parent(int* x) { child<<<1, 32>>>(x); }
+"""
+
+
+def _unnamed(report) -> list[str]:
+    """Timed laps the report's phases do not show by name (they would fall into 'other')."""
+    named = {p.seconds for p in report.phases[:-1] if p.label != "other"}
+    return [k for k, s in report.timings.items() if k != "total" and s not in named]
+
+
+@pytest.mark.parametrize("options", [[], ["-rdc=true"], ["-dc"], ["-dlto"]])
+def test_every_lap_of_a_build_is_a_named_phase(tmp_path, options):
+    module = cudamagic.build(DYNAMIC if options else DYNAMIC.replace("child<<<1, 32>>>(x);", ""),
+                             options=options, arch="sm_90", cache=tmp_path)
+    assert _unnamed(module.report) == []
+    assert ("link (nvJitLink)" in module.report.text()) == bool(options)
+
+
+@pytest.mark.parametrize("name", ["nvcc_kernels.ptx", "nvcc_kernels.fatbin"])
+def test_what_nvjitlink_does_for_a_load_is_a_named_phase_and_a_hit_is_a_lookup(tmp_path, name):
+    # the fatbin holds no sm_100 CUBIN: its PTX is compiled, as a .ptx file is
+    first = cudamagic.load_cubin(FIXTURES / name, arch="sm_100", cache=tmp_path)
+    assert _unnamed(first.report) == []
+    assert [p.label for p in first.report.phases].count("link (nvJitLink)") == 1
+    again = cudamagic.load_cubin(FIXTURES / name, arch="sm_100", cache=tmp_path)
+    labels = [p.label for p in again.report.phases]
+    assert "link (nvJitLink)" not in labels and "cache lookup" in labels
+
+
+def test_a_cubin_taken_as_it_is_has_no_link_phase(tmp_path):
+    module = cudamagic.load_cubin(FIXTURES / "nvcc_kernels.fatbin", arch="sm_90", cache=tmp_path)
+    assert "link (nvJitLink)" not in [p.label for p in module.report.phases]

@@ -248,3 +248,29 @@ def test_auto_parameter_cast_resolves_to_nvrtcs_kernel(demangler, expr):
 def test_python_names_come_from_the_evaluated_value(expr, name, lookalike):
     assert python_name(expr) == name
     assert python_name(AUTO.get(expr) or TYPED[expr]) == lookalike
+
+
+# What a new user porting CuPy RawModule code met (from test_user_tries.py): a launch attribute is not a kernel's name
+# where kernel authors put launch attributes: between void and the name (CUDA's guide), or
+# before void; each with one or two arguments
+ATTRIBUTES = ["__launch_bounds__(256)", "__launch_bounds__(256, 2)", "__launch_bounds__( 128 )",
+              "__cluster_dims__(2, 1, 1)", "__maxnreg__(32)", "__noinline__"]
+PLACES = ["__global__ void {a} k", "__global__ {a} void k", "{a} __global__ void k"]
+
+
+@pytest.mark.parametrize("attribute", ATTRIBUTES)
+@pytest.mark.parametrize("place", PLACES)
+def test_a_launch_attribute_is_not_read_as_the_kernels_name(tmp_path, attribute, place):
+    from cudamagic.cxx.kernel_names import plain_kernels, template_kernels
+
+    declaration = place.format(a=attribute) + "(float* x) { x[threadIdx.x] = 1.0f; }"
+    template = "template <typename T>\n" + declaration.replace("float", "T")
+    assert template_kernels(template) == ["k"] and plain_kernels(template) == []
+    assert plain_kernels(declaration) == ["k"] and template_kernels(declaration) == []
+    if attribute == "__noinline__":
+        return  # a function attribute NVRTC refuses on a kernel; the reading is what counts
+    without = cudamagic.build(template, arch="sm_90", cache=tmp_path)
+    assert any("template k is not compiled" in w for w in without.report.warnings)
+    assert not any("__" in w.split("template ")[-1][:20] for w in without.report.warnings)
+    built = cudamagic.build(template, ["k<float>"], arch="sm_90", cache=tmp_path)
+    assert not any("is not compiled" in w for w in built.report.warnings)
