@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["ChangeKind", "HitKind", "Miss", "MissKind"]
+__all__ = ["ChangeKind", "HitKind", "Miss", "MissKind", "StoreOutcome", "Stored"]
 
 
 class HitKind(str, enum.Enum):
@@ -103,3 +103,28 @@ class ChangeKind(str, enum.Enum):
     EVICTED = "evicted"
     #: The key changed although none of the inputs compared did.
     OTHER = "other"
+
+
+class StoreOutcome(enum.Enum):
+    """What became of a compiled build's entry (:class:`Stored`); the views word it."""
+
+    #: Kept in the cache: the next run is a hit.
+    KEPT = enum.auto()
+    #: ``--no-cache``: the cache is not written.
+    NO_CACHE = enum.auto()
+    #: The header manifest cannot tie the text the compile read to its CUBIN (a header
+    #: changed while it was read...): not stored, the next run compiles again.
+    RACY = enum.auto()
+    #: Another process kept the cache's database locked for longer than a store waits.
+    BUSY = enum.auto()
+    #: The build failed: nothing to keep.
+    FAILED = enum.auto()
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What became of a build's entry: its :class:`StoreOutcome`, and the finder's own account
+    of the instance where there is one (the manifest's doubt, for RACY), shown as it is."""
+
+    outcome: StoreOutcome
+    detail: str = ""

@@ -31,7 +31,7 @@ from .errors import (CompileError, CudaMagicError, ImageError, InputWarning,
 from .files import read_cubin_arg
 from .keys import cache_key
 from .lineinfo import debug_support
-from .miss import BuildOrigin, HitKind, Miss, MissKind
+from .miss import BuildOrigin, HitKind, Miss, MissKind, StoreOutcome, Stored
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
@@ -46,7 +46,7 @@ from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_
 from .toolchain.image import ET_REL, elf_type, read_cubin
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
-from .view.report import BuildReport, KernelRow, KernelRows
+from .view.report import BuildReport, KernelRow, KernelRows, stored_note, stored_text
 
 if TYPE_CHECKING:  # pragma: no cover  (the compiler's record: a hit never imports it)
     from .toolchain.nvrtc import CompileResult
@@ -421,7 +421,7 @@ class _Interrupts:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
 
-    def raise_if_asked(self, seconds: float, kept: str) -> None:
+    def raise_if_asked(self, seconds: float, kept: Stored) -> None:
         """Raise the held interrupt, saying what became of the compile's result.
 
         :raises KeyboardInterrupt: Ctrl-C came during the build.
@@ -429,7 +429,7 @@ class _Interrupts:
         if self.asked:
             raise KeyboardInterrupt(f"compiling {PROGRAM_NAME} was interrupted after "
                                     f"{seconds:.1f} s; a compile cannot be stopped half way, "
-                                    f"so the build ran to its end: {kept}")
+                                    f"so the build ran to its end: {stored_text(kept)}")
 
 
 def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
@@ -442,14 +442,14 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
         try:
             module, kept = _compile_held(ctx, pending, miss, t)
         except CudaMagicError:
-            interrupts.raise_if_asked(time.perf_counter() - t, "it failed, so nothing is kept")
+            interrupts.raise_if_asked(time.perf_counter() - t, Stored(StoreOutcome.FAILED))
             raise
     interrupts.raise_if_asked(time.perf_counter() - t, kept)
     return module
 
 
 def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
-                  ) -> tuple[Module, str]:
+                  ) -> tuple[Module, Stored]:
     """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
     no_files = reads_no_file(ctx.source, ctx.opts.options)
     started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
@@ -513,22 +513,22 @@ def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
     return from_scan(ctx.source, ctx.search, started_ns)
 
 
-def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> str:
-    """Put the entry in the cache where it can be trusted; what became of it, in words."""
+def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> Stored:
+    """Put the entry in the cache where it can be trusted; what became of it (the note, where
+    it could have been kept and was not, worded by the view)."""
     if ctx.store is None:
-        return "its CUBIN is not cached (--no-cache)"
+        return Stored(StoreOutcome.NO_CACHE)
     if manifest.racy:
-        ctx.notes.append(f"not cached: {manifest.racy}, so its text cannot be tied to this "
-                         "CUBIN; the next run compiles again")
-        return f"its CUBIN is not cached ({manifest.racy})"
-    t = time.perf_counter()
-    stored = ctx.store.put(ctx.key, record)
-    ctx.lap("store", t)
-    if not stored:
-        ctx.notes.append(f"not cached: another process kept the cache's database locked for "
-                         f"over {CACHE_WAIT_S:g} s; the next run compiles again")
-        return "its CUBIN is not cached (the cache's database was locked)"
-    return "its CUBIN is kept in the cache, so the next run is a hit"
+        stored = Stored(StoreOutcome.RACY, manifest.racy)
+    else:
+        t = time.perf_counter()
+        kept = ctx.store.put(ctx.key, record)
+        ctx.lap("store", t)
+        stored = Stored(StoreOutcome.KEPT if kept else StoreOutcome.BUSY)
+    note = stored_note(stored, CACHE_WAIT_S)
+    if note is not None:
+        ctx.notes.append(note)
+    return stored
 
 
 def _signatures(ctx: BuildContext, binary: Binary, pending: Pending | None,

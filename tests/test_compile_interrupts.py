@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from cudamagic import pipeline
+from cudamagic.toolchain import link
 from cudamagic.options import options_from_args
 from cudamagic.pipeline import build_module
 from cudamagic.store.cache import KernelCache
@@ -16,8 +17,8 @@ SOURCE = 'extern "C" __global__ void k(float* x, int n) { if (n) x[0] = 1.0f; }\
 
 # the step where Ctrl-C comes: (the object, the attribute the build calls, its options)
 STEPS = {
-    "the nvJitLink link of a -dlto build": (pipeline, "link_compiled", ["-dlto"]),
-    "the link of an -rdc build": (pipeline, "link_compiled", ["-rdc=true"]),
+    "the nvJitLink link of a -dlto build": (link, "link_compiled", ["-dlto"]),
+    "the link of an -rdc build": (link, "link_compiled", ["-rdc=true"]),
     "the header manifest": (pipeline, "_manifest", []),
     "reading the CUBIN": (pipeline, "read_cubin", []),
     "the type probes' answers": (pipeline, "answers", []),
@@ -63,3 +64,56 @@ def test_ctrl_c_then_a_failure_after_the_compile_says_nothing_is_kept(cache, com
     with pytest.raises(KeyboardInterrupt, match="it failed, so nothing is kept"):
         build_module(SOURCE, options_from_args([]), cache=cache, compiler=compiler)
     assert not list(cache.keys())
+
+
+# --- what became of the entry: a StoreOutcome, worded by the view -------------------------------
+
+def _racy(real):
+    def call(*args, **kwargs):
+        manifest = real(*args, **kwargs)
+        manifest.racy = "a header changed while the compile read it"
+        return manifest
+    return call
+
+
+# the case: (BuildOptions' fields, (the object, the attribute, its stand-in) or None, outcome, words kept)
+OUTCOMES = {
+    "kept": ({}, None, "KEPT", "its CUBIN is kept in the cache, so the next run is a hit"),
+    "--no-cache": ({"no_cache": True}, None, "NO_CACHE", "its CUBIN is not cached (--no-cache)"),
+    "a racy manifest": ({}, (pipeline, "_manifest", _racy), "RACY",
+                        "its CUBIN is not cached (a header changed while the compile read it)"),
+    "a busy database": ({}, (KernelCache, "put", lambda real: lambda *a, **k: False), "BUSY",
+                        "its CUBIN is not cached (the cache's database was locked)"),
+}
+
+
+@pytest.mark.parametrize("case", list(OUTCOMES))
+def test_what_became_of_the_entry_is_an_outcome_the_view_words(case, cache, compiler,
+                                                                monkeypatch):
+    """_store answers by StoreOutcome (not a sentence); the interrupt's words stay as they were."""
+    from cudamagic.miss import StoreOutcome
+
+    options, patch, outcome, words = OUTCOMES[case]
+    if patch is not None:
+        owner, name, make = patch
+        monkeypatch.setattr(owner, name, make(getattr(owner, name)))
+    seen = []
+    real_store = pipeline._store
+    monkeypatch.setattr(pipeline, "_store", lambda *a: seen.append(real_store(*a)) or seen[-1])
+    with pytest.raises(KeyboardInterrupt) as raised:
+        build_module(SOURCE, options_from_args([], **options), cache=cache,
+                     compiler=_interrupting(compiler))
+    assert [s.outcome for s in seen] == [StoreOutcome[outcome]]
+    assert str(raised.value).endswith(f"ran to its end: {words}")
+    assert bool(list(cache.keys())) is (outcome == "KEPT")
+
+
+def test_a_reworded_outcome_changes_nothing_but_the_words(cache, compiler, monkeypatch):
+    """The pipeline decides by the outcome: with the view's sentence reworded the entry is still
+    kept (the next run is a hit) and the interrupt carries the new words."""
+    monkeypatch.setattr(pipeline, "stored_text", lambda stored: f"reworded {stored.outcome.name}")
+    with pytest.raises(KeyboardInterrupt, match="ran to its end: reworded KEPT$"):
+        build_module(SOURCE, options_from_args([]), cache=cache,
+                     compiler=_interrupting(compiler))
+    monkeypatch.undo()
+    assert build_module(SOURCE, options_from_args([]), cache=cache, compiler=compiler).hit
