@@ -155,3 +155,41 @@ def test_a_url_never_shows_its_password_and_never_raises(tmp_path, url, on):
     if store is not None:
         assert "sekrit" not in repr(store) and "sekrit" not in str(store.remote_stats())
         store.close()
+
+
+# a key of another type under a record's name (WRONGTYPE): a refused record, deleted, and the
+# server stays in use, where it tripped the breaker (30 s without the tier, a warning) each time
+TYPES = [
+    ("list", lambda r, k: r.rpush(k, b"x")),
+    ("hash", lambda r, k: r.hset(k, "a", b"x")),
+    ("set", lambda r, k: r.sadd(k, b"x")),
+    ("sorted set", lambda r, k: r.zadd(k, {b"x": 1.0})),
+    ("stream", lambda r, k: r.xadd(k, {"a": b"x"})),
+]
+
+
+@pytest.fixture(scope="module")
+def real_server(tmp_path_factory):
+    from .redis_server import start_server
+
+    s = start_server(tmp_path_factory.mktemp("redis"))
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("kind, put", TYPES, ids=[t[0] for t in TYPES])
+def test_a_key_of_another_type_is_a_refused_record_not_a_failing_server(real_server, kind,
+                                                                        put):
+    store = RemoteStore(real_server.url, b"k" * 32)
+    raw = real_server.client()
+    put(raw, store.prefix + kind)
+    try:
+        with pytest.raises(Refused, match="another type"):
+            store.load(kind)
+        stats = store.remote_stats()
+        assert stats.errors == 0 and stats.state.value == "on" and stats.refused == 1
+        assert not raw.exists(store.prefix + kind)  # deleted: the next compile's record fits
+        assert store.save(kind, b"entry")
+        assert store.load(kind) == b"entry"
+    finally:
+        store.close()

@@ -123,7 +123,9 @@ def verify(team_key: bytes, key: str, record: object) -> bytes:
     :raises Refused: not a signed record, or a tag that does not hold (the reason).
     """
     if not isinstance(record, (bytes, bytearray)):
-        raise Refused(f"the remote record is a {type(record).__name__}, not bytes")
+        what = ("a Redis key of another type (a list, a hash...)" if isinstance(
+            record, _NotAString) else f"a {type(record).__name__}")
+        raise Refused(f"the remote record is {what}, not bytes")
     data = bytes(record)
     head = len(RECORD_MAGIC) + _TAG
     if len(data) < head or not data.startswith(RECORD_MAGIC):
@@ -408,7 +410,7 @@ class RemoteStore(Store):
         :raises Refused: a record whose signature does not hold (deleted from the server).
         """
         t = time.perf_counter()
-        record = self._call(lambda r: r.get(self.prefix + key), _FAILED)
+        record = self._call(lambda r: _get(r, self.prefix + key), _FAILED)
         seconds = time.perf_counter() - t
         if record is _FAILED:
             self.said()
@@ -572,6 +574,23 @@ _COUNTS = ("hits", "misses", "bytes_read", "bytes_sent", "sent", "kept_theirs", 
            "refused", "too_large", "dropped", "skipped", "lookups", "lookup_seconds",
            "slowest_seconds")
 _FAILED = object()
+
+
+class _NotAString:
+    """What is under a key when it is not a string (a list, a hash: Redis's WRONGTYPE)."""
+
+
+def _get(client: Any, name: str) -> object:
+    """GET, with a key of another type answered as a record (refused) rather than as a
+    failing server (the breaker and its warning for every such key)."""
+    import redis
+
+    try:
+        return client.get(name)
+    except redis.ResponseError as exc:
+        if str(exc).startswith("WRONGTYPE"):
+            return _NotAString()
+        raise
 _stores: "weakref.WeakSet[RemoteStore]" = weakref.WeakSet()
 
 
