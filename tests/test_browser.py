@@ -1,12 +1,11 @@
 """A real browser: JupyterLab on localhost, Debian's Chromium driven by Playwright, runs the
-quickstart and reads what the report *widget's own view* renders: its badge, its table's rows,
-the explanation of a miss, the phases behind a click; and the error block of a bad kernel call.
-
-Every selector for the report is scoped to the widget view's element (``.widget-html`` carrying
-the widget's class ``cudamagic-widget``), which the HTML fallback in the same output never has:
-where the widget manager is missing, JupyterLab shows that fallback instead, and
-:func:`test_without_the_widget_manager_no_widget_view_is_found` checks that the selectors then
-find nothing (so the first test cannot pass on the fallback).
+quickstart and reads what the report renders: its badge, its table's rows, the explanation of a
+miss, the phases behind a click; and the error block of a bad kernel call. Then the notebook is
+saved, its kernel shut down and the page opened again: every report still reads the same (the
+report's output is HTML and names no widget model a new page would lack), and so does the
+notebook converted to HTML by nbconvert. The report needs no widget manager either
+(:func:`test_without_the_widget_manager_the_report_reads_the_same`); past 50 kernels a widget
+shows the rest when its fold is opened.
 
 Needs ``chromium`` (Debian), ``jupyterlab`` and ``playwright`` (PyPI). With
 ``CUDAMAGIC_BROWSER_KERNEL=NAME`` (and ``JUPYTER_PATH`` where that kernelspec lives) the
@@ -15,7 +14,9 @@ checkout. Skipped with a reason
 where they are missing, except where ``CUDAMAGIC_REQUIRE_BROWSER=1`` (CI sets it), where their
 absence is a failure. Screenshots land in ``artifacts/browser/``: ``widget-miss.png``,
 ``widget-changed.png``, ``widget-hit.png``, ``argument-error.png``, ``compile-error.png``,
-``picture.png``, ``quickstart.png``, ``widget-more-rows.png``.
+``picture.png``, ``quickstart.png``, ``widget-more-rows.png``, ``highlight.png`` (a %%cuda cell highlighted as C++ beside a Python
+cell), ``reopened.png`` (the notebook
+reopened after its kernel was shut down), ``nbconvert.png`` (its HTML export).
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ from .conftest import REPO
 CHROMIUM = "/usr/bin/chromium"
 # a read-only checkout (the suite run from a read-only folder) names another place
 ARTIFACTS = Path(os.environ.get("CUDAMAGIC_ARTIFACTS", REPO / "artifacts")) / "browser"
-WIDGET = ".jp-OutputArea-output .widget-html.cudamagic-widget"  # the widget view, not a fallback
-FALLBACK = ".jp-OutputArea-output .cudamagic-report"
+REPORT = ".jp-OutputArea-output .cudamagic-report"
 MANAGER = "@jupyter-widgets/jupyterlab-manager"
 
 
@@ -75,6 +75,11 @@ def lab(tmp_path, request):
     root.mkdir()
     shutil.copy(REPO / "notebooks" / "quickstart.ipynb", root)
     _many_kernels_notebook(root / "many.ipynb")
+    _highlight_notebook(root / "highlight.ipynb")
+    # the JupyterLab extension as the wheel installs it (share/jupyter/labextensions/...)
+    shared = tmp_path / "jupyter-path"
+    shutil.copytree(REPO / "labextension" / "prebuilt",
+                    shared / "labextensions" / "cudamagic-jupyterlab")
     kernel = os.environ.get("CUDAMAGIC_BROWSER_KERNEL")  # an installed wheel's kernel, by name
     if kernel:
         _use_kernel(root, kernel)
@@ -92,6 +97,8 @@ def lab(tmp_path, request):
            "JUPYTER_CONFIG_DIR": str(config),
            "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
+           "JUPYTER_PATH": os.pathsep.join(filter(None, [str(shared),
+                                                         os.environ.get("JUPYTER_PATH")])),
            "PYTHONPATH": "" if kernel else os.pathsep.join([str(REPO),
                                                             os.environ.get("PYTHONPATH", "")])}
     log = open(tmp_path / "jupyter.log", "w")
@@ -146,6 +153,46 @@ def _many_kernels_notebook(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+#: The same words in a %%cuda cell and in a Python cell: keywords of C++, names in Python.
+HIGHLIGHT_WORDS = ("template", "typename")
+
+
+def _highlight_notebook(path: Path) -> None:
+    """A %%cuda cell and a Python cell holding the same C++ keywords."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+                    '%%cuda -n "k<int>"\ntemplate <typename T> __global__ void k(unsigned* x) '
+                    "{ x[0] = 1; }"),
+                nbformat.v4.new_code_cell("template = typename = 1"),
+                nbformat.v4.new_code_cell("%%cuda_like\ntemplate = typename = 2")]
+    nbformat.write(nb, path)
+
+
+_TOKEN_COLOR = """([cell, word]) => {
+    const content = document.querySelectorAll('.jp-CodeCell .cm-content')[cell];
+    const walker = document.createTreeWalker(content, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const at = node.textContent.indexOf(word);
+        if (at >= 0) {
+            return getComputedStyle(node.parentElement).color;
+        }
+    }
+    return null;
+}"""
+
+_KEYWORD_COLOR = """() => {
+    const probe = document.createElement('span');
+    probe.style.color = 'var(--jp-mirror-editor-keyword-color)';
+    document.body.appendChild(probe);
+    const color = getComputedStyle(probe).color;
+    probe.remove();
+    return color;
+}"""
+
+
 def _open(p, base: str, token: str, tmp_path: Path, notebook: str = "quickstart.ipynb"):
     """A Chromium page on a notebook (the quickstart), its kernel started and idle."""
     browser = p.chromium.launch_persistent_context(
@@ -193,47 +240,47 @@ def _shot(locator, name: str) -> None:
     locator.screenshot(path=str(ARTIFACTS / name))
 
 
-def test_widget_view_renders_the_report_in_jupyterlab(lab):
-    from playwright.sync_api import sync_playwright
+def _scroll_through(page, selector: str, count: int) -> None:
+    """Scroll the notebook down until ``count`` elements match ``selector``: JupyterLab attaches
+    a cell's outputs once it has come into view (a reopened notebook shows the first few)."""
+    scroller = page.locator(".jp-WindowedPanel-outer").first
+    for _ in range(60):
+        if page.locator(selector).count() >= count:
+            break
+        scroller.evaluate("e => e.scrollBy(0, e.clientHeight * 0.8)")
+        time.sleep(0.3)
+    scroller.evaluate("e => e.scrollTo(0, 0)")
 
-    base, token, tmp_path = lab
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser, page = _open(p, base, token, tmp_path)
-        try:
-            _run_quickstart(page)
-            widgets = page.locator(WIDGET)
-            assert widgets.count() == 4, widgets.count()  # miss, miss, changed, hit
-            first, fractal, changed, hit = (widgets.nth(i) for i in range(4))
-            # the text the widget views put in the page (read from the DOM: JupyterLab draws
-            # only the cells in view, and a cell out of view has no inner text)
-            seen: dict = {
-                "badges": [w.locator(".cudamagic-badge").text_content()
-                           for w in (first, fractal, changed, hit)],
-                "first why": first.locator(".cudamagic-why").text_content(),
-                "rows": first.locator(".cudamagic-names tbody tr").all_text_contents(),
-                "facts": first.locator(".cudamagic-facts").text_content(),
-                "changed why": changed.locator(".cudamagic-why").text_content(),
-                "hit why": hit.locator(".cudamagic-why").count(),
-            }
-            hit.scroll_into_view_if_needed()
-            hit.locator(".cudamagic-phases summary").click()  # the phases, one click away
-            seen["phases"] = hit.locator(".cudamagic-phases table").inner_text()  # drawn now
-            error = page.locator(".jp-OutputArea-output", has_text="ArgumentTypeError").first
-            seen["error"] = error.text_content()
-            _shot(first, "widget-miss.png")
-            _shot(changed, "widget-changed.png")
-            _shot(hit, "widget-hit.png")
-            _shot(error, "argument-error.png")
-            _shot(page.locator(".jp-OutputArea-output", has_text="CompileError").first,
-                  "compile-error.png")
-            _shot(page.locator(".jp-OutputArea-output img").first, "picture.png")
-            page.screenshot(path=str(ARTIFACTS / "quickstart.png"))
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "quickstart-failure.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+
+def _read_reports(page) -> dict:
+    """What the four reports of the quickstart say (read from the DOM: JupyterLab draws only
+    the cells in view, and a cell out of view has no inner text)."""
+    _scroll_through(page, REPORT, 4)
+    reports = page.locator(REPORT)
+    assert reports.count() == 4, reports.count()  # miss, miss, changed, hit
+    first, fractal, changed, hit = (reports.nth(i) for i in range(4))
+    seen: dict = {
+        "badges": [w.locator(".cudamagic-badge").text_content()
+                   for w in (first, fractal, changed, hit)],
+        "first why": first.locator(".cudamagic-why").text_content(),
+        "rows": first.locator(".cudamagic-names tbody tr").all_text_contents(),
+        "facts": first.locator(".cudamagic-facts").text_content(),
+        "changed why": changed.locator(".cudamagic-why").text_content(),
+        "hit why": hit.locator(".cudamagic-why").count(),
+    }
+    hit.scroll_into_view_if_needed()
+    hit.locator(".cudamagic-phases summary").click()  # the phases, one click away
+    seen["phases"] = hit.locator(".cudamagic-phases table").inner_text()  # drawn now
+    fold = first.locator(".cudamagic-fold summary")
+    fold.scroll_into_view_if_needed()
+    fold.click()  # the timing and occupancy fold, with its plot
+    seen["fold"] = first.locator(".cudamagic-fold").inner_text()
+    seen["plot"] = first.locator(".cudamagic-fold svg").count()
+    seen["missing"] = page.get_by_text("model not found").count()
+    return seen
+
+
+def _check_reports(seen: dict, cache: Path) -> None:
     assert seen["badges"] == ["cache miss", "cache miss", "cache miss", "cache hit"], seen
     assert "first build of this cell" in seen["first why"], seen  # JupyterLab gives a cell id
     assert "the source changed (line 10)" in seen["changed why"], seen
@@ -244,15 +291,89 @@ def test_widget_view_renders_the_report_in_jupyterlab(lab):
                      "void saxpy<float>(float, float const*, float*, int)", "ns_scale_float_3",
                      "_ZN2ns5scaleIfLi3EEEvPT_i", "void fill(float*, float, int)", "nvrtc"):
         assert any(expected in r for r in seen["rows"]), (expected, seen["rows"])
-    assert "cache" in seen["facts"] and str(tmp_path / "cache") in seen["facts"]
+    assert "cache" in seen["facts"] and str(cache) in seen["facts"]
     assert "cache lookup" in seen["phases"] and "the cell" in seen["phases"], seen
-    assert "takes 4 arguments" in seen["error"] and "Traceback" not in seen["error"], seen
+    assert "best block size" in seen["fold"] and seen["plot"] == 1, seen
+    assert seen["missing"] == 0, seen
+
+
+def _shut_down_kernels(base: str, token: str) -> None:
+    """What *Kernel → Shut Down* does, for every session of the server."""
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
+        sessions = json.load(r)
+    for s in sessions:
+        req = urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}",
+                                     method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
+
+
+def _save(page) -> None:
+    page.keyboard.press("Control+s")
+    page.wait_for_selector(".jp-mod-dirty", state="detached", timeout=60_000)
+
+
+def test_the_report_renders_in_jupyterlab_and_after_the_kernel_is_gone(lab):
+    from playwright.sync_api import sync_playwright
+
+    base, token, tmp_path = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser, page = _open(p, base, token, tmp_path)
+        try:
+            _run_quickstart(page)
+            seen = _read_reports(page)
+            first, changed, hit = (page.locator(REPORT).nth(i) for i in (0, 2, 3))
+            error = page.locator(".jp-OutputArea-output", has_text="ArgumentTypeError").first
+            seen["error"] = error.text_content()
+            _shot(first, "widget-miss.png")
+            _shot(changed, "widget-changed.png")
+            _shot(hit, "widget-hit.png")
+            _shot(error, "argument-error.png")
+            _shot(page.locator(".jp-OutputArea-output", has_text="CompileError").first,
+                  "compile-error.png")
+            _shot(page.locator(".jp-OutputArea-output img").first, "picture.png")
+            page.screenshot(path=str(ARTIFACTS / "quickstart.png"))
+            # saved, its kernel shut down, opened again (a new page: no model of the old kernel)
+            _save(page)
+            _shut_down_kernels(base, token)
+            page.reload()
+            page.wait_for_selector(REPORT, timeout=120_000)
+            time.sleep(3)  # the widget manager restores (from a new kernel, if one starts)
+            reopened = _read_reports(page)
+            _shot(page.locator(REPORT).first, "reopened.png")
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "quickstart-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+        _check_reports(seen, tmp_path / "cache")
+        assert "takes 4 arguments" in seen["error"] and "Traceback" not in seen["error"], seen
+        _check_reports(reopened, tmp_path / "cache")
+        # the saved notebook converted to HTML, as nbviewer and an export render it
+        page_html = tmp_path / "quickstart.html"
+        subprocess.run([sys.executable, "-m", "nbconvert", "--to", "html", "--output",
+                        str(page_html), str(tmp_path / "lab" / "quickstart.ipynb")],
+                       check=True, capture_output=True, timeout=300)
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        try:
+            exported = browser.new_page(viewport={"width": 1500, "height": 1000})
+            exported.goto(page_html.as_uri())
+            reports = exported.locator(".cudamagic-report")
+            badges = [reports.nth(i).locator(".cudamagic-badge").inner_text()
+                      for i in range(reports.count())]
+            rows = reports.first.locator(".cudamagic-names tbody tr").all_inner_texts()
+            _shot(reports.first, "nbconvert.png")
+        finally:
+            browser.close()
+    assert badges == ["cache miss", "cache miss", "cache miss", "cache hit"], badges
+    assert any("saxpy_float" in r for r in rows), rows
 
 
 @pytest.mark.parametrize("lab", [(MANAGER,)], indirect=True)
-def test_without_the_widget_manager_no_widget_view_is_found(lab):
-    """The widget test's selectors must not match the HTML fallback: with JupyterLab's widget
-    manager disabled, the report shows as the fallback, and no widget view is there."""
+def test_without_the_widget_manager_the_report_reads_the_same(lab):
+    """With JupyterLab's widget manager disabled (a JupyterLab without jupyterlab_widgets), the
+    report shows as it does with it: its output is HTML, no widget."""
     from playwright.sync_api import sync_playwright
 
     base, token, tmp_path = lab
@@ -263,18 +384,60 @@ def test_without_the_widget_manager_no_widget_view_is_found(lab):
             for _ in range(3):  # %load_ext, the markdown cell, the first %%cuda cell
                 page.keyboard.press("Shift+Enter")
                 time.sleep(0.5)
-            page.wait_for_selector(FALLBACK, timeout=180_000)
-            fallback = page.locator(FALLBACK).first.inner_text()
-            widgets = page.locator(WIDGET).count()
+            page.wait_for_selector(REPORT, timeout=180_000)
+            report = page.locator(REPORT).first
+            badge = report.locator(".cudamagic-badge").inner_text()
+            rows = report.locator(".cudamagic-names tbody tr").all_inner_texts()
         finally:
             browser.close()
-    assert "cache miss" in fallback and "saxpy_float" in fallback
-    assert widgets == 0
+    assert badge == "cache miss"
+    assert any("saxpy_float" in r for r in rows), rows
+
+
+def test_a_cuda_cell_is_highlighted_as_cpp(lab):
+    """With the wheel's JupyterLab extension, a cell whose first line is %%cuda is C++ to the
+    editor: ``template`` and ``typename`` take the theme's keyword colour there, and not in a
+    Python cell holding the same words (nor in a cell of another magic starting alike)."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, tmp_path = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser, page = _open(p, base, token, tmp_path, "highlight.ipynb")
+        try:
+            page.wait_for_selector(".jp-CodeCell .cm-content", timeout=60_000)
+            time.sleep(2)  # the C++ language loads on first use
+            keyword = page.evaluate(_KEYWORD_COLOR)
+            colors = {(cell, word): page.evaluate(_TOKEN_COLOR, [cell, word])
+                      for cell in range(3) for word in HIGHLIGHT_WORDS}
+            _shot(page.locator(".jp-Notebook"), "highlight.png")
+            # typing %%cuda into a Python cell makes it C++, and taking it away undoes it
+            second = page.locator(".jp-CodeCell .cm-content").nth(1)
+            second.click()
+            page.keyboard.press("Control+Home")
+            page.keyboard.type("%%cuda\n")
+            time.sleep(1)
+            typed = page.evaluate(_TOKEN_COLOR, [1, "template"])
+            page.keyboard.press("Control+z")
+            page.keyboard.press("Control+z")
+            time.sleep(1)
+            undone = page.evaluate(_TOKEN_COLOR, [1, "template"])
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "highlight-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    assert keyword and keyword != "rgba(0, 0, 0, 0)", keyword
+    for word in HIGHLIGHT_WORDS:
+        assert colors[(0, word)] == keyword, (word, colors, keyword)
+        assert colors[(1, word)] != keyword, (word, colors, keyword)
+        assert colors[(2, word)] != keyword, (word, colors, keyword)
+    assert typed == keyword and undone != keyword, (typed, undone, keyword)
 
 
 def test_the_other_kernels_are_shown_when_their_fold_is_opened(lab):
-    """Past 50 kernels the report's widget holds 50 rows and a fold, *show the other N
-    kernels*; opening it in the browser makes the kernel send the rest, drawn in the fold."""
+    """Past 50 kernels the report holds 50 rows and, below it, a widget's fold, *show the other
+    N kernels*; opening it in the browser makes the kernel send the rest, drawn in the fold."""
     from playwright.sync_api import sync_playwright
 
     base, token, tmp_path = lab
@@ -283,8 +446,8 @@ def test_the_other_kernels_are_shown_when_their_fold_is_opened(lab):
         browser, page = _open(p, base, token, tmp_path, "many.ipynb")
         try:
             _run_all(page)
-            page.wait_for_selector(WIDGET, timeout=300_000)
-            report = page.locator(WIDGET).first
+            page.wait_for_selector(REPORT, timeout=300_000)
+            report = page.locator(REPORT).first
             shown = report.locator(".cudamagic-names tbody tr").count()
             more = page.locator(".jp-OutputArea-output .cudamagic-more-rows")
             title = more.get_by_text(f"show the other {MANY - SHOWN_ROWS} kernels")
@@ -295,11 +458,10 @@ def test_the_other_kernels_are_shown_when_their_fold_is_opened(lab):
             opened = rows.all_text_contents()
             _shot(more, "widget-more-rows.png")
             # saved and reloaded, the page asks the kernel for the models' state again
-            page.keyboard.press("Control+s")
-            page.wait_for_selector(".jp-mod-dirty", state="detached", timeout=60_000)
+            _save(page)
             page.reload()
-            page.wait_for_selector(WIDGET, timeout=120_000)
-            reloaded = page.locator(WIDGET).first.locator(".cudamagic-names tbody tr").count()
+            page.wait_for_selector(REPORT, timeout=120_000)
+            reloaded = page.locator(REPORT).first.locator(".cudamagic-names tbody tr").count()
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "many-failure.png"), full_page=True)
             raise

@@ -1,14 +1,13 @@
-"""A real browser (see tests/test_browser.py): the report widget's "timing and occupancy" fold
-opens in JupyterLab and its plot is drawn inside the widget's own view (not the HTML fallback),
-one line per kernel of the cell. Its screenshot is ``artifacts/browser/occupancy-fold.png``.
+"""A real browser (see tests/test_browser.py): the report's "timing and occupancy" fold opens in
+JupyterLab and its plot is drawn inside the report's output, one line per kernel of the cell. Its screenshot is ``artifacts/browser/occupancy-fold.png``.
 """
 
 from __future__ import annotations
 
-from .test_browser import ARTIFACTS, WIDGET, _open, _run_quickstart, _shot, lab  # noqa: F401 - fixture
+from .test_browser import ARTIFACTS, REPORT, _open, _run_quickstart, _shot, lab  # noqa: F401 - fixture
 
 
-def test_the_occupancy_fold_draws_its_plot_in_the_widget(lab):  # noqa: F811 - the fixture
+def test_the_occupancy_fold_draws_its_plot_in_the_report(lab):  # noqa: F811 - the fixture
     from playwright.sync_api import sync_playwright
 
     base, token, tmp_path = lab
@@ -17,7 +16,7 @@ def test_the_occupancy_fold_draws_its_plot_in_the_widget(lab):  # noqa: F811 - t
         browser, page = _open(p, base, token, tmp_path)
         try:
             _run_quickstart(page)
-            first = page.locator(WIDGET).first
+            first = page.locator(REPORT).first
             # the report's folds: this one by its title (a "sanitize and profile" fold follows it)
             fold = first.locator(".cudamagic-fold").filter(
                 has=page.locator("summary", has_text="timing and occupancy"))

@@ -40,8 +40,12 @@ def _cuda_cells(nb) -> list:
 
 
 def _report(cell) -> dict:
-    """The report's display bundle: the widget with its text and HTML beside it."""
-    return next(o["data"] for o in cell.outputs if WIDGET in o.get("data", {}))
+    """The report's display bundle: its HTML and its text, and no widget (a saved notebook
+    shows it without its kernel)."""
+    data = next(o["data"] for o in cell.outputs if 'cudamagic-report' in o.get("data", {}).get(
+        "text/html", ""))
+    assert WIDGET not in data, data.keys()
+    return data
 
 
 def _error(cell) -> str:

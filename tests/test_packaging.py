@@ -62,6 +62,28 @@ def test_the_wheel_holds_every_module_and_py_typed(wheel):
         assert f"cudamagic/{sub}/__init__.py" in shipped
 
 
+LABEXT = "share/jupyter/labextensions/cudamagic-jupyterlab"
+
+
+def test_the_wheel_ships_the_prebuilt_jupyterlab_extension(wheel):
+    """The extension that highlights %%cuda cells as C++ is installed with the wheel where
+    JupyterLab looks for prebuilt extensions, byte for byte the tree's prebuilt files, with the
+    entry point its package.json names: no build on the user's machine."""
+    import json
+
+    built = REPO / "labextension" / "prebuilt"
+    with zipfile.ZipFile(wheel) as z:
+        data = {n.split(".data/data/", 1)[1]: n for n in z.namelist() if ".data/data/" in n}
+        shipped = {k: z.read(v) for k, v in data.items() if k.startswith(LABEXT + "/")}
+    expected = {f"{LABEXT}/{p.relative_to(built)}": p.read_bytes()
+                for p in built.rglob("*") if p.is_file()}
+    assert expected and shipped == expected, sorted(set(shipped) ^ set(expected))
+    meta = json.loads(shipped[f"{LABEXT}/package.json"])
+    assert meta["name"] == "cudamagic-jupyterlab"
+    assert f"{LABEXT}/{meta['jupyterlab']['_build']['load']}" in shipped
+    assert json.loads(shipped[f"{LABEXT}/install.json"])["packageName"] == "cudamagic"
+
+
 def test_the_version_is_written_once(wheel):
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]

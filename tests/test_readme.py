@@ -122,6 +122,8 @@ def test_every_readme_command_is_run_or_checked(tmp_path):
         elif prog == "pip" and rest[0] == "install":
             _check_install(rest[1:])
         elif prog in ("python", "python3") and rest[:2] == ["-m", "ipykernel"]:
+            # the kernel runs the python that registered it: the README names that one
+            assert argv[0].endswith("/bin/python"), command
             _run_ipykernel_install(rest[2:], tmp_path)
         elif prog == "python" and rest == ["-m", "build"]:
             assert (REPO / "pyproject.toml").read_text().count("[build-system]") == 1
@@ -153,18 +155,25 @@ for block in blocks[:{upto}]:
     if not result.success:
         raise SystemExit(f"README block failed: {{block!r}}: {{result.error_in_exec!r}}")
 ns = ip.user_ns
-print(json.dumps({{"names": sorted(k for k in ("saxpy_float", "saxpy_double", "fill")
+raised = None
+if len(sys.argv) > 2:  # code that should raise: the name of what it raised
+    try:
+        exec(sys.argv[2], ns)
+    except Exception as exc:
+        raised = type(exc).__name__
+print(json.dumps({{"raised": raised, "names": sorted(k for k in ("saxpy_float", "saxpy_double", "fill")
                                  if callable(ns.get(k))),
                   "double": ns["cuda_module"]["saxpy<double>"].symbol,
                   "y": [float(v) for v in ns["y"][:4].get()] if "y" in ns else None}}))
 '''
 
 
-def _run_first_cell(tmp_path, upto: int) -> dict:
+def _run_first_cell(tmp_path, upto: int, then: str | None = None) -> dict:
     import json
 
     code = _FIRST_CELL.format(upto=upto)
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(_first_cell_blocks())],
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(_first_cell_blocks()),
+                           *([then] if then else [])],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                    filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -181,6 +190,25 @@ def test_the_readmes_first_cell_compiles_and_pushes_what_it_says(tmp_path):
     assert out["double"] == "_Z5saxpyIdEvT_PKS0_PS0_i"
     text = README.read_text()
     assert "`saxpy_float`, `saxpy_double` and `fill` are callables" in text
+
+
+def _without_a_gpu_launch() -> str:
+    """The launch the README's *Without a GPU* names."""
+    text = README.read_text()
+    section = text[text.index("## Without a GPU"):]
+    section = section[:section.index("\n## ", 3)]
+    (launch,) = re.findall(r"`(saxpy_float\(.*?\))`", section)
+    return launch
+
+
+def test_the_readmes_first_cell_runs_without_a_gpu_and_a_launch_says_no_device(tmp_path):
+    """Every block of *A first cell* runs here, without a GPU (CuPy's arrays wait for one), and
+    the launch *Without a GPU* gives raises NoDeviceError, as that section says."""
+    if cudamagic.gpu_available():
+        pytest.skip("this machine has a GPU: test_the_readmes_first_cell_launches runs it")
+    blocks = _first_cell_blocks()
+    out = _run_first_cell(tmp_path, upto=len(blocks), then=_without_a_gpu_launch())
+    assert out["y"] is None and out["raised"] == "NoDeviceError", out
 
 
 @pytest.mark.gpu

@@ -120,7 +120,7 @@ _HIT_CELL = textwrap.dedent("""\
 
     ip = InteractiveShell.instance()
     cudamagic.load_ipython_extension(ip)
-    ip.kernel = object()  # shown as in a notebook (widget, HTML and the fold), on comm's stand-in
+    ip.kernel = object()  # shown as in a notebook (the HTML and the fold), on comm's stand-in
     before = set(sys.modules)
     ip.run_cell_magic("cuda", "-n same<1> -n same<2>", sys.argv[1])
     shown = ip.user_ns["cuda_module"].report

@@ -1,7 +1,7 @@
 """The report shows what the CUBIN says about a module beyond its name map: its
 ``__constant__``/``__device__`` variables (the cell's own, bounded), the kernels launched
 cooperatively or with a compiled cluster, and a module linked by nvJitLink. Each fact in the
-text and the HTML (the widget's one model) for a cell that has it, and absent for one that does
+text and the HTML (the notebook's output) for a cell that has it, and absent for one that does
 not; from a real NVRTC compile, a cache hit and an nvJitLink link. No GPU."""
 
 from __future__ import annotations
@@ -9,11 +9,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from comm import create_comm  # no kernel here: comm's own stand-in
 
 import cudamagic
 from cudamagic.toolchain.image import GlobalImage
-from cudamagic.view import widget as W
 from cudamagic.view.report import SHOWN_VARIABLES, BuildReport
 
 from .conftest import FIXTURES
@@ -37,9 +35,9 @@ CLUSTER = "clus cluster 2x1x1"
 VARIABLES = ("coeffs (64 B, constant)", "counter (4 B, global)", "ns::scale (8 B, global)")
 
 
-def _views(report: BuildReport) -> tuple[str, str, str]:
-    """The text, the HTML, and the widget's one model's value."""
-    return report.text(), report.html(), W.ReportWidget(report, create_comm).main.state["value"]
+def _views(report: BuildReport) -> tuple[str, str]:
+    """The text and the HTML."""
+    return report.text(), report.html()
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
-"""The report widget: the models it opens are the ones ipywidgets would (state for state), one
-for a report of up to 50 kernels; past 50, "show the other N kernels", whose rows are made only
-when it is opened; what show_report displays in a kernel and in a terminal; and, in a real
-Jupyter kernel, the comm messages a report costs and that ipywidgets' Python package stays
+"""The report in a notebook: its own output is HTML and names no widget (a saved notebook shows
+it without its kernel); past 50 kernels a second output, "show the other N kernels", is an
+Accordion whose models are the ones ipywidgets would open (state for state) and whose rows are
+made only when it is opened; what show_report displays in a kernel and in a terminal; and, in a
+real Jupyter kernel, the comm messages a report costs and that ipywidgets' Python package stays
 unimported."""
 
 from __future__ import annotations
@@ -56,21 +57,16 @@ def test_the_models_state_is_what_ipywidgets_sends():
     more.add_class("m")
     child = f"IPY_MODEL_{more.children[0].model_id}"
     assert W.accordion_state(child, "show", ("m",)) == _ipywidgets_state(more)
-    box = ipywidgets.VBox([html, more])
-    refs = [f"IPY_MODEL_{c.model_id}" for c in box.children]
-    assert W.vbox_state(refs) == _ipywidgets_state(box)
     assert (W.PROTOCOL_VERSION, W.CONTROLS_VERSION) == (
         _version.__protocol_version__, _version.__jupyter_widgets_controls_version__)
 
 
-# --- what the widget shows -------------------------------------------------------------------
+# --- what the report shows -------------------------------------------------------------------
 
-def test_a_miss_widget_shows_the_badge_the_rows_and_why():
+def test_a_miss_report_shows_the_badge_the_rows_and_why():
     report = make(3, "compiled", explanation=Explanation(
         ("source",), ("the source changed (line 5)",), ("line 5 - old", "line 5 + new")))
-    view = W.ReportWidget(report, create_comm)
-    value = view.top.state["value"]
-    assert view.top is view.main and W.WIDGET_CLASS in view.main.state["_dom_classes"]
+    value = report.html()
     assert _badge(value) == ("cache miss", "cudamagic-miss")
     assert "why: the source changed (line 5)" in value
     assert "line 5 - old\nline 5 + new" in value
@@ -80,27 +76,29 @@ def test_a_miss_widget_shows_the_badge_the_rows_and_why():
     assert "where the 250.0 ms went" in value and "<details" in value
 
 
-def test_a_hit_widget_says_hit_and_no_why():
-    value = W.ReportWidget(make(2, "cache", cell_seconds=0.003), create_comm).main.state["value"]
+def test_a_hit_report_says_hit_and_no_why():
+    value = make(2, "cache", cell_seconds=0.003).html()
     assert _badge(value) == ("cache hit", "cudamagic-hit")
     assert "cudamagic-why" not in value
     assert "3.0 ms · 2 kernels · sm_90" in value
 
 
 @pytest.mark.parametrize("n", [1, SHOWN_ROWS - 1, SHOWN_ROWS, SHOWN_ROWS + 1, SHOWN_ROWS + 2, 120])
-def test_show_the_other_kernels_only_past_fifty(n):
-    view = W.ReportWidget(make(n), create_comm)
-    shown = KERNEL_ROW.findall(view.main.state["value"])
-    assert len(shown) == min(n, SHOWN_ROWS)
-    if n <= SHOWN_ROWS:  # one model: nothing hidden, nothing to open
-        assert view.top is view.main and view.rest is None and view.more is None
-        assert "more kernel" not in view.main.state["value"]
+def test_show_the_other_kernels_only_past_fifty(n, shown):
+    report = make(n)
+    W.show_report(report, W.Frontend(shown.append, create_comm))
+    assert len(KERNEL_ROW.findall(shown[0]["text/html"])) == min(n, SHOWN_ROWS)
+    if n <= SHOWN_ROWS:  # one output, nothing hidden, nothing to open
+        assert len(shown) == 1 and "more kernel" not in shown[0]["text/html"]
+        with pytest.raises(ValueError):
+            W.RowsFold(report, create_comm)
         return
     hidden = n - SHOWN_ROWS
-    box = view.top.state
-    assert box["_model_name"] == "VBoxModel" and box["children"][0] == view.main.ref
+    assert len(shown) == 2 and set(shown[1]) == {W.VIEW_MIME, "text/plain"}
+    assert f"{hidden} more kernel" in shown[0]["text/html"]
+    assert f"{hidden} more kernel" in shown[1]["text/plain"]
+    view = W.RowsFold(report, create_comm)
     title = f"show the other {hidden} kernel{'s' if hidden > 1 else ''}"
-    assert f"{hidden} more kernel" in view.main.state["value"]
     more = view.more
     assert more.state["titles"] == [title] and more.state["selected_index"] is None
     assert view.rest.state["value"] == ""  # nothing made up front
@@ -115,7 +113,9 @@ def test_the_hidden_rows_cost_nothing_until_opened(monkeypatch):
     calls = []
     real = R.display_signature
     monkeypatch.setattr(R, "display_signature", lambda *a: calls.append(a) or real(*a))
-    view = W.ReportWidget(make(1000), create_comm)
+    report = make(1000)
+    report.html()
+    view = W.RowsFold(report, create_comm)
     assert len(calls) == SHOWN_ROWS  # the rows shown, and no more
     _frontend_opens(view.more)
     _frontend_opens(view.more)  # opened twice: made once
@@ -123,7 +123,7 @@ def test_the_hidden_rows_cost_nothing_until_opened(monkeypatch):
 
 
 def test_a_reloaded_front_end_gets_the_whole_state():
-    model = W.ReportWidget(make(1), create_comm).main
+    model = W.RowsFold(make(SHOWN_ROWS + 1), create_comm).more
     sent = []
     model.comm.send = lambda data=None, **kw: sent.append(data)
     model._receive({"content": {"data": {"method": "request_state"}}})
@@ -137,12 +137,13 @@ def shown():
     return []
 
 
-def test_show_report_in_a_kernel_gives_the_widget_with_its_fallbacks(shown):
+def test_show_report_in_a_kernel_gives_html_and_text_and_no_widget(shown):
+    """A saved notebook keeps the output as sent: naming a widget model there would leave
+    "model not found" once the kernel is gone (JupyterLab saves no widget state by default)."""
     before = make(2, "cache", cell_seconds=0.002)
     after = W.show_report(before, W.Frontend(shown.append, create_comm))
     (bundle,) = shown
-    assert set(bundle) == {W.VIEW_MIME, "text/plain", "text/html"}
-    assert bundle[W.VIEW_MIME]["version_major"] == 2
+    assert set(bundle) == {"text/plain", "text/html"}
     assert bundle["text/plain"].startswith("cudamagic: cache hit")
     assert 'class="cudamagic-badge cudamagic-hit"' in bundle["text/html"]
     # the rendering is timed, shown among the phases and in the cell's time
@@ -194,22 +195,21 @@ def test_in_a_kernel_a_report_is_one_message_and_ipywidgets_is_not_imported(tmp_
     try:
         _run(kc, "%load_ext cudamagic")
         small = _run(kc, _cell(3))
-        opens = [m for m in small if m["msg_type"] == "comm_open"]
-        assert len(opens) == 1 and opens[0]["content"]["target_name"] == "jupyter.widget"
+        assert [m for m in small if m["msg_type"] == "comm_open"] == []  # no widget at all
         (display,) = [m for m in small if m["msg_type"] == "display_data"]
-        view = display["content"]["data"][W.VIEW_MIME]
-        assert view["model_id"] == opens[0]["content"]["comm_id"]
-        state = opens[0]["content"]["data"]["state"]
-        assert state["_model_name"] == "HTMLModel" and W.WIDGET_CLASS in state["_dom_classes"]
-        assert "cache miss" in state["value"]
+        assert set(display["content"]["data"]) == {"text/plain", "text/html"}
+        assert "cache miss" in display["content"]["data"]["text/html"]
 
         big = _run(kc, _cell(SHOWN_ROWS + 7))
         opens = {m["content"]["comm_id"]: m["content"]["data"]["state"]
                  for m in big if m["msg_type"] == "comm_open"}
         assert sorted(s["_model_name"] for s in opens.values()) == [
-            "AccordionModel", "HTMLModel", "HTMLModel", "VBoxModel"]
+            "AccordionModel", "HTMLModel"]
+        report, fold = [m["content"]["data"] for m in big if m["msg_type"] == "display_data"]
+        assert W.VIEW_MIME not in report and "7 more kernels" in report["text/html"]
         (more_id,) = [i for i, s in opens.items() if s["_model_name"] == "AccordionModel"]
         assert opens[more_id]["titles"] == ["show the other 7 kernels"]
+        assert fold[W.VIEW_MIME]["model_id"] == more_id
         rest_id = opens[more_id]["children"][0].removeprefix("IPY_MODEL_")
         # the user opens it: the front end says so, the kernel sends the 7 rows
         msg = kc.session.msg("comm_msg", {"comm_id": more_id, "data": {

@@ -504,7 +504,7 @@ class BuildReport:
         return render_text(self, max_rows)
 
     def html(self, max_rows: int | None = SHOWN_ROWS) -> str:
-        """The report as an HTML fragment (exports where widgets do not render)."""
+        """The report as an HTML fragment (the notebook's output of it)."""
         return render_html(self, max_rows)
 
     def __str__(self) -> str:

@@ -1,18 +1,21 @@
-"""The report in a notebook: a Jupyter widget, and how a report is shown.
+"""The report in a notebook: how a report is shown, and the one widget it may need.
 
-The report is one ipywidgets ``HTML`` model in the front end (carrying the CSS class
-``cudamagic-widget``) whose value is the record's HTML view (:mod:`.report`): one comm message.
-A report of more than :data:`~cudamagic.view.report.SHOWN_ROWS` kernels adds an Accordion,
-*show the other N kernels*, in a VBox with it; the hidden rows are made only when it is opened.
+The report is an output of its own HTML (``text/html``, with its text as ``text/plain``): what
+is saved in the notebook is what every front end draws, with or without a kernel. JupyterLab
+picks an output's renderer by the renderers' rank, not by the bundle's order, and ipywidgets'
+renderer ranks first; where the bundle names a widget model the page does not have (a notebook
+reopened after its kernel stopped: JupyterLab does not save widget state unless a setting says
+so), that renderer writes "Error displaying widget: model not found" and falls back to nothing.
+So the report's own output names no widget (docs/report.md).
+
+Only a report of more than :data:`~cudamagic.view.report.SHOWN_ROWS` kernels adds a widget, in a
+second output below it: an ipywidgets Accordion, *show the other N kernels*, whose rows the
+kernel makes when it is opened (they need the kernel).
 
 The models are opened on the widget protocol's own comm (``jupyter.widget``) with the state
 ipywidgets itself would send (a test compares the two), so showing a report does not import
-ipywidgets' Python package: its widget classes, their traits and their Layout and Style models,
-none of which a report uses. The front end (JupyterLab's widget manager, from
-``jupyterlab_widgets``) renders them as it renders any ``ipywidgets.HTML``.
-
-Where widgets cannot render (terminal IPython, an HTML export), the same record shows as text
-or HTML: the widget's display bundle carries both beside it.
+ipywidgets' Python package. The front end (JupyterLab's widget manager, from
+``jupyterlab_widgets``) renders them as it renders any ``ipywidgets.Accordion``.
 
 Nothing here imports IPython or comm: the shell hands a :class:`Frontend` down (how to display a
 bundle, how to open a model's comm), made by :func:`cudamagic.magic.frontend`.
@@ -29,11 +32,8 @@ from .render import wrap_html
 from .report import (SHOWN_ROWS, BuildReport, html_body, html_head, html_rows, html_table,
                      text_body, text_head, text_phases)
 
-__all__ = ["Frontend", "ReportWidget", "show_report", "show_warnings", "WIDGET_CLASS",
-           "MORE_CLASS"]
+__all__ = ["Frontend", "RowsFold", "show_report", "show_warnings", "MORE_CLASS"]
 
-#: The CSS class of the widget's own element (the HTML fallback never carries it).
-WIDGET_CLASS = "cudamagic-widget"
 #: The CSS class of the Accordion that holds the rows past the first ``SHOWN_ROWS``.
 MORE_CLASS = "cudamagic-more-rows"
 
@@ -65,11 +65,6 @@ def accordion_state(child: str, title: str, classes: tuple[str, ...] = ()) -> di
     """A closed one-child ``ipywidgets.Accordion``'s state (``child``: a model reference)."""
     return _state("Accordion", _dom_classes=list(classes), box_style="", children=[child],
                   selected_index=None, titles=[title])
-
-
-def vbox_state(children: list[str], classes: tuple[str, ...] = ()) -> dict[str, Any]:
-    """An ``ipywidgets.VBox``'s state (``children``: model references)."""
-    return _state("VBox", _dom_classes=list(classes), box_style="", children=children)
 
 
 #: ``open_comm(target_name=, data=, metadata=)``: opens a comm to the front end and returns it
@@ -128,30 +123,20 @@ class _Model:
                 self.on_change(changed)
 
 
-class ReportWidget:
-    """A report as a widget: the models are opened in the front end when it is made.
+class RowsFold:
+    """The rows a shown report leaves out, one click away: the models are opened in the front
+    end when it is made (``open_comm``: :attr:`Frontend.open_comm`). Only for a report of more
+    than ``SHOWN_ROWS`` kernels."""
 
-    ``open_comm`` opens each model's comm (:attr:`Frontend.open_comm`); ``body`` is the
-    report's HTML body when the caller rendered it already.
-    """
-
-    def __init__(self, report: BuildReport, open_comm: OpenComm,
-                 body: str | None = None) -> None:
-        if body is None:
-            body = html_body(report, SHOWN_ROWS)
-        self.report = report
-        self.main = _Model(html_state(wrap_html(html_head(report) + body), (WIDGET_CLASS,)),
-                           open_comm)
-        self.top = self.main
-        self.rest = self.more = None  # past SHOWN_ROWS: the hidden rows, and what opens them
+    def __init__(self, report: BuildReport, open_comm: OpenComm) -> None:
         hidden = len(report.rows) - SHOWN_ROWS
-        if hidden > 0:
-            self.rest = _Model(html_state(""), open_comm)
-            title = f"show the other {counted(hidden, 'kernel')}"
-            self.more = _Model(accordion_state(self.rest.ref, title, (MORE_CLASS,)), open_comm,
-                               self._opened)
-            self.top = _Model(vbox_state([self.main.ref, self.more.ref],
-                                         ("cudamagic-report-box",)), open_comm)
+        if hidden <= 0:
+            raise ValueError(f"a report of {len(report.rows)} kernels shows them all")
+        self.report = report
+        self.rest = _Model(html_state(""), open_comm)
+        title = f"show the other {counted(hidden, 'kernel')}"
+        self.more = _Model(accordion_state(self.rest.ref, title, (MORE_CLASS,)), open_comm,
+                           self._opened)
 
     def _opened(self, changed: dict[str, Any]) -> None:
         """The Accordion was opened: make the hidden rows now, once."""
@@ -162,17 +147,17 @@ class ReportWidget:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
         return {VIEW_MIME: {"version_major": 2, "version_minor": 0,
-                            "model_id": self.top.comm.comm_id},
-                "text/plain": repr(self.report)}
+                            "model_id": self.more.comm.comm_id},
+                "text/plain": f"cudamagic: {self.report.more_rows(SHOWN_ROWS)}"}
 
 
 def show_report(report: BuildReport, front: Frontend,
                 extra: Callable[[], str] | None = None) -> BuildReport:
-    """Display the report on ``front``: a widget in a Jupyter front end (with its text and HTML
-    beside it for front ends and exports that cannot render widgets), text in a terminal.
+    """Display the report on ``front``: its HTML (and text) in a Jupyter front end, and past
+    ``SHOWN_ROWS`` kernels the fold of the rest (:class:`RowsFold`) below it; text in a terminal.
 
     The time rendering takes (the table, as text and HTML) is the ``display`` phase and part of
-    the time shown; opening the widget and sending it come after and are not. Returns the
+    the time shown; opening the fold's widget and sending it come after and are not. Returns the
     record as shown. ``extra`` makes more HTML for the end of the report in a notebook (the
     timing and occupancy fold), timed with the rest.
     """
@@ -188,10 +173,9 @@ def show_report(report: BuildReport, front: Frontend,
     if front.open_comm is None:
         front.display({"text/plain": plain})
         return report
-    bundle = ReportWidget(report, front.open_comm, body)._repr_mimebundle_()
-    bundle["text/plain"] = plain
-    bundle["text/html"] = wrap_html(html_head(report) + body)
-    front.display(bundle)
+    front.display({"text/plain": plain, "text/html": wrap_html(html_head(report) + body)})
+    if len(report.rows) > SHOWN_ROWS:
+        front.display(RowsFold(report, front.open_comm)._repr_mimebundle_())
     return report
 
 
