@@ -20,6 +20,7 @@ from ..cxx.resolve import ResolvedBy
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 from ..toolchain import driver
 from ..toolchain.image import KernelImage, KernelResources, LaunchNeeds
+from .attributes import CUPY_NAMES, KernelAttributes
 from .launcher import (LAST_LAUNCH, SHARED_PER_BLOCK_DEFAULT, Launcher, LaunchHooks, NoSuchType, NullStream,
                        generate_launcher)
 from .params import ParamSpec, param_specs
@@ -190,25 +191,74 @@ class Kernel:
         device = driver.current_device() if device is None else device
         return driver.kernel_function(self._handle(device, context_ready))
 
-    def attributes(self, device: int | None = None) -> dict[str, int]:
-        """Registers, static shared, local and constant memory (and, from the driver, the largest
-        block and dynamic shared memory).
+    @property
+    def attributes(self) -> KernelAttributes:
+        """Registers, static shared, local and constant memory, the binary's architecture (and,
+        from the driver, the largest block, dynamic shared memory, the PTX version, the cache
+        mode and the carveout), under cudamagic's names and CuPy's (``num_regs``,
+        ``shared_size_bytes``, ``const_size_bytes``, ``local_size_bytes``, ``binary_version``,
+        ``max_threads_per_block``...): a dict, also callable as ``attributes(device)``.
 
         With a GPU these are the driver's numbers for the device (default: the current one).
-        Without one, ``registers``, ``static_shared_bytes``, ``const_bytes`` and ``local_bytes``
-        come from the CUBIN (:attr:`resources`; the driver reads the same records), and the two
-        that depend on the device, ``max_threads_per_block`` and ``max_dynamic_shared_bytes``,
-        are absent.
+        Without one, ``registers``, ``static_shared_bytes``, ``const_bytes``, ``local_bytes``
+        and ``binary_version`` come from the CUBIN (:attr:`resources`; the driver reads the same
+        records), and those that depend on the device (:data:`~.attributes.DEVICE_ONLY`) are
+        absent.
 
         :raises NoDeviceError: no GPU, and a kernel made without its CUBIN.
         """
+        return self._attributes(None)
+
+    def _attributes(self, device: int | None) -> KernelAttributes:
         if device is None and not driver.available():
             if self.resources is None:
                 raise NoDeviceError(f"{self.name_expression}: no CUDA device, and no CUBIN "
                                     "records to read the attributes from")
-            return self.resources.as_dict()
+            values = self.resources.as_dict()
+            sm = getattr(getattr(self.binary, "image", None), "sm", None)
+            if sm is not None:
+                values["binary_version"] = sm
+            return KernelAttributes(values, self._attributes)
         device = driver.current_device() if device is None else device
-        return driver.kernel_attributes(self._handle(device), device)
+        return KernelAttributes(driver.kernel_attributes(self._handle(device), device),
+                                self._attributes)
+
+    def _attribute(self, cupy_name: str) -> int:
+        attributes = self.attributes
+        if cupy_name not in attributes:
+            raise NoDeviceError(f"{self.name_expression}: {cupy_name} depends on the device: "
+                                "the driver gives it where a GPU is (without one, the CUBIN "
+                                f"gives {', '.join(sorted(set(attributes) & set(CUPY_NAMES)))})")
+        return attributes[cupy_name]
+
+    @property
+    def name(self) -> str:
+        """The name the kernel was asked for by (CuPy's ``RawKernel.name``): the name expression,
+        or an ``extern "C"`` kernel's plain name."""
+        return self.name_expression
+
+    num_regs = property(lambda self: self._attribute("num_regs"),
+                        doc="Registers per thread (CuPy's name).")
+    max_threads_per_block = property(lambda self: self._attribute("max_threads_per_block"),
+                                     doc="The largest block the device launches (a GPU's).")
+    shared_size_bytes = property(lambda self: self._attribute("shared_size_bytes"),
+                                 doc="Static shared memory per block (CuPy's name).")
+    const_size_bytes = property(lambda self: self._attribute("const_size_bytes"),
+                                doc="Constant memory (CuPy's name).")
+    local_size_bytes = property(lambda self: self._attribute("local_size_bytes"),
+                                doc="Local memory per thread (CuPy's name).")
+    binary_version = property(lambda self: self._attribute("binary_version"),
+                              doc="The CUBIN's architecture, 10 * major + minor (90: sm_90).")
+    ptx_version = property(lambda self: self._attribute("ptx_version"),
+                           doc="The virtual architecture it was compiled for (a GPU's answer).")
+    max_dynamic_shared_size_bytes = property(
+        lambda self: self._attribute("max_dynamic_shared_size_bytes"),
+        doc="Dynamic shared memory a launch may take (a GPU's answer).")
+    preferred_shared_memory_carveout = property(
+        lambda self: self._attribute("preferred_shared_memory_carveout"),
+        doc="The shared memory carveout asked for, in percent (a GPU's answer).")
+    cache_mode_ca = property(lambda self: self._attribute("cache_mode_ca"),
+                             doc="1 where it was compiled with -Xptxas --dlcm=ca (a GPU's answer).")
 
     def bench(self, grid: Any, block: Any, args: Sequence[Any] = (), shared_mem: int = 0,
               stream: Any = None, **options: Any) -> Any:

@@ -38,7 +38,8 @@ _SM_COUNT, _COOPERATIVE_LAUNCH, _CLUSTER_LAUNCH = 16, 95, 120
 _ATTR_COOPERATIVE, _ATTR_CLUSTER_DIMENSION = 2, 4
 _FUNC_ATTRIBUTES = {  # CUfunction_attribute
     "max_threads_per_block": 0, "static_shared_bytes": 1, "const_bytes": 2, "local_bytes": 3,
-    "registers": 4, "max_dynamic_shared_bytes": 8,
+    "registers": 4, "ptx_version": 5, "binary_version": 6, "cache_mode_ca": 7,
+    "max_dynamic_shared_bytes": 8, "preferred_shared_memory_carveout": 9,
 }
 
 _p, _u, _i = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
