@@ -11,6 +11,7 @@ __all__ = [
     "OptionError",
     "SourceError",
     "CompileError",
+    "CompileInterrupted",
     "LinkError",
     "ToolchainError",
     "NameResolutionError",
@@ -59,6 +60,14 @@ class CompileError(CudaMagicError):
     def __init__(self, message: str, log: str = "") -> None:
         super().__init__(message)
         self.log = log
+
+
+class CompileInterrupted(KeyboardInterrupt):
+    """Ctrl-C came during a build; the build ran to its end (a compile cannot be stopped half
+    way) and the message says what was kept. A KeyboardInterrupt, so code that stops on Ctrl-C
+    stops; in IPython one block, as every cudamagic error, not a traceback quoting the cell."""
+
+    _render_traceback_ = CudaMagicError._render_traceback_
 
 
 class LinkError(CompileError):

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, ContextManager
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
                   stored_signatures, symbol_record)
 from .cxx.resolve import ResolvedBy
-from .errors import (CompileError, CudaMagicError, ImageError, InputWarning,
-                     NameResolutionError, OptionError, SourceError)
+from .errors import (CompileError, CompileInterrupted, CudaMagicError, ImageError,
+                     InputWarning, NameResolutionError, OptionError, SourceError)
 from .files import read_cubin_arg
 from .keys import cache_key
 from .lineinfo import debug_support
@@ -424,10 +424,10 @@ class _Interrupts:
     def raise_if_asked(self, seconds: float, kept: Stored) -> None:
         """Raise the held interrupt, saying what became of the compile's result.
 
-        :raises KeyboardInterrupt: Ctrl-C came during the build.
+        :raises CompileInterrupted: Ctrl-C came during the build (a KeyboardInterrupt).
         """
         if self.asked:
-            raise KeyboardInterrupt(f"compiling {PROGRAM_NAME} was interrupted after "
+            raise CompileInterrupted(f"compiling {PROGRAM_NAME} was interrupted after "
                                     f"{seconds:.1f} s; a compile cannot be stopped half way, "
                                     f"so the build ran to its end: {stored_text(kept)}")
 
