@@ -223,6 +223,18 @@ def _flush_device_output(result: Any = None) -> None:
     sys.stderr.flush()
 
 
+def _bodiless_cuda_cell(lines: list[str]) -> list[str]:
+    """IPython's input transformer for a cell that is a ``%%cuda`` line alone: give it an empty
+    line as its body, so that the magic answers (``-h`` the help; otherwise that the cell holds no
+    CUDA C++) where IPython would refuse it first ("the cell body is empty")."""
+    if not lines or any(line.strip() for line in lines[1:]):
+        return lines
+    first = lines[0]
+    if first == "%%cuda" or first.startswith(("%%cuda ", "%%cuda\n")):
+        return [first if first.endswith("\n") else first + "\n", "\n"]
+    return lines
+
+
 @magics_class
 class CudaMagics(Magics):
     """``%%cuda``: compile a cell with NVRTC (cached) and push its kernels into the notebook."""
@@ -230,6 +242,9 @@ class CudaMagics(Magics):
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell, **kwargs)
         install_debug_hooks(shell)
+        cleanup = getattr(shell, "input_transformers_cleanup", None)
+        if cleanup is not None and _bodiless_cuda_cell not in cleanup:
+            cleanup.append(_bodiless_cuda_cell)
 
     # no $var/{expr} expansion of the line: braces and dollars are C++ there (S{1}, operator$),
     # and IPython's expansion of a line with 1000 -n options takes seconds
@@ -259,8 +274,8 @@ class CudaMagics(Magics):
                 phases["driver"] = time.perf_counter() - t
         with _warnings_said_in_report() as said:
             module = build_module(cell, opts, line_offset=1,
-                                  compile_notice=lambda: _compile_notice(self.shell,
-                                                                         PROGRAM_NAME),
+                                  compile_notice=None if opts.quiet else (
+                                      lambda: _compile_notice(self.shell, PROGRAM_NAME)),
                                   reserved=_shell_names(self.shell),
                                   cell=_cell_id(self.shell))
         t = time.perf_counter()

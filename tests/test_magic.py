@@ -140,7 +140,7 @@ def test_a_slow_compile_says_so_in_a_terminal(tmp_path):
 from IPython.core.interactiveshell import InteractiveShell
 ip = InteractiveShell.instance()
 ip.run_line_magic("load_ext", "cudamagic")
-ip.run_cell_magic("cuda", '-q -n "k<float>"', "#include <cuda/std/complex>\n"
+ip.run_cell_magic("cuda", '-n "k<float>"', "#include <cuda/std/complex>\n"
     "template <typename T> __global__ void k(cuda::std::complex<T>* z) { z[0] = cuda::std::exp(z[0]); }\n")
 '''
     import subprocess

@@ -313,13 +313,9 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
                               + " ".join(options) + (f"\n{log}" if log else ""))
         if int(status) != 0:
             text = rewrite_log(log, program_name, name_expressions, line_offset, source)
-            count = count_errors(text)
-            counted = f" ({count} error{'s' if count != 1 else ''})" if count else ""
             shims = f"-I{std_header_dirs()[1][0]}" in options
-            hints = "".join(f"\nhint: {h}"
-                            for h in include_hints(log, source, std_headers=shims))
-            raise CompileError(f"NVRTC could not compile {program_name}{counted}:\n"
-                               f"{text or '(NVRTC wrote no log)'}{hints}", text)
+            raise CompileError(compile_error_message(
+                program_name, text, include_hints(log, source, std_headers=shims)), text)
         lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),
                                 "nvrtcGetLoweredName").decode() for expr in name_expressions}
         size_of, get = nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN
@@ -527,6 +523,33 @@ def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
     return re.sub(r"\n{3,}", "\n\n", "\n".join(text)).strip("\n")  # one blank line between
 
 
+#: A log of more lines than this is shown as its first error and a count of the rest
+SHOWN_LOG_LINES = 24
+
+
+def compile_error_message(program_name: str, text: str, hints: Sequence[str]) -> str:
+    """What a failed compile says, the answer first: what to do (the hints), then the first
+    error at its cell line, then the rest of the log, or past :data:`SHOWN_LOG_LINES` lines a
+    count of it (the error's ``log`` holds it all)."""
+    count = count_errors(text)
+    counted = f" ({count} error{'s' if count != 1 else ''})" if count else ""
+    lines = [f"NVRTC could not compile {program_name}{counted}:",
+             *(f"hint: {h}" for h in hints)]
+    log = text.splitlines() or ["(NVRTC wrote no log)"]
+    if len(log) <= SHOWN_LOG_LINES:
+        return "\n".join(lines + log)
+    starts = [i for i, line in enumerate(log) if _ERROR_LINE.match(line)]
+    end = starts[1] if len(starts) > 1 else SHOWN_LOG_LINES
+    first = log[:min(end, SHOWN_LOG_LINES)]
+    more = count - 1 if count > 1 else 0
+    rest = (f"... {more} more error{'s' if more != 1 else ''} ({len(log) - len(first)} more "
+            "lines of NVRTC's log): print(sys.last_value.log) shows them all")
+    return "\n".join(lines + first + [rest])
+
+
+_ERROR_LINE = re.compile(r"^\S.*?: (?:catastrophic )?error")
+
+
 def count_errors(text: str) -> int:
     """The errors in a rewritten log."""
-    return len(re.findall(r"^\S.*?: (?:catastrophic )?error", text, re.M))
+    return sum(1 for line in text.splitlines() if _ERROR_LINE.match(line))
