@@ -425,6 +425,7 @@ def test_the_reports_fold_draws_every_kernel_without_the_gpu(monkeypatch):
         {k.symbol for k in mod.kernels.values()})
     assert "fill_float: best block size 1024 (100% occupancy, limited by warps)" in page
     assert "fill_float.bench(grid, block, args)" in page
+    assert "other(grid, block, args) times several side by side" in page
     from comm import create_comm  # no kernel here: comm's own stand-in
 
     shown = []

@@ -32,3 +32,27 @@ def test_q_shows_nothing_even_for_a_slow_compile(shell, capfd, quiet, tmp_path):
         assert text.strip() == "", text
     else:  # the notice a slow compile gets, and the report
         assert "compil" in shown.err and "cudamagic: cache miss" in shown.out, text
+
+
+def test_the_occupancy_plot_reads_in_a_dark_theme_and_draws_alike_curves_apart():
+    """Its words take the page's text colour (black on JupyterLab's dark theme otherwise); a
+    kernel on the same curve as an earlier one is dashed, and its legend says whose curve it
+    is; the fold's last line says what %cuda_bench does with several launches."""
+    import re
+
+    from cudamagic.view import bench
+
+    curve = [(32, 0.5), (64, 1.0)]
+    page = bench.svg_lines([("a", curve), ("b", list(curve)), ("c", [(32, 0.25), (64, 0.5)]),
+                            ("d", curve)], x_label="threads per block", y_label="occupancy",
+                           y_max=1.0)
+    root = re.match(r"<svg [^>]*>", page).group(0)
+    assert 'fill="currentColor"' in root
+    lines = re.findall(r"<polyline ([^>]*)>", page)
+    dashes = [re.search(r'stroke-dasharray="([^"]*)"', x) for x in lines]
+    assert [d is None for d in dashes] == [True, False, True, False]
+    assert dashes[1].group(1) != dashes[3].group(1)  # the third on a curve differs again
+    legends = re.findall(r'<text [^>]*fill="#[0-9a-f]+">([^<]*)</text>', page)
+    assert legends == ["a", "b (same curve as a)", "c", "d (same curve as a)"]
+    texts = re.findall(r"<text ([^>]*)>", page)
+    assert all('fill="#000' not in t for t in texts)

@@ -80,6 +80,10 @@ def occupancy_text(table: Any) -> str:
     return "\n".join(lines)
 
 
+#: Dash patterns of the second, third... kernel drawn on one curve
+_DASHES = ("6,4", "2,3", "9,3,2,3", "1,5")
+
+
 def svg_lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, x_label: str,
               y_label: str, y_max: float, marks: Sequence[tuple[float, float]] = (),
               width: int = 460, height: int = 200, y_format: str = "{:.0%}") -> str:
@@ -97,7 +101,8 @@ def svg_lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, x_
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10" '
-           f'role="img"><title>{html.escape(y_label)} against {html.escape(x_label)}</title>']
+           f'fill="currentColor" role="img">'  # its words in the page's text colour (a dark theme)
+           f'<title>{html.escape(y_label)} against {html.escape(x_label)}</title>']
     for frac in (0, 0.25, 0.5, 0.75, 1):
         y = py(frac * y_max)
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" '
@@ -108,20 +113,24 @@ def svg_lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, x_
                    f'{x:g}</text>')
     out.append(f'<text x="{(left + width - right) / 2}" y="{height - 4}" '
                f'text-anchor="middle">{html.escape(x_label)}</text>')
-    paths: dict[tuple, str] = {}  # kernels that ask alike share a curve: its points written once
+    # kernels that ask alike share a curve: its points written once; each later kernel of the
+    # same curve dashed (the lines would hide each other) and its legend says whose it is
+    paths: dict[tuple, tuple[str, str, int]] = {}
     for i, (label, pts) in enumerate(series):
         colour = COLOURS[i % len(COLOURS)]
         key = tuple(pts)
-        path = paths.get(key)
-        if path is None:
-            path = paths[key] = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
+        path, first, alike = paths.get(key) or (
+            " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts), label, 0)
+        paths[key] = (path, first, alike + 1)
+        dash = f' stroke-dasharray="{_DASHES[(alike - 1) % len(_DASHES)]}"' if alike else ""
+        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{dash} '
                    f'points="{path}"><title>{html.escape(label)}</title></polyline>')
+        legend = f"{label} (same curve as {first})" if alike else label
         out.append(f'<text x="{width - right - 4}" y="{top + 12 + 12 * i}" text-anchor="end" '
-                   f'fill="{colour}">{html.escape(label)}</text>')
+                   f'fill="{colour}">{html.escape(legend)}</text>')
     for x, y in marks:
         out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="none" '
-                   f'stroke="#000"/>')
+                   f'stroke="currentColor"/>')
     out.append("</svg>")
     return "".join(out)
 
@@ -228,8 +237,8 @@ def svg_strips(rows: Sequence[tuple[str, Sequence[float], bool]], *, width: int 
         return left + (v - lo) / (hi - lo) * (width - left - right)
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10" role="img">'
-           "<title>time per launch, every sample</title>"]
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10" '
+           'fill="currentColor" role="img"><title>time per launch, every sample</title>']
     for i, (label, vs, flagged) in enumerate(rows):
         y = top + row_height * i + row_height / 2
         colour = "#999" if flagged else COLOURS[i % len(COLOURS)]
@@ -343,6 +352,7 @@ def timing_fold(module: Any) -> str:
     items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
     how = (f"{name}.occupancy() for the table (the driver's numbers on a GPU); "
            f"{name}.bench(grid, block, args) times a launch, "
-           f"%cuda_bench {name}(grid, block, args); other(grid, block, args) several")
+           f"and %cuda_bench {name}(grid, block, args); other(grid, block, args) times "
+           "several side by side")
     return ('<details class="cudamagic-fold"><summary>timing and occupancy</summary>'
             f"{plot}<ul>{items}</ul><p><small>{html.escape(how)}</small></p></details>")
