@@ -16,7 +16,8 @@ from .launch.kernel import KernelTools
 from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_digest
 from .toolchain import driver
 from .toolchain.image import CubinImage, device_runtime_kernels, read_cubin
-from .toolchain.variables import DeviceGlobal, device_global, Variable, VarType, find, variables
+from .toolchain.variables import (DeviceGlobal, Variables, VarType, device_global, find,
+                                  variables)
 from .cxx import Signatures, similar_names
 from .cxx.resolve import ResolvedBy
 from .units import counted
@@ -165,7 +166,7 @@ class Module(Mapping[str, Kernel]):
         # the name expressions (-n "&z::tv<float>") that name variables, with their symbols
         self._types = variable_types
         self._expressions = dict(variable_expressions or {})
-        self._variables: tuple[Variable, ...] | None = None
+        self._variables: Variables | None = None
         self.key = key
         self.kernels = kernels
         self._report = report
@@ -217,7 +218,7 @@ class Module(Mapping[str, Kernel]):
         return self._report.hit
 
     @property
-    def globals(self) -> tuple[Variable, ...]:
+    def globals(self) -> Variables:
         """The module's ``__constant__`` and ``__device__`` variables: name, C++ name, size,
         memory space, and the C++ type, dtype and shape as the compiler gave them (listed from
         the CUBIN's symbol table; no GPU needed)."""

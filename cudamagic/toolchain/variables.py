@@ -20,8 +20,8 @@ from ..process import cached
 from ..errors import NameResolutionError
 from .image import GlobalImage
 
-__all__ = ["device_global", "Variable", "DeviceGlobal", "VarType", "TypeGap", "variables", "find", "plain_name",
-           "strip_internal"]
+__all__ = ["device_global", "Variable", "Variables", "DeviceGlobal", "VarType", "TypeGap",
+           "variables", "find", "plain_name", "strip_internal"]
 
 
 class TypeGap(enum.Enum):
@@ -149,7 +149,7 @@ def _typed(g: GlobalImage, t: VarType) -> tuple[str | None, tuple[int, ...], Typ
 
 
 def variables(images: tuple[GlobalImage, ...], types: Mapping[str, VarType] | None,
-              demangled: dict[str, str]) -> tuple[Variable, ...]:
+              demangled: dict[str, str]) -> Variables:
     """The module's variables, typed where the compiler said the type (``types`` by symbol;
     None: a CUBIN from elsewhere, with no compile to ask)."""
     out = []
@@ -162,7 +162,52 @@ def variables(images: tuple[GlobalImage, ...], types: Mapping[str, VarType] | No
             continue
         dtype, shape, why = _typed(g, t)
         out.append(Variable(g.name, cxx, g.size, g.space, dtype, shape, t.ctype, why))
-    return tuple(out)
+    return Variables(out)
+
+
+#: Variables a repr names; the rest are counted
+SHOWN = 8
+
+
+class Variables(tuple):
+    """``module.globals``: the module's variables, a tuple of :class:`Variable` in the CUBIN's
+    order (as before), also looked up by name: ``module.globals["coeffs"]`` (a symbol, a C++
+    name, with or without its anonymous namespaces), ``"coeffs" in module.globals``, ``.get``.
+    Its repr names the first few and counts the rest (a CCCL cell holds a thousand)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key):  # type: ignore[override]
+        if isinstance(key, str):
+            return find(self, key)
+        return super().__getitem__(key)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The variable of that name, or ``default``."""
+        try:
+            return find(self, name)
+        except NameResolutionError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            return self.get(key) is not None
+        return super().__contains__(key)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Their C++ names, in order."""
+        return tuple(v.cxx_name for v in self)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(self.names[:SHOWN])
+        more = len(self) - SHOWN
+        return (f"<{len(self)} variable{'s' if len(self) != 1 else ''}"
+                + (f": {shown}" if self else "") + (f" and {more} more" if more > 0 else "")
+                + ">")
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
 
 
 _ANONYMOUS = "(anonymous namespace)::"
@@ -204,7 +249,9 @@ def find(found: tuple[Variable, ...], name: str,
                 f"{name!r} names {len(matches)} variables of this module ("
                 + ", ".join(v.cxx_name for v in matches) + "): give the symbol ("
                 + ", ".join(v.name for v in matches) + ")")
-    held = ", ".join(v.cxx_name for v in found) or "none"
+    more = len(found) - 10
+    held = (", ".join(v.cxx_name for v in found[:10]) or "none") + (
+        f" and {more} more" if more > 0 else "")
     raise NameResolutionError(f"this module holds no __constant__ or __device__ variable named "
                               f"{name!r} (its variables: {held})")
 
