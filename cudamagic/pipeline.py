@@ -49,6 +49,7 @@ from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_
 from .view.report import BuildReport, KernelRow, KernelRows, stored_note, stored_text
 
 if TYPE_CHECKING:  # pragma: no cover  (the compiler's record: a hit never imports it)
+    from .toolchain import fatbin
     from .toolchain.nvrtc import CompileResult
     from .toolchain.variables import VarType
 
@@ -586,6 +587,7 @@ def _image(binary: Binary, symbol: str) -> Any:
 
 def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: BuildOrigin,
             miss: Miss | None, record: EntryRecord, linked: bool = False,
+            loaded: "fatbin.Loaded | None" = None,
             variables: "tuple[dict[str, VarType], dict[str, str]] | None" = None,
             hit: HitKind | None = None) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
@@ -629,6 +631,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         timings=dict(ctx.timings), demangler=ctx.demangler.name,
         arch=ctx.arch, nvrtc_version=record.nvrtc_version,
         cache_dir=ctx.store.location if ctx.store else "(not cached)",
+        loaded=loaded.source if loaded else None, loaded_cached=bool(loaded and loaded.cached),
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
         module_name=ctx.opts.module, globals=binary.image.globals,
@@ -726,8 +729,14 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     from .toolchain import fatbin, ptx  # a CUBIN from elsewhere: not a hit's modules
     cubin, label = read_cubin_arg(path_or_bytes)
     linked_from = time.perf_counter()
+    stores: list[KernelCache] = []  # the cache, where a link needed one
+
+    def link_store() -> Any:
+        stores.append(KernelCache.wrap(cache))
+        return stores[0].link_cache()
+
     loaded = fatbin.loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),
-                                   label=label, store=lambda: KernelCache.wrap(cache).link_cache())
+                                   label=label, store=link_store)
     original, cubin = cubin, loaded.cubin
     binary = Binary(cubin, read_cubin(cubin),
                     ptx.entry_params(loaded.ptx) if loaded.ptx is not None else None)
@@ -735,7 +744,8 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
                        settings=BuildSettings(demangler=demangler, reserved=tuple(reserved)),
                        arch=f"sm_{binary.image.sm}" if binary.image.sm else "?", options=(),
                        search=SearchPath("", ()), key=record_key(cubin), nvrtc="-", toolkit="",
-                       store=None, demangler=demangler or default_demangler(), started=started)
+                       store=stores[0] if stores else None,
+                       demangler=demangler or default_demangler(), started=started)
     # PTX, a fatbin's PTX or a relocatable CUBIN went through nvJitLink (or its cached output)
     if loaded.linked:
         ctx.timings["lookup" if loaded.cached else "link"] = time.perf_counter() - linked_from
@@ -761,7 +771,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     made = _kernels(ctx, binary, resolution.resolved, sigs, {}, strict=False, extra=instances)
     record = EntryRecord(cubin=cubin, lowered=None, arch=ctx.arch, nvrtc_version="-")
     return _warn(_module(ctx, binary, made, origin=BuildOrigin.CUBIN, miss=None, record=record,
-                         linked=loaded.linked))
+                         linked=loaded.linked, loaded=loaded))
 
 
 def _template_instances(sigs: Signatures) -> tuple[list[Resolved], list[str]]:

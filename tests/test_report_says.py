@@ -56,3 +56,23 @@ def test_the_occupancy_plot_reads_in_a_dark_theme_and_draws_alike_curves_apart()
     assert legends == ["a", "b (same curve as a)", "c", "d (same curve as a)"]
     texts = re.findall(r"<text ([^>]*)>", page)
     assert all('fill="#000' not in t for t in texts)
+
+
+def test_a_ptx_loads_badge_and_footer_say_ptx_and_the_cache(tmp_path):
+    """A PTX file is compiled by nvJitLink and its CUBIN cached: the report says PTX (not
+    "loaded CUBIN"), names the cache it went into (not "(not cached)"), and the second load
+    says it came from there."""
+    import cudamagic
+
+    from .conftest import FIXTURES
+
+    ptx = FIXTURES / "nvcc_kernels.ptx"
+    cache = cudamagic.KernelCache(tmp_path / "cache")
+    first = cudamagic.load_cubin(ptx, cache=cache).report
+    second = cudamagic.load_cubin(ptx, cache=cache).report
+    assert first.badge.label == "loaded PTX", first.badge
+    assert second.badge.label == "loaded PTX (compiled before: cached)", second.badge
+    for report in (first, second):
+        assert report.cache_dir == str(cache.location) and "(not cached)" not in report.text()
+    cubin = cudamagic.load_cubin(FIXTURES / "fixture.cubin", ["fill<float>"]).report
+    assert cubin.badge.label == "loaded CUBIN" and cubin.cache_dir == "(not cached)"

@@ -30,6 +30,7 @@ from .render import CELL_STYLE, TEXT_WIDTH, table_text, wrap_html
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..toolchain.image import GlobalImage, KernelImage
+    from ..toolchain.link import CodeKind
 
 __all__ = ["Explanation", "KernelRow", "KernelRows", "BuildReport", "Badge", "Phase",
            "SHOWN_ROWS", "display_signature", "render_text", "render_html", "text_head",
@@ -334,6 +335,11 @@ class BuildReport:
         The Python name the module was pushed under (for hints), or ``""``.
     hit_kind : HitKind or None
         Which tier served a hit (the remote's time is the ``remote`` phase, on a miss too).
+    loaded : CodeKind or None
+        For a module loaded from a file (``origin`` CUBIN): what the file held (a CUBIN, PTX
+        or a fatbin); None for a build.
+    loaded_cached : bool
+        nvJitLink's CUBIN of a loaded PTX (or fatbin PTX) came from the cache: no link ran.
     """
 
     key: str
@@ -355,6 +361,8 @@ class BuildReport:
     linked: bool = False
     device_runtime: bool = False
     hit_kind: HitKind | None = None
+    loaded: "CodeKind | None" = None
+    loaded_cached: bool = False
 
     # --- words -----------------------------------------------------------------------------
 
@@ -367,7 +375,13 @@ class BuildReport:
     def badge(self) -> Badge:
         """``cache hit`` (``cache hit (remote)``) / ``cache miss`` / ``loaded CUBIN`` and its
         colour class."""
-        return _REMOTE_HIT if self.hit_kind is HitKind.REMOTE else _STATUS[self.origin]
+        if self.hit_kind is HitKind.REMOTE:
+            return _REMOTE_HIT
+        if self.origin is BuildOrigin.CUBIN and self.loaded is not None:
+            what = {"ptx": "PTX", "fatbin": "fatbin"}.get(self.loaded.value, "CUBIN")
+            cached = " (compiled before: cached)" if self.loaded_cached else ""
+            return Badge(f"loaded {what}{cached}", "cudamagic-cubin")
+        return _STATUS[self.origin]
 
     @property
     def status(self) -> str:
