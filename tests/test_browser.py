@@ -271,11 +271,12 @@ def _read_reports(page) -> dict:
     hit.scroll_into_view_if_needed()
     hit.locator(".cudamagic-phases summary").click()  # the phases, one click away
     seen["phases"] = hit.locator(".cudamagic-phases table").inner_text()  # drawn now
-    fold = first.locator(".cudamagic-fold summary")
-    fold.scroll_into_view_if_needed()
-    fold.click()  # the timing and occupancy fold, with its plot
-    seen["fold"] = first.locator(".cudamagic-fold").inner_text()
-    seen["plot"] = first.locator(".cudamagic-fold svg").count()
+    timing = hit.locator(".cudamagic-fold", has=page.locator("summary",
+                                                             has_text="timing and occupancy"))
+    timing.locator("summary").first.scroll_into_view_if_needed()
+    timing.locator("summary").first.click()  # the timing and occupancy fold, with its plot
+    seen["fold"] = timing.inner_text()
+    seen["plot"] = timing.locator("svg").count()
     seen["missing"] = page.get_by_text("model not found").count()
     return seen
 
@@ -380,11 +381,8 @@ def test_without_the_widget_manager_the_report_reads_the_same(lab):
     with sync_playwright() as p:
         browser, page = _open(p, base, token, tmp_path)
         try:
-            page.locator(".jp-CodeCell .jp-InputArea-editor").first.click()
-            for _ in range(3):  # %load_ext, the markdown cell, the first %%cuda cell
-                page.keyboard.press("Shift+Enter")
-                time.sleep(0.5)
-            page.wait_for_selector(REPORT, timeout=180_000)
+            _run_all(page)
+            page.wait_for_selector(REPORT, timeout=300_000)
             report = page.locator(REPORT).first
             badge = report.locator(".cudamagic-badge").inner_text()
             rows = report.locator(".cudamagic-names tbody tr").all_inner_texts()
