@@ -177,7 +177,7 @@ class Variables(tuple):
 
     __slots__ = ()
 
-    def __getitem__(self, key):  # type: ignore[override]
+    def __getitem__(self, key):
         if isinstance(key, str):
             return find(self, key)
         return super().__getitem__(key)
