@@ -34,9 +34,10 @@ print(json.dumps({"hit": mod.hit, "kernels": len(mod), "modules": new}))
 #: cudamagic's modules a hit imports: the entry, the CUBIN's tables, the names, the records of
 #: the report, the launch's Kernel (not yet launched) and its parameter kinds (launch.params
 #: takes PTX's parameter types from toolchain.ptx), and cxx.kernel_names (the report's hint of
-#: a template kernel left without -n reads the cell's text on every build, a hit's too).
+#: a template kernel left without -n reads the cell's text on every build, a hit's too), and
+#: cudamagic.process (the registry every memoized function and fork hook registers with).
 HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
-    | cxx cxx.args cxx.compare cxx.display cxx.mangled cxx.parse cxx.pyname cxx.resolve
+    | process cxx cxx.args cxx.compare cxx.display cxx.mangled cxx.parse cxx.pyname cxx.resolve
     cxx.signatures cxx.types errors explain files forksafe keys miss options toolkit units
     launch launch.encode launch.extended launch.kernel launch.launcher launch.params
     launch.support lineinfo module naming pipeline typed
