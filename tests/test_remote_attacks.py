@@ -193,3 +193,30 @@ def test_a_key_of_another_type_is_a_refused_record_not_a_failing_server(real_ser
         assert store.load(kind) == b"entry"
     finally:
         store.close()
+
+
+_FIRST_SEND = """
+import sys, warnings
+warnings.simplefilter("ignore")
+from cudamagic.store.remote import RemoteStore
+store = RemoteStore(sys.argv[1], b"k" * 32)
+before = set(sys.modules)
+store.share("k", b"entry")
+assert store.flush(5.0)
+store.load("k")
+print(sorted(set(sys.modules) - before))
+"""
+
+
+def test_the_first_send_imports_nothing_so_a_fork_meanwhile_leaves_no_half_module(
+        real_server):
+    # A fork while the sender thread imports (redis-py's first connection asked
+    # importlib.metadata, which imports email.*) left the child with a half-initialized module:
+    # its own sends, and any later import of it, failed with a circular-import ImportError.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FIRST_SEND, real_server.url],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

@@ -277,6 +277,17 @@ def _bounded(base: type, bound: float, budget: int) -> type:
     return Bounded
 
 
+def _import_what_connecting_imports() -> None:
+    """Import now what a first connection would import on the sender thread: a fork while that
+    thread imports leaves the child a half-initialized module (its sends, and any import of
+    it, fail there for good). redis-py asks importlib.metadata its version (email.*), and the
+    socket's name lookup encodes the host (encodings.idna)."""
+    from redis.utils import get_lib_version
+
+    get_lib_version()
+    "localhost".encode("idna")
+
+
 class _Breaker:
     """Skips the server for a while after it failed; one warning per outage."""
 
@@ -340,6 +351,7 @@ class RemoteStore(Store):
         self._thread: threading.Thread | None = None
         _stores.add(self)
         self._redis()  # the client's imports here (the cache opens on %load_ext's thread)
+        _import_what_connecting_imports()
 
     # --- the connection --------------------------------------------------------------------
 
