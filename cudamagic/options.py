@@ -278,11 +278,23 @@ def arch_sm(arch: str | int) -> int:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print and exit the kernel
-        hint = ""
-        if "unrecognized arguments" in message:
-            hint = ('; a name expression with spaces or commas must be quoted: '
-                    '-n "ns::scale<float, 3>"')
-        raise OptionError(f"%%cuda: {message}{hint}")
+        raise OptionError(f"%%cuda: {message}")
+
+
+def _unrecognized(extra: Sequence[str]) -> OptionError:
+    """What to write instead of words the line's parser does not take: NVRTC's own options
+    (``-dlto``, ``--fmad=false``) go after ``-o``; other words are most often a name
+    expression's pieces, split at a space or a comma."""
+    flags = [t for t in extra if t.startswith("-")]
+    hints = []
+    if flags:
+        hints.append("an NVRTC option is passed with -o, one each: "
+                     + " ".join(f"-o {t}" for t in flags))
+    if len(flags) < len(extra):
+        hints.append('a name expression with spaces or commas must be quoted: '
+                     '-n "ns::scale<float, 3>"')
+    return OptionError(f"%%cuda: unrecognized arguments: {' '.join(extra)}; "
+                       + "; ".join(hints))
 
 
 class _InOrder(argparse.Action):
@@ -385,7 +397,9 @@ def parse_magic_line(line: str) -> BuildOptions | None:
         else:
             joined.append(tok)
             i += 1
-    ns = magic_parser().parse_args(joined)
+    ns, extra = magic_parser().parse_known_args(joined)
+    if extra:
+        raise _unrecognized(extra)
     if ns.help:
         return None
     return BuildOptions(

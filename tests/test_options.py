@@ -54,6 +54,9 @@ def test_help_is_not_an_error():
     ('-I "a\udce9"', "not valid UTF-8"),
     ("-U A=1", "a macro NAME"),
     ("-n ns::scale<float, 3>", "must be quoted"),
+    # NVRTC's options written on the line as the README lists them: -o before each
+    ("-dlto --fmad=false", "passed with -o, one each: -o -dlto -o --fmad=false"),
+    ("-rdc=true", "-o -rdc=true"),
     ("-o lineinfo", "starts with '-'"),
     ("-D 1X", "NAME or NAME=VALUE"),
 ])
