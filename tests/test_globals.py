@@ -5,11 +5,14 @@ them on one). Issue 27 item A1 and issue 29 items 5 and 6."""
 from __future__ import annotations
 
 import pickle
+import struct
 
+import numpy as np
 import pytest
 
 import cudamagic
 from cudamagic.errors import NameResolutionError, NoDeviceError
+from cudamagic.launch.encode import pack_args
 from cudamagic.store.cache import KernelCache
 from cudamagic.toolchain.probe import TypeGap
 from cudamagic.toolchain.variables import find
@@ -237,3 +240,82 @@ def test_a_variable_given_as_a_name_expression_is_taken_as_nvrtc_takes_it(tmp_pa
 def test_without_the_name_expression_the_variable_is_listed(tmp_path):
     module = cudamagic.build(VARIABLES, ["k<float>"], arch="sm_90", cache=tmp_path)
     assert {"table<float>", "coeffs"} <= {v.cxx_name for v in module.globals}
+
+
+# get_global as a MemoryPointer (issue 29 item 3; from test_parity_more.py)
+# ---- item 3: get_global is a cupy.cuda.MemoryPointer, as CuPy's RawModule gives it ----
+
+VIEW_SOURCE = r"""
+__device__ float x[100];
+__constant__ int coeffs[4] = {1, 2, 3, 4};
+extern "C" __global__ void bump(int n) { int i = threadIdx.x; if (i < n) x[i] += coeffs[i % 4]; }
+"""
+
+
+class _Owner:
+    """Stands in for the module (what must stay alive while the memory is used)."""
+
+
+def _view(dtype=None):
+    from cudamagic.toolchain.variables import Variable, device_global
+
+    var = Variable("x", "x", 400, "global", "float32", (100,))
+    owner = _Owner()
+    return device_global(var, 0x7F0000004000, 0, dtype, owner), owner
+
+
+def test_the_global_view_is_a_memory_pointer_and_keeps_the_array_interface():
+    from cupy.cuda import memory
+
+    view, owner = _view()
+    assert isinstance(view, memory.MemoryPointer)
+    assert (view.ptr, view.device_id, view.mem.size) == (0x7F0000004000, 0, 400)
+    import gc
+    import weakref
+
+    alive = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert alive() is not None  # the module stays alive while the pointer (or CuPy's arrays
+    # over it) does
+    assert view.__cuda_array_interface__ == {"shape": (100,), "typestr": "<f4",
+                                             "data": (0x7F0000004000, False), "strides": None,
+                                             "version": 3}
+    assert "x global float32[100] at 0x7f0000004000 on device 0" in repr(view)
+    assert _view(np.uint8)[0].shape == (400,)
+
+
+def test_cupy_ndarray_takes_the_view_as_its_memptr():
+    """``cupy.ndarray((100,), cupy.float32, mod.get_global("x"))``: CuPy's constructor takes
+    only a MemoryPointer there (a plain view was "Cannot convert DeviceGlobal to
+    cupy.cuda.memory.MemoryPointer"); making the array touches no device."""
+    import cupy
+
+    from cudamagic.toolchain.variables import DeviceGlobal
+
+    view, _ = _view()
+    array = cupy.ndarray((100,), cupy.float32, view)
+    assert (array.data.ptr, array.shape, array.dtype) == (0x7F0000004000, (100,), np.float32)
+    assert array.data is view
+    plain = DeviceGlobal(view.variable, 0x7F0000004000, 0, None, None)
+    with pytest.raises(TypeError, match="MemoryPointer"):
+        cupy.ndarray((100,), cupy.float32, plain)
+
+
+def test_the_view_passes_as_a_pointer_argument():
+    module = cudamagic.build('extern "C" __global__ void k(float* p) {}', use_cache=False)
+    view, _ = _view()
+    assert pack_args("k", module["k"].params, [view]) == [struct.pack("<Q", 0x7F0000004000)]
+
+
+@pytest.mark.gpu
+def test_ported_get_global_code_runs_unchanged():
+    import cupy
+
+    module = cudamagic.build(VIEW_SOURCE, use_cache=False)
+    x = cupy.ndarray((100,), cupy.float32, module.get_global("x"))
+    x[...] = cupy.arange(100, dtype=cupy.float32)
+    module["bump"]((1,), (128,), (100,))
+    expected = np.arange(100, dtype=np.float32) + np.tile([1, 2, 3, 4], 25)
+    assert x.get().tolist() == expected.tolist()
+    assert cupy.asarray(module.get_global("coeffs")).get().tolist() == [1, 2, 3, 4]
