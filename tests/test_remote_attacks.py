@@ -220,3 +220,21 @@ def test_the_first_send_imports_nothing_so_a_fork_meanwhile_leaves_no_half_modul
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_forked_child_counts_its_own_numbers(real_server):
+    import os
+
+    store = RemoteStore(real_server.url, b"k" * 32)
+    assert store.save("parent", b"entry") and store.load("parent") == b"entry"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's sent, hits and bytes are not its own
+        stats = store.remote_stats()
+        os.write(write, f"{stats.sent} {stats.hits} {stats.bytes_sent}".encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 100) == b"0 0 0"
+    assert store.remote_stats().sent == 1  # the parent's stay
+    store.close()

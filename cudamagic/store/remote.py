@@ -572,8 +572,10 @@ class RemoteStore(Store):
             last_error=self._breaker.last_error, backoff_left=left)
 
     def _renew(self) -> None:
-        """In a forked child: a new lock, queue and connection, and no thread."""
+        """In a forked child: a new lock, queue and connection, no thread, and its own numbers
+        (``%cuda_cache remote`` shows this process's; the breaker stays: the same server)."""
         self._lock = ForkSafeLock()
+        self._counts = dict.fromkeys(_COUNTS, 0)
         self._client = None  # the parent's socket: never used here
         self._queue = queue.Queue(self.queue_size)
         self._thread = None
