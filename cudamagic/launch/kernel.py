@@ -12,7 +12,7 @@ import threading
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..forksafe import ForkSafeLock, once
 from ..cxx import Signatures
@@ -20,10 +20,12 @@ from ..cxx.resolve import ResolvedBy
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 from ..toolchain import driver
 from ..toolchain.image import KernelImage, KernelResources, LaunchNeeds
-from .attributes import CUPY_NAMES, KernelAttributes
 from .launcher import (LAST_LAUNCH, SHARED_PER_BLOCK_DEFAULT, Launcher, LaunchHooks, NoSuchType, NullStream,
                        generate_launcher)
 from .params import ParamSpec, param_specs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .attributes import KernelAttributes
 
 __all__ = ["Kernel", "KernelTools"]
 
@@ -192,7 +194,7 @@ class Kernel:
         return driver.kernel_function(self._handle(device, context_ready))
 
     @property
-    def attributes(self) -> KernelAttributes:
+    def attributes(self) -> "KernelAttributes":
         """Registers, static shared, local and constant memory, the binary's architecture (and,
         from the driver, the largest block, dynamic shared memory, the PTX version, the cache
         mode and the carveout), under cudamagic's names and CuPy's (``num_regs``,
@@ -209,7 +211,9 @@ class Kernel:
         """
         return self._attributes(None)
 
-    def _attributes(self, device: int | None) -> KernelAttributes:
+    def _attributes(self, device: int | None) -> "KernelAttributes":
+        from .attributes import KernelAttributes  # asked of a kernel: not a hit's import
+
         if device is None and not driver.available():
             if self.resources is None:
                 raise NoDeviceError(f"{self.name_expression}: no CUDA device, and no CUBIN "
@@ -224,6 +228,8 @@ class Kernel:
                                 self._attributes)
 
     def _attribute(self, cupy_name: str) -> int:
+        from .attributes import CUPY_NAMES
+
         attributes = self.attributes
         if cupy_name not in attributes:
             raise NoDeviceError(f"{self.name_expression}: {cupy_name} depends on the device: "
