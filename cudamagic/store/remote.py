@@ -198,8 +198,9 @@ def open_remote(url: str | None = None, key_file: str | None = None,
     try:
         import redis  # noqa: F401
     except ImportError:
-        return None, ("the redis client is not installed: pip install 'cudamagic[remote]' "
-                      "(the remote cache is off)")
+        return None, ("the redis client is not installed: pip install 'redis>=5' in the "
+                      "notebook kernel's environment (from a checkout: pip install -e "
+                      "'.[remote]'); the remote cache is off")
     key_file = key_file or os.environ.get("CUDAMAGIC_REMOTE_KEY_FILE")
     if not key_file:
         return None, ("no team key: set CUDAMAGIC_REMOTE_KEY_FILE to a file readable by you "
