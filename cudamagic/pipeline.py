@@ -308,8 +308,7 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
             found = _restore(ctx, record, looked.hit)
             if isinstance(found, Module):
                 return found
-            if looked.hit is HitKind.LOCAL:  # a remote record may serve its other machines
-                ctx.store.delete(ctx.key)
+            ctx.store.refuse(ctx.key, looked.hit)
             miss = found
         miss = miss or Miss(MissKind.NO_ENTRY)
     else:

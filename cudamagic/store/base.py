@@ -118,6 +118,11 @@ class Store(abc.ABC):
         """``(hits, misses)`` of lookups (a folder: across sessions)."""
 
     @abc.abstractmethod
+    def unhit(self) -> None:
+        """Count the last :meth:`load` that found an entry as a miss: its reader refused the
+        value (damaged, stale headers, a name map that does not hold), so nothing was served."""
+
+    @abc.abstractmethod
     def listing(self) -> list[StoredEntry]:
         """Every entry, without touching its last-use time."""
 

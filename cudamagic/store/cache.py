@@ -265,6 +265,7 @@ class KernelCache:
         try:
             return Lookup(decode_entry(value, key), miss, HitKind.REMOTE, seconds)
         except BadEntry as exc:  # signed by the team, yet not an entry this reader takes
+            self.remote.unhit()
             return Lookup(None, miss or Miss(exc.kind, f"the remote record: {exc}"), None,
                           seconds)
 
@@ -284,10 +285,21 @@ class KernelCache:
         try:
             return decode_entry(value, key), None
         except BadEntry as exc:
+            self._use(self._live().unhit)
             return None, Miss(exc.kind, f"{exc} ({self._gone(key)})")
 
     def _gone(self, key: str) -> str:
         return "deleted" if self.delete(key) else "could not be deleted"
+
+    def refuse(self, key: str, hit: HitKind | None) -> None:
+        """The entry :meth:`lookup` found for ``key`` cannot serve (its headers changed, its
+        name map does not hold): the lookup counts as a miss, and a local entry is deleted
+        (a remote record may still serve the machines it was built for)."""
+        if hit is HitKind.LOCAL:
+            self._use(self._live().unhit)
+            self.delete(key)
+        elif self.remote is not None:
+            self.remote.unhit()
 
     def keep(self, key: str, record: EntryRecord) -> bool:
         """Store an entry in the folder only (one the remote tier served, or a local one whose

@@ -468,6 +468,9 @@ class DiskStore(Store):
         with self._guard("reading"):
             return self._dc.stats()
 
+    def unhit(self) -> None:
+        bookkeeper().unhit(self._database)
+
     def listing(self) -> list[StoredEntry]:
         self.flush()
         with self._guard("reading"):
@@ -581,6 +584,15 @@ class Bookkeeper:
                 if rowid in counts.used or self._size < self.MAX_PENDING:
                     self._size += rowid not in counts.used
                     counts.used[rowid] = time.time()
+            self._wake()
+
+    def unhit(self, database: str) -> None:
+        """Turn one hit counted in ``database`` into a miss (written or not yet: the counts
+        written are added, so a pending -1 undoes a hit already written)."""
+        with self._cond:
+            counts = self._pending.setdefault(database, _Counts())
+            counts.hits -= 1
+            counts.misses += 1
             self._wake()
 
     def reclaim_later(self, directory: Path) -> None:

@@ -85,6 +85,9 @@ class MemoryStore(Store):
     def stats(self) -> tuple[int, int]:
         return self.hits, self.misses
 
+    def unhit(self) -> None:
+        self.hits, self.misses = self.hits - 1, self.misses + 1
+
     def listing(self) -> list[StoredEntry]:
         return [StoredEntry(key, len(value), stored, used, functools.partial(bytes, value))
                 for key, (value, stored, used) in self._data.items()]

@@ -548,6 +548,11 @@ class RemoteStore(Store):
     def stats(self) -> tuple[int, int]:
         return int(self._counts["hits"]), int(self._counts["misses"])
 
+    def unhit(self) -> None:
+        with self._lock:
+            self._counts["hits"] -= 1
+            self._counts["misses"] += 1
+
     def listing(self) -> list[StoredEntry]:
         return []  # the folder lists its entries; the server's are the team's
 
