@@ -41,7 +41,18 @@ class CudaMagicError(Exception):
 
 
 class OptionError(CudaMagicError, ValueError):
-    """A bad magic line or a bad argument to :func:`cudamagic.build`."""
+    """A bad magic line or a bad argument to :func:`cudamagic.build`, or an option NVRTC refused.
+
+    Attributes
+    ----------
+    refused : tuple of str or None
+        Where NVRTC refused one of its options (it does not say which): the options it was
+        given, in order. None for a line or argument cudamagic refused itself.
+    """
+
+    def __init__(self, *args: object, refused: tuple[str, ...] | None = None) -> None:
+        super().__init__(*args)
+        self.refused = refused
 
 
 class SourceError(CudaMagicError, ValueError):

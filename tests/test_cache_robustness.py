@@ -616,3 +616,40 @@ def test_lookups_are_counted_in_a_folder_of_any_name(tmp_path, name):
         assert cudamagic.build(src, cache=cache).hit
     assert cache.stats() == (3, 1)
     cache.close()
+
+
+# --- a busy database is told by SQLite's error code, not its words ---------------------------
+
+@pytest.mark.parametrize("code, words, counted", [
+    (5, "reworded: another writer", True),      # SQLITE_BUSY: tried again, the count kept
+    (6, "reworded", True),                      # SQLITE_LOCKED
+    (11, "database is locked", False),          # SQLITE_CORRUPT with busy words: given up
+])
+def test_the_bookkeeper_retries_a_busy_database_by_its_code(code, words, counted, tmp_path,
+                                                            monkeypatch):
+    import sqlite3
+
+    import diskcache
+
+    from cudamagic.store.disk import Bookkeeper, _Counts
+
+    diskcache.Cache(str(tmp_path)).close()
+    database = str(tmp_path / "cache.db")
+    keeper = Bookkeeper()
+    real = keeper._connection
+    failed = []
+
+    class Refusing:
+        def execute(self, *args):
+            failed.append(code)
+            exc = sqlite3.OperationalError(words)
+            exc.sqlite_errorcode = code
+            raise exc
+
+    monkeypatch.setattr(keeper, "_connection", lambda db: real(db) if failed else Refusing())
+    counts = _Counts()
+    counts.hits = 3
+    keeper._write(database, counts)
+    with sqlite3.connect(database) as con:
+        hits, = con.execute("SELECT value FROM Settings WHERE key = 'hits'").fetchone()
+    assert failed == [code] and (hits == 3) is counted

@@ -300,3 +300,47 @@ def test_trace_folders_of_processes_killed_mid_compile_are_removed(tmp_path):
 
     run_python(_FIRST_COMPILE)
     assert not os.path.exists(os.path.join("/dev/shm", left.pop()))
+
+
+# --- an option NVRTC refuses: told apart by its error's type and fields, not its words --------
+
+from cudamagic.options import options_from_args  # noqa: E402
+
+_KERNEL = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n'
+
+
+def test_an_option_nvrtc_refuses_is_an_option_error_holding_the_options():
+    from cudamagic.errors import OptionError
+    from cudamagic.toolchain import nvrtc
+
+    options = ["-arch=sm_90", "--no-such-option"]
+    with pytest.raises(OptionError, match="NVRTC refused an option") as raised:
+        nvrtc._traced_compile(_KERNEL, [], options, "cell.cu", 0, False)
+    assert raised.value.refused == tuple(options)
+    with pytest.raises(OptionError) as line:
+        options_from_args(["-arch=sm_1"])
+    assert line.value.refused is None  # cudamagic's own refusal
+
+
+@pytest.mark.parametrize("refused", ["the trace option", "another option"])
+def test_a_refused_trace_option_compiles_untraced_whatever_the_words(refused, monkeypatch):
+    """An NVRTC older than --fdevice-time-trace refuses it: the compile runs without it. The
+    decision reads the error's options; the message here is reworded and nothing changes."""
+    from cudamagic.errors import OptionError
+    from cudamagic.toolchain import nvrtc
+
+    real = nvrtc._compile
+
+    def old_nvrtc(source, names, options, *rest):
+        if any(o.startswith("--fdevice-time-trace") for o in options):
+            told = options if refused == "the trace option" else options[:1]
+            raise OptionError("reworded: no", refused=tuple(told))
+        return real(source, names, options, *rest)
+
+    monkeypatch.setattr(nvrtc, "_compile", old_nvrtc)
+    if refused == "another option":
+        with pytest.raises(OptionError, match="reworded"):
+            nvrtc._traced_compile(_KERNEL, [], ["-arch=sm_90"], "cell.cu", 0, True)
+        return
+    cubin, _, _, trace = nvrtc._traced_compile(_KERNEL, [], ["-arch=sm_90"], "cell.cu", 0, True)
+    assert cubin[:4] == b"\x7fELF" and trace is None

@@ -649,11 +649,9 @@ class Bookkeeper:
                         con.execute("ROLLBACK")
                         raise
                     return
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) and "busy" not in str(exc):
+                except (sqlite3.Error, OSError) as exc:
+                    if not _busy(exc):
                         return  # a damaged or vanished database loses a count, nothing more
-                except (sqlite3.Error, OSError):
-                    return
             time.sleep(0.01)  # busy: let the other writer finish, with the lock released
 
     def _connection(self, database: str) -> sqlite3.Connection:

@@ -249,7 +249,7 @@ def _traced_compile(source: str, name_expressions: Sequence[str], options: Seque
             out = _compile(source, name_expressions, [*options, extra], program_name,
                            line_offset)
         except OptionError as exc:
-            if "fdevice-time-trace" not in str(exc):
+            if exc.refused is None or extra not in exc.refused:
                 raise
             # an NVRTC older than the option: compile without it
             return (*_compile(source, name_expressions, options, program_name, line_offset),
@@ -310,7 +310,8 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
         log = _log(prog)
         if status == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
             raise OptionError("NVRTC refused an option; the options passed were: "
-                              + " ".join(options) + (f"\n{log}" if log else ""))
+                              + " ".join(options) + (f"\n{log}" if log else ""),
+                              refused=tuple(options))
         if int(status) != 0:
             text = rewrite_log(log, program_name, name_expressions, line_offset, source)
             shims = f"-I{std_header_dirs()[1][0]}" in options
