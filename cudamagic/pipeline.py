@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ContextManager
 
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
                   stored_signatures, symbol_record)
-from .cxx.resolve import ResolvedBy
+from .cxx.resolve import Resolution, ResolvedBy, template_instances
 from .errors import (CompileError, CompileInterrupted, CudaMagicError, ImageError,
                      InputWarning, NameResolutionError, OptionError, SourceError)
 from .files import read_cubin_arg
@@ -750,6 +750,16 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
         ctx.timings["lookup" if loaded.cached else "link"] = time.perf_counter() - linked_from
     with contextlib.closing(ctx.demangler.start()) as pending:
         sigs = _signatures(ctx, binary, pending)
+    resolution, instances = _resolve_foreign(ctx, sigs, label)
+    made = _kernels(ctx, binary, resolution.resolved, sigs, {}, strict=False, extra=instances)
+    record = EntryRecord(cubin=cubin, lowered=None, arch=ctx.arch, nvrtc_version="-")
+    return _warn(_module(ctx, binary, made, origin=BuildOrigin.CUBIN, miss=None, record=record,
+                         linked=loaded.linked, loaded=loaded))
+
+
+def _resolve_foreign(ctx: BuildContext, sigs: Signatures, label: str) -> tuple[Resolution, list[Resolved]]:
+    """A foreign CUBIN's name expressions resolved by demangling, and its lone template instances."""
+    opts = ctx.opts
     resolution = resolve(opts.name_expressions, sigs)
     if resolution.unresolved:
         lines = [f"  {u.name_expression!r}: {u.reason}"
@@ -760,34 +770,14 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
                                   "demangling can find them):\n" + "\n".join(lines))
     instances: list[Resolved] = []
     if not opts.name_expressions:
-        instances, ambiguous = _template_instances(sigs)
+        instances, ambiguous = template_instances(sigs)
         if ambiguous:
             ctx.notes.append(
                 f"{len(ambiguous)} template instance(s) share a name with another kernel, so "
                 "no name expression picks one alone; name each with a cast (-n "
                 "\"(void(*)(float*))k<float>\"): " + "; ".join(ambiguous[:5])
                 + ("; ..." if len(ambiguous) > 5 else ""))
-    made = _kernels(ctx, binary, resolution.resolved, sigs, {}, strict=False, extra=instances)
-    record = EntryRecord(cubin=cubin, lowered=None, arch=ctx.arch, nvrtc_version="-")
-    return _warn(_module(ctx, binary, made, origin=BuildOrigin.CUBIN, miss=None, record=record,
-                         linked=loaded.linked, loaded=loaded))
-
-
-def _template_instances(sigs: Signatures) -> tuple[list[Resolved], list[str]]:
-    """The CUBIN's template instances that their demangled name picks out alone (as
-    resolution would pick them for that name expression), and the texts of the others."""
-    found: list[Resolved] = []
-    ambiguous: list[str] = []
-    symbols = [s for s in sigs if not sigs.maybe_plain(s)]
-    picked = resolve([sigs[s].name for s in symbols], sigs) if symbols else None
-    by_name = {r.name_expression: r for r in picked.resolved} if picked else {}
-    for symbol in symbols:
-        r = by_name.get(sigs[symbol].name)
-        if r is not None and r.symbol == symbol:
-            found.append(Resolved(r.name_expression, symbol, r.resolved_by))
-        else:
-            ambiguous.append(sigs.text(symbol))
-    return found, ambiguous
+    return resolution, instances
 
 
 def record_key(cubin: bytes) -> str:

@@ -218,6 +218,23 @@ def plain_kernels(kernels: Signatures, taken: set[str]) -> list[Resolved]:
     return out
 
 
+def template_instances(sigs: Signatures) -> tuple[list[Resolved], list[str]]:
+    """The CUBIN's template instances that their demangled name picks out alone (as
+    resolution would pick them for that name expression), and the texts of the others."""
+    found: list[Resolved] = []
+    ambiguous: list[str] = []
+    symbols = [s for s in sigs if not sigs.maybe_plain(s)]
+    picked = resolve([sigs[s].name for s in symbols], sigs) if symbols else None
+    by_name = {r.name_expression: r for r in picked.resolved} if picked else {}
+    for symbol in symbols:
+        r = by_name.get(sigs[symbol].name)
+        if r is not None and r.symbol == symbol:
+            found.append(Resolved(r.name_expression, symbol, r.resolved_by))
+        else:
+            ambiguous.append(sigs.text(symbol))
+    return found, ambiguous
+
+
 def similar_names(wanted: str, names: Sequence[str], labels: Sequence[str] | None = None,
             n: int = 3) -> tuple[str, ...]:
     """Up to ``n`` labels whose names are most like ``wanted`` (labels default to the names)."""
