@@ -158,7 +158,7 @@ def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
     absent = _group_absent([p for p, f in found.items() if not f], search)
     if started_ns is not None:
         doubts += _late(read, opened_at, started_ns)
-        doubts += _appeared(places, found, started_ns)
+        doubts += _appeared(places, found, tested, absent, started_ns)
     return Manifest(tuple(read.states.values()), absent, present, complete=True,
                     watched=_folder_times(unknown), racy=doubts[0] if doubts else None,
                     search=search)
@@ -264,16 +264,19 @@ def _changed_at(f: HeaderState, now_ns: int) -> int:
     return f.ctime_ns if f.mtime_ns > now_ns else max(f.mtime_ns, f.ctime_ns)
 
 
-def _appeared(places: Iterable[str], found: dict[str, bool], started_ns: int) -> list[str]:
+def _appeared(places: Iterable[str], found: dict[str, bool], tested: set[str],
+              absent: Sequence[AbsentGroup], started_ns: int) -> list[str]:
     """Files that appeared during the compile where the search or a ``__has_include`` looked
-    (NVRTC may have looked before they did). Only the names looked up count: a folder the
-    search or a ``__has_include`` passed through may change for any other file (``-I.`` in a
-    folder a notebook or a run writes into) without changing what NVRTC read. A file a
-    ``__has_include`` found and NVRTC never opened, removed before the compile ended, is not
-    seen (the folder's change cannot say which name went)."""
+    (NVRTC may have looked before they did), and folders that changed during it where a
+    ``__has_include`` found nothing (a file there then may have been removed since)."""
     since = started_ns - RACY_NS
-    return [f"{p} appeared while the cell compiled (NVRTC may have searched there before it "
-            "did)" for p in places if found[p] and _changed_ns(p) >= since]
+    out = [f"{p} appeared while the cell compiled (NVRTC may have searched there before it "
+           "did)" for p in places if found[p] and _changed_ns(p) >= since]
+    watched = {os.path.dirname(p) for p in tested if not found[p]}
+    out += [f"the folder {g.folder}, where a __has_include found nothing, changed while the "
+            "cell compiled" for g in absent if g.mtime_ns >= since
+            and any(os.path.dirname(p) in watched for p in g.places)]
+    return out
 
 
 def _changed_ns(path: str) -> int:
