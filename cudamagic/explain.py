@@ -74,18 +74,20 @@ class CellBuild:
     nvrtc: str
     toolkit: str
     line_offset: int = 0
+    #: The kernels' symbols in the CUBIN (what tells cells apart where the shell gives no id).
+    kernels: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, *, key: str, source: str, names: tuple[str, ...], std: str,
            options: tuple[str, ...], arch: str, nvrtc: str, toolkit: str,
-           line_offset: int = 0) -> "CellBuild":
+           line_offset: int = 0, kernels: tuple[str, ...] = ()) -> "CellBuild":
         """The record of a build from its inputs (the source kept only up to
         :data:`MAX_SOURCE` characters)."""
         return cls(key=key,
                    source_sha=hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
                    source=source if len(source) <= MAX_SOURCE else None, names=tuple(names),
                    std=std, options=tuple(options), arch=arch, nvrtc=nvrtc, toolkit=toolkit,
-                   line_offset=line_offset)
+                   line_offset=line_offset, kernels=tuple(kernels))
 
     @classmethod
     def from_json(cls, data: object) -> "CellBuild | None":
@@ -95,7 +97,7 @@ class CellBuild:
         try:
             offset = data.get("line_offset", 0)
             texts = [data[k] for k in ("key", "source_sha", "std", "arch", "nvrtc", "toolkit")]
-            lists = [data["names"], data["options"]]
+            lists = [data["names"], data["options"], data.get("kernels", [])]
             if not (type(offset) is int and 0 <= offset < 1 << 31  # not a bool, not a float
                     and all(isinstance(t, str) for t in texts)
                     and all(isinstance(x, list) and all(isinstance(i, str) for i in x)
@@ -104,7 +106,8 @@ class CellBuild:
             return cls(key=texts[0], source_sha=texts[1],
                        source=data["source"] if isinstance(data["source"], str)
                        else None, names=tuple(lists[0]), std=texts[2], options=tuple(lists[1]),
-                       arch=texts[3], nvrtc=texts[4], toolkit=texts[5], line_offset=int(offset))
+                       arch=texts[3], nvrtc=texts[4], toolkit=texts[5], line_offset=int(offset),
+                       kernels=tuple(lists[2]))
         except (KeyError, TypeError):
             return None
 
@@ -418,6 +421,12 @@ def _similarity(a: str, b: str) -> float:
     return 2.0 * shared / (len(la) + len(lb))
 
 
+def _same_cell(earlier: CellBuild, now: CellBuild) -> bool:
+    """Whether a build remembered without a cell id may be this cell's: it defined one of the
+    kernels this build's CUBIN holds (a record written before kernels were kept: maybe)."""
+    return not earlier.kernels or not now.kernels or bool(set(earlier.kernels) & set(now.kernels))
+
+
 def most_alike(builds: tuple[CellBuild, ...], now: CellBuild) -> CellBuild | None:
     """The remembered build a miss is best compared with: same names and options first, then
     the most similar source."""
@@ -453,6 +462,9 @@ def note_build(store: Any, key: str, build: Callable[[], CellBuild], *, origin: 
     out = None
     if origin is BuildOrigin.COMPILED:
         same = next((b for b in builds if b.key == now.key), None)
-        out = explain(same or most_alike(builds, now), now, miss, cell_words(module, cell))
+        mine = builds
+        if cell is None and module == DEFAULT_MODULE:  # no id: every cell shares the folder's
+            mine = tuple(b for b in builds if _same_cell(b, now))
+        out = explain(same or most_alike(mine, now), now, miss, cell_words(module, cell))
     hist.remember(where, now, builds)
     return out

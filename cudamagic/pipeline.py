@@ -599,7 +599,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         explanation = note_build(ctx.store, ctx.key, lambda: CellBuild.of(
             key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
             options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
-            line_offset=ctx.line_offset), origin=origin, miss=miss, folder=ctx.search.cwd,
+            line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries())),
+            origin=origin, miss=miss, folder=ctx.search.cwd,
             module=ctx.opts.module, cell=ctx.settings.cell)
     ctx.lap("history", t)
     ctx.timings["total"] = time.perf_counter() - ctx.started
