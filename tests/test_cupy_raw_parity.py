@@ -606,9 +606,13 @@ assert cp.allclose(a + b, c)
 # ---- std_code (the slow jitify test): NVRTC has no <type_traits> ----
 
 def test_std_code_says_what_to_include():
+    # the project's own standard headers take it as it is (on by default) ...
+    module = cudamagic.build(NEEDS_STD, ["bump<int>"], use_cache=False)
+    assert module["bump<int>"].symbol.startswith("_Z4bumpIiLi0EEvPT_i")
+    # ... and without them the error says what to include instead
     with pytest.raises(CompileError, match="cuda/std/type_traits"):
-        cudamagic.build(NEEDS_STD, ["bump<int>"], use_cache=False)
+        cudamagic.build(NEEDS_STD, ["bump<int>"], use_cache=False, std_headers=False)
     fixed = NEEDS_STD.replace("<type_traits>", "<cuda/std/type_traits>").replace(
         "std::", "cuda::std::")
-    module = cudamagic.build(fixed, ["bump<int>"], use_cache=False)
+    module = cudamagic.build(fixed, ["bump<int>"], use_cache=False, std_headers=False)
     assert module["bump<int>"].symbol.startswith("_Z4bumpIiLi0EEvPT_i")
