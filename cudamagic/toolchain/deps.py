@@ -40,7 +40,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from stat import S_ISREG
 
@@ -149,8 +149,13 @@ def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
     pairs = list(dict.fromkeys((p, i) for p, i, _ in opened))
     pairs += _skipped_links(source, pairs, read)
     places: set[str] = set()
+    forms: dict[str | None, dict[str, set[bytes]]] = {}
     for path, includer in pairs:
-        places.update(_shadowing(path, _folder_of(includer), search))
+        if includer not in forms:
+            forms[includer] = _include_forms(source if includer is None else None, includer, read)
+        spelled = forms[includer]
+        places.update(_shadowing(path, _folder_of(includer), search,
+                                 lambda name: spelled.get(name) == {b"<"}))
     tested, unknown = _has_include_places(source, [p for p, _ in pairs], read)
     places |= tested
     found = {p: os.path.isfile(p) for p in places}  # NVRTC skips a folder; so does __has_include
@@ -373,13 +378,32 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def _shadowing(path: str, includer_folder: str, search: SearchPath) -> Iterable[str]:
+def _include_forms(source: str | None, includer: str | None, read: _Read
+                   ) -> dict[str, set[bytes]]:
+    """The names the includer's literal ``#include`` lines spell, each with its forms (``<``,
+    ``"``); a toolkit header's, or one that cannot be read, are not looked at (empty)."""
+    if source is not None:
+        text: bytes | None = source.encode("utf-8", "surrogatepass")
+    else:
+        assert includer is not None
+        full = read.search.absolute(includer)
+        text = None if read.search.is_versioned(full) else read.text(full)
+    forms: dict[str, set[bytes]] = {}
+    if text and b"include" in text:
+        for quote, name in _LITERAL_INCLUDE.findall(_SPLICE_B.sub(b"", text)):
+            forms.setdefault(os.fsdecode(name), set()).add(quote)
+    return forms
+
+
+def _shadowing(path: str, includer_folder: str, search: SearchPath,
+               angle_only: Callable[[str], bool] = lambda name: False) -> Iterable[str]:
     """Places searched before the one where ``path`` was found.
 
     The search order of a quoted include is its includer's folder, then each ``-I``; an angle
-    include skips the first. The trace does not say which it was, nor (where folders nest)
-    which folder found it, so every reading is taken; the caller keeps the places that held
-    no file (a place that held one cannot have been passed over).
+    include skips the first (``angle_only(name)``: the includer spells ``name`` only in angle
+    brackets, so NVRTC never looked in its folder for it). The trace does not say which
+    folder found it (where folders nest), so every reading is taken; the caller keeps the
+    places that held no file (a place that held one cannot have been passed over).
     """
     folders = (includer_folder, *search.include_dirs)
     for k, folder in enumerate(folders):
@@ -392,7 +416,9 @@ def _shadowing(path: str, includer_folder: str, search: SearchPath) -> Iterable[
             continue
         else:
             name = path
-        for earlier in folders[:k]:
+        for j, earlier in enumerate(folders[:k]):
+            if j == 0 and angle_only(name):
+                continue
             yield search.absolute(os.path.join(earlier, name) if earlier else name)
 
 
