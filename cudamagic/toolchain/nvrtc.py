@@ -315,8 +315,9 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
         if int(status) != 0:
             text = rewrite_log(log, program_name, name_expressions, line_offset, source)
             shims = f"-I{std_header_dirs()[1][0]}" in options
-            raise CompileError(compile_error_message(
-                program_name, text, include_hints(log, source, std_headers=shims)), text)
+            hints = [*_not_templates(source, name_expressions, options),
+                     *include_hints(log, source, std_headers=shims)]
+            raise CompileError(compile_error_message(program_name, text, hints), text)
         lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),
                                 "nvrtcGetLoweredName").decode() for expr in name_expressions}
         size_of, get = nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN
@@ -330,6 +331,34 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
         nvrtc.nvrtcDestroyProgram(prog)
     text = rewrite_log(log, program_name, name_expressions, line_offset, source) if log else ""
     return bytes(cubin), lowered, text
+
+
+#: Name expressions with template arguments a failed compile asks NVRTC about, at most.
+_PROBED = 4
+
+
+def _not_templates(source: str, name_expressions: Sequence[str], options: Sequence[str]
+                   ) -> list[str]:
+    """For each ``-n "f<...>"`` whose bare name NVRTC takes alone as a name expression (a
+    function that is no template: NVRTC lowers ``f`` itself), a sentence saying so. Asked only
+    after a failed compile, each a compile of its own (the first :data:`_PROBED`)."""
+    nvrtc = _nvrtc()
+    opts = [o.encode() for o in options if not o.startswith("--fdevice-time-trace")]
+    out = []
+    for expr in [e for e in name_expressions if "<" in e][:_PROBED]:
+        bare = expr.split("<", 1)[0].strip()
+        prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), b"probe.cu", 0, [], []),
+                      "nvrtcCreateProgram")
+        try:
+            _check(nvrtc.nvrtcAddNameExpression(prog, bare.encode()), "nvrtcAddNameExpression")
+            status, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        finally:
+            nvrtc.nvrtcDestroyProgram(prog)
+        if int(status) == 0:
+            out.append(f'{bare} is not a template: -n "{expr}" gives it template arguments. '
+                       f"Drop that -n (a kernel that is not a template is reached by its own "
+                       f"name), or make {bare} a template")
+    return out
 
 
 _LOCATED = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<rest>.*)$")
