@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from .planted import PLANTED
-from .test_browser import ARTIFACTS, WIDGET, _open, _run_all, _shot, lab  # noqa: F401
+from .test_browser import ARTIFACTS, REPORT, _open, _run_all, _shot, lab  # noqa: F401
 
 RECORD = '''
 from pathlib import Path
@@ -54,7 +54,7 @@ def test_the_sanitizer_and_report_folds_in_jupyterlab(lab):
             text = fold.text_content()
             out = page.locator(".jp-OutputArea-output", has=page.locator(".cudamagic-sanitize"))
             _shot(out.first, "sanitize-fold.png")
-            report = page.locator(WIDGET).first
+            report = page.locator(REPORT).first
             report.locator(".cudamagic-debug summary").click()
             debug = report.locator(".cudamagic-debug").text_content()
             _shot(report, "debug-fold.png")
