@@ -560,7 +560,8 @@ def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
     identifier makes the entry unservable. Names that sanitize alike, or that would take a
     reserved name, get a suffix, and a note says so.
     """
-    made = [*resolved, *plain_kernels(sigs, {r.symbol for r in resolved}), *extra]
+    # NVRTC writes the symbol table last-defined first (docs/report.md): read backwards
+    made = [*resolved, *reversed(plain_kernels(sigs, {r.symbol for r in resolved})), *extra]
     stored: list[str | None] = [known.get(r.name_expression) for r in made]
     for i in invalid_names(stored):
         if strict:
