@@ -626,6 +626,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
                          param_sizes=sizes(symbol, signature), image=_image(binary, symbol))
 
     rows = KernelRows(tuple(kernels.entries()), row)
+    types, expressions = variables if variables is not None else (None, {})
     report = BuildReport(
         key=ctx.key, hit=origin is BuildOrigin.CACHE, origin=origin, hit_kind=hit,
         miss_reason=None if miss is None else describe(miss),
@@ -636,9 +637,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
         module_name=ctx.opts.module, globals=binary.image.globals,
-        linked=linked or relocatable(ctx.options),
-        device_runtime=bool(binary.runtime_kernels))
-    types, expressions = variables if variables is not None else (None, {})
+        linked=linked or relocatable(ctx.options), own_globals=None if types is None
+        else frozenset(types), device_runtime=bool(binary.runtime_kernels))
     module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders, types,
                     expressions)
     module.debug = debug_support(ctx, module, build_module)

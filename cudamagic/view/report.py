@@ -358,6 +358,9 @@ class BuildReport:
     cell_seconds: float | None = None
     module_name: str = ""
     globals: "tuple[GlobalImage, ...]" = ()
+    #: The symbols of the variables the cell's own text declares, as the compiler typed them
+    #: (None: not asked, a CUBIN from elsewhere: told apart by their namespaces).
+    own_globals: frozenset[str] | None = None
     linked: bool = False
     device_runtime: bool = False
     hit_kind: HitKind | None = None
@@ -441,7 +444,9 @@ class BuildReport:
         included libraries and the device runtime hold; ``()`` where there are none."""
         if not self.globals:
             return ()
-        own = [g for g in self.globals if not _library_global(g.name)]
+        own = [g for g in self.globals if g.name in self.own_globals] \
+            if self.own_globals is not None else \
+            [g for g in self.globals if not _library_global(g.name)]
         names = _variable_names([g.name for g in own[:SHOWN_VARIABLES]])
         items = [f"{n} ({g.size} B, {g.space})"
                  for n, g in zip(names, own)]
