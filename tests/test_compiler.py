@@ -78,3 +78,148 @@ def test_no_room_for_the_trace_compiles_without_it():
         "r = compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])\n"
         "print(r.trace is None, r.cubin[:4] == b'\\x7fELF')\n")
     assert out.split() == ["True", "True"]
+
+
+# --- not a template ---
+# ``-n "scale<float>"`` on a kernel that is not a template says that ``scale`` is not a
+# template (issue 31 item 3: NVRTC said only "type name is not allowed"). NVRTC is asked: after
+# the failed compile, the bare name alone as a name expression; a template, or a cell that fails
+# anyway, gets no such sentence.
+import pytest
+
+import cudamagic
+from cudamagic.errors import CompileError
+
+PLAIN = "__global__ void scale(float* x, float a) { x[0] *= a; }\n"
+TEMPLATE = "template <typename T> __global__ void saxpy(T* x) { x[0] += 1; }\n"
+
+# label: (source, name expressions, whether the message must say the bare name is no template)
+CASES = {
+    "plain kernel given template arguments": (PLAIN, ["scale<float>"], "scale"),
+    "plain kernel in a namespace": ("namespace ops {\n" + PLAIN + "}\n", ["ops::scale<int>"],
+                                    "ops::scale"),
+    "a template given a type that does not exist": (TEMPLATE, ["saxpy<floaty>"], None),
+    "a template, and an error elsewhere in the cell": (TEMPLATE + "int broken = ;\n",
+                                                       ["saxpy<float>"], None),
+}
+
+
+@pytest.mark.parametrize("label", list(CASES))
+def test_a_plain_kernel_named_with_template_arguments_is_said_to_be_no_template(label):
+    source, names, bare = CASES[label]
+    with pytest.raises(CompileError) as err:
+        cudamagic.build(source, names, use_cache=False)
+    text = str(err.value)
+    if bare is None:
+        assert "is not a template" not in text, text
+    else:
+        assert f'hint: {bare} is not a template: -n "{names[0]}"' in text, text
+        assert text.index("is not a template") < text.index("error:")  # the answer first
+
+
+# --- errors lead ---
+# Errors lead with the answer (issue 31): an interrupted compile is one block in IPython, as
+# every cudamagic error is, not a Python traceback quoting the whole cell; it is still a
+# KeyboardInterrupt, so code that stops on Ctrl-C stops.
+import signal
+
+import pytest
+
+from cudamagic import pipeline
+from cudamagic.errors import CompileInterrupted
+
+CELL = 'extern "C" __global__ void k(float* x, int n) { if (n) x[0] = 1.0f; }\n'
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "cache"))
+    ip = InteractiveShell.instance()
+    if "cudamagic" not in ip.extension_manager.loaded:
+        ip.run_line_magic("load_ext", "cudamagic")
+    return ip
+
+
+def test_an_interrupted_compile_is_one_block_not_a_traceback(shell, monkeypatch, capsys):
+    real = pipeline.read_cubin
+
+    def interrupted(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "read_cubin", interrupted)
+    result = shell.run_cell(f"%%cuda --module interrupted\n{CELL}")
+    shown = capsys.readouterr()
+    text = shown.out + shown.err
+    assert isinstance(result.error_in_exec, CompileInterrupted)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert text.strip().startswith("CompileInterrupted: compiling cell.cu was interrupted")
+    assert "next run is a hit" in text
+    assert "Traceback" not in text and "__global__" not in text, text
+    assert len(text.strip().splitlines()) <= 3, text
+
+
+@pytest.mark.parametrize("cell", ["%%cuda -h", "%%cuda -h\n", "%%cuda --help\n\n  \n"])
+def test_a_cell_of_only_the_help_option_shows_the_help(shell, capsys, cell):
+    result = shell.run_cell(cell)
+    shown = capsys.readouterr()
+    assert result.success, result.error_in_exec
+    assert "cell body is empty" not in shown.out + shown.err
+    assert "usage" in shown.out.lower() or "-n EXPR" in shown.out, shown.out[:300]
+
+
+@pytest.mark.parametrize("cell", ["%%cuda", "%%cuda -n k\n", "%%cuda --module m\n\n"])
+def test_a_cell_of_only_the_magic_line_says_there_is_no_cuda_cpp(shell, capsys, cell):
+    result = shell.run_cell(cell)
+    shown = capsys.readouterr()
+    text = shown.out + shown.err
+    assert type(result.error_in_exec).__name__ == "SourceError", result.error_in_exec
+    assert "the cell is empty" in text and "cell body is empty" not in text, text
+
+
+@pytest.mark.parametrize("cell", ["%%cudax -h", "%cuda -h", "x = 1\n%%cuda -h", "%%cuda_load"])
+def test_other_cells_are_left_to_ipython(cell):
+    from cudamagic.magic import _bodiless_cuda_cell
+
+    lines = cell.splitlines(keepends=True)
+    assert _bodiless_cuda_cell(lines) == lines
+
+
+CUB = """#include <cub/cub.cuh>
+__global__ void k(int* x) { x[0] = 1; }
+"""
+
+
+def test_a_wall_of_errors_leads_with_the_hint_then_the_first_error(tmp_path):
+    """<cub/cub.cuh>: hundreds of thrust and CUB errors; the message opens with what to do,
+    then the first error, then a count of the rest (the error's log keeps every line)."""
+    import cudamagic
+    from cudamagic.errors import CompileError
+
+    with pytest.raises(CompileError) as caught:
+        cudamagic.build(CUB, cache=tmp_path)
+    lines = str(caught.value).splitlines()
+    assert lines[0].startswith("NVRTC could not compile cell.cu (")
+    assert lines[1].startswith("hint: <cub/cub.cuh> also brings in CUB's device-wide"), lines[:3]
+    assert ": error" in lines[2], lines[:4]
+    assert lines[-1].startswith("... ") and "more error" in lines[-1], lines[-1]
+    assert "print(sys.last_value.log)" in lines[-1]
+    assert len(lines) < 30 < len(caught.value.log.splitlines()), len(lines)
+
+
+@pytest.mark.parametrize("errors", [1, 2, 5, 40])
+def test_a_short_log_is_shown_whole_and_a_long_one_folds(errors):
+    from cudamagic.toolchain.nvrtc import SHOWN_LOG_LINES, compile_error_message
+
+    log = "\n".join(f"line {i}: error: bad {i}\n  x{i};\n  ^\n" for i in range(errors))
+    text = compile_error_message("cell.cu", log, ["do this"])
+    lines = text.splitlines()
+    assert lines[:2] == [f"NVRTC could not compile cell.cu ({errors} error"
+                         f"{'s' if errors > 1 else ''}):", "hint: do this"]
+    if len(log.splitlines()) <= SHOWN_LOG_LINES:
+        assert text.endswith(log.strip("\n")) or log.strip("\n") in text
+    else:
+        assert lines[2] == "line 0: error: bad 0" and "line 1: error" not in text
+        assert lines[-1].startswith(f"... {errors - 1} more errors")
