@@ -12,7 +12,7 @@ import importlib.metadata
 from .toolchain import driver
 from .errors import ImageError
 from .view.records import EnvironmentInfo
-from .view.report import BuildReport
+from .view.report import SHOWN_ROWS, BuildReport, KernelRows
 from .units import counted, size_text
 
 __all__ = ["gpu_available", "environment_info", "report_with_attributes"]
@@ -33,22 +33,27 @@ def report_with_attributes(module, report: BuildReport | None = None,
     memory per kernel, read off the CUBIN (the same numbers the driver reports: the GPU tests
     compare them), so it needs no GPU and loads nothing on one.
 
-    Modules of more than ``limit`` kernels keep their report as it is (the table shows its
-    first rows only).
+    Modules of more than ``limit`` kernels get them for the rows the table shows (its first
+    ``SHOWN_ROWS``) only: the other rows are not made.
     """
     report = module.report if report is None else report
-    if not module.kernels or len(module.kernels) > limit:
+    if not module.kernels or not report.rows:
         return report
-    by_symbol: dict[str, dict[str, int] | None] = {}
-    for k in module.kernels.values():
-        if k.symbol not in by_symbol:
+    found: dict[str, dict[str, int] | None] = {}
+
+    def resources(symbol: str) -> dict[str, int] | None:
+        if symbol not in found:
             try:
-                resources = module.image.kernel(k.symbol).resources
+                res = module.image.kernel(symbol).resources
             except ImageError:  # a launch says what is wrong; the report shows no numbers
-                resources = None
-            by_symbol[k.symbol] = None if resources is None else resources.as_dict()
-    rows = tuple(dataclasses.replace(r, attributes=by_symbol.get(r.symbol))
-                 for r in report.rows)
+                res = None
+            found[symbol] = None if res is None else res.as_dict()
+        return found[symbol]
+
+    if len(module.kernels) > limit and isinstance(report.rows, KernelRows):
+        head = tuple(resources(r.symbol) for r in report.rows[:SHOWN_ROWS])
+        return dataclasses.replace(report, rows=report.rows.with_head(head))
+    rows = tuple(dataclasses.replace(r, attributes=resources(r.symbol)) for r in report.rows)
     return dataclasses.replace(report, rows=rows)
 
 

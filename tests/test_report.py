@@ -447,3 +447,28 @@ def test_a_ptx_loads_badge_and_footer_say_ptx_and_the_cache(tmp_path):
         assert report.cache_dir == str(cache.location) and "(not cached)" not in report.text()
     cubin = cudamagic.load_cubin(FIXTURES / "fixture.cubin", ["fill<float>"]).report
     assert cubin.badge.label == "loaded CUBIN" and cubin.cache_dir == "(not cached)"
+
+
+# --- resources past 64 kernels ---
+# A module of more than 64 kernels used to lose its registers, shared and local columns without
+# a word (issue 31 item 4); now the rows the table shows carry them, the others are not made.
+MANY = [f"sk{i:02d}" for i in range(70)]
+SRC_many = "".join(f'extern "C" __global__ void {n}(int* p) {{ __shared__ int s[{i + 1}]; '
+                   f's[threadIdx.x] = 1; __syncthreads(); p[0] = s[{i}]; }}\n'
+                   for i, n in enumerate(MANY))
+
+
+def test_a_report_of_many_kernels_shows_resources_for_the_rows_it_shows(tmp_path):
+    from cudamagic.info import report_with_attributes
+
+    cache = KernelCache(tmp_path / "cache")
+    for mod in (cudamagic.build(SRC_many, cache=cache), cudamagic.build(SRC_many, cache=cache)):
+        report = report_with_attributes(mod)
+        assert report.columns[-3:] == ("registers", "shared (static)", "local")
+        at = report.columns.index("shared (static)")
+        shared = {row[0]: row[at] for row in report.table(0, SHOWN_ROWS)}
+        assert len(shared) == SHOWN_ROWS
+        for name, cell in shared.items():  # the compiler's own numbers: 4 B per int declared
+            assert cell == f"{4 * (MANY.index(name) + 1)} B", (name, cell)
+        assert "registers" in report.html() and "registers" in report.text(SHOWN_ROWS)
+    cache.close()

@@ -207,16 +207,35 @@ class KernelRows(Sequence[KernelRow]):
     """A report's rows, each made from its kernel on first use: a module of 1000 kernels whose
     report shows 50 makes 50 (``len`` makes none). Equal to any sequence of the same rows.
 
-    Its rows carry no resources (``attributes``): :func:`cudamagic.info.report_with_attributes`
-    gives a tuple of rows with them, so the table's columns are known without making a row.
+    Its maker gives rows without resources (``attributes``); ``head`` holds the resources of
+    its first rows (:meth:`with_head`, what :func:`cudamagic.info.report_with_attributes` reads
+    for the rows a table shows), so the table's columns are known without making a row.
     """
 
-    __slots__ = ("_items", "_make", "_made")
+    __slots__ = ("_items", "_make", "_made", "_head")
 
-    def __init__(self, items: Sequence[Any], make: Callable[[Any], KernelRow]) -> None:
+    def __init__(self, items: Sequence[Any], make: Callable[[Any], KernelRow],
+                 head: Sequence[dict[str, int] | None] = ()) -> None:
         self._items = tuple(items)
         self._make = make
         self._made: list[KernelRow | None] = [None] * len(self._items)
+        self._head = tuple(head)
+
+    def with_head(self, head: Sequence[dict[str, int] | None]) -> "KernelRows":
+        """These rows with ``head[i]`` as the resources of row ``i`` (rows made are kept)."""
+        out = KernelRows(self._items, self._make, head)
+        out._made = [None if r is None else self._attach(r, i, out._head)
+                     for i, r in enumerate(self._made)]
+        return out
+
+    @property
+    def has_resources(self) -> bool:
+        """Whether any of the first rows carries resources."""
+        return any(self._head)
+
+    @staticmethod
+    def _attach(row: KernelRow, i: int, head: tuple[dict[str, int] | None, ...]) -> KernelRow:
+        return dataclasses.replace(row, attributes=head[i]) if i < len(head) else row
 
     def __len__(self) -> int:
         return len(self._items)
@@ -227,6 +246,7 @@ class KernelRows(Sequence[KernelRow]):
             row = self._make(self._items[i])
             if row.attributes is not None:
                 raise ValueError("lazily made report rows carry no resources: give a tuple")
+            row = self._attach(row, i, self._head)
             self._made[i] = row
         return row
 
@@ -478,7 +498,8 @@ class BuildReport:
     @once
     def columns(self) -> tuple[str, ...]:
         """The name map's columns; the per-kernel resources where a GPU reported them."""
-        gpu = not isinstance(self.rows, KernelRows) and any(r.attributes for r in self.rows)
+        gpu = (self.rows.has_resources if isinstance(self.rows, KernelRows)
+               else any(r.attributes for r in self.rows))
         return _COLUMNS + (_GPU_COLUMNS if gpu else ())
 
     def table(self, start: int = 0, stop: int | None = None) -> list[tuple[str, ...]]:
