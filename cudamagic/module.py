@@ -15,7 +15,7 @@ from .launch import Kernel
 from .launch.kernel import KernelTools
 from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_digest
 from .toolchain import driver
-from .toolchain.image import CubinImage, device_runtime_kernels, read_cubin
+from .toolchain.image import CubinImage, GlobalImage, device_runtime_kernels, read_cubin
 from .toolchain.variables import (DeviceGlobal, Variables, VarType, device_global, find,
                                   variables)
 from .cxx import Signatures, similar_names
@@ -47,6 +47,17 @@ class Binary:
     def runtime_kernels(self) -> frozenset[str]:
         """The device runtime's own kernels in a linked CUBIN: not the user's to call."""
         return device_runtime_kernels(self.image.symbols)
+
+    @once
+    def own_globals(self) -> tuple[GlobalImage, ...]:
+        """The CUBIN's variables less those the device runtime library brought into its link
+        (known from the library itself, not from their names): the cell's, and its headers'."""
+        if not self.runtime_kernels:
+            return self.image.globals
+        from .toolchain.fatbin import device_runtime_globals
+
+        theirs = device_runtime_globals()
+        return tuple(g for g in self.image.globals if g.name not in theirs)
 
     def library(self) -> "driver.Library":
         with self._lock:
@@ -225,8 +236,9 @@ class Module(Mapping[str, Kernel]):
         if self._variables is None:
             from .typed import variable_texts
 
-            names = [g.name for g in self.image.globals]
-            self._variables = variables(self.image.globals, self._types,
+            own = self._binary.own_globals
+            names = [g.name for g in own]
+            self._variables = variables(own, self._types,
                                         variable_texts(names, may_start=True))
         return self._variables
 

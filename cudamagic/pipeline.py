@@ -636,7 +636,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         loaded=loaded.source if loaded else None, loaded_cached=bool(loaded and loaded.cached),
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
-        module_name=ctx.opts.module, globals=binary.image.globals,
+        module_name=ctx.opts.module, globals=binary.own_globals,
         linked=linked or relocatable(ctx.options), own_globals=None if types is None
         else frozenset(types), device_runtime=bool(binary.runtime_kernels))
     module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders, types,

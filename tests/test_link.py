@@ -394,3 +394,21 @@ def test_a_dlto_fmad_false_kernel_gives_numpy_s_float32_results_exactly():
         results[" ".join(options)] = d.get()
     assert results["-dlto --fmad=false"].tobytes() == expected.tobytes()
     assert results["-dlto"].tobytes() != expected.tobytes()
+
+
+# the cell's own variables, two of them named like the device runtime's internals: a link with
+# libcudadevrt.a adds the runtime's 289 variables (error tables, printf strings), never the cell's
+OWN_VARIABLES = DYNAMIC + r"""
+__device__ float _weights[4];
+__constant__ int cudart_flags;
+"""
+
+
+@pytest.mark.parametrize("options", [["-rdc=true"], ["-dc"], ["-dlto"]])
+def test_globals_of_a_linked_module_are_the_cells_not_the_device_runtimes(tmp_path, options):
+    module = cudamagic.build(OWN_VARIABLES, options=options, arch="sm_90", cache=tmp_path)
+    assert len(module.image.globals) > 200  # the runtime was linked: its variables are there
+    assert sorted(g.name for g in module.globals) == ["_weights", "cudart_flags"]
+    assert sorted(g.name for g in module.report.globals) == ["_weights", "cudart_flags"]
+    again = cudamagic.build(OWN_VARIABLES, options=options, arch="sm_90", cache=tmp_path)
+    assert again.hit and sorted(g.name for g in again.globals) == ["_weights", "cudart_flags"]

@@ -22,9 +22,10 @@ from ..errors import ImageError
 from ..options import arch_sm
 from ..units import size_text
 from .link import ET_REL, CodeKind, LinkInput, LinkResult, elf_type, link_needing_runtime
-from .link import nvjitlink_identity
+from .link import device_runtime, nvjitlink_identity
+from .image import read_cubin
 
-__all__ = ["FatbinEntry", "Loaded", "LinkCache", "read_fatbin", "is_fatbin", "is_ptx",
+__all__ = ["device_runtime_globals", "FatbinEntry", "Loaded", "LinkCache", "read_fatbin", "is_fatbin", "is_ptx",
            "loadable_cubin"]
 
 _EM_CUDA = 190  # e_machine of a CUBIN
@@ -366,3 +367,47 @@ def _from_fatbin(entries: tuple[FatbinEntry, ...], data: bytes, sm: int, arch: s
     raise ImageError(f"{label}: nothing in the fatbin runs on {arch}: it holds {held} (a "
                      f"CUBIN runs on its own target only here, PTX on its target and newer)"
                      f"{neither}; rebuild it with -gencode arch=compute_{sm},code=sm_{sm}")
+
+
+def _archive_members(data: bytes) -> list[bytes]:
+    """The members of a Unix ``ar`` archive (``!<arch>``), in order."""
+    members, pos = [], 8
+    while data.startswith(b"!<arch>\n") and pos + 60 <= len(data):
+        size = int(data[pos + 48:pos + 58])
+        members.append(data[pos + 60:pos + 60 + size])
+        pos += 60 + size + (size & 1)
+    return members
+
+
+def _host_section(obj: bytes, name: bytes) -> bytes | None:
+    """The named section of a 64-bit host ELF object (``__nv_relfatbin``: the device code an
+    object of ``libcudadevrt.a`` carries), None when the object has none."""
+    if obj[:5] != b"\x7fELF\x02":
+        return None
+    shoff, = struct.unpack_from("<Q", obj, 40)
+    shnum, shstrndx = struct.unpack_from("<HH", obj, 60)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + 64 * i) for i in range(shnum)]
+    names = heads[shstrndx][4]
+    for head in heads:
+        start = names + head[0]
+        if obj[start:obj.index(b"\0", start)] == name:
+            return obj[head[4]:head[4] + head[5]]
+    return None
+
+
+@cached(1)
+def device_runtime_globals() -> frozenset[str]:
+    """The variables the device runtime library (``libcudadevrt.a``) defines: what a link with
+    it adds to a cell's own variables (its error tables, its ``printf`` strings), read from the
+    library's own relocatable CUBINs; empty when the library is missing or cannot be read."""
+    path = device_runtime()
+    names: set[str] = set()
+    try:
+        for obj in _archive_members(path.read_bytes() if path else b""):
+            fatbin = _host_section(obj, b"__nv_relfatbin")
+            for entry in read_fatbin(fatbin) if fatbin else ():
+                if entry.kind is CodeKind.CUBIN:
+                    names.update(g.name for g in read_cubin(entry.data).globals)
+    except (OSError, ValueError, struct.error, ImageError):
+        return frozenset()
+    return frozenset(names)
