@@ -469,3 +469,34 @@ def test_the_other_kernels_are_shown_when_their_fold_is_opened(lab):
     assert shown == SHOWN_ROWS and before == 0 and reloaded == SHOWN_ROWS
     assert len(opened) == MANY - SHOWN_ROWS
     assert opened[0].startswith(f"k_{SHOWN_ROWS}") and opened[-1].startswith(f"k_{MANY - 1}")
+
+
+_TABLE_WIDTHS = """() => [...document.querySelectorAll(".jp-OutputArea-output .cudamagic-names")].map(
+    t => [t.getBoundingClientRect().width,
+          t.closest(".jp-OutputArea-output").getBoundingClientRect().width])"""
+
+
+def test_the_name_table_fits_the_output_area(lab):
+    """Long symbols and signatures wrap inside their cells: the name table is never wider than
+    the output area it is drawn in (it was 1 189 px against about 1 130: issue 31 item 4)."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, tmp_path = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser, page = _open(p, base, token, tmp_path)
+        try:
+            _run_quickstart(page)
+            page.wait_for_selector(REPORT, timeout=120_000)
+            wide = page.evaluate(_TABLE_WIDTHS)
+            page.set_viewport_size({"width": 1000, "height": 1000})  # a laptop's half screen
+            time.sleep(1)
+            widths = page.evaluate(_TABLE_WIDTHS)
+            _shot(page.locator(REPORT).first, "names-fit.png")
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "names-fit-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    assert widths and wide, "no name table was drawn"
+    assert all(table <= area for table, area in wide + widths), (wide, widths)

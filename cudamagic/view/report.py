@@ -616,20 +616,26 @@ _BADGE_STYLE = {"cudamagic-hit": "#1a7f37", "cudamagic-miss": "#9a6700",
                 "cudamagic-cubin": "#0969da"}
 
 
+#: A name-map cell wraps anywhere once the table would be wider than its output area (long
+#: symbols and signatures ran past JupyterLab's: issue 31 item 4; tests/test_browser.py
+#: measures it). Wrapping only the symbol and signature still left it 1.2x too wide at 568 px.
+_NAME_CELL_STYLE = CELL_STYLE + ";overflow-wrap:anywhere"
+
+
 def html_rows(report: BuildReport, start: int = 0, stop: int | None = None) -> str:
     """Table rows ``start:stop`` of the name map as ``<tr>`` elements."""
     esc = html.escape
-    return "".join("<tr>" + "".join(f"<td style='{CELL_STYLE}'><code>{esc(c)}</code></td>"
+    return "".join("<tr>" + "".join(f"<td style='{_NAME_CELL_STYLE}'><code>{esc(c)}</code></td>"
                                     for c in r)
                    + "</tr>" for r in report.table(start, stop))
 
 
 def html_table(report: BuildReport, rows_html: str, cls: str = "cudamagic-names") -> str:
     """The name map's table around rows made by :func:`html_rows`."""
-    head = "".join(f"<th style='{CELL_STYLE};white-space:nowrap'>{html.escape(c)}</th>"
+    head = "".join(f"<th style='{CELL_STYLE}'>{html.escape(c)}</th>"
                    for c in report.columns)
-    return (f'<table class="{cls}" style="border-collapse:collapse"><thead><tr>{head}</tr>'
-            f"</thead><tbody>{rows_html}</tbody></table>")
+    return (f'<table class="{cls}" style="border-collapse:collapse;max-width:100%">'
+            f"<thead><tr>{head}</tr></thead><tbody>{rows_html}</tbody></table>")
 
 
 def html_body(report: BuildReport, max_rows: int | None = SHOWN_ROWS) -> str:
