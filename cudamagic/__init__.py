@@ -74,6 +74,7 @@ def _prepare() -> None:
         from . import explain, info  # noqa: F401
         from .view import widget  # noqa: F401  (the report's widget needs no ipywidgets import)
         from .view import bench  # noqa: F401  (the report's timing and occupancy fold)
+        from .view import debug  # noqa: F401  (the report's sanitize and profile fold)
         from .toolchain import occupancy  # noqa: F401  (its classes: a cell would make them)
         from .toolchain.demangle import concrete_demangler, default_demangler
         from .pipeline import build_module  # noqa: F401
