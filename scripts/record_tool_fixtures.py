@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,13 +47,17 @@ def _cell(source: str, cache: str):
 
 def record_sanitizer(cache: str) -> None:
     for p in PLANTED:
-        kernel = _cell(p.source, cache)[p.name]
-        shown = kernel.sanitize((p.grid,), (p.block,), _args(p.args), tool=p.tool,
-                                uninitialized=p.uninitialized, save_report=OUT / f"{p.name}.xml")
-        print(f"--- {p.name} ({p.tool})\n{shown}\n")
-        fixed = _cell(p.fixed, cache)[p.name]
-        fixed.sanitize((p.grid,), (p.block,), _args(fixed_args(p)), tool=p.tool,
-                       save_report=OUT / f"{p.name}.fixed.xml")
+        try:  # one bug's failure still records the others
+            kernel = _cell(p.source, cache)[p.name]
+            shown = kernel.sanitize((p.grid,), (p.block,), _args(p.args), tool=p.tool,
+                                    uninitialized=p.uninitialized,
+                                    save_report=OUT / f"{p.name}.xml")
+            print(f"--- {p.name} ({p.tool})\n{shown}\n")
+            fixed = _cell(p.fixed, cache)[p.name]
+            fixed.sanitize((p.grid,), (p.block,), _args(fixed_args(p)), tool=p.tool,
+                           save_report=OUT / f"{p.name}.fixed.xml")
+        except Exception:  # noqa: BLE001 - printed, and the run goes on
+            traceback.print_exc()
     clean = _cell(PLANTED[0].fixed, cache)[PLANTED[0].name]
     clean.sanitize((1,), (256,), _args(fixed_args(PLANTED[0])), save_report=OUT / "clean.xml")
 
@@ -64,26 +69,32 @@ def record_ncu(cache: str) -> None:
     if isinstance(ncu, tools.Missing):
         print(f"no ncu report recorded: ncu {ncu.describe()}")
         return
-    from cudamagic.launch import tool_run
-    from cudamagic.toolchain import profiler
-
     mod = _cell(PROFILE_SOURCE, cache)
     n = 1 << 24
     a, b = cp.ones(n, cp.float32), cp.zeros(n, cp.float32)
     for name, args in (("copy", (a, b, n)), ("burn", (a, n, 2000))):
-        kernel = mod[name]
-        c, build, device = tool_run.prepare_run(kernel, (n // 256,), (256,), args, {})
-        folder = tools.scratch_folder()
         try:
-            child = tool_run.write_run(folder, c, build, device)
-            report = folder / "profile.ncu-rep"
-            tools.run_child(profiler.ncu_argv(ncu.path, kernel.symbol, report, child),
-                            env=tool_run._child_env(), cwd=folder)
-            shutil.copyfile(report, OUT / f"{name}.ncu-rep")
-            (OUT / f"{name}.source.cu").write_text(build.source)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        print(f"--- {name}\n{profiler.read_report(OUT / f'{name}.ncu-rep', label=name)}\n")
+            _record_one(mod[name], name, args, ncu, n)
+        except Exception:  # noqa: BLE001 - printed, and the run goes on
+            traceback.print_exc()
+
+
+def _record_one(kernel, name: str, args: tuple, ncu, n: int) -> None:
+    from cudamagic.launch import tool_run
+    from cudamagic.toolchain import profiler
+
+    c, build, device = tool_run.prepare_run(kernel, (n // 256,), (256,), args, {})
+    folder = tools.scratch_folder()
+    try:
+        child = tool_run.write_run(folder, c, build, device)
+        report = folder / "profile.ncu-rep"
+        tools.run_child(profiler.ncu_argv(ncu.path, kernel.symbol, report, child),
+                        env=tool_run._child_env(), cwd=folder)
+        shutil.copyfile(report, OUT / f"{name}.ncu-rep")
+        (OUT / f"{name}.source.cu").write_text(build.source)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"--- {name}\n{profiler.read_report(OUT / f'{name}.ncu-rep', label=name)}\n")
 
 
 def main() -> None:
