@@ -8,9 +8,8 @@ Run from the repository root on a machine with a GPU (and ncu for the reports):
 
     python scripts/record_tool_fixtures.py
 
-The parser tests (tests/test_debug_tools.py) read ``recorded/`` wherever it has a file, and the
-hand-written ``documented/`` ones otherwise. Each run also writes ``recorded/VERSIONS.txt``:
-the tools' versions, the driver's, the GPU's name.
+The parser tests (tests/test_debug_tools.py) read ``recorded/``. Each run also writes
+``recorded/VERSIONS.txt``: the tools' versions, the driver's, the GPU's name.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from cudamagic.options import options_from_args  # noqa: E402
 from cudamagic.pipeline import build_module  # noqa: E402
 from cudamagic.toolchain import driver, tools  # noqa: E402
-from tests.planted import (LINE_OFFSET, PLANTED, PROFILE_SOURCE,  # noqa: E402
+from tests.planted import (LINE_OFFSET, PLANTED, PROFILE_N, PROFILE_SOURCE,  # noqa: E402
                            fixed_args)
 
 OUT = ROOT / "tests" / "fixtures" / "tools" / "recorded"
@@ -70,7 +69,7 @@ def record_ncu(cache: str) -> None:
         print(f"no ncu report recorded: ncu {ncu.describe()}")
         return
     mod = _cell(PROFILE_SOURCE, cache)
-    n = 1 << 24
+    n = PROFILE_N
     a, b = cp.ones(n, cp.float32), cp.zeros(n, cp.float32)
     for name, args in (("copy", (a, b, n)), ("burn", (a, n, 2000))):
         try:

@@ -1,6 +1,6 @@
 """A real browser (JupyterLab, Chromium through Playwright; tests/test_browser.py's harness):
 the sanitizer's fold, rendered from a record built from a compute-sanitizer report of
-tests/fixtures/tools (recorded where there is one, else the hand-written documented one), and
+tests/fixtures/tools/recorded (the tool's own, recorded on the GPU machine), and
 the %%cuda report's "sanitize and profile" fold. Screenshots: artifacts/browser/sanitize-fold.png
 and debug-fold.png (docs/img/sanitize-fold.png is one of them).
 """

@@ -3,9 +3,9 @@ compute-sanitizer's reports read into records and mapped to cell lines, addresse
 the launch's arguments, the launch captured by value and rebuilt, the child process, and the
 order of refusals (arguments first, then NoDeviceError).
 
-The compute-sanitizer reports are read from tests/fixtures/tools: ``recorded/`` (made on the
-GPU machine by scripts/record_tool_fixtures.py) where it exists, else ``documented/`` (written
-by hand from NVIDIA's documented XML format; see that folder's README).
+The compute-sanitizer and ncu reports are the tools' own, recorded on the GPU machine by
+scripts/record_tool_fixtures.py into tests/fixtures/tools/recorded (its VERSIONS.txt says which
+tools, driver and GPU made them).
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ NO_GPU = not cudamagic.gpu_available()
 
 
 def _report(name: str) -> bytes:
-    recorded = TOOLS / "recorded" / f"{name}.xml"
-    return (recorded if recorded.exists() else TOOLS / "documented" / f"{name}.xml").read_bytes()
+    return (TOOLS / "recorded" / f"{name}.xml").read_bytes()
 
 
 # --- finding the tools --------------------------------------------------------------------------
@@ -145,8 +144,14 @@ def test_each_planted_bug_is_read_with_its_kind_and_line(planted):
     assert ours, "the report holds the planted bug"
     first = ours[0]
     assert first.kind is FindingKind[planted.kind]
-    assert (first.file, first.line) == ("cell.cu", planted.line)
+    assert first.file == "cell.cu" and first.line in (planted.line, *planted.also)
     assert first.thread is not None and first.block is not None
+    if first.kind is FindingKind.RACE:  # a hazard: both accesses, each with its line and thread
+        assert first.peer is not None and first.peer.thread is not None
+        assert {first.line, first.peer.line} == {planted.line, *planted.also}
+        assert {first.access, first.peer.access} <= {Access.READ, Access.WRITE}
+    else:
+        assert first.peer is None
     if planted.space:
         assert first.space is Space[planted.space]
     if planted.access:
@@ -196,6 +201,22 @@ def test_findings_fold_by_kind_and_line_and_map_to_the_cell():
     assert f"at cell line {planted.line + LINE_OFFSET} ({len(writes)} times)" in text
     assert "__global__ write of 4 bytes" in text and "thread (0,0,0) in block (0,0,0)" in text
     assert "15 360 bytes past the end of argument 0, x: float32[256]" in sanitize_html(report)
+
+
+@pytest.mark.parametrize("space, named", [
+    (Space.GLOBAL, True), (Space.UNKNOWN, True), (Space.SHARED, False), (Space.LOCAL, False)])
+def test_only_a_global_address_is_named_against_the_arguments(space, named):
+    """A __shared__ or local address is in its own window: on the H200 a shared read at 0x80
+    was said to be "139 988 423 408 640 bytes before the start of argument 0"."""
+    from cudamagic.toolchain.sanitizer import Finding
+
+    f = Finding(SanitizerTool.MEMCHECK, FindingKind.OUT_OF_BOUNDS, "Invalid read", space,
+                Access.READ, 4, 0x5000 + 2048, "oob_write", "cell.cu", 4)
+    build = LineinfoBuild(b"", PLANTED[0].source, LINE_OFFSET, "cell.cu", True)
+    (cf,) = fold([f], build, _oob_capture(), [cap.Placement(0, 0x5000, 1024)])
+    assert (cf.place is not None) is named
+    if named:
+        assert cf.place.describe() == "1 024 bytes past the end of argument 0, x: float32[256]"
 
 
 def test_a_clean_run_says_so_with_the_tools_name():
@@ -606,8 +627,7 @@ def test_every_damaged_capture_is_read_whole_or_refused():
 
 @pytest.mark.parametrize("name", ["oob_write", "race", "divergent", "clean"])
 def test_every_damaged_report_is_read_or_refused_with_the_projects_error(name):
-    path = TOOLS / "recorded" / f"{name}.xml"
-    data = (path if path.exists() else TOOLS / "documented" / f"{name}.xml").read_bytes()
+    data = _report(name)
     for mutant in _mutants(data, seed=len(name), count=300):
         try:
             findings = parse_xml(mutant, SanitizerTool.MEMCHECK)
@@ -735,8 +755,7 @@ def test_an_empty_array_travels_as_an_empty_buffer():
 def test_an_api_error_takes_no_place_from_the_host_stack():
     from cudamagic.toolchain.sanitizer import FindingKind
 
-    findings = parse_xml((TOOLS / "documented" / "oob_write.xml").read_bytes(),
-                         SanitizerTool.MEMCHECK)
+    findings = parse_xml(_report("oob_write"), SanitizerTool.MEMCHECK)
     (api,) = [f for f in findings if f.kind is FindingKind.API]
     assert (api.function, api.file, api.line) == ("", None, None)
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from ..errors import ArgumentValueError, LaunchError, OptionError
 from ..toolchain import driver, tools
-from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, read_xml,
-                                   sanitizer_argv)
+from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, Space,
+                                   read_xml, sanitizer_argv)
 from .calls import CallSyntax, read_calls, read_options
 from .capture import (ArgAddress, Capture, Placement, capture, check_launch, encode_capture,
                       name_address, check_options, uninitialized_indices)
@@ -57,6 +57,8 @@ class CellFinding:
         That line's text.
     place : ArgAddress or None
         The first record's address named against the launch's arguments.
+    peer_line, peer_source : int or None, str or None
+        A hazard's other access (``finding.peer``): its cell line and that line's text.
     """
 
     finding: Finding
@@ -64,6 +66,8 @@ class CellFinding:
     cell_line: int | None = None
     source_line: str | None = None
     place: ArgAddress | None = None
+    peer_line: int | None = None
+    peer_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,20 +96,31 @@ class SanitizeReport:
 
 def fold(findings: Sequence[Finding], build: LineinfoBuild, c: Capture,
          placed: Sequence[Placement]) -> tuple[CellFinding, ...]:
-    """One :class:`CellFinding` per kind and place, in the order first seen, each with the
-    cell's own line and its text, and the first address named against the arguments."""
+    """One :class:`CellFinding` per kind and place (a hazard's: both its places), in the order
+    first seen, each with the cell's own line and its text, and the first address named
+    against the arguments."""
     lines = build.source.splitlines()
+
+    def in_cell(file: str | None, line: int | None) -> tuple[int | None, str | None]:
+        if line is None or file not in (build.program, None) or not build.source:
+            return None, None
+        return line + build.line_offset, lines[line - 1] if 0 < line <= len(lines) else None
+
     groups: dict[tuple, list[Finding]] = {}
     for f in findings:
-        groups.setdefault((f.kind, f.file, f.line, f.space, f.access), []).append(f)
+        other = (f.peer.file, f.peer.line, f.peer.access) if f.peer is not None else None
+        groups.setdefault((f.kind, f.file, f.line, f.space, f.access, other), []).append(f)
     out = []
-    for (kind, file, line, _, _), group in groups.items():
+    for (_, file, line, *_rest), group in groups.items():
         first = group[0]
-        ours = line is not None and file in (build.program, None) and bool(build.source)
-        cell_line = line + build.line_offset if ours and line is not None else None
-        text = lines[line - 1] if ours and line is not None and 0 < line <= len(lines) else None
-        place = name_address(first.address, c, placed) if first.address is not None else None
-        out.append(CellFinding(first, len(group), cell_line, text, place))
+        cell_line, text = in_cell(file, line)
+        peer_line, peer_text = in_cell(first.peer.file, first.peer.line) \
+            if first.peer is not None else (None, None)
+        # a __shared__ or local address is in its own window: it lies in no argument's buffer
+        named = first.address is not None and first.space in (Space.GLOBAL, Space.UNKNOWN)
+        place = name_address(first.address, c, placed) if named and first.address is not None \
+            else None
+        out.append(CellFinding(first, len(group), cell_line, text, place, peer_line, peer_text))
     return tuple(out)
 
 

@@ -11,6 +11,7 @@ of a ``-lineinfo`` build, the cell's lines with the most warp samples.
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 from collections.abc import Sequence
@@ -125,15 +126,33 @@ def ncu_argv(program: str, symbol: str, report: str | os.PathLike,
     argv = [program, "--target-processes", "all", "--kernel-name-base", "mangled",
             "--kernel-name", symbol, "--launch-count", "1", "--force-overwrite",
             "--export", os.fspath(report), "--import-source", "no",
-            "--metrics", ",".join([*METRICS.values(), *_FLOP_METRICS])]
+            "--metrics", ",".join([*METRICS.values(), *_FLOP_METRICS]),
+            # the clocks as the notebook's own launches run (ncu's default locks them to base:
+            # burn took 6.4 ms so on an H200 against 4.9 ms by kernel.bench)
+            "--clock-control", "none"]
     for section in _SECTIONS:
         argv += ["--section", section]
     return argv + list(child)
 
 
+def _extras_folders(ncu_path: str, version: str) -> list[Path]:
+    """Where Nsight Compute's ``extras/python`` may be for the ncu at ``ncu_path``: beside the
+    program it resolves to, in the toolkit's ``nsight-compute-*`` folder (``bin/ncu`` of a CUDA
+    toolkit is a launcher script, not a link), and in ``/opt/nvidia/nsight-compute/*``; the
+    install whose folder name is ncu's version first, then the newest."""
+    home = Path(os.path.realpath(ncu_path)).parent
+    near = [home / "extras" / "python", home.parent / "extras" / "python"]
+    installs = [Path(p) for p in (*glob.glob(os.fspath(home.parent / "nsight-compute*")),
+                                  *glob.glob("/opt/nvidia/nsight-compute/*"))]
+    number = next((w for w in version.split() if w[:1].isdigit()), "")
+    number = ".".join(number.split(".")[:3])  # "2025.3.1.0" -> "2025.3.1"
+    installs.sort(key=lambda p: (bool(number) and number in p.name, p.name), reverse=True)
+    return near + [p / "extras" / "python" for p in installs]
+
+
 def _report_module() -> Any:
     """ncu's report interface: the ``ncu_report`` package, else the ``extras/python`` folder
-    of an Nsight Compute install next to the ncu found."""
+    of the Nsight Compute install of the ncu found (:func:`_extras_folders`)."""
     try:
         import ncu_report
         return ncu_report
@@ -143,8 +162,7 @@ def _report_module() -> Any:
 
     tool = tools.find(tools.ToolKind.NCU)
     if isinstance(tool, tools.Tool):
-        home = Path(os.path.realpath(tool.path)).parent
-        for extras in (home / "extras" / "python", home.parent / "extras" / "python"):
+        for extras in _extras_folders(tool.path, tool.version):
             if (extras / "ncu_report.py").exists():
                 sys.path.append(str(extras))
                 import ncu_report

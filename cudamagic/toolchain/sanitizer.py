@@ -103,6 +103,9 @@ class Finding:
     pc : int or None
         The offset in the function's code.
     thread, block : tuple of 3 ints, or None
+    peer : Finding or None
+        A hazard's other access (racecheck: the record's second thread, its access, place and
+        thread); None for every other record.
     """
 
     tool: SanitizerTool
@@ -118,6 +121,7 @@ class Finding:
     pc: int | None = None
     thread: tuple[int, int, int] | None = None
     block: tuple[int, int, int] | None = None
+    peer: "Finding | None" = None
 
 
 class SanitizerOutputError(CudaMagicError):
@@ -232,6 +236,17 @@ def _finding(tool: SanitizerTool, record: ET.Element) -> Finding:
     if text_el is None:
         text_el = record.find(".//text")
     text = " ".join((text_el.text or "").split()) if text_el is not None else ""
+    kind = _kind(tool, (kind_el.text or "") if kind_el is not None else "", text)
+    # a racecheck hazard: the two accesses as what/thread0 and what/thread1, each with its own
+    # access, threadIdx and where; the block and address under what/common
+    first, second = record.find("what/thread0"), record.find("what/thread1")
+    if first is not None:
+        common = record.find("what/common")
+        block = _dims(_first(common, "block")) if common is not None else None
+        address = _int(_first(common, "address")) if common is not None else None
+        peer = _access_of(tool, kind, text, second, block, address) \
+            if second is not None else None
+        return _access_of(tool, kind, text, first, block, address, peer)
     where = next((w for w in (record.find(p) for p in _WHERE) if w is not None), None)
     # the device place only: a record without one (an API error) has its host stack's frames
     func = _first(record, "function", where) if where is not None else None
@@ -241,14 +256,30 @@ def _finding(tool: SanitizerTool, record: ET.Element) -> Finding:
     if space is Space.UNKNOWN and tool is SanitizerTool.RACECHECK:
         space = Space.SHARED  # racecheck watches shared memory only
     return Finding(
-        tool=tool, kind=_kind(tool, (kind_el.text or "") if kind_el is not None else "", text),
-        text=text, space=space, access=_access(record, text),
+        tool=tool, kind=kind, text=text, space=space, access=_access(record, text),
         size=_int(_first(record, "size")), address=_int(_first(record, "address")),
         function=(func.text or "").strip() if func is not None else "",
         file=os.path.basename((path.text or "").strip()) or None if path is not None else None,
         line=_int(_first(record, "line", where)) if where is not None else None,
         pc=_int(_first(record, "pc", where)) if where is not None else None,
         thread=_dims(_first(record, "thread", who)), block=_dims(_first(record, "block", who)))
+
+
+def _access_of(tool: SanitizerTool, kind: FindingKind, text: str, thread: ET.Element,
+               block: tuple[int, int, int] | None, address: int | None,
+               peer: Finding | None = None) -> Finding:
+    """One access of a hazard record (its ``thread0`` or ``thread1`` element)."""
+    where = thread.find("where")
+    scope = where if where is not None else thread
+    func, path = _first(scope, "function"), _first(scope, "file")
+    access = thread.find("access")
+    return Finding(
+        tool=tool, kind=kind, text=text, space=Space.SHARED,  # racecheck: shared memory only
+        access=_access(thread, "") if access is not None else Access.UNKNOWN,
+        address=address, function=(func.text or "").strip() if func is not None else "",
+        file=os.path.basename((path.text or "").strip()) or None if path is not None else None,
+        line=_int(_first(scope, "line")), pc=_int(_first(scope, "pc")),
+        thread=_dims(_first(thread, "thread")), block=block, peer=peer)
 
 
 def read_xml(path: "str | os.PathLike[str]", tool: SanitizerTool) -> tuple[Finding, ...]:

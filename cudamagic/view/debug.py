@@ -14,7 +14,7 @@ from typing import Any
 from ..launch.tool_run import CellFinding, SanitizeReport, sanitize_hint
 from ..toolchain.driver import Sticky, lost_text
 from ..toolchain.profiler import Comparison, Profile
-from ..toolchain.sanitizer import Access, FindingKind, Space
+from ..toolchain.sanitizer import PRINT_LIMIT, Access, FindingKind, Space
 from ..units import counted, size_text
 from .bench import COLOURS
 
@@ -55,13 +55,22 @@ def _finding_lines(cf: CellFinding) -> list[str]:
         lines.append(f"    {cf.cell_line} | {cf.source_line.rstrip()}")
     who = []
     if f.thread is not None:
-        who.append(f"first by thread {_dims(f.thread)} in block {_dims(f.block)}")
+        who.append(f"first by thread {_dims(f.thread)} in block {_dims(f.block)}"
+                   + (f" ({f.access.value})" if f.peer is not None and f.access.value else ""))
     if cf.place is not None:
         who.append(cf.place.describe())
     elif f.address is not None:
         who.append(f"address {f.address:#x}")
     if who:
         lines.append("    " + "; ".join(who))
+    if f.peer is not None:  # a hazard's other access, and its line
+        p = f.peer
+        at = f"cell line {cf.peer_line}" if cf.peer_line is not None else \
+            (f"{p.file}:{p.line}" if p.file and p.line else "an unknown place")
+        lines.append(f"    against a {p.access.value or 'access'} at {at} by thread "
+                     f"{_dims(p.thread)}")
+        if cf.peer_source is not None:
+            lines.append(f"    {cf.peer_line} | {cf.peer_source.rstrip()}")
     if f.text:
         lines.append(f"    compute-sanitizer: {f.text}")
     return lines
@@ -73,7 +82,9 @@ def _head(r: SanitizeReport) -> str:
         return f"{r.tool.value}: no errors in {launch} ({r.tool_version})"
     if not r.findings:
         return f"{r.tool.value}: {launch} did not run to its end ({r.tool_version})"
-    return (f"{r.tool.value}: {counted(r.total, 'error')} in {launch}, "
+    # the tool keeps PRINT_LIMIT records of a run: more were not counted
+    most = "at least " if r.total >= PRINT_LIMIT else ""
+    return (f"{r.tool.value}: {most}{counted(r.total, 'error')} in {launch}, "
             f"{counted(len(r.findings), 'place')} ({r.tool_version})")
 
 
