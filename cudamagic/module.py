@@ -18,7 +18,7 @@ from .toolchain import driver
 from .toolchain.image import CubinImage, GlobalImage, device_runtime_kernels, read_cubin
 from .toolchain.variables import (DeviceGlobal, Variables, VarType, device_global, find,
                                   variables)
-from .cxx import Signatures, similar_names
+from .cxx import Signatures, recorded_texts, similar_names
 from .cxx.resolve import ResolvedBy
 from .units import counted
 from .view.report import BuildReport
@@ -342,15 +342,18 @@ class Module(Mapping[str, Kernel]):
                 text = self.kernels.signatures.text
                 rows = [[label, symbol, name, how, text(symbol)]
                         for label, symbol, name, how in self.kernels.entries()]
+                too_long = sorted(self.kernels.signatures.too_long)
             else:
                 rows = [[k.name_expression, k.symbol, k.python_name, k.resolved_by, k.signature]
                         for k in self.kernels.values()]
+                too_long = sorted(k.symbol for k in self.kernels.values() if k.name_too_long)
             # the variables' types travel with it, and the expressions that name variables
             # (as the lowered map; a travelling module's kernels are its table's)
             record = EntryRecord(cubin=self.cubin, lowered=self._expressions or None,
                                  key=self.key, arch=self._report.arch,
                                  nvrtc_version=self._report.nvrtc_version,
-                                 kernels={"placeholders": self._placeholders, "rows": rows},
+                                 kernels={"placeholders": self._placeholders, "rows": rows,
+                                          "too_long": too_long},
                                  variables=None if self._types is None else
                                  {k: v.to_json() for k, v in self._types.items()})
             self._payload_bytes = encode_entry(record)
@@ -385,7 +388,8 @@ def arrive(payload: bytes, report: BuildReport) -> Module:
         raise ImageError("a cudamagic module arrived without its kernel table and is refused")
     binary = Binary(record.cubin, read_cubin(record.cubin))
     table = record.kernels["rows"]
-    sigs = Signatures({symbol: text for _, symbol, _, _, text in table},
+    sigs = Signatures(recorded_texts({symbol: text for _, symbol, _, _, text in table},
+                                     record.kernels.get("too_long")),
                       record.kernels["placeholders"])
     held = set(binary.image.symbols)
     missing = next((symbol for _, symbol, _, _, _ in table if symbol not in held), None)

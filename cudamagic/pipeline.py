@@ -46,7 +46,8 @@ from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_
 from .toolchain.image import ET_REL, elf_type, read_cubin
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
-from .view.report import BuildReport, KernelRow, KernelRows, stored_note, stored_text
+from .view.report import (BuildReport, KernelRow, KernelRows, stored_note, stored_text,
+                          too_long_text)
 
 if TYPE_CHECKING:  # pragma: no cover  (the compiler's record: a hit never imports it)
     from .toolchain import fatbin
@@ -608,7 +609,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
 
     def sizes(symbol: str, text: str) -> tuple[int, ...] | None:
         # extern "C": the symbol carries no types, so the report shows the CUBIN's sizes
-        if "(" in text:
+        if "(" in text or symbol in too_long:
             return None
         try:
             params = binary.image.kernel(symbol).params
@@ -617,13 +618,15 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         return None if params is None else tuple(p.size for p in params)
 
     text = kernels.signatures.text  # the rows are made from the table: no Kernel is made
+    too_long = kernels.signatures.too_long
     placeholders = ctx.demangler.placeholders
 
     def row(entry: tuple[str, str, str, ResolvedBy]) -> KernelRow:  # made when the report shows it
         label, symbol, name, how = entry
         signature = text(symbol)
         return KernelRow(name, label, symbol, signature, how, placeholders=placeholders,
-                         param_sizes=sizes(symbol, signature), image=_image(binary, symbol))
+                         param_sizes=sizes(symbol, signature), image=_image(binary, symbol),
+                         too_long=symbol in too_long)
 
     rows = KernelRows(tuple(kernels.entries()), row)
     types, expressions = variables if variables is not None else (None, {})
@@ -777,7 +780,9 @@ def _resolve_foreign(ctx: BuildContext, sigs: Signatures, label: str) -> tuple[R
             ctx.notes.append(
                 f"{len(ambiguous)} template instance(s) share a name with another kernel, so "
                 "no name expression picks one alone; name each with a cast (-n "
-                "\"(void(*)(float*))k<float>\"): " + "; ".join(ambiguous[:5])
+                "\"(void(*)(float*))k<float>\"): "
+                + "; ".join(too_long_text(s) if s in sigs.too_long else sigs.text(s)
+                            for s in ambiguous[:5])
                 + ("; ..." if len(ambiguous) > 5 else ""))
     return resolution, instances
 

@@ -27,7 +27,7 @@ PROBE_RETRIED = ("the compiler could not answer some of cudamagic's questions ab
                  "its arguments by their sizes")
 
 
-def _demangle(fallback: Demangler) -> Callable[[list[str]], list[str]]:
+def _demangle(fallback: Demangler) -> Callable[[list[str]], list[str | None]]:
     """The demangling for the probe's answers: in this process where libstdc++ can (a pending
     cu++filt serves one batch, which the kernels' signatures took)."""
     return (concrete_demangler() or fallback).demangle
@@ -61,20 +61,23 @@ def variable_expressions(names: Sequence[str], lowered: Mapping[str, str], image
 def variable_texts(symbols: Sequence[str], *, may_start: bool) -> dict[str, str]:
     """symbol -> demangled name of the mangled ones among ``symbols`` (variables), by the one
     demangler variables use: libstdc++'s in this process where it loads, else (where
-    ``may_start``) the default one, started for this batch; {} where neither."""
+    ``may_start``) the default one, started for this batch; {} where neither. A name too long
+    to keep is not in it (as one not demangled: its symbol stands for it)."""
     mangled = [s for s in symbols if s.startswith("_Z")]
     if not mangled:
         return {}
     lib = concrete_demangler()
     if lib is not None:
-        return dict(zip(mangled, lib.demangle(mangled)))
-    if not may_start:
+        texts = lib.demangle(mangled)
+    elif not may_start:
         return {}
-    pending = default_demangler().start()
-    try:
-        return dict(zip(mangled, pending(mangled)))
-    finally:
-        pending.close()
+    else:
+        pending = default_demangler().start()
+        try:
+            texts = pending(mangled)
+        finally:
+            pending.close()
+    return {s: t for s, t in zip(mangled, texts) if t is not None}
 
 
 def contradicted(found: Mapping[str, str]) -> str | None:

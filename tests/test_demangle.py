@@ -7,7 +7,7 @@ import stat
 
 from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt
 
-from .conftest import fixture_rows
+from .conftest import FIXTURES, fixture_rows
 
 
 def test_libstdcxx_gives_the_recorded_outputs(rows):
@@ -60,7 +60,7 @@ import time  # noqa: E402
 import pytest  # noqa: E402
 
 from cudamagic.cxx.mangled import Unreadable, demangled_bound  # noqa: E402
-from cudamagic.toolchain.demangle import TEXT_LIMIT, Plan, is_too_long, plan  # noqa: E402
+from cudamagic.toolchain.demangle import TEXT_LIMIT, Plan, plan  # noqa: E402
 
 from .conftest import run_python  # noqa: E402
 import pytest
@@ -123,7 +123,7 @@ for s in symbols:
     out = d.demangle([s, "_Z4fillIfEvPT_S0_i"])
     rows.append([time.perf_counter() - t,
                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before,
-                 len(out[0]), out[0][:200], out[1]])
+                 len(out[0] or ""), out[0] and out[0][:200], out[1]])
 print(json.dumps(rows))
 """
 
@@ -143,7 +143,7 @@ def test_nested_substitutions_are_bounded_in_time_and_memory(which):
         if 5 * 2 ** depth < TEXT_LIMIT // 4:
             assert head == lib._one(symbol)[:200], depth  # small enough: demangled in full
         elif 5 * 2 ** depth > TEXT_LIMIT:
-            assert is_too_long(head), depth
+            assert head is None, depth  # too long to keep: no text
 
 
 def test_bound_is_never_below_the_text_of_a_mutated_symbol():
@@ -179,6 +179,11 @@ def test_bound_is_never_below_the_text_of_a_mutated_symbol():
     assert checked > 500
 
 
+ENTRIES = FIXTURES / "entries"
+#: A cell whose kernel ``k<T18>`` demangles to about 2 MB (over TEXT_LIMIT); plain() is short.
+TOO_LONG_CELL = (ENTRIES / "too_long.cu").read_text()
+
+
 def test_a_legal_cell_whose_name_is_too_long_is_served_without_demangling(tmp_path):
     """The 2 MB name of issue 17: the miss keeps it as too long to show, the hit demangles
     nothing (the entry's texts), and both take well under a second beyond the compile."""
@@ -187,11 +192,10 @@ def test_a_legal_cell_whose_name_is_too_long_is_served_without_demangling(tmp_pa
     from cudamagic.options import options_from_args
     from cudamagic.store.cache import KernelCache
 
+    from cudamagic.view.report import too_long_text
+
     depth = 18
-    source = ("template <class A, class B> struct P {};\nusing T0 = int;\n"
-              + "".join(f"using T{i + 1} = P<T{i}, T{i}>;\n" for i in range(depth))
-              + "template <class T> __global__ void k(T* p) {}\n"
-              + "__global__ void plain(int* p) {}\n")
+    source = TOO_LONG_CELL
 
     class Counting(LibStdCxx):
         calls: list[list[str]] = []
@@ -213,9 +217,12 @@ def test_a_legal_cell_whose_name_is_too_long_is_served_without_demangling(tmp_pa
     assert second.hit and len(Counting.calls) == 1, "the hit demangled again"
     assert took < 1.0
     (row,) = [r for r in second.report.rows if r.name_expression == f"k<T{depth}>"]
-    assert is_too_long(row.signature) and "too long to show" in row.signature
+    kern = second[f"k<T{depth}>"]
+    assert row.too_long and row.signature == too_long_text(kern.symbol)
+    assert row.signature.startswith("too long to show (the demangled name of a ")
     assert row.resolved_by == "stored-unverified"  # its name cannot be read to verify it
-    assert second[f"k<T{depth}>"].symbol == first[f"k<T{depth}>"].symbol
+    assert kern.symbol == first[f"k<T{depth}>"].symbol
+    assert kern.name_too_long and kern.signature == kern.symbol
     assert [r.signature for r in second.report.rows if r.name_expression == "plain"] == \
         ["void plain(int*)"]
     assert cudamagic  # imported for the package's side effects only
@@ -297,3 +304,95 @@ def test_a_stored_map_that_names_another_kernel_for_an_unreadable_one_is_still_r
     again = build_module(source, opts, cache=cache, compiler=compiler, demangler=LibStdCxx())
     assert not again.hit and "does not match its CUBIN" in again.report.miss_reason
     assert again[f"{name}<3>"].symbol == first[f"{name}<3>"].symbol
+
+
+# --- a name too long to keep is a state, never words (issue 26) --------------------------------
+#
+# The demangler gives None for a name too long to keep; the signatures carry the symbol in
+# too_long, and only the view says "too long to show". A text that reads like those words (a
+# symbol that is not a mangled name comes back as it is) is a name in every consumer.
+
+@pytest.mark.parametrize("symbol", [
+    "too long to show", "too long to show (a kernel)",
+    "too long to show (the demangled name of a 10-character symbol is over 64 KiB)"])
+def test_a_text_that_reads_like_the_too_long_words_is_a_name(symbol):
+    from cudamagic.cxx import Signatures, recorded_texts, stored_signatures, symbol_record
+    from cudamagic.cxx.resolve import ResolvedBy
+    from cudamagic.view.report import KernelRow
+
+    (text,) = LibStdCxx().demangle([symbol])
+    assert text == symbol  # not a mangled name: the demangler's answer is the symbol
+    sigs = Signatures({symbol: text, "_Z5plainPi": "plain(int*)"}, placeholders=False)
+    assert sigs.too_long == frozenset() and sigs.maybe_plain(symbol)
+    row = KernelRow("k", symbol, symbol, sigs.text(symbol), ResolvedBy.EXTERN_C)
+    assert not row.too_long and row.signature.startswith(f"void {symbol}")
+    stored = stored_signatures(symbol_record(sigs, "libstdc++"), [symbol, "_Z5plainPi"],
+                               "libstdc++")
+    assert stored is not None and stored.too_long == frozenset()
+    assert stored.texts() == sigs.texts()
+    # a record of the older form (no too_long list) reads the old words only as they stood
+    # for a mangled symbol's name
+    assert recorded_texts({symbol: text}, None) == {symbol: text}
+
+
+def test_kernels_named_like_the_too_long_words_are_kernels(cache, compiler):
+    """Real kernels named ``too_long_to_show...`` (extern "C", a namespace): a miss and a hit
+    show their signatures, none is taken for a name too long to keep."""
+    source = ('extern "C" __global__ void too_long_to_show(int* p) { p[0] = 1; }\n'
+              "namespace too_long_to_show_ns {\n"
+              "template <class T> __global__ void k(T* p) { p[0] = T(1); }\n}\n")
+    opts = options_from_args([], ["too_long_to_show_ns::k<float>"])
+    for hit in (False, True):
+        mod = build_module(source, opts, cache=cache, compiler=compiler, demangler=LibStdCxx())
+        assert mod.hit is hit
+        assert not any(r.too_long for r in mod.report.rows)
+        assert {r.signature for r in mod.report.rows} == {
+            "void too_long_to_show(int*)", "void too_long_to_show_ns::k<float>(float*)"}
+        assert not any(k.name_too_long for k in mod.kernels.values())
+    assert len(compiler.calls) == 1
+
+
+def test_an_entry_and_a_module_written_with_the_old_words_read_as_too_long(cache, compiler):
+    """An entry and a travelling module written by cudamagic at bbe0534 (the words "too long
+    to show (...)" stored as k<T18>'s text: tests/fixtures/entries/write_too_long_entry.py):
+    read by this code, the kernel's name is too long to keep, and the hit demangles nothing."""
+    import pickle
+    from dataclasses import replace
+
+    from cudamagic.module import arrive
+    from cudamagic.store import decode_entry, encode_entry
+    from cudamagic.view.report import too_long_text
+
+    calls = []
+
+    class Counting(LibStdCxx):
+        def demangle(self, symbols):
+            calls.append(list(symbols))
+            return super().demangle(symbols)
+
+    opts = options_from_args([], ["k<T18>"], arch="sm_90")
+    first = build_module(TOO_LONG_CELL, opts, cache=cache, compiler=compiler,
+                         demangler=LibStdCxx())
+    symbol = first["k<T18>"].symbol
+    written = cache.get(first.key)[0]  # what this code writes: the symbol listed, no words
+    assert written.symbols["too_long"] == [symbol] and symbol not in written.symbols["texts"]
+    # the old entry under this machine's key, with this machine's header manifest
+    old = decode_entry((ENTRIES / "v3_too_long_words.entry").read_bytes())
+    assert "too_long" not in old.symbols  # the older form: the words are k<T18>'s text
+    assert old.symbols["texts"][symbol].startswith("too long to show")
+    cache.raw.set(first.key, encode_entry(replace(old, key=first.key,
+                                                  manifest=written.manifest)))
+    again = build_module(TOO_LONG_CELL, opts, cache=cache, compiler=compiler,
+                         demangler=Counting())
+    assert again.hit and again.cubin == old.cubin and calls == [], "the hit demangled again"
+    assert again.kernels.signatures.too_long == {symbol} and again["k<T18>"].name_too_long
+    (row,) = [r for r in again.report.rows if r.name_expression == "k<T18>"]
+    assert row.too_long and row.signature == too_long_text(symbol)
+    assert again["plain"].signature == "plain(int*)" and not again["plain"].name_too_long
+    # the module payload of then (what a pickled module carried)
+    arrived = arrive((ENTRIES / "v3_too_long_words.module").read_bytes(), again.report)
+    assert arrived["k<T18>"].name_too_long and not arrived["plain"].name_too_long
+    assert arrived["plain"].signature == "plain(int*)"
+    # a module of this code carries the state along
+    travelled = pickle.loads(pickle.dumps(first))
+    assert travelled["k<T18>"].name_too_long and travelled["k<T18>"].signature == symbol

@@ -18,16 +18,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["demangled_bound", "coarse_bound", "Unreadable", "TOO_LONG", "is_too_long"]
-
-#: How a demangler's text begins where the demangled name was too long to keep
-#: (:func:`cudamagic.toolchain.demangle.too_long`); no demangled name begins so.
-TOO_LONG = "too long to show"
-
-
-def is_too_long(text: str) -> bool:
-    """Whether a demangler's text stands for a name too long to keep."""
-    return text.startswith(TOO_LONG)
+__all__ = ["demangled_bound", "coarse_bound", "Unreadable"]
 
 # printed characters a part can add beside its children: ``unsigned long long``, `` const``,
 # ``(*)``, ``, ``, ``::``, ``(anonymous namespace)``, ``{lambda(`` ... ``)#12}``

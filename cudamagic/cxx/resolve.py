@@ -220,7 +220,7 @@ def plain_kernels(kernels: Signatures, taken: set[str]) -> list[Resolved]:
 
 def template_instances(sigs: Signatures) -> tuple[list[Resolved], list[str]]:
     """The CUBIN's template instances that their demangled name picks out alone (as
-    resolution would pick them for that name expression), and the texts of the others."""
+    resolution would pick them for that name expression), and the symbols of the others."""
     found: list[Resolved] = []
     ambiguous: list[str] = []
     symbols = [s for s in sigs if not sigs.maybe_plain(s)]
@@ -231,7 +231,7 @@ def template_instances(sigs: Signatures) -> tuple[list[Resolved], list[str]]:
         if r is not None and r.symbol == symbol:
             found.append(Resolved(r.name_expression, symbol, r.resolved_by))
         else:
-            ambiguous.append(sigs.text(symbol))
+            ambiguous.append(symbol)
     return found, ambiguous
 
 

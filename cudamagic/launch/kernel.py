@@ -88,7 +88,9 @@ class Kernel:
     python_name : str
         The identifier it is pushed under in the notebook.
     signature : str
-        The demangled signature.
+        The demangled signature (the symbol itself where that was too long to keep).
+    name_too_long : bool
+        Whether the demangled name was too long to keep (a report says so in words).
     resolved_by : ResolvedBy
         How its symbol was found (:class:`cudamagic.cxx.resolve.ResolvedBy`; equal to its
         word): ``"nvrtc"``, ``"stored"``, ``"stored-unverified"``, ``"demangled"`` or
@@ -132,8 +134,13 @@ class Kernel:
 
     @once
     def signature(self) -> str:
-        """The demangled signature."""
+        """The demangled signature (the symbol itself where that was too long to keep)."""
         return self._signatures.text(self.symbol)
+
+    @property
+    def name_too_long(self) -> bool:
+        """Whether the demangled name was too long to keep."""
+        return self.symbol in self._signatures.too_long
 
     @once
     def image(self) -> KernelImage:

@@ -83,13 +83,19 @@ class EntryRecord:
     kernels : dict or None
         The module's kernel table as the session resolved it, for a module that travels to
         another process (:meth:`cudamagic.Module.__reduce__`): ``{"placeholders": bool,
-        "rows": [[name expression, symbol, Python name, resolved by, demangled], ...]}``.
-        Cache entries do not carry it: a hit resolves against the CUBIN itself.
+        "rows": [[name expression, symbol, Python name, resolved by, demangled], ...],
+        "too_long": [symbol, ...]}`` (``too_long``, as in ``symbols``). Cache entries do not
+        carry it: a hit resolves against the CUBIN itself.
     symbols : dict or None
         Every kernel symbol's text as the miss read it, so that a hit demangles nothing:
-        ``{"demangler": "libstdc++", "placeholders": false, "texts": {symbol: text}}`` (an
-        ``extern "C"`` kernel's text gives the parameter types its source declares, and a
-        demangled name too long to keep is stored as that). None in older entries: demangled.
+        ``{"demangler": "libstdc++", "placeholders": false, "texts": {symbol: text},
+        "too_long": [symbol, ...]}`` (an ``extern "C"`` kernel's text gives the parameter
+        types its source declares; ``too_long`` lists the symbols whose demangled name was
+        too long to keep, which have no text). An entry written before ``too_long`` holds the
+        demangler's words of then as such a symbol's text, read as too long by
+        :func:`cudamagic.cxx.recorded_texts` (so the format stays; an older reader finds
+        fewer texts than symbols in a newer entry and demangles again). None in older
+        entries: demangled.
     variables : dict or None
         The CUBIN's variables' types as the compiler gave them in the compile (the type probe,
         :mod:`cudamagic.toolchain.probe`), by symbol: ``{symbol: [C++ type, dtype, shape,
@@ -124,10 +130,15 @@ def _string_map(value: object) -> bool:
                                            for k, v in value.items())
 
 
+def _symbol_list(value: object) -> bool:
+    """Whether a record's optional ``too_long`` is absent (an older record) or a list of symbols."""
+    return value is None or isinstance(value, list) and all(isinstance(s, str) for s in value)
+
+
 def _kernel_table(value: object) -> bool:
     """Whether a decoded ``kernels`` field has the shape :class:`EntryRecord` documents."""
     return (isinstance(value, dict) and isinstance(value.get("placeholders"), bool)
-            and isinstance(value.get("rows"), list)
+            and isinstance(value.get("rows"), list) and _symbol_list(value.get("too_long"))
             and all(isinstance(r, list) and len(r) == 5 and all(isinstance(x, str) for x in r)
                     for r in value["rows"]))
 
@@ -137,7 +148,8 @@ def _symbol_table(value: object) -> bool:
     texts = value.get("texts") if isinstance(value, dict) else None
     return (isinstance(value, dict) and isinstance(value.get("demangler"), str)
             and isinstance(value.get("placeholders"), bool) and isinstance(texts, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in texts.items()))
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in texts.items())
+            and _symbol_list(value.get("too_long")))
 
 
 def _variable_table(value: object) -> bool:

@@ -9,7 +9,7 @@ demangle to gigabytes, and neither demangler can be stopped once it has started 
 grows one buffer until memory runs out). So each symbol's demangled length is bounded before
 it is handed over (:func:`cudamagic.cxx.mangled.demangled_bound`, one linear pass): one that
 could exceed :data:`WORK_LIMIT` is not demangled, and a text longer than :data:`TEXT_LIMIT` is
-not kept; both come back as :func:`too_long` text. A symbol that is not a mangled name (a line
+not kept; both come back as None (no text: a view says it in words). A symbol that is not a mangled name (a line
 break, a form feed, any character a mangling does not use) comes back unchanged, and is never
 written to cu++filt, which reads one name a line.
 """
@@ -23,17 +23,16 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..process import cached
-from ..cxx.mangled import TOO_LONG, Unreadable, coarse_bound, demangled_bound, is_too_long
+from ..cxx.mangled import Unreadable, coarse_bound, demangled_bound
 from ..errors import CudaMagicError
 
 __all__ = ["Demangler", "Pending", "CuFilt", "LibStdCxx", "find_cufilt", "default_demangler",
-           "concrete_demangler", "TEXT_LIMIT", "WORK_LIMIT", "TOO_LONG", "too_long",
-           "is_too_long", "plan", "Plan"]
+           "concrete_demangler", "TEXT_LIMIT", "WORK_LIMIT", "plan", "Plan"]
 
 #: The longest demangled text kept (a CCCL kernel's is a few KiB).
 TEXT_LIMIT = 64 << 10
@@ -42,12 +41,6 @@ TEXT_LIMIT = 64 << 10
 WORK_LIMIT = 4 << 20
 # the characters of an Itanium mangling (and of the clone suffixes after it)
 _MANGLED = re.compile(r"_Z[A-Za-z0-9_.$]*")
-
-
-def too_long(symbol: str) -> str:
-    """The text that stands for ``symbol``'s demangled name where that is too long to keep."""
-    return f"{TOO_LONG} (the demangled name of a {len(symbol)}-character symbol is over " \
-           f"{TEXT_LIMIT >> 10} KiB)"
 
 
 class Plan(enum.Enum):
@@ -73,21 +66,23 @@ def plan(symbol: str) -> Plan:
     return Plan.DEMANGLE if bound <= WORK_LIMIT else Plan.TOO_LONG
 
 
-def _bounded(symbols: Sequence[str], run) -> list[str]:
+def _bounded(symbols: Sequence[str], run: Callable[[list[str]], list[str]]
+             ) -> list[str | None]:
     """``run`` (a list of symbols -> their texts) applied to the symbols that :func:`plan`
-    lets through; the others as plan says; texts over :data:`TEXT_LIMIT` cut to too_long."""
+    lets through; the others as plan says (None: too long); a text over :data:`TEXT_LIMIT`
+    is not kept (None)."""
     plans = [plan(s) for s in symbols]
     todo = [s for s, p in zip(symbols, plans) if p is Plan.DEMANGLE]
     done = iter(run(todo) if todo else ())
-    out = []
+    out: list[str | None] = []
     for s, p in zip(symbols, plans):
         if p is Plan.KEEP:
             out.append(s)
         elif p is Plan.TOO_LONG:
-            out.append(too_long(s))
+            out.append(None)
         else:
             text = next(done)
-            out.append(text if len(text) <= TEXT_LIMIT else too_long(s))
+            out.append(text if len(text) <= TEXT_LIMIT else None)
     return out
 
 
@@ -113,9 +108,9 @@ class Demangler:
     name = "?"
     placeholders = False
 
-    def demangle(self, symbols: Sequence[str]) -> list[str]:
+    def demangle(self, symbols: Sequence[str]) -> list[str | None]:
         """Demangle many symbols at once; a name that is not mangled comes back unchanged, one
-        whose demangled name is too long as :func:`too_long` text."""
+        whose demangled name is too long to keep (:func:`plan`, :data:`TEXT_LIMIT`) as None."""
         raise NotImplementedError
 
     def start(self) -> "Pending":
@@ -131,7 +126,7 @@ class Pending:
         self._run = run
         self._release = release
 
-    def __call__(self, symbols: Sequence[str]) -> list[str]:
+    def __call__(self, symbols: Sequence[str]) -> list[str | None]:
         return self._run(symbols)
 
     def close(self) -> None:
@@ -148,7 +143,7 @@ class CuFilt(Demangler):
     name = "cu++filt"
     placeholders = True
 
-    def demangle(self, symbols: Sequence[str]) -> list[str]:
+    def demangle(self, symbols: Sequence[str]) -> list[str | None]:
         pending = self.start()
         try:
             return pending(symbols)
@@ -179,7 +174,7 @@ class CuFilt(Demangler):
                                     f"{len(lines)} lines for {len(symbols)} symbols")
             return [o.decode("utf-8", "replace").strip() or s for o, s in zip(lines, symbols)]
 
-        def run(symbols: Sequence[str]) -> list[str]:
+        def run(symbols: Sequence[str]) -> list[str | None]:
             return _bounded(symbols, batch)
 
         def release() -> None:
@@ -208,7 +203,7 @@ class LibStdCxx(Demangler):
         self._free = ctypes.CDLL(None).free
         self._free.argtypes = [ctypes.c_void_p]
 
-    def demangle(self, symbols: Sequence[str]) -> list[str]:
+    def demangle(self, symbols: Sequence[str]) -> list[str | None]:
         return _bounded(symbols, lambda todo: [self._one(s) for s in todo])
 
     def _one(self, symbol: str) -> str:

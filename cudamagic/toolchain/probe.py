@@ -146,7 +146,7 @@ def _mangled_argument(lowered: str, template: str) -> str | None:
 
 
 def read_answers(probes: Sequence[Probe], lowered: Mapping[str, str],
-                 demangle: Callable[[list[str]], list[str]], globals_: Sequence[str],
+                 demangle: Callable[[list[str]], list[str | None]], globals_: Sequence[str],
                  kernels: Sequence[str]) -> ProbeAnswers:
     """The probes' answers, each given to the CUBIN symbol of the entity it names (the
     entity's demangled name is the symbol's); an answer that names no symbol of the CUBIN, or
@@ -158,11 +158,14 @@ def read_answers(probes: Sequence[Probe], lowered: Mapping[str, str],
     types, entities = texts[:len(asked)], texts[len(asked):2 * len(asked)]
     by_name: dict[str, str] = {}
     for symbol, text in zip(symbols, texts[2 * len(asked):]):
-        by_name.setdefault(strip_internal(text), symbol)
+        if text is not None:  # a name too long to keep names nothing
+            by_name.setdefault(strip_internal(text), symbol)
     variables: dict[str, VarType] = {}
     functions: dict[str, str] = {}
     kernel_set = set(kernels)
     for p, type_text, entity_text in zip(asked, types, entities):
+        if type_text is None or entity_text is None:  # too long to keep: no answer
+            continue
         entity = _argument(entity_text, _EN)
         ctype = _argument(type_text, _TY)
         mangled = _mangled_argument(lowered[p.type_expr], _TY)

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, overload
 
 from ..process import cached, InTest
 from ..cxx import parse_demangled, tidy_name as _tidy
-from ..cxx.mangled import is_too_long
 from ..cxx.resolve import ResolvedBy
 from ..miss import BuildOrigin
 from ..forksafe import once
@@ -33,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..toolchain.link import CodeKind
 
 __all__ = ["Explanation", "KernelRow", "KernelRows", "BuildReport", "Badge", "Phase",
-           "SHOWN_ROWS", "display_signature", "render_text", "render_html", "text_head",
+           "SHOWN_ROWS", "display_signature", "too_long_text", "render_text", "render_html", "text_head",
            "text_body", "text_phases", "html_head", "html_body", "html_rows", "html_table"]
 
 #: Variables a report names; the rest are counted.
@@ -70,7 +69,17 @@ def _variable_names(symbols: list[str]) -> list[str]:
 
     concrete = concrete_demangler()
     texts = dict(zip(mangled, concrete.demangle(mangled))) if concrete is not None else {}
-    return [texts.get(s, s) for s in symbols]
+    shown = [texts.get(s, s) for s in symbols]
+    return [too_long_text(s) if t is None else t for s, t in zip(symbols, shown)]
+
+
+def too_long_text(symbol: str) -> str:
+    """What a view shows in place of a demangled name that was too long to keep (the
+    demangler gave none: :mod:`cudamagic.toolchain.demangle`)."""
+    from ..toolchain.demangle import TEXT_LIMIT
+
+    return (f"too long to show (the demangled name of a {len(symbol)}-character symbol is over "
+            f"{TEXT_LIMIT >> 10} KiB)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,8 +126,6 @@ def display_signature(demangled: str, placeholders: bool = False,
     namespaces go, the ``void`` return is shown. An ``extern "C"`` kernel's symbol carries no
     types: its parameters are the sizes the CUBIN records (``void fill(8 bytes, 4 bytes)``).
     """
-    if is_too_long(demangled):  # the demangler's own words: nothing to tidy
-        return demangled
     if "(" not in demangled:  # a plain symbol: extern "C"
         sizes = "?" if param_sizes is None else ", ".join((counted(n, "byte") for n in param_sizes))
         return f"void {demangled}({sizes})"
@@ -153,6 +160,9 @@ class KernelRow:
         Whether ``demangled`` names template parameters ``T1``... (cu++filt).
     param_sizes : tuple of int or None
         The CUBIN's parameter sizes, for kernels whose symbol carries no types (``extern "C"``).
+    too_long : bool
+        Whether the demangled name was too long to keep (``demangled`` is then the symbol, and
+        the signature column says so in words).
     """
 
     python_name: str
@@ -164,6 +174,7 @@ class KernelRow:
     placeholders: bool = False
     param_sizes: tuple[int, ...] | None = None
     image: "KernelImage | None" = field(default=None, repr=False, compare=False)
+    too_long: bool = False
 
     @once
     def launch_note(self) -> str:
@@ -193,12 +204,14 @@ class KernelRow:
         Where the demangler named template parameters ``T1``... (cu++filt), libstdc++'s
         demangling of the symbol, in process, gives the concrete types (cheaper than reading
         them off cu++filt's text: docs/performance.md)."""
+        if self.too_long:
+            return too_long_text(self.symbol)
         if self.placeholders and self.symbol.startswith("_Z"):
             from ..toolchain.demangle import concrete_demangler
 
             concrete = concrete_demangler()
-            text = concrete.demangle([self.symbol])[0] if concrete is not None else self.symbol
-            if text != self.symbol:
+            text = concrete.demangle([self.symbol])[0] if concrete is not None else None
+            if text is not None and text != self.symbol:
                 return display_signature(text, False, self.param_sizes)
         return display_signature(self.demangled, self.placeholders, self.param_sizes)
 
