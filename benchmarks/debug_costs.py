@@ -1,7 +1,9 @@
 """The CPU-side costs of a tool run (kernel.sanitize / kernel.profile), measured where they can
 be without a GPU: the child's start with the module's payload (interpreter, imports, the
 module's arrival, the capture's decoding), compute-sanitizer's own start, the -lineinfo build
-(a miss, then a hit), and a capture's encoding and decoding. docs/debugging.md has the numbers.
+(a miss, then a hit), and a capture's encoding and decoding; with a GPU, also the whole
+kernel.sanitize under each tool and kernel.profile, against the same launch run in the
+notebook's process. docs/debugging.md has the numbers.
 
     python benchmarks/debug_costs.py
 """
@@ -75,6 +77,37 @@ def main() -> None:
         data = cap.encode_capture(c)
         dec = _median(lambda: cap.decode_capture(data), n=5)
         print(f"capture of 64 MiB: encode {enc * 1e3:.0f} ms, decode {dec * 1e3:.0f} ms")
+        if cudamagic.gpu_available():
+            _on_the_gpu(str(cache))
+
+
+def _on_the_gpu(cache: str) -> None:
+    """kernel.sanitize (each planted bug's tool) and kernel.profile end to end: the capture,
+    the child, the tool, the report read; against the launch itself, here."""
+    import cupy as cp
+
+    from tests.planted import PROFILE_N, PROFILE_SOURCE, fixed_args
+
+    for p in PLANTED:
+        k = cudamagic.build(p.fixed, cache=cache)[p.name]
+        args = tuple(cp.full(v, 3.0, dtype=cp.float32) if kind == "f32" else int(v)
+                     for kind, v in fixed_args(p))
+
+        def launch():
+            k((p.grid,), (p.block,), args)
+            cp.cuda.Device().synchronize()
+
+        launch()
+        here = _median(launch)
+        run = _median(lambda: k.sanitize((p.grid,), (p.block,), args, tool=p.tool), n=3)
+        print(f"sanitize {p.name} ({p.tool}): {run:.2f} s (the launch here {here * 1e3:.2f} ms)")
+    mod = cudamagic.build(PROFILE_SOURCE, cache=cache)
+    a, b = cp.ones(PROFILE_N, cp.float32), cp.zeros(PROFILE_N, cp.float32)
+    for name, args in (("copy", (a, b, PROFILE_N)), ("burn", (a, PROFILE_N, 2000))):
+        grid = (PROFILE_N // 256,)
+        run = _median(lambda: mod[name].profile(grid, (256,), args), n=3)
+        bench = mod[name].bench(grid, (256,), args, repeat=20).timings[0].median
+        print(f"profile {name}: {run:.2f} s (the kernel itself {bench:.3f} ms)")
 
 
 if __name__ == "__main__":

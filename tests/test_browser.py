@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -222,6 +223,25 @@ def _open(p, base: str, token: str, tmp_path: Path, notebook: str = "quickstart.
     return browser, page
 
 
+@contextmanager
+def _lab_page(lab, notebook: str = "quickstart.ipynb", failure: str = "quickstart"):
+    """A Chromium page on ``notebook`` in the test's JupyterLab, closed at the end; a failure
+    inside leaves a full-page screenshot, ``artifacts/browser/<failure>-failure.png``."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, tmp_path = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser, page = _open(p, base, token, tmp_path, notebook)
+        try:
+            yield page
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / f"{failure}-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+
 def _run_all(page) -> None:
     page.locator(".jp-CodeCell .jp-InputArea-editor").first.click()
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
@@ -317,44 +337,37 @@ def test_the_report_renders_in_jupyterlab_and_after_the_kernel_is_gone(lab):
     from playwright.sync_api import sync_playwright
 
     base, token, tmp_path = lab
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with _lab_page(lab) as page:
+        _run_quickstart(page)
+        seen = _read_reports(page)
+        first, changed, hit = (page.locator(REPORT).nth(i) for i in (0, 2, 3))
+        error = page.locator(".jp-OutputArea-output", has_text="ArgumentTypeError").first
+        seen["error"] = error.text_content()
+        _shot(first, "widget-miss.png")
+        _shot(changed, "widget-changed.png")
+        _shot(hit, "widget-hit.png")
+        _shot(error, "argument-error.png")
+        _shot(page.locator(".jp-OutputArea-output", has_text="CompileError").first,
+              "compile-error.png")
+        _shot(page.locator(".jp-OutputArea-output img").first, "picture.png")
+        page.screenshot(path=str(ARTIFACTS / "quickstart.png"))
+        # saved, its kernel shut down, opened again (a new page: no model of the old kernel)
+        _save(page)
+        _shut_down_kernels(base, token)
+        page.reload()
+        page.wait_for_selector(REPORT, timeout=120_000)
+        time.sleep(3)  # the widget manager restores (from a new kernel, if one starts)
+        reopened = _read_reports(page)
+        _shot(page.locator(REPORT).first, "reopened.png")
+    _check_reports(seen, tmp_path / "cache")
+    assert "takes 4 arguments" in seen["error"] and "Traceback" not in seen["error"], seen
+    _check_reports(reopened, tmp_path / "cache")
+    # the saved notebook converted to HTML, as nbviewer and an export render it
+    page_html = tmp_path / "quickstart.html"
+    subprocess.run([sys.executable, "-m", "nbconvert", "--to", "html", "--output",
+                    str(page_html), str(tmp_path / "lab" / "quickstart.ipynb")],
+                   check=True, capture_output=True, timeout=300)
     with sync_playwright() as p:
-        browser, page = _open(p, base, token, tmp_path)
-        try:
-            _run_quickstart(page)
-            seen = _read_reports(page)
-            first, changed, hit = (page.locator(REPORT).nth(i) for i in (0, 2, 3))
-            error = page.locator(".jp-OutputArea-output", has_text="ArgumentTypeError").first
-            seen["error"] = error.text_content()
-            _shot(first, "widget-miss.png")
-            _shot(changed, "widget-changed.png")
-            _shot(hit, "widget-hit.png")
-            _shot(error, "argument-error.png")
-            _shot(page.locator(".jp-OutputArea-output", has_text="CompileError").first,
-                  "compile-error.png")
-            _shot(page.locator(".jp-OutputArea-output img").first, "picture.png")
-            page.screenshot(path=str(ARTIFACTS / "quickstart.png"))
-            # saved, its kernel shut down, opened again (a new page: no model of the old kernel)
-            _save(page)
-            _shut_down_kernels(base, token)
-            page.reload()
-            page.wait_for_selector(REPORT, timeout=120_000)
-            time.sleep(3)  # the widget manager restores (from a new kernel, if one starts)
-            reopened = _read_reports(page)
-            _shot(page.locator(REPORT).first, "reopened.png")
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "quickstart-failure.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
-        _check_reports(seen, tmp_path / "cache")
-        assert "takes 4 arguments" in seen["error"] and "Traceback" not in seen["error"], seen
-        _check_reports(reopened, tmp_path / "cache")
-        # the saved notebook converted to HTML, as nbviewer and an export render it
-        page_html = tmp_path / "quickstart.html"
-        subprocess.run([sys.executable, "-m", "nbconvert", "--to", "html", "--output",
-                        str(page_html), str(tmp_path / "lab" / "quickstart.ipynb")],
-                       check=True, capture_output=True, timeout=300)
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--no-sandbox", "--disable-gpu"])
         try:
@@ -375,20 +388,13 @@ def test_the_report_renders_in_jupyterlab_and_after_the_kernel_is_gone(lab):
 def test_without_the_widget_manager_the_report_reads_the_same(lab):
     """With JupyterLab's widget manager disabled (a JupyterLab without jupyterlab_widgets), the
     report shows as it does with it: its output is HTML, no widget."""
-    from playwright.sync_api import sync_playwright
-
-    base, token, tmp_path = lab
-    with sync_playwright() as p:
-        browser, page = _open(p, base, token, tmp_path)
-        try:
-            _run_all(page)
-            page.wait_for_selector(REPORT, timeout=300_000)
-            report = page.locator(REPORT).first
-            # read from the DOM: Run All leaves the first report out of view, undrawn
-            badge = report.locator(".cudamagic-badge").text_content()
-            rows = report.locator(".cudamagic-names tbody tr").all_text_contents()
-        finally:
-            browser.close()
+    with _lab_page(lab, failure="manager") as page:
+        _run_all(page)
+        page.wait_for_selector(REPORT, timeout=300_000)
+        report = page.locator(REPORT).first
+        # read from the DOM: Run All leaves the first report out of view, undrawn
+        badge = report.locator(".cudamagic-badge").text_content()
+        rows = report.locator(".cudamagic-names tbody tr").all_text_contents()
     assert badge == "cache miss"
     assert any("saxpy_float" in r for r in rows), rows
 
@@ -397,35 +403,24 @@ def test_a_cuda_cell_is_highlighted_as_cpp(lab):
     """With the wheel's JupyterLab extension, a cell whose first line is %%cuda is C++ to the
     editor: ``template`` and ``typename`` take the theme's keyword colour there, and not in a
     Python cell holding the same words (nor in a cell of another magic starting alike)."""
-    from playwright.sync_api import sync_playwright
-
-    base, token, tmp_path = lab
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser, page = _open(p, base, token, tmp_path, "highlight.ipynb")
-        try:
-            page.wait_for_selector(".jp-CodeCell .cm-content", timeout=60_000)
-            time.sleep(2)  # the C++ language loads on first use
-            keyword = page.evaluate(_KEYWORD_COLOR)
-            colors = {(cell, word): page.evaluate(_TOKEN_COLOR, [cell, word])
-                      for cell in range(3) for word in HIGHLIGHT_WORDS}
-            _shot(page.locator(".jp-Notebook"), "highlight.png")
-            # typing %%cuda into a Python cell makes it C++, and taking it away undoes it
-            second = page.locator(".jp-CodeCell .cm-content").nth(1)
-            second.click()
-            page.keyboard.press("Control+Home")
-            page.keyboard.type("%%cuda\n")
-            time.sleep(1)
-            typed = page.evaluate(_TOKEN_COLOR, [1, "template"])
-            page.keyboard.press("Control+z")
-            page.keyboard.press("Control+z")
-            time.sleep(1)
-            undone = page.evaluate(_TOKEN_COLOR, [1, "template"])
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "highlight-failure.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with _lab_page(lab, "highlight.ipynb", failure="highlight") as page:
+        page.wait_for_selector(".jp-CodeCell .cm-content", timeout=60_000)
+        time.sleep(2)  # the C++ language loads on first use
+        keyword = page.evaluate(_KEYWORD_COLOR)
+        colors = {(cell, word): page.evaluate(_TOKEN_COLOR, [cell, word])
+                  for cell in range(3) for word in HIGHLIGHT_WORDS}
+        _shot(page.locator(".jp-Notebook"), "highlight.png")
+        # typing %%cuda into a Python cell makes it C++, and taking it away undoes it
+        second = page.locator(".jp-CodeCell .cm-content").nth(1)
+        second.click()
+        page.keyboard.press("Control+Home")
+        page.keyboard.type("%%cuda\n")
+        time.sleep(1)
+        typed = page.evaluate(_TOKEN_COLOR, [1, "template"])
+        page.keyboard.press("Control+z")
+        page.keyboard.press("Control+z")
+        time.sleep(1)
+        undone = page.evaluate(_TOKEN_COLOR, [1, "template"])
     assert keyword and keyword != "rgba(0, 0, 0, 0)", keyword
     for word in HIGHLIGHT_WORDS:
         assert colors[(0, word)] == keyword, (word, colors, keyword)
@@ -437,35 +432,24 @@ def test_a_cuda_cell_is_highlighted_as_cpp(lab):
 def test_the_other_kernels_are_shown_when_their_fold_is_opened(lab):
     """Past 50 kernels the report holds 50 rows and, below it, a widget's fold, *show the other
     N kernels*; opening it in the browser makes the kernel send the rest, drawn in the fold."""
-    from playwright.sync_api import sync_playwright
-
-    base, token, tmp_path = lab
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser, page = _open(p, base, token, tmp_path, "many.ipynb")
-        try:
-            _run_all(page)
-            page.wait_for_selector(REPORT, timeout=300_000)
-            report = page.locator(REPORT).first
-            shown = report.locator(".cudamagic-names tbody tr").count()
-            more = page.locator(".jp-OutputArea-output .cudamagic-more-rows")
-            title = more.get_by_text(f"show the other {MANY - SHOWN_ROWS} kernels")
-            before = more.locator(".cudamagic-names tbody tr").count()
-            title.click()
-            rows = more.locator(".cudamagic-names tbody tr")
-            rows.first.wait_for(timeout=60_000)
-            opened = rows.all_text_contents()
-            _shot(more, "widget-more-rows.png")
-            # saved and reloaded, the page asks the kernel for the models' state again
-            _save(page)
-            page.reload()
-            page.wait_for_selector(REPORT, timeout=120_000)
-            reloaded = page.locator(REPORT).first.locator(".cudamagic-names tbody tr").count()
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "many-failure.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with _lab_page(lab, "many.ipynb", failure="many") as page:
+        _run_all(page)
+        page.wait_for_selector(REPORT, timeout=300_000)
+        report = page.locator(REPORT).first
+        shown = report.locator(".cudamagic-names tbody tr").count()
+        more = page.locator(".jp-OutputArea-output .cudamagic-more-rows")
+        title = more.get_by_text(f"show the other {MANY - SHOWN_ROWS} kernels")
+        before = more.locator(".cudamagic-names tbody tr").count()
+        title.click()
+        rows = more.locator(".cudamagic-names tbody tr")
+        rows.first.wait_for(timeout=60_000)
+        opened = rows.all_text_contents()
+        _shot(more, "widget-more-rows.png")
+        # saved and reloaded, the page asks the kernel for the models' state again
+        _save(page)
+        page.reload()
+        page.wait_for_selector(REPORT, timeout=120_000)
+        reloaded = page.locator(REPORT).first.locator(".cudamagic-names tbody tr").count()
     assert shown == SHOWN_ROWS and before == 0 and reloaded == SHOWN_ROWS
     assert len(opened) == MANY - SHOWN_ROWS
     assert opened[0].startswith(f"k_{SHOWN_ROWS}") and opened[-1].startswith(f"k_{MANY - 1}")
@@ -479,24 +463,13 @@ _TABLE_WIDTHS = """() => [...document.querySelectorAll(".jp-OutputArea-output .c
 def test_the_name_table_fits_the_output_area(lab):
     """Long symbols and signatures wrap inside their cells: the name table is never wider than
     the output area it is drawn in (it was 1 189 px against about 1 130: issue 31 item 4)."""
-    from playwright.sync_api import sync_playwright
-
-    base, token, tmp_path = lab
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser, page = _open(p, base, token, tmp_path)
-        try:
-            _run_quickstart(page)
-            page.wait_for_selector(REPORT, timeout=120_000)
-            wide = page.evaluate(_TABLE_WIDTHS)
-            page.set_viewport_size({"width": 1000, "height": 1000})  # a laptop's half screen
-            time.sleep(1)
-            widths = page.evaluate(_TABLE_WIDTHS)
-            _shot(page.locator(REPORT).first, "names-fit.png")
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "names-fit-failure.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with _lab_page(lab, failure="names-fit") as page:
+        _run_quickstart(page)
+        page.wait_for_selector(REPORT, timeout=120_000)
+        wide = page.evaluate(_TABLE_WIDTHS)
+        page.set_viewport_size({"width": 1000, "height": 1000})  # a laptop's half screen
+        time.sleep(1)
+        widths = page.evaluate(_TABLE_WIDTHS)
+        _shot(page.locator(REPORT).first, "names-fit.png")
     assert widths and wide, "no name table was drawn"
     assert all(table <= area for table, area in wide + widths), (wide, widths)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from .planted import PLANTED
-from .test_browser import ARTIFACTS, REPORT, _open, _run_all, _shot, lab  # noqa: F401
+from .test_browser import REPORT, _lab_page, _run_all, _shot, lab  # noqa: F401 - fixture
 
 RECORD = '''
 from pathlib import Path
@@ -36,7 +36,6 @@ present(SanitizeReport(SanitizerTool.MEMCHECK, "from a fixture report", "oob_wri
 
 def test_the_sanitizer_and_report_folds_in_jupyterlab(lab):
     import nbformat
-    from playwright.sync_api import sync_playwright
 
     base, token, tmp_path = lab
     nb = nbformat.v4.new_notebook(cells=[
@@ -44,25 +43,17 @@ def test_the_sanitizer_and_report_folds_in_jupyterlab(lab):
         nbformat.v4.new_code_cell("%%cuda\n" + PLANTED[0].source),
         nbformat.v4.new_code_cell(RECORD.strip())])
     nbformat.write(nb, tmp_path / "lab" / "debug.ipynb")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser, page = _open(p, base, token, tmp_path, notebook="debug.ipynb")
-        try:
-            _run_all(page)
-            fold = page.wait_for_selector(".jp-OutputArea-output .cudamagic-sanitize",
-                                          timeout=300_000)
-            text = fold.text_content()
-            out = page.locator(".jp-OutputArea-output", has=page.locator(".cudamagic-sanitize"))
-            _shot(out.first, "sanitize-fold.png")
-            report = page.locator(REPORT).first
-            report.locator(".cudamagic-debug summary").click()
-            debug = report.locator(".cudamagic-debug").text_content()
-            _shot(report, "debug-fold.png")
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "debug-failure.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with _lab_page(lab, "debug.ipynb", failure="debug") as page:
+        _run_all(page)
+        fold = page.wait_for_selector(".jp-OutputArea-output .cudamagic-sanitize",
+                                      timeout=300_000)
+        text = fold.text_content()
+        out = page.locator(".jp-OutputArea-output", has=page.locator(".cudamagic-sanitize"))
+        _shot(out.first, "sanitize-fold.png")
+        report = page.locator(REPORT).first
+        report.locator(".cudamagic-debug summary").click()
+        debug = report.locator(".cudamagic-debug").text_content()
+        _shot(report, "debug-fold.png")
     assert f"at cell line {PLANTED[0].line + 1}" in text, text
     assert "x[i + n] = 1.0f;" in text
     assert "15 360 bytes past the end of argument 0, x: float32[256]" in text
