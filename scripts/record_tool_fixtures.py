@@ -2,7 +2,7 @@
 compute-sanitizer's XML report of every planted bug (tests/planted.py) under its tool, and of
 its fixed kernel (``<name>.fixed.xml``), a clean memcheck run (``clean.xml``), and an Nsight
 Compute report of two kernels (``copy.ncu-rep``, ``burn.ncu-rep``: a memory-bound copy and a
-compute-bound loop, built with ``-lineinfo``).
+compute-bound loop of ``tests.planted.PROFILE_SOURCE``, built with ``-lineinfo``).
 
 Run from the repository root on a machine with a GPU (and ncu for the reports):
 
@@ -90,10 +90,11 @@ def _record_one(kernel, name: str, args: tuple, ncu, n: int) -> None:
         tools.run_child(profiler.ncu_argv(ncu.path, kernel.symbol, report, child),
                         env=tool_run._child_env(), cwd=folder)
         shutil.copyfile(report, OUT / f"{name}.ncu-rep")
-        (OUT / f"{name}.source.cu").write_text(build.source)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"--- {name}\n{profiler.read_report(OUT / f'{name}.ncu-rep', label=name)}\n")
+    shown = profiler.read_report(OUT / f"{name}.ncu-rep", label=name, source=PROFILE_SOURCE,
+                                 line_offset=LINE_OFFSET)
+    print(f"--- {name}\n{shown}\n")
 
 
 def main() -> None:
