@@ -1,5 +1,8 @@
 """The package's size rules (docs/architecture.md): modules of at most 800 lines, functions of at
-most 60, and at most 8 positional parameters; a record carries what would be more."""
+most 60, and at most 8 positional parameters; a record carries what would be more. A call passes
+at most 8 arguments by position too: a dataclass's generated ``__init__`` takes every field
+positionally, so a record of 12 fields built as ``Record(a, b, ..., l)`` is the 12-parameter
+call again, with nothing to say which value is which."""
 
 from __future__ import annotations
 
@@ -23,6 +26,12 @@ def shape_faults(source: str, where: str) -> list[str]:
     if lines > MAX_MODULE_LINES:
         faults.append(f"{where}: {lines} lines (at most {MAX_MODULE_LINES})")
     for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            given = sum(1 for a in node.args if not isinstance(a, ast.Starred))
+            if given > MAX_POSITIONAL:
+                faults.append(f"{where}:{node.lineno} {ast.unparse(node.func)}(...): {given} "
+                              f"positional arguments (at most {MAX_POSITIONAL}: name them)")
+            continue
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
         name = getattr(node, "name", "<lambda>")
@@ -59,6 +68,12 @@ def _function(lines: int, params: int) -> str:
     ("def f(a, *rest, b, c, d, e, f, g, h, i, j):\n    pass\n", False),  # keyword-only do not
     ("def outer():\n    def inner(a, b, c, d, e, f, g, h, i):\n        pass\n", True),
     ("g = lambda a, b, c, d, e, f, g, h, i: a\n", True),
+    ("async def f(a, b, c, d, e, f, g, h, i):\n    pass\n", True),
+    ("class K:\n    async def m(self):\n" + "        x = 1\n" * 60, True),  # 61 lines
+    ("r = Record(1, 2, 3, 4, 5, 6, 7, 8)\n", False),
+    ("r = Record(1, 2, 3, 4, 5, 6, 7, 8, 9)\n", True),    # a call of 9 positional arguments
+    ("r = Record(1, 2, 3, 4, 5, 6, 7, 8, i=9, *more)\n", False),  # named and starred do not
+    ("def f():\n    return g(h(1, 2, 3, 4, 5, 6, 7, 8, 9))\n", True),  # a call in a call
     ("x = 1\n" * 800, False),
     ("x = 1\n" * 801, True),                           # a module one line too long
 ])

@@ -197,8 +197,9 @@ def capture(name: str, specs: Sequence[ParamSpec], grid: Any, block: Any, args: 
             ptr, dtype, shape, strides, lo, nbytes = arrays[spec.index]
             keep = spec.index not in uninitialized
             out.append(CapturedArg(spec.index, ArgKind.ARRAY, slot, spec.ctype, label,
-                                   dtype.str, shape, strides, -lo,
-                                   copy(ptr + lo, nbytes) if keep else bytes(0), ptr, keep))
+                                   dtype=dtype.str, shape=shape, strides=strides, offset=-lo,
+                                   contents=copy(ptr + lo, nbytes) if keep else bytes(0),
+                                   address=ptr, copied=keep))
         elif spec.kind is SlotKind.POINTER:
             out.append(CapturedArg(spec.index, ArgKind.NULL, slot, spec.ctype, label))
         else:
@@ -286,9 +287,10 @@ def decode_capture(data: bytes) -> Capture:
             contents = data[pos:pos + length]
             pos += length
             arg = CapturedArg(int(a["index"]), ArgKind(a["kind"]), bytes.fromhex(a["packed"]),
-                              a["ctype"], a["label"], a["dtype"], tuple(a["shape"]),
-                              tuple(a["strides"]), int(a["offset"]), contents,
-                              int(a["address"]), bool(a["copied"]))
+                              a["ctype"], a["label"], dtype=a["dtype"], shape=tuple(a["shape"]),
+                              strides=tuple(a["strides"]), offset=int(a["offset"]),
+                              contents=contents, address=int(a["address"]),
+                              copied=bool(a["copied"]))
             if len(contents) != length or (arg.copied and length != _nbytes(arg)):
                 raise ValueError(f"argument {arg.index}'s bytes are cut short")
             args.append(arg)

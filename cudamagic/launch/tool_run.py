@@ -234,8 +234,8 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
     failed = "" if folded or (done.returncode == 0 and not said) else \
         (said or _tail(done.stderr or done.stdout) or f"the child exited with {done.returncode}")
     record = SanitizeReport(which, program.version, kernel.name_expression, c.grid, c.block,
-                            folded, len(findings), build.lineinfo, failed,
-                            {"capture": t1 - t0, "child": t2 - t1})
+                            findings=folded, total=len(findings), lineinfo=build.lineinfo,
+                            failed=failed, timings={"capture": t1 - t0, "child": t2 - t1})
     return _present(kernel, record)
 
 
