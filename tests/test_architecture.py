@@ -5,6 +5,9 @@ circle inside a package, a module given no layer — by planting it in a copy of
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import re
 import shutil
 import subprocess
 import sys
@@ -99,3 +102,90 @@ def test_the_architecture_page_lists_every_module_in_its_layer():
             wanted = {p for p, lay in listed.items()
                       if p.split("/")[0].removesuffix(".py") == member}
             assert wanted and all(listed[p] == name for p in wanted), (member, name)
+
+
+# ---- what the package's words cite: a module or a name that moved is a stale citation -----
+
+_ROLE = re.compile(r":(?:mod|func|class|meth|data|attr|exc|obj):`~?(?:[^`<]*<)?(\.?[A-Za-z_][\w.]*)>?`")
+_ABSOLUTE = re.compile(r"(?<![<\w.])cudamagic(?:\.[A-Za-z_]\w*)+")
+
+
+def _cited(ref: str) -> str | None:
+    """Why the dotted ``ref`` names nothing where it says (None where it does): no such module
+    or attribute, or a class or function cited through a module that only imports it."""
+    parts = ref.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        home = obj
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                # an instance's attribute: a dataclass field, or set in the class's own code
+                held = inspect.isclass(obj) and name == parts[-1] and (
+                    name in getattr(obj, "__dataclass_fields__", {})
+                    or f"self.{name} " in inspect.getsource(obj))
+                return None if held else f"{'.'.join(parts[:i])} has no {'.'.join(parts[i:])}"
+            obj = getattr(obj, name)
+        defined = getattr(obj, "__module__", None)
+        if len(parts) > i and (inspect.isclass(obj) or inspect.isfunction(obj)) and \
+                not hasattr(home, "__path__") and defined != home.__name__:
+            return f"{'.'.join(parts[i:])} is {defined}'s (cited through {home.__name__})"
+        return None
+    return "no such module"
+
+
+def citation_faults(source: str, module: str) -> list[str]:
+    """The references in one module's text (``cudamagic.x.y``, Sphinx roles, relative ones
+    from ``module``'s package) that name nothing, or name it where it is not."""
+    package = module if module.endswith("__init__") else module.rsplit(".", 1)[0]
+    package = package.removesuffix(".__init__")
+    faults = []
+    for n, line in enumerate(source.splitlines(), 1):
+        refs = dict.fromkeys([m.group(1) for m in _ROLE.finditer(line)]
+                             + [m.group(0).rstrip(".") for m in _ABSOLUTE.finditer(line)])
+        for ref in refs:
+            if ref.startswith("."):
+                up = len(ref) - len(ref.lstrip("."))
+                base = package.split(".")
+                ref = ".".join(base[:len(base) - up + 1]) + "." + ref.lstrip(".")
+            elif not ref.startswith("cudamagic."):
+                continue  # a name of this module or class: read in its context
+            why = _cited(ref)
+            if why:
+                faults.append(f"{n}: {ref}: {why}")
+    return faults
+
+
+def test_every_citation_in_the_package_names_what_is_there():
+    """A comment or docstring that cites a module, class or function by its dotted name cites
+    one that exists, in the module that defines it: a moved module leaves no stale word."""
+    package = REPO / "cudamagic"
+    faults = []
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        faults += [f"{path.relative_to(REPO)}:{f}"
+                   for f in citation_faults(path.read_text(encoding="utf-8"), module)]
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        faults += [f"{path.relative_to(REPO)}:{f}"
+                   for f in citation_faults(path.read_text(encoding="utf-8"), "cudamagic.x")]
+    assert not faults, "\n".join(faults)
+
+
+@pytest.mark.parametrize("text, module, stale", [
+    (":func:`cudamagic.toolchain.driver.fast_launch`", "cudamagic.launch.launcher", False),
+    (":func:`cudamagic.driver.fast_launch`", "cudamagic.launch.launcher", True),   # moved
+    ("# see cudamagic.cache.KernelCache", "cudamagic.view.records", True),
+    (":class:`~.image.GlobalImage`", "cudamagic.toolchain.variables", False),
+    (":class:`~.images.GlobalImage`", "cudamagic.toolchain.variables", True),
+    (":mod:`.probe`", "cudamagic.toolchain.variables", False),
+    (":meth:`~cudamagic.toolchain.variables.VarType.to_json`", "cudamagic.store.entry", False),
+    (":meth:`~cudamagic.toolchain.probe.VarType.to_json`", "cudamagic.store.entry", True),
+    (":attr:`cudamagic.store.state.ProcessState.sqlite`", "cudamagic.store.x", False),
+    (":class:`cudamagic.Kernel`", "cudamagic.view.x", False),   # the package's public face
+    ("f'<cudamagic.KernelTable {n}>'", "cudamagic.module", False),  # a repr's words
+    (":data:`SEARCH`", "cudamagic.toolchain.tools", False),  # this module's: not read here
+])
+def test_a_stale_citation_is_caught(text, module, stale):
+    assert bool(citation_faults(text, module)) == stale

@@ -7,6 +7,9 @@ call again, with nothing to say which value is which."""
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,49 @@ def _function(lines: int, params: int) -> str:
 ])
 def test_the_rules_catch_each_kind_of_fault(source, faulty):
     assert bool(shape_faults(source, "m.py")) == faulty
+
+
+# ---- measured numbers belong in docs/performance.md, not in the code's comments -------------
+
+#: A duration as prose quotes a measurement (``7.6 ms``, ``0.1 s``, ``25 seconds``)
+_DURATION = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?\s?(?:ms|µs|us|ns|s|seconds?|milliseconds?|"
+                       r"microseconds?|minutes?)(?![\w'])")
+#: What a docstring shows as code or output (``7.6 ms · 3 kernels``): an example, not a claim
+_LITERAL = re.compile(r"``.*?``", re.S)
+
+
+def timing_faults(source: str, where: str) -> list[str]:
+    """The durations one module's comments and docstrings quote (outside ````literals````),
+    each with its line: a timing measured on one host goes stale in the code; the code says
+    why, docs/performance.md says how much."""
+    prose = [(tok.start[0], tok.string) for tok in
+             tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str):
+            text = _LITERAL.sub(lambda m: "\n" * m.group(0).count("\n"), node.value.value)
+            prose += [(node.lineno + i, line) for i, line in enumerate(text.splitlines())]
+    return [f"{where}:{n}: {found.group(0)!r} in {line.strip()[:80]!r}"
+            for n, line in prose for found in _DURATION.finditer(_LITERAL.sub("", line))]
+
+
+def test_no_comment_or_docstring_quotes_a_timing():
+    faults = [f for path in sorted(PACKAGE.rglob("*.py"))
+              for f in timing_faults(path.read_text(encoding="utf-8"),
+                                     str(path.relative_to(PACKAGE.parent)))]
+    assert not faults, ("move each measurement to docs/performance.md (section 7 keeps the "
+                        "numbers behind the code's choices):\n" + "\n".join(faults))
+
+
+@pytest.mark.parametrize("source, faulty", [
+    ("x = 1  # about 2 ms for 1 000 names\n", True),
+    ("x = 1  # each about 0.1 s on an H200 host\n", True),
+    ('def f():\n    """Took 25 seconds before."""\n', True),
+    ('def f():\n    """Shown as ``7.6 ms · 3\n    kernels``."""\n', False),  # an example
+    ("x = 1  # a 30 s limit\n", True),
+    ("x = 1  # sm_90's 228 KiB, 3 kernels, 64 threads\n", False),
+    ("x = '12 ms'  # a string the code uses is not prose\n", False),
+    ("x = 1  # kernel 3's block\n", False),
+])
+def test_the_timing_rule_catches_a_quoted_measurement(source, faulty):
+    assert bool(timing_faults(source, "m.py")) == faulty

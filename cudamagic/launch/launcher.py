@@ -60,8 +60,8 @@ class LaunchHooks:
         ``(device) -> handle``: loads the kernel on a device (first launch there).
     launch : callable or None
         ``cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra)``
-        taking plain ints, raising on failure; None: :func:`cudamagic.driver.fast_launch` on
-        first use.
+        taking plain ints, raising on failure; None:
+        :func:`cudamagic.toolchain.driver.fast_launch` on first use.
     relaunch : callable
         ``(fn, device, grid, block, shared_mem, stream)``: the checked launch after ``launch``
         raised; it says what went wrong.

@@ -99,7 +99,7 @@ class EntryRecord:
     variables : dict or None
         The CUBIN's variables' types as the compiler gave them in the compile (the type probe,
         :mod:`cudamagic.toolchain.probe`), by symbol: ``{symbol: [C++ type, dtype, shape,
-        gap]}`` (:meth:`~cudamagic.toolchain.probe.VarType.to_json`); a variable it lacks was
+        gap]}`` (:meth:`~cudamagic.toolchain.variables.VarType.to_json`); a variable it lacks was
         not asked about. Every compiled entry has it; a module from a CUBIN built elsewhere
         has none.
     """

@@ -237,8 +237,9 @@ def _masked(text: str, url: str) -> str:
 class _BoundedSocket:
     """A connection's socket on which every request's reply must come whole within ``bound``
     seconds of the request being sent, and within ``budget`` bytes: the client's own timeout
-    bounds each read only, so a server sending a byte every 90 ms held a lookup for as long
-    as it liked, and a declared size of terabytes was read for as long as bytes came."""
+    bounds each read only, so a server sending one byte at a time, each inside that timeout,
+    held a lookup for as long as it liked, and a declared size of terabytes was read for as
+    long as bytes came."""
 
     def __init__(self, sock: Any, bound: float, budget: int) -> None:
         self._sock, self._bound, self._budget = sock, bound, budget

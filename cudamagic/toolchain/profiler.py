@@ -127,8 +127,9 @@ def ncu_argv(program: str, symbol: str, report: str | os.PathLike,
             "--kernel-name", symbol, "--launch-count", "1", "--force-overwrite",
             "--export", os.fspath(report), "--import-source", "no",
             "--metrics", ",".join([*METRICS.values(), *_FLOP_METRICS]),
-            # the clocks as the notebook's own launches run (ncu's default locks them to base:
-            # burn took 6.4 ms so on an H200 against 4.9 ms by kernel.bench)
+            # the clocks as the notebook's own launches run (ncu's default locks them to base
+            # clocks, and a kernel's duration then disagrees with kernel.bench's:
+            # docs/performance.md, section 7)
             "--clock-control", "none"]
     for section in _SECTIONS:
         argv += ["--section", section]

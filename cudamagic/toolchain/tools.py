@@ -3,8 +3,8 @@ their versions, and running a child process under one of them.
 
 compute-sanitizer comes with the ``nvidia-cuda-sanitizer-api`` wheel (the ``cu13``/``cu12``
 extras install it) or with a CUDA toolkit; ``ncu`` only with a toolkit or Nsight Compute's own
-installer. Where each is looked for, in order, is :data:`SEARCH`; what was found is a frozen
-:class:`Tool`, and what was not, a :class:`Missing` that says how to install it.
+installer. :func:`_candidates` lists where each is looked for, in order; what was found is a
+frozen :class:`Tool`, and what was not, a :class:`Missing` that says how to install it.
 """
 
 from __future__ import annotations

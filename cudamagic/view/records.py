@@ -79,7 +79,7 @@ class CacheStats(_Record):
 
     @classmethod
     def of(cls, cache, note: str = "") -> "CacheStats":
-        """Read the numbers off a :class:`~cudamagic.cache.KernelCache` (``note``: what a
+        """Read the numbers off a :class:`~cudamagic.store.cache.KernelCache` (``note``: what a
         command just did, shown first)."""
         hits, misses = cache.stats()
         return cls(location=cache.location, entries=len(cache), volume=cache.volume(),
