@@ -5,6 +5,9 @@ own questions break."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import cudamagic
@@ -73,6 +76,45 @@ def test_the_reading_is_linear_and_bounded():
     assert candidates("__device__ int a; \"never closed") [0].qualified == "::a"
     assert candidates("{" * 50_000 + "}" * 50_000 + "__device__ int z;")[0].name == "z"
     assert tokens("a\\\nb") == ["ab"]
+
+
+def _doubling(depth: int, width: int = 2) -> str:
+    return "#define M0 x\n" + "".join(
+        f"#define M{i} " + " ".join([f"M{i - 1}"] * width) + "\n" for i in range(1, depth + 1))
+
+
+# (a cell whose macros multiply each other's tokens): the token reading expanded each use of
+# an object-like macro whole, so a use NVRTC never expands (an #if 0 branch) cost 2**depth
+# tokens: 37 s and 157 MB at depth 22, hours at 30, before NVRTC was called
+MACRO_BOMBS = {
+    "tokens doubling 30 times, used in an #if 0 branch": _doubling(30) + "#if 0\nM30\n#endif\n",
+    "tokens tripling 20 times": _doubling(20, 3) + "#if 0\nM20\n#endif\n",
+    "a thousand-token macro of thousand-token macros, used a few times": (
+        "#define W " + "x " * 1000 + "\n#define WW " + "W " * 1000 + "\n#define WWW "
+        + "WW " * 1000 + "\n#if 0\nWWW WWW WWW\n#endif\n"),
+    "the chain used in a string and a comment, then live": _doubling(26)
+    + '#if 0\nconst char* s = "M26"; /* M26 */ M26\n#endif\n',
+}
+
+
+@pytest.mark.parametrize("bomb", MACRO_BOMBS.values(), ids=list(MACRO_BOMBS))
+def test_macros_that_multiply_cost_the_reading_a_bounded_time(bomb):
+    # in a child: the unbounded reading would not end in a test's lifetime
+    code = ("import sys, time; from cudamagic.cxx.declared import candidates; t = time.monotonic()"
+            "; c = candidates(sys.stdin.read()); print(time.monotonic() - t, c[-1].qualified)")
+    out = subprocess.run([sys.executable, "-c", code], input=bomb + "__device__ float w[2];\n",
+                         capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert out[1] == "::w" and float(out[0]) < 5
+
+
+def test_a_cell_with_a_macro_bomb_in_dead_code_builds_typed():
+    source = (MACRO_BOMBS["tokens doubling 30 times, used in an #if 0 branch"]
+              + "__device__ float w[2];\n" + _K.replace("ok", "w"))
+    code = ("import sys, cudamagic; m = cudamagic.build(sys.stdin.read(), arch='sm_90', "
+            "use_cache=False); print(m.globals['w'].dtype)")
+    out = subprocess.run([sys.executable, "-c", code], input=source, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.split()
+    assert out == ["float32"]
 
 
 @pytest.mark.parametrize("mangled, wanted", [
