@@ -347,15 +347,17 @@ class Module(Mapping[str, Kernel]):
                 rows = [[k.name_expression, k.symbol, k.python_name, k.resolved_by, k.signature]
                         for k in self.kernels.values()]
                 too_long = sorted(k.symbol for k in self.kernels.values() if k.name_too_long)
-            # the variables' types travel with it, and the expressions that name variables
-            # (as the lowered map; a travelling module's kernels are its table's)
+            # the variables' types travel with it, the expressions that name variables (as
+            # the lowered map; a travelling module's kernels are its table's), and what the
+            # PTX said of grid sync
             record = EntryRecord(cubin=self.cubin, lowered=self._expressions or None,
                                  key=self.key, arch=self._report.arch,
                                  nvrtc_version=self._report.nvrtc_version,
                                  kernels={"placeholders": self._placeholders, "rows": rows,
                                           "too_long": too_long},
                                  variables=None if self._types is None else
-                                 {k: v.to_json() for k, v in self._types.items()})
+                                 {k: v.to_json() for k, v in self._types.items()},
+                                 grid_sync=self.image.grid_sync)
             self._payload_bytes = encode_entry(record)
         return self._payload_bytes
 
@@ -386,7 +388,7 @@ def arrive(payload: bytes, report: BuildReport) -> Module:
                          ) from None
     if record.kernels is None:
         raise ImageError("a cudamagic module arrived without its kernel table and is refused")
-    binary = Binary(record.cubin, read_cubin(record.cubin))
+    binary = Binary(record.cubin, read_cubin(record.cubin).with_grid_sync(record.grid_sync))
     table = record.kernels["rows"]
     sigs = Signatures(recorded_texts({symbol: text for _, symbol, _, _, text in table},
                                      record.kernels.get("too_long")),

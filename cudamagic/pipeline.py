@@ -44,6 +44,7 @@ from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
                              trace_headers)
 from .toolchain.image import ET_REL, elf_type, read_cubin
+from .toolchain.ptx import grid_sync_table
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import (BuildReport, KernelRow, KernelRows, stored_note, stored_text,
@@ -362,7 +363,7 @@ def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
         return Miss(MissKind.DAMAGED, "the cached CUBIN is relocatable device code that was "
                                       "never linked (the driver cannot launch it)")
     try:
-        binary = Binary(record.cubin, read_cubin(record.cubin))
+        binary = Binary(record.cubin, read_cubin(record.cubin).with_grid_sync(record.grid_sync))
         sigs = _signatures(ctx, binary, None, record.symbols)
         var_exprs = variable_expressions(ctx.opts.name_expressions, record.lowered or {},
                                          binary.image)
@@ -471,7 +472,9 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     manifest = _manifest(ctx, result, no_files, started_ns)
     t = ctx.lap("manifest", t)
     try:
-        binary = Binary(result.cubin, read_cubin(result.cubin))
+        image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
+        binary = Binary(result.cubin, image.with_grid_sync(
+            grid_sync_table(result.grid_sync, image.symbols)))
     except ImageError as exc:
         raise CompileError(f"NVRTC's output is not a CUBIN ({exc}); check the -o options") \
             from None
@@ -497,7 +500,8 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                          # its neighbours called for: a later build applies its own
                          python_names={e: python_name(e) for e in kernel_exprs},
                          symbols=symbol_record(sigs, ctx.demangler.name),
-                         variables={k: v.to_json() for k, v in said.variables.items()})
+                         variables={k: v.to_json() for k, v in said.variables.items()},
+                         grid_sync=binary.image.grid_sync)
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
                    variables=(dict(said.variables), var_exprs)), kept
@@ -742,7 +746,8 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
     loaded = fatbin.loadable_cubin(cubin, normalize_arch(arch) if arch else default_arch(),
                                    label=label, store=link_store)
     original, cubin = cubin, loaded.cubin
-    binary = Binary(cubin, read_cubin(cubin),
+    image, said = read_cubin(cubin), None if loaded.ptx is None else ptx.grid_syncs(loaded.ptx)
+    binary = Binary(cubin, image.with_grid_sync(ptx.grid_sync_table(said, image.symbols)),
                     ptx.entry_params(loaded.ptx) if loaded.ptx is not None else None)
     ctx = BuildContext(source="", opts=opts,
                        settings=BuildSettings(demangler=demangler, reserved=tuple(reserved)),

@@ -93,8 +93,8 @@ def test_the_nested_symbols_are_nvrtcs():
               + "".join(f"using T{i + 1} = P<T{i}, T{i}>;\n" for i in range(18))
               + "template <class T> __global__ void k(T*) {}\n")
     depths = [1, 2, 5, 12, 18]  # NVRTC itself slows down beyond 20
-    _, lowered, _ = _compile(source, [f"k<T{d}>" for d in depths],
-                             ["-arch=sm_90", "-fdevice-syntax-only"], "t.cu", 0)
+    _, lowered, *_ = _compile(source, [f"k<T{d}>" for d in depths],
+                              ["-arch=sm_90", "-fdevice-syntax-only"], "t.cu", 0)
     assert [lowered[f"k<T{d}>"] for d in depths] == [nested(d) for d in depths]
 
 

@@ -342,5 +342,5 @@ def test_a_refused_trace_option_compiles_untraced_whatever_the_words(refused, mo
         with pytest.raises(OptionError, match="reworded"):
             nvrtc._traced_compile(_KERNEL, [], ["-arch=sm_90"], "cell.cu", 0, True)
         return
-    cubin, _, _, trace = nvrtc._traced_compile(_KERNEL, [], ["-arch=sm_90"], "cell.cu", 0, True)
+    (cubin, *_), trace = nvrtc._traced_compile(_KERNEL, [], ["-arch=sm_90"], "cell.cu", 0, True)
     assert cubin[:4] == b"\x7fELF" and trace is None

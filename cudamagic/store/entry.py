@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import CacheArgumentError
 from ..miss import MissKind
+from ..toolchain.ptx import GridSyncTable
 from ..toolchain.variables import VarType
 
 __all__ = ["EntryRecord", "BadEntry", "encode_entry", "decode_entry", "entry_digest",
@@ -102,6 +103,12 @@ class EntryRecord:
         gap]}`` (:meth:`~cudamagic.toolchain.variables.VarType.to_json`); a variable it lacks was
         not asked about. Every compiled entry has it; a module from a CUBIN built elsewhere
         has none.
+    grid_sync : GridSyncTable or None
+        Which kernels synchronise the grid, as the PTX the CUBIN was compiled from says
+        (:class:`~cudamagic.toolchain.ptx.GridSyncTable`; stored as ``{"syncing": [symbol,
+        ...], "unknown": [symbol, ...]}``; every other kernel does not). None where no PTX
+        was read (an entry written before the field, ``-dlto``, a CUBIN from elsewhere): the
+        CUBIN's records decide.
     """
 
     cubin: bytes
@@ -118,6 +125,7 @@ class EntryRecord:
     kernels: dict[str, Any] | None = None
     symbols: dict[str, Any] | None = None
     variables: dict[str, Any] | None = None
+    grid_sync: GridSyncTable | None = None
 
     @property
     def cubin_sha256(self) -> str:
@@ -166,6 +174,15 @@ def _variable_table(value: object) -> bool:
     return True
 
 
+def _grid_sync_table(value: object) -> bool:
+    """Whether a decoded ``grid_sync`` field has the shape :class:`EntryRecord` documents."""
+    try:
+        GridSyncTable.from_json(value)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class _Optional:
     """An optional header field: how it is checked and what it becomes in the record."""
@@ -185,6 +202,8 @@ _OPTIONAL: dict[str, _Optional] = {
     "kernels": _Optional("a kernel table", _kernel_table),
     "symbols": _Optional("a table of symbol texts", _symbol_table),
     "variables": _Optional("a table of variable types", _variable_table),
+    "grid_sync": _Optional("a grid-sync table", _grid_sync_table, GridSyncTable.from_json,
+                           GridSyncTable.to_json),
 }
 
 #: Required fields and their JSON types.

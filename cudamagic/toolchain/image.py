@@ -18,8 +18,13 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from ..errors import ImageError
 from ..forksafe import once
+
+if TYPE_CHECKING:  # pragma: no cover  (made by the pipeline from the PTX's answers)
+    from .ptx import GridSyncTable
 
 #: What every identifier the type probe adds to a compile begins with
 #: (:mod:`cudamagic.toolchain.probe`): a symbol holding it is the probe's, not the cell's.
@@ -142,9 +147,11 @@ class LaunchNeeds:
         synchronisation: ptxas lists the code offsets of cooperative-groups barriers
         (EIATTR_COOP_GROUP_INSTR_OFFSETS, also present for ``this_thread_block().sync()``), and
         ``grid_group::sync`` traps (``__trap()``) when the grid was not launched cooperatively,
-        which a block-level barrier never does. None where it cannot be told: a debug (``-G``)
-        CUBIN with cooperative-groups barriers, whose unoptimised code keeps traps on paths an
-        optimised build removes.
+        which a block-level barrier never does. Where the PTX the CUBIN was compiled from was
+        read (a compile's, a PTX input's: :class:`~cudamagic.toolchain.ptx.GridSyncTable`), it
+        decides instead: the code reads the driver's grid workspace and can abort. None where
+        neither can tell: a debug (``-G``) CUBIN with cooperative-groups barriers and no PTX
+        read, whose unoptimised code keeps traps on paths an optimised build removes.
     cluster_dims : tuple of int or None
         ``__cluster_dims__(x, y, z)`` as compiled (EIATTR_CTA_PER_CLUSTER); None without.
     requires_cluster : bool
@@ -207,10 +214,12 @@ class KernelImage:
     """
 
     def __init__(self, symbol: str, info: "bytes | None | object" = _FROM_ELF,
-                 symbol_index: int = -1, elf: "_Elf | None" = None) -> None:
+                 symbol_index: int = -1, elf: "_Elf | None" = None,
+                 grid_sync: bool | None = None) -> None:
         self.symbol = symbol
         self.symbol_index = symbol_index
         self.elf = elf
+        self.grid_sync = grid_sync  # what the PTX said (None: the CUBIN's records decide)
         if info is not _FROM_ELF:  # given: the property below is never asked
             self.__dict__["info"] = info
 
@@ -255,7 +264,7 @@ class KernelImage:
         """
         if self.elf is None:
             return LaunchNeeds()
-        return self.elf.launch_needs(self.symbol, self.symbol_index, self.info)
+        return self.elf.launch_needs(self.symbol, self.symbol_index, self.info, self.grid_sync)
 
 
 class CubinImage:
@@ -263,16 +272,23 @@ class CubinImage:
 
     Only the symbol table is read when it is made (:attr:`symbols`, :attr:`sm`); each kernel's
     records (:meth:`kernel`), the module's variables (:attr:`globals`) and the section names
-    they need are read on first use.
+    they need are read on first use. :attr:`grid_sync` is what the PTX it was compiled from
+    says of its kernels' grid synchronisation (None: it was not read).
     """
 
     def __init__(self, symbols: tuple[str, ...], indices: tuple[int, ...], sm: int | None,
-                 elf: "_Elf") -> None:
+                 elf: "_Elf", grid_sync: "GridSyncTable | None" = None) -> None:
         self.symbols = symbols
         self.sm = sm
         self._indices = indices
         self._elf = elf
         self._made: dict[str, KernelImage] = {}
+        self.grid_sync = grid_sync
+
+    def with_grid_sync(self, table: "GridSyncTable | None") -> "CubinImage":
+        """The same CUBIN with what its PTX said of grid synchronisation (a new image: one
+        whose kernels were made keeps their answers)."""
+        return CubinImage(self.symbols, self._indices, self.sm, self._elf, table)
 
     def __repr__(self) -> str:
         return f"<CubinImage sm_{self.sm}, {len(self.symbols)} kernels>"
@@ -300,8 +316,9 @@ class CubinImage:
         """
         made = self._made.get(symbol)
         if made is None:
+            said = self.grid_sync.of(symbol) if self.grid_sync is not None else None
             made = self._made.setdefault(symbol, KernelImage(symbol, symbol_index=self._index[
-                symbol], elf=self._elf))
+                symbol], elf=self._elf, grid_sync=said))
         return made
 
     def global_(self, name: str) -> GlobalImage:
@@ -524,10 +541,14 @@ class _Elf:
             i = first.find(low, i + 1)
         return False
 
-    def launch_needs(self, symbol: str, symbol_index: int, info: bytes | None) -> LaunchNeeds:
-        """One kernel's launch requirements (see :class:`LaunchNeeds` for the records)."""
+    def launch_needs(self, symbol: str, symbol_index: int, info: bytes | None,
+                     grid_sync: bool | None = None) -> LaunchNeeds:
+        """One kernel's launch requirements (see :class:`LaunchNeeds` for the records);
+        ``grid_sync``: what the PTX said (None: read from the CUBIN)."""
         try:
             own = {attr: body for _, attr, body in info_records(info or b"")}
+            if grid_sync is not None:
+                return self._needs(own, grid_sync)
             # a kernel that calls nothing is its own call graph (the function table is every
             # FUNC symbol's name); the code is scanned only where a grid barrier could be
             names = self.reachable(symbol_index) if symbol_index in self.callees else [symbol]
@@ -541,11 +562,16 @@ class _Elf:
         except (struct.error, IndexError) as exc:
             raise ImageError(f"the CUBIN's records for {symbol} are malformed ({exc})") from None
 
-        cluster = _dims(own.get(_EIATTR_CTA_PER_CLUSTER))
         # -G (-lineinfo writes .debug_line); asked only where it changes the answer: a name
         # the CUBIN lacks is looked for through its whole section-name table
         debug = barriers and self.section(".debug_info") is not None
-        return LaunchNeeds(grid_sync=(None if barriers and debug else barriers and traps), cluster_dims=cluster,
+        return self._needs(own, None if barriers and debug else barriers and traps)
+
+    @staticmethod
+    def _needs(own: dict[int, bytes], grid_sync: bool | None) -> LaunchNeeds:
+        """The launch needs of a kernel whose own records are ``own``."""
+        cluster = _dims(own.get(_EIATTR_CTA_PER_CLUSTER))
+        return LaunchNeeds(grid_sync=grid_sync, cluster_dims=cluster,
                            requires_cluster=cluster is not None or _EIATTR_EXPLICIT_CLUSTER in own,
                            max_threads=_dims(own.get(EIATTR_MAX_THREADS)))
 

@@ -24,12 +24,15 @@ from ..forksafe import ForkSafeLock, NativeSection
 from ..cxx.kernel_names import plain_kernels, template_kernels
 from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
+from .ptx import grid_syncs
 from .tracefolder import compile_folder
 
 __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version",
            "supported_archs", "rewrite_log", "name_map_lines", "template_kernels"]
 
 _T = TypeVar("_T")
+# one NVRTC program's CUBIN (or LTO IR), lowered names, rewritten log and PTX (None: none)
+_Program = tuple[bytes, dict[str, str], str, "bytes | None"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,10 @@ class CompileResult:
     trace : bytes or None
         NVRTC's ``--fdevice-time-trace`` JSON (which names every header it read); None where
         this NVRTC cannot write one.
+    grid_sync : dict of str to bool, or None
+        Whether each kernel synchronises the grid, read from the PTX NVRTC assembled the CUBIN
+        from (:func:`~cudamagic.toolchain.ptx.grid_syncs`; a kernel it cannot tell about is
+        not there); None where NVRTC made no PTX (``-dlto``: LTO IR).
     """
 
     cubin: bytes
@@ -55,6 +62,7 @@ class CompileResult:
     log: str
     seconds: float
     trace: bytes | None = None
+    grid_sync: dict[str, bool] | None = None
 
 
 def _probe() -> None:
@@ -154,10 +162,11 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     :raises OptionError: NVRTC refused an option.
     """
     start = time.perf_counter()
-    cubin, lowered, log, traced = _on_own_thread(
+    (cubin, lowered, log, ptx), traced = _on_own_thread(
         _traced_compile, source, tuple(name_expressions), tuple(options), program_name,
         line_offset, trace)
-    return CompileResult(cubin, lowered, log, time.perf_counter() - start, traced)
+    syncs = None if ptx is None else grid_syncs(ptx)  # read outside NVRTC's lock
+    return CompileResult(cubin, lowered, log, time.perf_counter() - start, traced, syncs)
 
 
 def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
@@ -237,12 +246,12 @@ def _start_with_stack(run: Callable[[], None]) -> None:
 
 def _traced_compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
                     program_name: str, line_offset: int, trace: bool
-                    ) -> tuple[bytes, dict[str, str], str, bytes | None]:
+                    ) -> tuple[_Program, bytes | None]:
     """:func:`_compile` with NVRTC's trace written to a fresh private folder (removed after),
-    where ``trace`` asks for one and there is room: (CUBIN, lowered, log, trace or None)."""
+    where ``trace`` asks for one and there is room: (what the program gave, trace or None)."""
     folder = compile_folder() if trace else None
     if folder is None:
-        return (*_compile(source, name_expressions, options, program_name, line_offset), None)
+        return _compile(source, name_expressions, options, program_name, line_offset), None
     try:
         extra = f"--fdevice-time-trace={os.path.join(folder, 'trace')}"
         try:
@@ -252,9 +261,8 @@ def _traced_compile(source: str, name_expressions: Sequence[str], options: Seque
             if exc.refused is None or extra not in exc.refused:
                 raise
             # an NVRTC older than the option: compile without it
-            return (*_compile(source, name_expressions, options, program_name, line_offset),
-                    None)
-        return (*out, _read_trace(folder))
+            return _compile(source, name_expressions, options, program_name, line_offset), None
+        return out, _read_trace(folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -276,8 +284,8 @@ _OUTSIDE_THE_CELL = re.compile(r"^ptxas fatal\s*: .*could not be opened", re.M)
 
 
 def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
-             program_name: str, line_offset: int) -> tuple[bytes, dict[str, str], str]:
-    """One NVRTC program: (CUBIN, lowered names, rewritten log). A failure of NVRTC's own
+             program_name: str, line_offset: int) -> _Program:
+    """One NVRTC program (:data:`_Program`). A failure of NVRTC's own
     files is tried once more, then raised as :class:`~cudamagic.errors.ToolchainError`, never
     as the cell's :class:`~cudamagic.errors.CompileError`."""
     for attempt in (1, 2):
@@ -298,8 +306,9 @@ def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str
 
 
 def _program(source: str, name_expressions: Sequence[str], options: Sequence[str],
-             program_name: str, line_offset: int) -> tuple[bytes, dict[str, str], str]:
+             program_name: str, line_offset: int) -> _Program:
     nvrtc = _nvrtc()
+    ptx = None
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), program_name.encode(), 0, [], []),
                   "nvrtcCreateProgram")
     try:
@@ -324,13 +333,25 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
         if lto(options):
             # NVRTC makes LTO IR and no CUBIN: nvJitLink makes that (toolchain/link.py)
             size_of, get = nvrtc.nvrtcGetLTOIRSize, nvrtc.nvrtcGetLTOIR
+        else:  # the PTX ptxas made the CUBIN of: it says which kernels sync the grid
+            ptx = _ptx(nvrtc, prog)
         size = _check(size_of(prog), size_of.__name__)
         cubin = bytearray(size)  # writable and ours alone (see _log)
         _check(get(prog, cubin), get.__name__)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     text = rewrite_log(log, program_name, name_expressions, line_offset, source) if log else ""
-    return bytes(cubin), lowered, text
+    return bytes(cubin), lowered, text, ptx
+
+
+def _ptx(nvrtc: Any, prog: Any) -> bytes | None:
+    """The program's PTX, or None where NVRTC has none to give (the CUBIN's records decide)."""
+    status, size = nvrtc.nvrtcGetPTXSize(prog)
+    if int(status) != 0 or size <= 1:
+        return None
+    buf = bytearray(size)  # writable and ours alone (see _log)
+    status, = nvrtc.nvrtcGetPTX(prog, buf)
+    return bytes(buf) if int(status) == 0 else None
 
 
 #: Name expressions with template arguments a failed compile asks NVRTC about, at most.

@@ -1,20 +1,31 @@
-"""What PTX declares about each kernel's parameters: the ``.param`` type of every slot.
+"""What PTX says about each kernel: the ``.param`` type of every slot, and whether it reads
+the driver's grid workspace (grid-wide synchronisation).
 
 PTX names a type for each parameter of an ``.entry`` (``.param .u32 k_param_3``,
 ``.param .f32 ...``, ``.param .align 8 .b8 k_param_5[16]`` for a struct), which a CUBIN built from
 it no longer says: a kernel loaded from PTX (``nvcc -ptx``, a fatbin's PTX entry) takes Python
 numbers where its slots are declared numbers. The compilers lower C++ integers by width alone
 (``int`` and ``unsigned`` are both ``.u32``), so an integer slot's sign is not known: a value of
-either reading fits. Pure: no CUDA.
+either reading fits.
+
+Grid-wide synchronisation (``cooperative_groups::this_grid().sync()``, ``barrier_arrive``) works
+on a workspace the driver gives a cooperative launch only, whose address cooperative groups read
+from the special registers ``%envreg1`` and ``%envreg2`` (``cooperative_groups/details/
+driver_abi.h``; nothing else in CUDA's headers reads them), and it aborts (``__trap()``, or
+``assert`` under ``CG_DEBUG``) where the launch gave none. :func:`grid_syncs` reads that, per
+``.entry``, from the code it reaches (``call``, followed through the PTX's ``.func`` bodies);
+:class:`GridSyncTable` is its answer for the kernels of one CUBIN. Pure: no CUDA.
 """
 
 from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["PtxType", "PtxParam", "entry_params"]
+__all__ = ["PtxType", "PtxParam", "entry_params", "grid_syncs", "GridSyncTable", "grid_sync_table",
+           "SYSTEM_CALLS"]
 
 
 class PtxType(enum.Enum):
@@ -84,3 +95,151 @@ def _params(body: bytes) -> tuple[PtxParam, ...] | None:
             return None
         params.append(PtxParam(kind, int(p.group(3)) if p.group(3) else 1))
     return tuple(params)
+
+
+#: The functions PTX calls that the driver provides (the PTX Interoperability guide's system
+#: calls): ``.extern`` in every PTX that calls them, none touches the grid workspace.
+SYSTEM_CALLS = frozenset((b"vprintf", b"malloc", b"free", b"__assertfail"))
+
+# a PTX comment or a quoted string (a -G or -lineinfo .file directive's path may hold "//")
+_COMMENT_OR_STRING = re.compile(rb'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"', re.S)
+_BRACE = re.compile(rb"[{}]")
+# a function's head: its linkage, .entry or .func, the return parameters, the name
+_FUNCTION = re.compile(rb"(?:^|\s)\.(entry|func)\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$%]*)")
+_WORKSPACE = re.compile(rb"%envreg[12](?![0-9])")
+# the trap instruction, where an instruction starts: predicated (@%p1) or labelled or not
+_TRAP = re.compile(rb"(?:^|[;{}:])\s*(?:@!?%[\w$]+\s+)?trap\s*;", re.M)
+# a call's target, after its return parameters: a register for an indirect call
+_CALL = re.compile(rb"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$%][\w$%]*)")
+
+
+@dataclass(frozen=True)
+class _Function:
+    """One ``.func`` or ``.entry`` body: whether it reads the workspace and traps, whom it calls."""
+
+    entry: bool
+    reads: bool
+    traps: bool
+    calls: frozenset[bytes]
+
+
+def _blanked(ptx: bytes) -> bytes:
+    """The PTX with its comments blanked and its strings emptied (their braces and words are
+    not the code's)."""
+    return _COMMENT_OR_STRING.sub(
+        lambda m: b'""' if m.group(0)[:1] == b'"' else b" ", ptx)
+
+
+def _top_level_blocks(text: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Each outermost ``{...}`` of the PTX as (the statement's head before it, its body)."""
+    depth, start, head_from = 0, 0, 0
+    for m in _BRACE.finditer(text):
+        if m.group(0) == b"{":
+            if depth == 0:
+                start = m.start()
+            depth += 1
+        elif depth:
+            depth -= 1
+            if depth == 0:
+                head = text[head_from:start]
+                yield head[head.rfind(b";") + 1:], text[start + 1:m.start()]
+                head_from = m.end()
+
+
+def _functions(ptx: bytes) -> dict[bytes, _Function]:
+    """The PTX's defined functions by name (a declaration, with no body, is not one)."""
+    found: dict[bytes, _Function] = {}
+    for head, body in _top_level_blocks(_blanked(ptx)):
+        m = _FUNCTION.search(head)
+        if m is None or b"=" in head:  # a variable's initialiser, a .section's bytes
+            continue
+        found[m.group(2)] = _Function(m.group(1) == b"entry", _WORKSPACE.search(body) is not None,
+                                      _TRAP.search(body) is not None,
+                                      frozenset(c.group(1) for c in _CALL.finditer(body)))
+    return found
+
+
+def grid_syncs(ptx: bytes) -> dict[str, bool]:
+    """Whether each ``.entry`` of the PTX synchronises the grid, by its name (the symbol): the
+    code it reaches (itself and every function it calls, directly or not) reads the driver's
+    grid workspace (``%envreg1``/``%envreg2``) and can abort (``trap``, or a failed
+    ``assert``'s ``__assertfail``), as ``grid_group::sync`` does without a cooperative launch.
+    A read alone is no grid sync: ``if (grid.is_valid()) grid.sync();`` runs either way, and a
+    ``-G`` build of ``this_grid().thread_rank()`` reads the workspace and never uses it. A trap
+    alone is none either (``cuda::std::optional::value()``, ``array::at()``).
+
+    An entry that calls through a register (a function pointer, a virtual function) or a
+    function the PTX does not define (an ``extern`` one that another object brings, the device
+    runtime's), other than the driver's :data:`SYSTEM_CALLS`, is left out: this PTX cannot
+    tell.
+    """
+    functions = _functions(ptx)
+    answers: dict[str, bool] = {}
+    for name, function in functions.items():
+        if not function.entry:
+            continue
+        seen, todo = {name}, [function]
+        reads = aborts = False
+        known = True
+        while todo and known:
+            here = todo.pop()
+            reads, aborts = reads or here.reads, aborts or here.traps
+            for callee in here.calls - seen:
+                seen.add(callee)
+                if callee in functions:
+                    todo.append(functions[callee])
+                elif callee == b"__assertfail":
+                    aborts = True
+                elif callee not in SYSTEM_CALLS:
+                    known = False
+        if known:
+            answers[name.decode("utf-8", "replace")] = reads and aborts
+    return answers
+
+
+@dataclass(frozen=True)
+class GridSyncTable:
+    """Which kernels of one CUBIN synchronise the grid, as the PTX it was compiled from says
+    (:func:`grid_syncs`), for :class:`~cudamagic.toolchain.image.LaunchNeeds`.
+
+    Attributes
+    ----------
+    syncing : frozenset of str
+        The kernels that synchronise the grid.
+    unknown : frozenset of str
+        The kernels the PTX could not tell about (or did not hold: the device runtime's in a
+        linked CUBIN): their CUBIN's records decide. Every other kernel does not.
+    """
+
+    syncing: frozenset[str] = frozenset()
+    unknown: frozenset[str] = frozenset()
+
+    def of(self, symbol: str) -> bool | None:
+        """The kernel synchronises the grid; None where the PTX did not tell."""
+        return None if symbol in self.unknown else symbol in self.syncing
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"syncing": sorted(self.syncing), "unknown": sorted(self.unknown)}
+
+    @classmethod
+    def from_json(cls, value: object) -> "GridSyncTable":
+        """The table an entry stored.
+
+        :raises ValueError: not of the shape :meth:`to_json` gives.
+        """
+        if not isinstance(value, dict) or set(value) != {"syncing", "unknown"} or not all(
+                isinstance(v, list) and all(isinstance(s, str) for s in v)
+                for v in value.values()):
+            raise ValueError(f"not a grid-sync table: {value!r:.80}")
+        return cls(frozenset(value["syncing"]), frozenset(value["unknown"]))
+
+
+def grid_sync_table(answers: Mapping[str, bool] | None, symbols: Iterable[str]
+                    ) -> GridSyncTable | None:
+    """The table for a CUBIN's kernels (``symbols``) from :func:`grid_syncs`'s answers (a
+    kernel they leave out is unknown); None without answers (no PTX was read)."""
+    if answers is None:
+        return None
+    symbols = tuple(symbols)
+    return GridSyncTable(frozenset(s for s in symbols if answers.get(s)),
+                         frozenset(s for s in symbols if s not in answers))
