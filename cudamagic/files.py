@@ -46,11 +46,13 @@ class FileRefused(Exception):
 
 
 class NotAFile(FileRefused):
-    """A symbolic link (where links are not followed), a folder, a FIFO, a device or a socket."""
+    """A symbolic link (where links are not followed), a folder, a FIFO, a device or a socket:
+    ``mode`` holds its file type bits (``stat.S_ISDIR(exc.mode)``), ``kind`` the words."""
 
-    def __init__(self, path: str, kind: str) -> None:
-        super().__init__(path, f"is {kind}")
-        self.kind = kind
+    def __init__(self, path: str, mode: int) -> None:
+        self.mode = stat.S_IFMT(mode)
+        self.kind = file_kind(self.mode)
+        super().__init__(path, f"is {self.kind}")
 
 
 class TooLarge(FileRefused):
@@ -91,15 +93,15 @@ def open_regular(path: str | os.PathLike, *, max_size: int, follow_links: bool =
     try:
         fd = os.open(name, _BASE_FLAGS | (0 if follow_links else _NOFOLLOW))
     except IsADirectoryError:
-        raise NotAFile(label, "a folder") from None
+        raise NotAFile(label, stat.S_IFDIR) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow_links:
-            raise NotAFile(label, "a symbolic link") from None
+            raise NotAFile(label, stat.S_IFLNK) from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotAFile(label, file_kind(st.st_mode))
+            raise NotAFile(label, st.st_mode)
         why = trust(st) if trust is not None else None
         if why:
             raise Untrusted(label, why)
@@ -159,7 +161,7 @@ def read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
     try:  # a path the user gave: a link is followed, a FIFO or a device refused at once
         return read_regular(path, max_size=_MAX_CUBIN, follow_links=True), str(path)
     except NotAFile as exc:
-        if exc.kind == "a folder":
+        if stat.S_ISDIR(exc.mode):
             raise ImageError(f"{label} is a folder, not a CUBIN file") from None
         raise ImageError(f"{label} is not a regular file (a FIFO, a device or a socket): "
                          "give the CUBIN file itself") from None

@@ -158,6 +158,7 @@ def test_a_damaged_database_falls_back_to_memory(tmp_path, compiler):
             assert "memory" in again.report.cache_dir
         else:  # the damage missed what SQLite reads: the folder goes on, without a word
             assert not told and again.report.cache_dir == str(folder)
+        assert again.report.cache_in_memory == bool(cache.in_memory)
     print(f"\ndamaged database: {fell_back} of 10 fell back to memory")
     assert fell_back >= 1
 
@@ -350,7 +351,8 @@ def _assert_memory_fallback(folder: Path, reason: str) -> None:
     first = build_module(SRC, options_from_args([], EXPRS), cache=cache)
     again = build_module(SRC, options_from_args([], EXPRS), cache=cache)
     assert (first.hit, again.hit) == (False, True)  # still a cache, for this process
-    assert "memory" in again.report.cache_dir
+    assert "memory" in again.report.cache_dir and again.report.cache_in_memory
+    assert dict(again.report.facts)["cache"] == "in memory, this session only"
 
 
 def test_folder_writable_by_others_is_not_trusted(tmp_path):
@@ -653,3 +655,30 @@ def test_the_bookkeeper_retries_a_busy_database_by_its_code(code, words, counted
     with sqlite3.connect(database) as con:
         hits, = con.execute("SELECT value FROM Settings WHERE key = 'hits'").fetchone()
     assert failed == [code] and (hits == 3) is counted
+
+
+@pytest.mark.parametrize("make, refused", [
+    (None, None),                                               # made here, owner-only
+    (lambda p: (p.mkdir(), p.chmod(0o777)), None),              # an older cudamagic's: tightened
+    (lambda p: (p.mkdir(), p.chmod(0o775)), None),
+    (lambda p: (p.mkdir(0o700), os.chown(p, 54321, -1)), "is owned by another user"),
+    (lambda p: (p.mkdir(0o777), os.chown(p, 54321, -1)), "is owned by another user"),
+    (lambda p: p.write_bytes(b""), "the cache subfolder"),      # not a folder at all
+])
+def test_a_value_subfolder_is_made_owner_only_or_refused(tmp_path, make, refused):
+    """The folders a value file goes into: ours and open to others (left by a umask such as
+    002) are made 700; another user's, or not a folder, refuse the write. Decided by the
+    folder's mode and owner, not by the words that explain them."""
+    top = tmp_path / "cache"
+    top.mkdir(0o700)
+    disk = cache_mod._PrivateDisk(str(top))
+    sub = top / "ab"
+    if make is not None:
+        make(sub)
+    if refused:
+        with pytest.raises(OSError, match=refused):
+            disk._private_dirs(str(sub / "cd"))
+        assert not (sub / "cd").exists()
+    else:
+        disk._private_dirs(str(sub / "cd"))
+        assert [stat.S_IMODE(p.stat().st_mode) for p in (sub, sub / "cd")] == [0o700, 0o700]

@@ -4,6 +4,7 @@ where asked, the size bound from fstat, the trust check on the descriptor."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
 import time
@@ -111,3 +112,23 @@ def test_a_file_that_grows_after_fstat_is_read_to_its_size_only(tmp_path):
     with open(path, "ab") as f:
         f.write(b"5678")
     assert read_fd(fd, size) == b"1234"
+
+
+@pytest.mark.parametrize("make, said", [(_folder, "is a folder, not a CUBIN file"),
+                                        (_fifo, "is not a regular file (a FIFO")])
+def test_load_cubin_tells_a_folder_from_other_files_by_its_mode_not_its_words(
+        tmp_path, monkeypatch, make, said):
+    """A folder given to load_cubin says so; a FIFO says it is no regular file. Told apart by
+    the file's type, so rewording what files.py calls each kind changes nothing."""
+    import cudamagic
+    from cudamagic import files
+    from cudamagic.errors import ImageError
+
+    monkeypatch.setattr(files, "_KINDS", tuple((test, f"kind {i}")
+                                               for i, (test, _) in enumerate(files._KINDS)))
+    path = tmp_path / "m.cubin"
+    keep = make(path)
+    with pytest.raises(ImageError, match=re.escape(said)):
+        cudamagic.load_cubin(path)
+    if keep is not None:
+        keep.close()

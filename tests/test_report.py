@@ -252,6 +252,19 @@ def test_the_time_and_facts_lines_fold_and_keep_every_phase(phases, cache_dir):
     assert flat == "time: " + " · ".join(f"{p.label} {p.text}" for p in r.phases)
 
 
+@pytest.mark.parametrize("cache_dir, in_memory, shown", [
+    ("/home/u/.cache/cudamagic", False, "/home/u/.cache/cudamagic"),
+    ("memory (the folder /c is not trusted)", True, "in memory, this session only"),
+    # the store's words are not what the view decides by: reworded, or a folder so named
+    ("RAM: the folder /c is not trusted", True, "in memory, this session only"),
+    ("memory (old)", False, "memory (old)"),
+])
+def test_the_facts_say_a_cache_in_memory_from_the_record_not_its_words(cache_dir, in_memory,
+                                                                        shown):
+    facts = dict(make(1, cache_dir=cache_dir, cache_in_memory=in_memory).facts)
+    assert facts["cache"] == shown
+
+
 def test_the_errors_and_warnings_a_user_catches_are_importable_from_the_package():
     import cudamagic
     from cudamagic import errors

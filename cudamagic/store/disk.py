@@ -73,15 +73,21 @@ _UID = os.getuid() if hasattr(os, "getuid") else None
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
-def _distrust(st: os.stat_result, want=stat.S_ISREG) -> str | None:
-    """Why what ``st`` describes must not be trusted with code (None when it can be)."""
+def _foreign(st: os.stat_result, want=stat.S_ISREG) -> str | None:
+    """Why what ``st`` describes is not ours at all: another kind of file, another owner."""
     if not want(st.st_mode):
         return f"is {file_kind(st.st_mode)}"
     if _UID is not None and st.st_uid != _UID:
         return f"is owned by another user (uid {st.st_uid})"
-    if st.st_mode & _OTHERS_WRITE:
-        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def _distrust(st: os.stat_result, want=stat.S_ISREG) -> str | None:
+    """Why what ``st`` describes must not be trusted with code (None when it can be)."""
+    why = _foreign(st, want)
+    if why is None and st.st_mode & _OTHERS_WRITE:
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return why
 
 
 _CREATE_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
@@ -184,10 +190,10 @@ class _PrivateDisk(diskcache.Disk):
             except FileExistsError:
                 pass
             st = os.lstat(path)
-            why = _distrust(st, stat.S_ISDIR)
-            if why and not why.startswith("is writable"):
-                raise OSError(errno.EPERM, f"the cache subfolder {path} {why}")
+            why = _foreign(st, stat.S_ISDIR)
             if why:
+                raise OSError(errno.EPERM, f"the cache subfolder {path} {why}")
+            if st.st_mode & _OTHERS_WRITE:
                 # made by an older cudamagic under a umask such as 002: its files are checked
                 # one by one on read, and from now on no one else may add to it
                 os.chmod(path, 0o700)

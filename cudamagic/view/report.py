@@ -353,6 +353,9 @@ class BuildReport:
         Seconds per phase (``lookup``, ``headers``, ``compile``, ``demangle``, ``resolve``,
         ``total``; the magic adds ``imports``, ``parse``, ``push``, ``load``, ``display``).
     demangler, arch, nvrtc_version, cache_dir : str
+    cache_in_memory : bool
+        The build's cache fell back to memory (``cache_dir`` then says why); the facts line
+        says "in memory, this session only".
     log : str
         Compile warnings.
     rows : sequence of KernelRow
@@ -385,6 +388,7 @@ class BuildReport:
     nvrtc_version: str
     cache_dir: str
     log: str = ""
+    cache_in_memory: bool = False
     rows: Sequence[KernelRow] = ()
     warnings: tuple[str, ...] = field(default=())
     explanation: Explanation | None = None
@@ -458,8 +462,7 @@ class BuildReport:
         """What the build used: NVRTC, demangler, where the kernels were listed from, the
         cache folder, the key."""
         # a cache that fell back to memory says why once, as a warning; here only where
-        cache = "in memory, this session only" if self.cache_dir.startswith("memory (") \
-            else self.cache_dir
+        cache = "in memory, this session only" if self.cache_in_memory else self.cache_dir
         return (("NVRTC", self.nvrtc_version), ("demangler", self.demangler), ("cache", cache),
                 ("key", self.short_key)) + self._linked_fact
 
