@@ -600,9 +600,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
     from .explain import CellBuild, describe, note_build
 
     t = time.perf_counter()
-    explanation = None
-    if origin is not BuildOrigin.CUBIN:
-        explanation = note_build(ctx.store, ctx.key, lambda: CellBuild.of(
+    explanation = None if origin is BuildOrigin.CUBIN else note_build(
+        ctx.store, ctx.key, lambda: CellBuild.of(
             key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
             options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
             line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries())),
@@ -638,7 +637,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         key=ctx.key, hit=origin is BuildOrigin.CACHE, origin=origin, hit_kind=hit,
         miss_reason=None if miss is None else describe(miss),
         timings=dict(ctx.timings), demangler=ctx.demangler.name, arch=ctx.arch,
-        nvrtc_version=record.nvrtc_version, cache_in_memory=_in_memory(ctx.store),
+        nvrtc_version=record.nvrtc_version,
+        cache_in_memory=ctx.store is not None and ctx.store.in_memory is not None,
         cache_dir=ctx.store.location if ctx.store else "(not cached)",
         loaded=loaded.source if loaded else None, loaded_cached=bool(loaded and loaded.cached),
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
@@ -650,11 +650,6 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
                     expressions)
     module.debug = debug_support(ctx, module, build_module)
     return module
-
-
-def _in_memory(store: KernelCache | None) -> bool:
-    """The build's cache fell back to memory (the report says so from this, not its words)."""
-    return store is not None and store.in_memory is not None
 
 
 def _check_arch(arch: str) -> None:
