@@ -268,11 +268,16 @@ def normalize_arch(arch: str | int) -> str:
     return f"sm_{m.group(1)}{m.group(2)}"
 
 
-def arch_sm(arch: str | int) -> int:
-    """The SM number of an architecture: ``sm_90``, ``sm_90a``, ``90`` -> 90.
+def arch_sm(arch: str | int, *, virtual: bool = False) -> int:
+    """The SM number of an architecture: ``sm_90``, ``sm_90a``, ``90`` -> 90; where
+    ``virtual``, ``compute_90`` (a PTX target, which names its architecture too) as well. The
+    one reading of an architecture's number (a build's ``--arch``, a fatbin's pick,
+    ``occupancy(sm=...)``).
 
     :raises OptionError: not an architecture (:func:`normalize_arch`).
     """
+    if virtual and isinstance(arch, str) and arch.strip().lower().startswith("compute_"):
+        arch = arch.strip()[len("compute_"):]
     return int(normalize_arch(arch)[3:].rstrip("af"))
 
 

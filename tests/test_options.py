@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cudamagic.errors import OptionError
-from cudamagic.options import (BuildOptions, normalize_arch, nvrtc_options, options_from_args,
-                               parse_magic_line)
+from cudamagic.options import (BuildOptions, arch_sm, normalize_arch, nvrtc_options,
+                               options_from_args, parse_magic_line)
 from cudamagic.toolkit import std_header_dirs
 
 
@@ -176,6 +176,30 @@ def test_an_arch_is_one_sm_number_for_the_nvrtc_check_and_the_fatbin_pick(arch, 
     from cudamagic.options import arch_sm
 
     assert arch_sm(arch) == sm
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "SM_100f", " 75 ", 120, "90", "compute_90",
+                                  "COMPUTE_103a", "7", "sm_9", 1000, -90, "sm90x", "", "90.0",
+                                  True, 90.0, "compute_", "sm_compute_90"])
+def test_an_arch_has_one_sm_number_for_a_build_and_for_occupancy(arch):
+    """``occupancy(sm=...)`` reads an architecture as a build does (``compute_XX`` aside,
+    which names an architecture there but makes no CUBIN): one function, one answer."""
+    import numpy as np
+
+    from cudamagic.toolchain.occupancy import OccupancyError, sm_number
+
+    def read(f):
+        try:
+            return f(arch)
+        except (OptionError, OccupancyError):
+            return "refused"
+
+    build = read(lambda a: arch_sm(a, virtual=True))
+    assert read(sm_number) == build
+    if isinstance(arch, int) and not isinstance(arch, bool):
+        assert read(lambda a: sm_number(np.int64(a))) == build  # a NumPy int as its value
+    if not (isinstance(arch, str) and "compute_" in arch.lower()):
+        assert read(arch_sm) == build  # only a PTX target's spelling differs
 
 
 @pytest.mark.parametrize("arch", ["compute_90", "sm90x", "", "sm_9", 1000])

@@ -29,8 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import CudaMagicError
+from ..errors import CudaMagicError, OptionError
 from ..miss import WordEnum
+from ..options import arch_sm
 
 __all__ = ["ArchLimits", "KernelUsage", "Occupancy", "OccupancyTable", "OccupancyError",
            "arch_limits", "known_archs", "compute", "usage_of", "table", "best_block_size",
@@ -500,20 +501,17 @@ def size_list(value: Any, what: str) -> tuple[int, ...]:
 
 def sm_number(value: Any) -> int:
     """An architecture as people write it (``90``, ``"90"``, ``"sm_90"``, ``"compute_90"``,
-    ``"90a"``, a NumPy int) as its number.
+    ``"90a"``, a NumPy int) as its number, read by :func:`cudamagic.options.arch_sm`.
 
     :raises OccupancyError: anything else (``90.7``, ``"sm90x"``, a bool).
     """
-    text = value.lower().strip() if isinstance(value, str) else None
-    if text is not None:
-        for prefix in ("sm_", "compute_"):
-            text = text.removeprefix(prefix)
-        text = text[:-1] if text[-1:] in ("a", "f") else text
-        if text.isdigit():
-            return int(text)
-    elif not isinstance(value, bool) and hasattr(value, "__index__"):
-        return int(value.__index__())
-    raise OccupancyError(f"sm={value!r}: give the architecture as 90, '90' or 'sm_90'")
+    number = value.__index__() if not isinstance(value, (str, bool)) and hasattr(
+        value, "__index__") else value
+    try:
+        return arch_sm(number, virtual=True)
+    except OptionError:
+        raise OccupancyError(f"sm={value!r}: give the architecture as 90, '90' or 'sm_90'"
+                             ) from None
 
 
 def table(kernel: Any, block_sizes: Any = DEFAULT_BLOCK_SIZES, dynamic_shared: Any = (0,), *,
