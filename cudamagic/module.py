@@ -234,7 +234,7 @@ class Module(Mapping[str, Kernel]):
         memory space, and the C++ type, dtype and shape as the compiler gave them (listed from
         the CUBIN's symbol table; no GPU needed)."""
         if self._variables is None:
-            from .typed import variable_texts
+            from .toolchain.demangle import variable_texts
 
             own = self._binary.own_globals
             names = [g.name for g in own]

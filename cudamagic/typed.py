@@ -9,15 +9,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .cxx import Signatures, contradicts
-from .toolchain.demangle import Demangler, concrete_demangler, default_demangler
+from .toolchain.demangle import Demangler, concrete_demangler, variable_texts
 from .toolchain.image import CubinImage
 from .toolchain.variables import VarType, strip_internal
 
 if TYPE_CHECKING:  # pragma: no cover  (the probe's compile: not a hit's)
     from .toolchain.probe import ProbeAnswers, TypedCompile
 
-__all__ = ["PROBE_RETRIED", "answers", "variable_expressions", "contradicted", "stored_types",
-           "variable_texts"]
+__all__ = ["PROBE_RETRIED", "answers", "variable_expressions", "contradicted", "stored_types"]
 
 PROBE_RETRIED = ("the compiler could not answer some of cudamagic's questions about the types "
                  "of this cell's variables and extern \"C\" kernels (a name the cell's text "
@@ -58,35 +57,14 @@ def variable_expressions(names: Sequence[str], lowered: Mapping[str, str], image
     return {e: s for e, s in others.items() if s in held}
 
 
-def variable_texts(symbols: Sequence[str], *, may_start: bool) -> dict[str, str]:
-    """symbol -> demangled name of the mangled ones among ``symbols`` (variables), by the one
-    demangler variables use: libstdc++'s in this process where it loads, else (where
-    ``may_start``) the default one, started for this batch; {} where neither. A name too long
-    to keep is not in it (as one not demangled: its symbol stands for it)."""
-    mangled = [s for s in symbols if s.startswith("_Z")]
-    if not mangled:
-        return {}
-    lib = concrete_demangler()
-    if lib is not None:
-        texts = lib.demangle(mangled)
-    elif not may_start:
-        return {}
-    else:
-        pending = default_demangler().start()
-        try:
-            texts = pending(mangled)
-        finally:
-            pending.close()
-    return {s: t for s, t in zip(mangled, texts) if t is not None}
-
-
 def contradicted(found: Mapping[str, str]) -> str | None:
     """The first expression whose variable's demangled name decidably names another entity,
     or None (demangled in this process: a hit starts no demangler; without libstdc++ only
     plain names are compared)."""
     texts = variable_texts(list(found.values()), may_start=False)  # a hit starts no demangler
-    return next((expr for expr, s in found.items() if s in texts or not s.startswith("_Z")
-                 if contradicts(expr, strip_internal(texts.get(s, s)))), None)
+    return next((expr for expr, s in found.items()
+                 if texts.get(s) is not None or not s.startswith("_Z")  # too long: not compared
+                 if contradicts(expr, strip_internal(texts.get(s) or s))), None)
 
 
 def stored_types(table: Mapping[str, object] | None) -> dict[str, VarType]:

@@ -112,3 +112,25 @@ def test_a_ptx_load_says_nvjitlink_compiled_it_and_a_cubin_load_does_not(tmp_pat
     assert all("linked with" in v for v in _views(ptx.report))
     cubin = cudamagic.load_cubin(built_cubin := ptx.cubin)
     assert built_cubin and not any("linked with" in v for v in _views(cubin.report))
+
+
+def test_the_report_names_variables_as_module_globals_does(built, monkeypatch):
+    """One demangler for variable names (toolchain.demangle.variable_texts): the report's
+    variables line and ``module.globals`` give each the same C++ name, so a change to how
+    variables are demangled changes both (a second demangling in the view would keep its own)."""
+    from cudamagic.toolchain import demangle
+
+    module = built[0]["features"]
+    ns = next(g for g in module.globals if g.cxx_name == "ns::scale")
+    assert any(v.startswith("ns::scale ") for v in module.report.variables)
+    real = demangle.variable_texts
+    monkeypatch.setattr(demangle, "variable_texts", lambda symbols, *, may_start: {
+        s: t and t.replace("ns::", "renamed::") for s, t in real(symbols, may_start=may_start)
+        .items()})
+    fresh = dataclasses.replace(module.report)  # its variables line is made on first use
+    assert any(v.startswith("renamed::scale ") for v in fresh.variables), fresh.variables
+    module._variables = None  # module.globals is made on first use too
+    try:
+        assert ns.name in {g.name for g in module.globals if g.cxx_name == "renamed::scale"}
+    finally:
+        module._variables = None  # the fixture's module, named again after the patch

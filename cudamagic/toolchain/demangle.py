@@ -32,6 +32,7 @@ from ..cxx.mangled import Unreadable, coarse_bound, demangled_bound
 from ..errors import CudaMagicError
 
 __all__ = ["Demangler", "Pending", "CuFilt", "LibStdCxx", "find_cufilt", "default_demangler",
+           "variable_texts",
            "concrete_demangler", "TEXT_LIMIT", "WORK_LIMIT", "plan", "Plan"]
 
 #: The longest demangled text kept (a CCCL kernel's is a few KiB).
@@ -245,3 +246,24 @@ def default_demangler() -> Demangler:
     """cu++filt when it is found, else libstdc++ (looked up once per process)."""
     path = find_cufilt()
     return CuFilt(path) if path else LibStdCxx()
+
+
+def variable_texts(symbols: Sequence[str], *, may_start: bool) -> dict[str, str | None]:
+    """symbol -> demangled name of the mangled ones among ``symbols`` (variables; None: too
+    long to keep), by the one demangler variables use: libstdc++'s in this process where it
+    loads, else (where ``may_start``) the default one, started for this batch; {} where
+    neither. ``module.globals``, the report's variables and a hit's check of the name
+    expressions that name variables all read them here."""
+    mangled = [s for s in symbols if s.startswith("_Z")]
+    if not mangled:
+        return {}
+    lib = concrete_demangler()
+    if lib is not None:
+        return dict(zip(mangled, lib.demangle(mangled)))
+    if not may_start:
+        return {}
+    pending = default_demangler().start()
+    try:
+        return dict(zip(mangled, pending(mangled)))
+    finally:
+        pending.close()

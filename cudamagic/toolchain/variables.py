@@ -149,12 +149,12 @@ def _typed(g: GlobalImage, t: VarType) -> tuple[str | None, tuple[int, ...], Typ
 
 
 def variables(images: tuple[GlobalImage, ...], types: Mapping[str, VarType] | None,
-              demangled: dict[str, str]) -> Variables:
+              demangled: Mapping[str, str | None]) -> Variables:
     """The module's variables, typed where the compiler said the type (``types`` by symbol;
     None: a CUBIN from elsewhere, with no compile to ask)."""
     out = []
     for g in images:
-        cxx = strip_internal(demangled.get(g.name, g.name))
+        cxx = strip_internal(demangled.get(g.name) or g.name)  # too long: its symbol
         t = types.get(g.name) if types is not None else None
         if t is None:
             gap = TypeGap.NOT_ASKED if types is not None else TypeGap.NO_SOURCE

@@ -61,16 +61,13 @@ def _library_global(symbol: str) -> bool:
 
 
 def _variable_names(symbols: list[str]) -> list[str]:
-    """The C++ names of variables (mangled inside a namespace), by libstdc++ in process."""
-    mangled = [s for s in symbols if s.startswith("_Z")]
-    if not mangled:
-        return symbols
-    from ..toolchain.demangle import concrete_demangler
+    """The C++ names of variables (mangled inside a namespace) as ``module.globals`` has them,
+    demangled in process (a report starts no demangler)."""
+    from ..toolchain.demangle import variable_texts
 
-    concrete = concrete_demangler()
-    texts = dict(zip(mangled, concrete.demangle(mangled))) if concrete is not None else {}
-    shown = [texts.get(s, s) for s in symbols]
-    return [too_long_text(s) if t is None else t for s, t in zip(symbols, shown)]
+    texts = variable_texts(symbols, may_start=False)
+    return [too_long_text(s) if s in texts and texts[s] is None else texts.get(s) or s
+            for s in symbols]
 
 
 def too_long_text(symbol: str) -> str:
