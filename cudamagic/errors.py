@@ -6,8 +6,11 @@ Python traceback (``_render_traceback_``): the message is the useful part, the s
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 __all__ = [
     "CudaMagicError",
+    "LogError",
     "OptionError",
     "SourceError",
     "CompileError",
@@ -59,6 +62,15 @@ class SourceError(CudaMagicError, ValueError):
     """Source text that cannot be handed to NVRTC (empty, NUL bytes, not valid UTF-8)."""
 
 
+@dataclass(frozen=True)
+class LogError:
+    """One error in a compile's log, by where it is: the cell line it names (``line``, in the
+    log's own numbering) or the name expression it belongs to (``expression``)."""
+
+    line: int | None = None
+    expression: str | None = None
+
+
 class CompileError(CudaMagicError):
     """NVRTC refused the source.
 
@@ -66,11 +78,15 @@ class CompileError(CudaMagicError):
     ----------
     log : str
         NVRTC's log, rewritten to the cell's own line numbers where it could be.
+    errors : tuple of LogError
+        Its errors by place, in the log's order (what code decides by; the message and
+        ``log`` are for people).
     """
 
-    def __init__(self, message: str, log: str = "") -> None:
+    def __init__(self, message: str, log: str = "", errors: tuple[LogError, ...] = ()) -> None:
         super().__init__(message)
         self.log = log
+        self.errors = errors
 
 
 class CompileInterrupted(KeyboardInterrupt):

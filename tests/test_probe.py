@@ -247,3 +247,43 @@ def test_a_good_cell_whose_warnings_are_errors_keeps_its_types():
     assert [v.dtype for v in module.globals] == ["float32"]
     assert module["k"].params[0].ctype == "float*"
     assert len(compiler.sources) == 2 and not module.warnings  # the probed one and the check
+
+
+def _dead_namespaces(n: int) -> str:
+    """A cell whose ``n`` names each fail the probe: declared in a dead branch's namespace
+    that is a struct in the live code."""
+    dead = "".join(f"namespace q{i} {{ __device__ int x; }}\n" for i in range(n))
+    live = "".join(f"struct q{i} {{ int y; }};\n" for i in range(n))
+    return f"#if 0\n{dead}#endif\n{live}__device__ float ok[2];\n" + _K
+
+
+@pytest.mark.parametrize("failing", [1, 12])
+@pytest.mark.parametrize("reworded", [False, True])
+def test_the_probe_reads_a_failed_compile_by_its_records_not_its_message(monkeypatch, failing,
+                                                                         reworded):
+    """The probe tells its own failed questions from the cell's error by the error's records
+    (CompileError.errors), not by reading the message: a reworded message changes nothing, and
+    twelve failed questions (a log longer than the message shows) cost one more compile, as
+    one does (the message showed the first error only, so each cost a compile of its own)."""
+    from cudamagic.pipeline import build_module, options_from_args
+    from cudamagic.toolchain import nvrtc
+
+    if reworded:
+        monkeypatch.setattr(nvrtc, "compile_error_message", lambda *a: "NVRTC said no")
+    compiler = _Counting()
+    module = build_module(_dead_namespaces(failing),
+                          options_from_args([], [], "sm_90", no_cache=True), compiler=compiler)
+    assert len(compiler.sources) == 2
+    assert [v.dtype for v in module.globals if v.cxx_name == "ok"] == ["float32"]
+
+
+def test_a_compile_error_lists_its_errors_by_cell_line_and_name_expression():
+    with pytest.raises(CompileError) as info:
+        compile_cubin("__global__ void k() { int a = ; }\ntemplate <class T> __global__ void t() {}"
+                      "\n__global__ void z() { undefined_thing(); }\n", ["t<nope>"],
+                      ["-arch=sm_90"], line_offset=10)
+    from cudamagic.errors import LogError
+
+    assert info.value.errors[:1] == (LogError(line=11),)
+    assert LogError(line=13) in info.value.errors
+    assert LogError(expression="t<nope>") in info.value.errors

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..process import cached
-from ..errors import CompileError, OptionError, ToolchainError
+from ..errors import CompileError, LogError, OptionError, ToolchainError
 from ..forksafe import ForkSafeLock, NativeSection
 from ..cxx.kernel_names import plain_kernels, template_kernels
 from ..options import lto, shift_lines
@@ -326,7 +326,8 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
             shims = f"-I{std_header_dirs()[1][0]}" in options
             hints = [*_not_templates(source, name_expressions, options),
                      *include_hints(log, source, std_headers=shims)]
-            raise CompileError(compile_error_message(program_name, text, hints), text)
+            raise CompileError(compile_error_message(program_name, text, hints), text,
+                               log_errors(text))
         lowered = {expr: _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()),
                                 "nvrtcGetLoweredName").decode() for expr in name_expressions}
         size_of, get = nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN
@@ -599,6 +600,22 @@ def compile_error_message(program_name: str, text: str, hints: Sequence[str]) ->
 
 
 _ERROR_LINE = re.compile(r"^\S.*?: (?:catastrophic )?error")
+
+
+_CELL_ERROR = re.compile(r"line (\d+): (?:catastrophic )?error")
+_EXPRESSION_ERROR = re.compile(r'name expression -n "(.*)": (?:catastrophic )?error')
+
+
+def log_errors(text: str) -> tuple[LogError, ...]:
+    """The errors of a log :func:`rewrite_log` wrote, each by its place: a cell line, or the
+    ``-n`` it belongs to (the words are this module's own, read back here only)."""
+    out = []
+    for line in text.splitlines():
+        if (cell := _CELL_ERROR.match(line)) is not None:
+            out.append(LogError(line=int(cell.group(1))))
+        elif (named := _EXPRESSION_ERROR.match(line)) is not None:
+            out.append(LogError(expression=named.group(1)))
+    return tuple(out)
 
 
 def count_errors(text: str) -> int:

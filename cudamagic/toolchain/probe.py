@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..cxx.declared import Candidate, CandidateKind, Scope, scan
-from ..errors import CompileError
+from ..errors import CompileError, LogError
 from .image import PROBE_MARK
 from .nvrtc import CompileResult
 from .variables import BUILTIN_DTYPES, TypeGap, VarType, strip_internal
@@ -188,8 +188,6 @@ def read_answers(probes: Sequence[Probe], lowered: Mapping[str, str],
 # --------------------------------------------------------------------------------------------
 
 _WORD = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
-_ERROR_LINE = re.compile(r"^line (\d+): (?:catastrophic )?error", re.M)
-_EXPR_ERROR = re.compile(r'^name expression -n "(.*)": (?:catastrophic )?error', re.M)
 
 
 def _words(expressions: Sequence[str]) -> frozenset[str]:
@@ -250,7 +248,7 @@ def typed_compile(compiler: Callable[..., CompileResult], source: str,
         try:
             result = compiler(source + text, exprs, options, line_offset=line_offset, **kwargs)
         except CompileError as exc:
-            kept = _without_failed(str(exc), probes, first_line, owners)
+            kept = _without_failed(exc.errors, probes, first_line, owners)
             if kept is None and probes and _elevated(options, source):
                 kept = []  # the probe's uses change which warnings the cell gets: its own text
             if kept is None:
@@ -304,17 +302,18 @@ def _modern(options: Sequence[str]) -> bool:
     return not std or std[-1] not in _OLD_STANDARDS
 
 
-def _without_failed(text: str, probes: list[Probe], first_line: int,
+def _without_failed(errors: Sequence[LogError], probes: list[Probe], first_line: int,
                     owners: Mapping[int, tuple[Scope, ...]]) -> list[Probe] | None:
-    """What to compile with after a compile that failed with ``text``: None where no probe took
+    """What to compile with after a compile that failed with ``errors`` (its
+    :class:`~cudamagic.errors.LogError` records, never its words): None where no probe took
     part (the cell's own error, raised as it is); the probes that did not fail where only
     probes failed (their name expressions, the fallback lines of a namespace); else none (the
     cell's own compile, whose error is then the cell's alone)."""
     if not probes:
         return None
     mine = {e for p in probes for e in (p.type_expr, p.entity_expr)}
-    exprs = _EXPR_ERROR.findall(text)
-    lines = [int(n) - first_line for n in _ERROR_LINE.findall(text)]
+    exprs = [e.expression for e in errors if e.expression is not None]
+    lines = [e.line - first_line for e in errors if e.line is not None]
     if not any(e in mine for e in exprs) and not any(n > 0 for n in lines):
         return None
     if any(e not in mine for e in exprs) or any(n not in owners for n in lines):
