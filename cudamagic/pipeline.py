@@ -41,8 +41,8 @@ from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
 from .toolchain import compile_cubin, driver, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
-from .toolchain.deps import (Manifest, SearchPath, from_scan, from_trace, reads_no_file,
-                             trace_headers)
+from .toolchain.deps import (Listing, Manifest, SearchPath, from_scan, from_trace,
+                             list_search_folders, reads_no_file, trace_headers)
 from .toolchain.image import ET_REL, elf_type, read_cubin
 from .toolchain.ptx import grid_sync_table
 from .toolkit import std_header_dirs, toolkit
@@ -454,6 +454,9 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                   ) -> tuple[Module, Stored]:
     """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
     no_files = reads_no_file(ctx.source, ctx.opts.options)
+    # what the search's own folders hold as it starts: a name a __has_include tested there
+    # and found, gone by the end, is told from any other file written there meanwhile
+    listed = {} if no_files else list_search_folders(ctx.search)
     started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
     notice = ctx.settings.compile_notice or contextlib.nullcontext
     from .toolchain.probe import typed_compile
@@ -469,7 +472,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
         from .toolchain.link import link_compiled
         result = link_compiled(result, ctx.arch, ctx.options)
         t = ctx.lap("link", t)
-    manifest = _manifest(ctx, result, no_files, started_ns)
+    manifest = _manifest(ctx, result, no_files, started_ns, listed)
     t = ctx.lap("manifest", t)
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
@@ -508,14 +511,15 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
-              started_ns: int) -> Manifest:
+              started_ns: int, listed: Mapping[str, Listing]) -> Manifest:
     """The headers the compile read, and the places it searched, to check on a hit."""
     if no_files:
         return Manifest()  # nothing was read: nothing to check on a hit
     if result.trace is not None:
-        return from_trace(trace_headers(result.trace), ctx.search, ctx.source, started_ns)
+        return from_trace(trace_headers(result.trace), ctx.search, ctx.source, started_ns,
+                          listed)
     ctx.notes.append(_INCOMPLETE)
-    return from_scan(ctx.source, ctx.search, started_ns)
+    return from_scan(ctx.source, ctx.search, started_ns, listed=listed)
 
 
 def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> Stored:

@@ -454,3 +454,81 @@ def test_only_a_place_searched_for_that_include_form_shadows(tmp_path, monkeypat
     uncached = cudamagic.build(src + KERN_angle_shadow, options=["-Iinc"], use_cache=False)
     assert again.cubin == uncached.cubin  # what was served is what NVRTC builds now
     cache.close()
+
+
+# --- What the search's own folders held as the compile started (issue 27 C) ---
+# from_trace told a name a __has_include tested and found, then removed before the compile
+# ended, from any other file written there only by the folder's time: with -I. in a folder
+# that anything writes into, no build was ever stored. The listing taken before the compile
+# tells them apart; where there is none (not given, a folder past the limit) the folder's time
+# still decides.
+TESTS_NAMES = '#if __has_include(<later.h>)\n#endif\n#if __has_include(<sub/t.h>)\n#endif\n'
+
+
+def _atomic(path: Path, text: str) -> None:
+    path.with_name(path.name + ".tmp").write_text(text)
+    os.replace(path.with_name(path.name + ".tmp"), path)
+
+
+def _retarget(root: Path) -> None:
+    (root / "lnk").unlink()
+    (root / "lnk").symlink_to(root / "b")
+
+
+# label: (files before, change during the compile, -I folder, listed, racy)
+LISTED = {
+    "an unrelated file written": ((), lambda r: (r / "nb" / "out.txt").write_text("1"),
+                                  "nb", True, False),
+    "an unrelated file saved atomically": ((), lambda r: _atomic(r / "nb" / "m.pt", "w"),
+                                           "nb", True, False),
+    "an unrelated file removed": ((), lambda r: (r / "nb" / "data.csv").unlink(), "nb", True,
+                                  False),
+    "an unrelated folder made": ((), lambda r: (r / "nb" / "out").mkdir(), "nb", True, False),
+    "the tested name removed": (("nb/later.h",), lambda r: (r / "nb" / "later.h").unlink(),
+                                "nb", True, True),
+    "the tested name saved atomically": (("nb/later.h",),
+                                         lambda r: _atomic(r / "nb" / "later.h", "\n"), "nb",
+                                         True, True),
+    "the tested name created": ((), lambda r: (r / "nb" / "later.h").write_text("\n"), "nb",
+                                True, True),
+    "a tested name's folder made": ((), lambda r: (r / "nb" / "sub").mkdir(), "nb", True,
+                                    True),
+    "an unrelated file written, no listing": (
+        (), lambda r: (r / "nb" / "out.txt").write_text("1"), "nb", False, True),
+    "an unrelated file written, a folder past the listing limit": (
+        ("nb/a", "nb/b"), lambda r: (r / "nb" / "out.txt").write_text("1"), "nb", "limit", True),
+    "the -I link retargeted away from the tested name": (
+        ("a/later.h", "b/x"), _retarget, "lnk", True, True),
+}
+
+
+@pytest.mark.parametrize("label", list(LISTED))
+def test_only_a_tested_name_changing_during_the_compile_is_a_doubt(tmp_path, monkeypatch,
+                                                                   label):
+    import time
+
+    files, change, include, listed, racy = LISTED[label]
+    for name in ("nb/data.csv", *files):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("\n")
+    (tmp_path / "lnk").symlink_to(tmp_path / "a", target_is_directory=True)
+    search = deps.SearchPath(str(tmp_path / "nb"), (str(tmp_path / include),))
+    if listed == "limit":
+        monkeypatch.setattr(deps, "LISTING_LIMIT", 2)
+    time.sleep(2 * deps.RACY_NS / 1e9)
+    before = deps.list_search_folders(search) if listed else None
+    started = time.time_ns()
+    change(tmp_path)
+    m = deps.from_trace([], search, TESTS_NAMES, started, before)
+    assert (m.racy is not None) is racy, (label, m.racy)
+
+
+def test_the_listing_holds_the_searchs_own_folders_once(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "x.h").write_text("\n")
+    search = deps.SearchPath(str(tmp_path), (str(tmp_path), str(tmp_path / "pkg"),
+                                             str(tmp_path / "none")), (str(tmp_path / "pkg"),))
+    listed = deps.list_search_folders(search)
+    assert list(listed) == [str(tmp_path)]  # the package's folder and a missing one are not
+    assert listed[str(tmp_path)].entries["x.h"][1] is False
+    assert listed[str(tmp_path)].entries["pkg"] == ((tmp_path / "pkg").stat().st_ino, True)

@@ -274,10 +274,67 @@ def _more() -> dict[str, Case]:
 MORE = _more()
 
 
-@pytest.mark.parametrize("label", list(MORE))
+# --- A folder on the include path that other files are written into (issue 27 C) ---
+# `-I.` in a notebook's folder, where cells write their output, Jupyter autosaves the notebook
+# and keeps .ipynb_checkpoints, a training run saves checkpoints, a logger appends. Only a name
+# the compile looked up there (a header read, a place searched before one, a name a
+# __has_include tested) can change what NVRTC read: any other file written, saved or removed
+# there while the cell compiles leaves the build stored and the next run a hit; one of those
+# names changing, during the compile or after it, is still a miss that compiles afresh.
+
+# v.h is found in inc/ after . was searched for it; later.h and sub/t.h are tested in . (as
+# CCCL tests <version>, <cuda_fp16.h>... in every -I folder)
+DOT_SOURCE = ('#include <v.h>\n#if __has_include(<later.h>)\n#undef V\n#define V 2\n'
+              '#elif __has_include(<sub/t.h>)\n#undef V\n#define V 3\n#endif\n')
+DOT_OPTIONS = ("-I.", "-Iinc")
+NOTEBOOK: tuple[Op, ...] = (
+    ("write", "inc/v.h", V1), ("write", "Untitled.ipynb", "{}"), ("write", "data.csv", "1,2\n"),
+    ("write", "run.log", "start\n"), ("write", "outputs/old.npy", "x"))
+
+
+def _dot() -> dict[str, Case]:
+    with_later = (*NOTEBOOK, ("write", "later.h", "\n"))
+    with_sub = (*NOTEBOOK, ("write", "sub/t.h", "\n"))
+    out = ("write", "out.txt", "1\n")
+    return {
+        "-I.: __has_include target created during the compile": Case(
+            NOTEBOOK, DOT_SOURCE, DOT_OPTIONS, during=(("write", "later.h", "\n"),)),
+        "-I.: __has_include target removed during the compile": Case(
+            with_later, DOT_SOURCE, DOT_OPTIONS, during=(("rm", "later.h"),)),
+        "-I.: __has_include target removed while another file is written": Case(
+            with_later, DOT_SOURCE, DOT_OPTIONS, during=(("rm", "later.h"), out)),
+        "-I.: __has_include target renamed away during the compile": Case(
+            with_later, DOT_SOURCE, DOT_OPTIONS, during=(("rename", "later.h", "later.bak"),)),
+        "-I.: __has_include target's folder removed during the compile": Case(
+            with_sub, DOT_SOURCE, DOT_OPTIONS, during=(("rm", "sub"), out)),
+        "-I.: __has_include target in a folder removed during the compile": Case(
+            with_sub, DOT_SOURCE, DOT_OPTIONS, during=(("rm", "sub/t.h"),)),
+        "-I.: __has_include target in a folder created during the compile": Case(
+            NOTEBOOK, DOT_SOURCE, DOT_OPTIONS, during=(("write", "sub/t.h", "\n"),)),
+        "-I.: shadowing header created during the compile": Case(
+            NOTEBOOK, DOT_SOURCE, DOT_OPTIONS, during=(("write", "v.h", V2), out)),
+        "-I.: shadowing header created later": Case(
+            NOTEBOOK, DOT_SOURCE, DOT_OPTIONS, (("write", "v.h", V2),)),
+        "-I.: __has_include target created later": Case(
+            NOTEBOOK, DOT_SOURCE, DOT_OPTIONS, (("write", "later.h", "\n"),)),
+        "-I.: __has_include target removed later": Case(
+            with_later, DOT_SOURCE, DOT_OPTIONS, (("rm", "later.h"), out)),
+        "-I.: the header read edited later": Case(
+            NOTEBOOK, DOT_SOURCE, DOT_OPTIONS, (("write", "inc/v.h", V2), out)),
+        "-I.: __has_include(MACRO) target removed during the compile": Case(
+            (*NOTEBOOK, ("write", "opt.h", "\n")),
+            '#include <v.h>\n#define OPT <opt.h>\n#if __has_include(OPT)\n#undef V\n'
+            '#define V 4\n#endif\n', DOT_OPTIONS, during=(("rm", "opt.h"),)),
+    }
+
+
+DOT = _dot()
+
+
+@pytest.mark.parametrize("label", [*MORE, *DOT])
 def test_more_changes_serve_what_an_uncached_compile_makes(label, tmp_path, cache,
                                                             monkeypatch):
-    monkeypatch.setitem(corpus.CORPUS, label, MORE[label])
+    monkeypatch.setitem(corpus.CORPUS, label, {**MORE, **DOT}[label])
     corpus.test_each_change_serves_what_an_uncached_compile_makes(label, tmp_path, cache,
                                                                   monkeypatch)
 
@@ -348,3 +405,101 @@ def test_a_manifest_naming_a_special_or_huge_file_is_a_quick_miss(tmp_path, name
     kind, seconds, reason = done.stdout.split(" ", 2)
     assert kind == "Miss", done.stdout
     assert "changed" in reason
+
+
+# what a notebook's folder sees while a cell compiles: none of it a name the compile looked up
+UNRELATED: dict[str, tuple[Op, ...]] = {
+    "a cell's output file": (("write", "out.txt", "1\n"),),
+    "an output folder and a file in it": (("write", "results/data.bin", "x"),),
+    "a file written into a folder that was there": (("write", "outputs/new.npy", "x"),),
+    "a log rewritten": (("write", "run.log", "start\nstep 1\n"),),
+    "a checkpoint saved atomically": (("atomic", "model.pt", "w"),),
+    "Jupyter's autosave of the notebook": (("atomic", "Untitled.ipynb", '{"cells": []}'),),
+    "Jupyter's first checkpoint": (
+        ("write", ".ipynb_checkpoints/Untitled-checkpoint.ipynb", "{}"),),
+    "an unrelated file removed": (("rm", "data.csv"),),
+    "an unrelated file renamed": (("rename", "data.csv", "data-old.csv"),),
+    "a header nothing includes": (("write", "notes.h", "\n"),),
+    "all of them": (("write", "out.txt", "1\n"), ("atomic", "model.pt", "w"),
+                    ("atomic", "Untitled.ipynb", "{}"), ("rm", "data.csv"),
+                    ("write", ".ipynb_checkpoints/Untitled-checkpoint.ipynb", "{}")),
+}
+
+
+@pytest.mark.parametrize("label", list(UNRELATED))
+def test_a_file_written_beside_an_include_dot_cell_while_it_compiles_keeps_it_cached(
+        label, tmp_path, cache, monkeypatch):
+    root = tmp_path / "notebook"
+    root.mkdir()
+    _apply(root, NOTEBOOK)
+    _past(root)
+    monkeypatch.chdir(root)
+    source, opts = DOT_SOURCE + KERN, options_from_args(list(DOT_OPTIONS), [])
+
+    def writes_while_compiling(*args, **kw):
+        result = compile_cubin(*args, **kw)
+        _apply(root, UNRELATED[label])
+        return result
+
+    first = build_module(source, opts, cache=cache, base_dir=root,
+                         compiler=writes_while_compiling)
+    assert not first.hit
+    assert not any("not cached" in w for w in first.warnings), first.warnings
+    again = build_module(source, opts, cache=cache, base_dir=root)
+    assert again.hit, again.report.miss_reason
+    assert again.cubin == build_module(source, dataclasses.replace(opts, no_cache=True),
+                                       base_dir=root).cubin
+
+
+# another process writing into the notebook's folder the whole time: checkpoints saved
+# atomically, numbered outputs, Jupyter's checkpoint; it counts its writes in count.txt
+_WRITER = textwrap.dedent("""
+    import os, sys, time
+    os.chdir(sys.argv[1])
+    os.makedirs(".ipynb_checkpoints", exist_ok=True)
+    n = 0
+    while True:
+        with open("model.pt.tmp", "w") as f:
+            f.write(str(n))
+        os.replace("model.pt.tmp", "model.pt")
+        with open(f"out{n}.txt", "w") as f:
+            f.write(str(n))
+        with open(".ipynb_checkpoints/c.tmp", "w") as f:
+            f.write("{}")
+        os.replace(".ipynb_checkpoints/c.tmp", ".ipynb_checkpoints/Untitled-checkpoint.ipynb")
+        n += 1
+        with open("count.tmp", "w") as f:
+            f.write(str(n))
+        os.replace("count.tmp", "count.txt")
+        time.sleep(0.01)
+""")
+
+
+def test_a_cccl_cell_with_include_dot_is_cached_while_another_process_writes_there(
+        tmp_path, cache, monkeypatch):
+    """The user's case: a CCCL cell with ``-I.`` run twice in a folder another process writes
+    into all the while. Before: 'not cached: the folder ..., where a __has_include found
+    nothing, changed while the cell compiled' on every run, never a hit."""
+    import time
+
+    root = tmp_path / "notebook"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    source = ('#include <cuda/std/array>\nextern "C" __global__ void k(int* x) '
+              '{ x[0] = cuda::std::array<int, 2>{1, 2}[1]; }\n')
+    opts = options_from_args(["-I."], [])
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(root)])
+    try:
+        while not (root / "count.txt").exists():
+            assert writer.poll() is None, "the writer stopped"
+            time.sleep(0.01)
+        before = int((root / "count.txt").read_text())
+        first = build_module(source, opts, cache=cache, base_dir=root)
+        during = int((root / "count.txt").read_text()) - before
+        again = build_module(source, opts, cache=cache, base_dir=root)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert during > 1, "the other process wrote nothing while the cell compiled"
+    assert not any("not cached" in w for w in first.warnings), first.warnings
+    assert again.hit, again.report.miss_reason

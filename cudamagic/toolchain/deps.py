@@ -25,8 +25,12 @@ manifest lists the files read, and a hit must find them unchanged:
   read under another name (a link NVRTC skipped by its include guard or ``#pragma once``).
 
 A build whose manifest cannot be certain (a header gone or renamed at the moment it is taken,
-a name NVRTC could not write as UTF-8, a file changed or created during the compile) is not
-stored (:func:`from_trace`).
+a name NVRTC could not write as UTF-8, a file changed or created during the compile, a name a
+``__has_include`` tested that was there when the compile started and is not now) is not
+stored (:func:`from_trace`). Which names were there when it started comes from a listing of
+the search's own folders taken just before it (:func:`list_search_folders`): only a change
+of a name the compile looked up counts, so ``-I.`` in a folder that anything writes into is
+still cached.
 
 Where NVRTC cannot write the trace (an NVRTC older than 12.8) the manifest comes from a scan of
 quoted includes and says so (``complete`` is False): the report warns that header edits may be
@@ -40,14 +44,14 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from stat import S_ISREG
+from stat import S_ISDIR, S_ISREG
 
 from .manifest import AbsentGroup, HeaderState, Manifest, SearchPath
 
 __all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "reads_no_file", "trace_headers", "from_trace", "from_scan",
-           "TRACE_EVENT"]
+           "TRACE_EVENT", "Listing", "list_search_folders"]
 
 TRACE_EVENT = "Processing Header File"
 _BUILTIN = "__nv_nvrtc_builtin_header.h"  # NVRTC's own, held in memory
@@ -113,8 +117,64 @@ def trace_headers(trace_json: str | bytes) -> list[tuple[str, str | None, float]
 RACY_NS = 10_000_000
 
 
+#: A search folder of more entries than this is not listed before a compile (the listing's
+#: time and memory stay bounded): there, a ``__has_include`` that found nothing is doubted
+#: whenever the folder changed during the compile, as in a folder below a search folder.
+LISTING_LIMIT = 20_000
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What one of the search's own folders held just before a compile started.
+
+    ``entries`` maps each name in it to ``(inode, is a folder)`` (a symbolic link is no
+    folder), as ``os.scandir`` reads them without a stat per entry; ``inode`` is the folder's.
+    After the compile, a name that a ``__has_include`` tested there is known to have been
+    absent, or the same folder, for the whole compile where it is so before and after; any
+    other name may change as it likes.
+    """
+
+    folder: str
+    inode: int
+    entries: Mapping[str, tuple[int, bool]]
+
+    def same(self, name: str) -> bool:
+        """``name`` (one component) is as it was listed: absent then and now, or the same
+        object (inode), folder or not, then and now."""
+        try:
+            st = os.lstat(os.path.join(self.folder, name))
+        except (OSError, ValueError):
+            return name not in self.entries
+        return self.entries.get(name) == (st.st_ino, S_ISDIR(st.st_mode))
+
+
+def list_search_folders(search: SearchPath) -> dict[str, Listing]:
+    """The search's own folders (the current folder and every ``-I`` outside the versioned
+    packages), each listed, by folder; to take just before the compile and hand to
+    :func:`from_trace`. A folder that cannot be listed, or holds more than
+    :data:`LISTING_LIMIT` entries, is left out (its changes are doubted as before)."""
+    out: dict[str, Listing] = {}
+    for d in ("", *search.include_dirs):
+        folder = (search.absolute(d) if d else search.cwd).rstrip("/") or "/"  # as dirname gives
+        if folder in out or search.is_versioned(os.path.join(folder, "x")):
+            continue
+        try:
+            inode = os.stat(folder).st_ino
+            entries: dict[str, tuple[int, bool]] = {}
+            with os.scandir(folder) as it:
+                for e in it:
+                    if len(entries) >= LISTING_LIMIT:
+                        raise OverflowError(folder)
+                    entries[e.name] = (e.inode(), e.is_dir(follow_symlinks=False))
+        except (OSError, ValueError, OverflowError):
+            continue
+        out[folder] = Listing(folder, inode, entries)
+    return out
+
+
 def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
-               started_ns: int | None = None) -> Manifest:
+               started_ns: int | None = None,
+               listed: Mapping[str, Listing] | None = None) -> Manifest:
     """The manifest of a compile from its trace (:func:`trace_headers`).
 
     A manifest that cannot be sure of what the compile read is ``racy`` (the reason), and the
@@ -123,9 +183,13 @@ def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
     and, given ``started_ns`` (``time.time_ns()`` just before the compile), a header modified
     after NVRTC opened it or less than :data:`RACY_NS` before (its hash, taken now, may not be
     of the text that was compiled: ccache's rule), a file that appeared during the compile
-    where the search or a ``__has_include`` looked, or a folder that changed during it where a
-    ``__has_include`` found nothing. A header written by an earlier cell (``%%writefile``) is
-    older than that, unless the two cells run within the file system's clock resolution.
+    where the search or a ``__has_include`` looked, a name a ``__has_include`` tested that
+    was there when the compile started and is not now, or a folder where one tested a name
+    that only a macro spells that changed during it. ``listed`` (:func:`list_search_folders`,
+    taken before the compile) says what the search's own folders held: without it, or in a
+    folder it does not list, any change of a folder where a ``__has_include`` found nothing
+    is a doubt. A header written by an earlier cell (``%%writefile``) is older than that,
+    unless the two cells run within the file system's clock resolution.
 
     Headers NVRTC skipped as one it had already read (a symbolic or hard link reached again,
     under an include guard or ``#pragma once``) never appear in the trace: the literal
@@ -161,12 +225,13 @@ def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
     found = {p: os.path.isfile(p) for p in places}  # NVRTC skips a folder; so does __has_include
     present = tuple(sorted(p for p in tested if found[p]))
     absent = _group_absent([p for p, f in found.items() if not f], search)
+    watched = _folder_times(unknown)
     if started_ns is not None:
         doubts += _late(read, opened_at, started_ns)
-        doubts += _appeared(places, found, tested, absent, started_ns)
+        doubts += _appeared(places, found, started_ns, listed or {})
+        doubts += _tested_changed(tested, found, absent, watched, started_ns, listed or {})
     return Manifest(tuple(read.states.values()), absent, present, complete=True,
-                    watched=_folder_times(unknown), racy=doubts[0] if doubts else None,
-                    search=search)
+                    watched=watched, racy=doubts[0] if doubts else None, search=search)
 
 
 class _Read:
@@ -269,26 +334,64 @@ def _changed_at(f: HeaderState, now_ns: int) -> int:
     return f.ctime_ns if f.mtime_ns > now_ns else max(f.mtime_ns, f.ctime_ns)
 
 
-def _appeared(places: Iterable[str], found: dict[str, bool], tested: set[str],
-              absent: Sequence[AbsentGroup], started_ns: int) -> list[str]:
-    """Files that appeared during the compile where the search or a ``__has_include`` looked
-    (NVRTC may have looked before they did), and folders that changed during it where a
-    ``__has_include`` found nothing (a file there then may have been removed since)."""
+def _appeared(places: Iterable[str], found: dict[str, bool], started_ns: int,
+              listed: Mapping[str, Listing]) -> list[str]:
+    """Files that appeared (or were replaced) during the compile where the search or a
+    ``__has_include`` looked: NVRTC may have looked before they did. Where the folder was
+    listed before the compile, the file must be the one listed then, unchanged since; elsewhere
+    the folder's own change time counts too (a rename into place)."""
     since = started_ns - RACY_NS
-    out = [f"{p} appeared while the cell compiled (NVRTC may have searched there before it "
-           "did)" for p in places if found[p] and _changed_ns(p) >= since]
-    watched = {os.path.dirname(p) for p in tested if not found[p]}
-    out += [f"the folder {g.folder}, where a __has_include found nothing, changed while the "
-            "cell compiled" for g in absent if g.mtime_ns >= since
-            and any(os.path.dirname(p) in watched for p in g.places)]
+    out = []
+    for p in places:
+        if not found[p]:
+            continue
+        folder, name = os.path.split(p)
+        listing = listed.get(folder)
+        if listing is not None:
+            new = not listing.same(name) or _changed_ns(p, folder=False) >= since
+        else:
+            new = _changed_ns(p) >= since
+        if new:
+            out.append(f"{p} appeared while the cell compiled (NVRTC may have searched there "
+                       "before it did)")
     return out
 
 
-def _changed_ns(path: str) -> int:
-    """The latest change of a file, of the link to it, and of the folder entry holding it."""
+def _tested_changed(tested: set[str], found: dict[str, bool], absent: Sequence[AbsentGroup],
+                    watched: Sequence[tuple[str, int, int]], started_ns: int,
+                    listed: Mapping[str, Listing]) -> list[str]:
+    """Names a ``__has_include`` tested that it may have found, though they are not there
+    now: in a folder that changed during the compile, a tested name whose first component
+    below it is not as the listing before the compile had it (a file there then, removed or
+    renamed since). A folder not listed (below a search folder, too large) cannot say which
+    name changed: any change there during the compile is a doubt; so is any change of a
+    folder where a name that only a macro spells was tested (``watched``)."""
+    since = started_ns - RACY_NS
+    out = [f"the folder {d}, where a __has_include tested a name that a macro gives, changed "
+           "while the cell compiled" for d, m, _ in watched if m >= since]
+    for g in absent:
+        gone = [p for p in g.places if p in tested and not found[p]]
+        listing = listed.get(g.folder)
+        moved = listing is not None and listing.inode != g.inode  # another folder there now
+        if not gone or (g.mtime_ns < since and not moved):
+            continue  # no entry added or removed there during the compile
+        if listing is None or moved:
+            out.append(f"the folder {g.folder}, where a __has_include found nothing, changed "
+                       "while the cell compiled")
+            continue
+        start = len(g.folder.rstrip("/")) + 1
+        out += [f"{p}, which a __has_include tested, changed while the cell compiled (it "
+                "may have been there when it was tested)" for p in gone
+                if not listing.same(p[start:].split("/", 1)[0])]
+    return out
+
+
+def _changed_ns(path: str, folder: bool = True) -> int:
+    """The latest change of a file, of the link to it, and (``folder``) of the folder entry
+    holding it."""
     times = []
     for look in (os.stat, os.lstat):
-        for target in (path, os.path.dirname(path)):
+        for target in (path, os.path.dirname(path)) if folder else (path,):
             try:
                 st = look(target)
             except (OSError, ValueError):
@@ -337,7 +440,7 @@ def _has_include_places(source: str, opened: Sequence[str], read: _Read
 
 
 def from_scan(source: str, search: SearchPath, started_ns: int | None = None,
-              limit: int = 10_000) -> Manifest:
+              limit: int = 10_000, listed: Mapping[str, Listing] | None = None) -> Manifest:
     """A manifest from quoted ``#include`` lines, for an NVRTC that writes no trace.
 
     It follows quoted includes through each file's folder, the current folder and the ``-I``
@@ -359,7 +462,7 @@ def from_scan(source: str, search: SearchPath, started_ns: int | None = None,
                     text = (_read(full) or b"").decode("utf-8", "replace")
                     todo += [(n, path) for n in _QUOTED_INCLUDE.findall(text)]
                 break
-    manifest = from_trace(opened, search, source, started_ns)
+    manifest = from_trace(opened, search, source, started_ns, listed)
     return Manifest(manifest.files, manifest.absent, manifest.present, complete=False,
                     racy=manifest.racy, search=search)
 
