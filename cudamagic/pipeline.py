@@ -454,9 +454,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                   ) -> tuple[Module, Stored]:
     """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
     no_files = reads_no_file(ctx.source, ctx.opts.options)
-    # what the search's own folders hold as it starts: a name a __has_include tested there
-    # and found, gone by the end, is told from any other file written there meanwhile
-    listed = {} if no_files else list_search_folders(ctx.search)
+    listed = {} if no_files else list_search_folders(ctx.search)  # what was there at the start
     started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
     notice = ctx.settings.compile_notice or contextlib.nullcontext
     from .toolchain.probe import typed_compile
