@@ -317,3 +317,54 @@ def test_a_fatbin_of_another_kind_only_says_what_it_holds(tmp_path):
     said = str(caught.value)
     assert "it holds kind 4 for sm_90" in said and "neither PTX nor a CUBIN" in said, said
     assert "it holds sm_90" not in said
+
+
+def _container(*entries: tuple[int, int, bytes], header_size: int = 16) -> bytes:
+    """One container of uncompressed entries, each (kind, sm, payload); a ``header_size`` past
+    16 covers the first entry's start, and the container then ends with its header (what
+    follows it is no container's header)."""
+    body = b"".join(fatbin_mod._ENTRY.pack(kind, 0x101, fatbin_mod._ENTRY.size, len(data), 0, 0,
+                                           0, 8, sm, 0, 0, 0, 0, len(data)) + data
+                    for kind, sm, data in entries)
+    size = len(body) if header_size == 16 else 0
+    return fatbin_mod._HEADER.pack(fatbin_mod._MAGICS[0], 1, header_size, size) + body
+
+
+_SM90 = next(e.data for e in read_fatbin(FATBIN.read_bytes()) if e.sm == 90 and e.kind is
+             CodeKind.CUBIN)
+# a hand-made fatbin -> the words of its ImageError: each said what it is, in a message of
+# bounded length (100 000 entries were listed one by one: 3.6 MB; a nested fatbin was "not a
+# CUBIN: the data does not start with an ELF header"; a first container that holds nothing
+# was "not a fatbin: it does not start with the fatbin magic")
+STRANGE = {
+    "100 000 entries of an unknown kind": (
+        lambda: _container(*[(3, 90, b"")] * 100_000),
+        r"it holds kind 3 for sm_90 \(100000 entries\) \(a CUBIN.*; kind 3 for sm_90 "
+        r"\(100000 entries\) is neither"),
+    "20 000 CUBINs for other targets": (
+        lambda: _container(*[(2, 20 + i % 40, _SM90[:64]) for i in range(20_000)]),
+        r"it holds sm_20 \(500 entries\), sm_21 .* and 28 other targets \("),
+    "a CUBIN entry holding a fatbin": (
+        lambda: _container((2, 90, FATBIN.read_bytes())),
+        "sm_90 CUBIN entry is a fatbin itself"),
+    "a CUBIN entry holding PTX text": (
+        lambda: _container((2, 90, PTX.read_bytes())), "sm_90 CUBIN entry is not an ELF file"),
+    "a first container whose header covers the next": (
+        lambda: _container((2, 90, _SM90), header_size=120),
+        "nothing in the fatbin runs on sm_90: it holds nothing"),
+}
+
+
+@pytest.mark.parametrize("case", list(STRANGE))
+def test_a_strange_fatbin_is_said_as_what_it_holds_in_a_bounded_message(tmp_path, case):
+    make, words = STRANGE[case]
+    with pytest.raises(ImageError, match=words) as caught:
+        cudamagic.load_cubin(make(), arch="sm_90", cache=tmp_path)
+    assert len(str(caught.value)) < 800, len(str(caught.value))
+
+
+def test_a_fatbin_of_many_entries_that_loads_says_its_targets_briefly(tmp_path):
+    data = _container(*[(2, 80, _SM90[:64])] * 5000, (2, 90, _SM90))
+    loaded = fatbin_mod.loadable_cubin(data, "sm_90")
+    assert loaded.cubin == _SM90
+    assert loaded.how == "its sm_90 CUBIN (it holds sm_80 (5000 entries), sm_90)", loaded.how

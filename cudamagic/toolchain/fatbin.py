@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..process import cached
 from ..errors import ImageError
 from ..options import arch_sm
-from ..units import size_text
+from ..units import counted, size_text
 from .link import ET_REL, CodeKind, LinkInput, LinkResult, elf_type, link_needing_runtime
 from .link import device_runtime, nvjitlink_identity
 from .image import read_cubin
@@ -207,7 +207,7 @@ def read_fatbin(data: bytes) -> tuple[FatbinEntry, ...]:
         while pos + _HEADER.size <= len(data):
             magic, version, header_size, size = _HEADER.unpack_from(data, pos)
             if magic not in _MAGICS:
-                if not entries:
+                if not pos:
                     raise ImageError("not a fatbin: it does not start with the fatbin magic")
                 break  # what follows the last container (padding) is not ours
             if version != 1 or header_size < _HEADER.size:
@@ -348,10 +348,15 @@ def _from_fatbin(entries: tuple[FatbinEntry, ...], data: bytes, sm: int, arch: s
 
     :raises ImageError: neither is there (nothing in it runs on ``sm``).
     """
-    held = ", ".join(e.label for e in entries) or "nothing"
+    held = _holdings([e.label for e in entries])
     exact = [e for e in entries if e.kind is CodeKind.CUBIN and e.sm == sm]
     if exact:
         cubin = exact[0].data
+        if cubin[:4] != b"\x7fELF":
+            inner = "a fatbin itself (nvcc never nests them)" if is_fatbin(cubin) else \
+                "not an ELF file"
+            raise ImageError(f"{label}: the fatbin's sm_{sm} CUBIN entry is {inner}: it is "
+                             f"damaged or not nvcc's")
         if elf_type(cubin) == ET_REL:
             return _linked(LinkInput(cubin, CodeKind.CUBIN, label), arch, store,
                            f"its relocatable sm_{sm} CUBIN linked (it holds {held})")
@@ -361,12 +366,31 @@ def _from_fatbin(entries: tuple[FatbinEntry, ...], data: bytes, sm: int, arch: s
         return _linked(LinkInput(ptx[-1].data.rstrip(b"\0"), CodeKind.PTX, label), arch, store,
                        f"its {ptx[-1].label} PTX compiled for {arch} (it holds {held})")
     other = [e.label for e in entries if e.kind is None]
-    neither = (f"; {', '.join(other)} is neither PTX nor a CUBIN (LTO IR from "
+    neither = (f"; {_holdings(other)} is neither PTX nor a CUBIN (LTO IR from "
                f"code=lto_{sm} is one such: it is linked into a program, never loaded alone)"
                if other else "")
     raise ImageError(f"{label}: nothing in the fatbin runs on {arch}: it holds {held} (a "
                      f"CUBIN runs on its own target only here, PTX on its target and newer)"
                      f"{neither}; rebuild it with -gencode arch=compute_{sm},code=sm_{sm}")
+
+
+#: The most targets a message lists of a fatbin's entries (the rest are counted)
+SHOWN_TARGETS = 12
+
+
+def _holdings(labels: list[str]) -> str:
+    """What a fatbin holds, in words of bounded length: each target once, in order, with its
+    count where it repeats, the first :data:`SHOWN_TARGETS` of them (a 6 MB fatbin can hold
+    100 000 entries)."""
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    if not counts:
+        return "nothing"
+    shown = [label if n == 1 else f"{label} ({counted(n, 'entry', 'entries')})"
+             for label, n in list(counts.items())[:SHOWN_TARGETS]]
+    more = len(counts) - SHOWN_TARGETS
+    return ", ".join(shown) + (f" and {counted(more, 'other target')}" if more > 0 else "")
 
 
 def _archive_members(data: bytes) -> list[bytes]:
