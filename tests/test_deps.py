@@ -532,3 +532,14 @@ def test_the_listing_holds_the_searchs_own_folders_once(tmp_path):
     assert list(listed) == [str(tmp_path)]  # the package's folder and a missing one are not
     assert listed[str(tmp_path)].entries["x.h"][1] is False
     assert listed[str(tmp_path)].entries["pkg"] == ((tmp_path / "pkg").stat().st_ino, True)
+
+
+def test_the_listing_stops_at_its_limit_over_all_folders(tmp_path, monkeypatch):
+    """Many -I folders cannot make the listing before a compile long: the limit counts the
+    entries of all folders together; a folder past it is not listed (the old rule there)."""
+    for name in ("a/1", "a/2", "b/1", "b/2", "c/1"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("")
+    monkeypatch.setattr(deps, "LISTING_LIMIT", 3)
+    search = deps.SearchPath(str(tmp_path / "a"), (str(tmp_path / "b"), str(tmp_path / "c")))
+    assert list(deps.list_search_folders(search)) == [str(tmp_path / "a"), str(tmp_path / "c")]

@@ -117,9 +117,10 @@ def trace_headers(trace_json: str | bytes) -> list[tuple[str, str | None, float]
 RACY_NS = 10_000_000
 
 
-#: A search folder of more entries than this is not listed before a compile (the listing's
-#: time and memory stay bounded): there, a ``__has_include`` that found nothing is doubted
-#: whenever the folder changed during the compile, as in a folder below a search folder.
+#: The entries listed before a compile, all search folders together (the listing's time and
+#: memory stay bounded): a folder that would take the count past it is not listed, and there a
+#: ``__has_include`` that found nothing is doubted whenever the folder changed during the
+#: compile, as in a folder below a search folder.
 LISTING_LIMIT = 20_000
 
 
@@ -151,9 +152,10 @@ class Listing:
 def list_search_folders(search: SearchPath) -> dict[str, Listing]:
     """The search's own folders (the current folder and every ``-I`` outside the versioned
     packages), each listed, by folder; to take just before the compile and hand to
-    :func:`from_trace`. A folder that cannot be listed, or holds more than
-    :data:`LISTING_LIMIT` entries, is left out (its changes are doubted as before)."""
+    :func:`from_trace`. A folder that cannot be listed, or would take the entries listed past
+    :data:`LISTING_LIMIT`, is left out (its changes are doubted as before)."""
     out: dict[str, Listing] = {}
+    left = LISTING_LIMIT
     for d in ("", *search.include_dirs):
         folder = (search.absolute(d) if d else search.cwd).rstrip("/") or "/"  # as dirname gives
         if folder in out or search.is_versioned(os.path.join(folder, "x")):
@@ -163,11 +165,12 @@ def list_search_folders(search: SearchPath) -> dict[str, Listing]:
             entries: dict[str, tuple[int, bool]] = {}
             with os.scandir(folder) as it:
                 for e in it:
-                    if len(entries) >= LISTING_LIMIT:
+                    if len(entries) >= left:
                         raise OverflowError(folder)
                     entries[e.name] = (e.inode(), e.is_dir(follow_symlinks=False))
         except (OSError, ValueError, OverflowError):
             continue
+        left -= len(entries)
         out[folder] = Listing(folder, inode, entries)
     return out
 
