@@ -256,6 +256,7 @@ class CudaMagics(Magics):
             print("%%cuda is a cell magic: its line holds the options and the cell below it "
                   "the CUDA C++.\n\n" + (CudaMagics.cuda.__doc__ or ""))
             return
+        from .miss import BuildPhase
         from .pipeline import build_module  # imported by %load_ext already: a dict lookup
 
         t = time.perf_counter()
@@ -264,14 +265,14 @@ class CudaMagics(Magics):
         if opts is None:  # -h, --help
             print(CudaMagics.cuda.__doc__)
             return
-        phases = {"imports": imports, "parse": time.perf_counter() - t}
+        phases = {BuildPhase.IMPORTS: imports, BuildPhase.PARSE: time.perf_counter() - t}
         if opts.arch is None:  # the build asks the driver for the GPU's arch: start it here, timed
             t = time.perf_counter()
             from .info import gpu_available
 
             gpu_available()
             if time.perf_counter() - t > 5e-4:  # only where this cell started it
-                phases["driver"] = time.perf_counter() - t
+                phases[BuildPhase.DRIVER] = time.perf_counter() - t
         with _warnings_said_in_report() as said:
             module = build_module(cell, opts, line_offset=1,
                                   compile_notice=None if opts.quiet else (
@@ -280,8 +281,8 @@ class CudaMagics(Magics):
                                   cell=_cell_id(self.shell))
         t = time.perf_counter()
         said += self._push(opts.module, module)
-        phases["push"] = time.perf_counter() - t
-        self._show(module, module.report.with_warnings(tuple(said)).with_timings(**phases),
+        phases[BuildPhase.PUSH] = time.perf_counter() - t
+        self._show(module, module.report.with_warnings(tuple(said)).with_timings(phases),
                    started, opts.quiet)
 
     cuda.__doc__ = magic_parser().format_help()
@@ -430,6 +431,7 @@ class CudaMagics(Magics):
         """Show the report (with -q, only its warnings), timed from ``started``; the module's
         ``report`` becomes the one shown."""
         from .info import report_with_attributes
+        from .miss import BuildPhase
         from .view.widget import show_report, show_warnings
 
         front = frontend(self.shell)
@@ -437,7 +439,7 @@ class CudaMagics(Magics):
         if not quiet:
             t = time.perf_counter()
             report = report_with_attributes(module, report)
-            report = report.with_timings(resources=time.perf_counter() - t)
+            report = report.with_timings({BuildPhase.RESOURCES: time.perf_counter() - t})
         report = report.with_timings(cell_seconds=time.perf_counter() - started)
         if quiet:
             show_warnings(report, front)

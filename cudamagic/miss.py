@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["ChangeKind", "HitKind", "Miss", "MissKind", "StoreOutcome", "Stored"]
+__all__ = ["BuildPhase", "ChangeKind", "HitKind", "Miss", "MissKind", "StoreOutcome", "Stored"]
 
 
 class HitKind(str, enum.Enum):
@@ -78,6 +78,31 @@ class WordEnum(str, enum.Enum):
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+class BuildPhase(WordEnum):
+    """A phase of a build or a cell, as ``BuildReport.timings`` keys its seconds (in the order
+    a cell goes through them; ``report.timings["compile"]`` still reads)."""
+
+    IMPORTS = "imports"
+    PARSE = "parse"
+    DRIVER = "driver"
+    KEY = "key"
+    LOOKUP = "lookup"
+    REMOTE = "remote"
+    HEADERS = "headers"
+    NVRTC = "nvrtc"
+    COMPILE = "compile"
+    LINK = "link"
+    MANIFEST = "manifest"
+    DEMANGLE = "demangle"
+    RESOLVE = "resolve"
+    STORE = "store"
+    HISTORY = "history"
+    PUSH = "push"
+    RESOURCES = "resources"
+    DISPLAY = "display"
+    TOTAL = "total"          # the build's own time, start to end
 
 
 class BuildOrigin(WordEnum):

@@ -31,7 +31,7 @@ from .errors import (CompileError, CompileInterrupted, CudaMagicError, ImageErro
 from .files import read_cubin_arg
 from .keys import cache_key
 from .lineinfo import debug_support
-from .miss import BuildOrigin, HitKind, Miss, MissKind, StoreOutcome, Stored
+from .miss import BuildOrigin, BuildPhase, HitKind, Miss, MissKind, StoreOutcome, Stored
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
@@ -138,7 +138,7 @@ class BuildContext:
     demangler : Demangler
     started : float
         ``time.perf_counter()`` when the build began.
-    timings : dict of str to float
+    timings : dict of BuildPhase to float
         Seconds per phase.
     notes : list of str
         Warnings about the input, said once in the report.
@@ -156,7 +156,7 @@ class BuildContext:
     store: KernelCache | None
     demangler: Demangler
     started: float = field(default_factory=time.perf_counter)
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[BuildPhase, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -169,7 +169,7 @@ class BuildContext:
         """The Python names kernels must not take: the module's own first."""
         return (self.opts.module, *self.settings.reserved)
 
-    def lap(self, phase: str, since: float) -> float:
+    def lap(self, phase: BuildPhase, since: float) -> float:
         """Record the time since ``since`` under ``phase``; returns now."""
         now = time.perf_counter()
         self.timings[phase] = self.timings.get(phase, 0.0) + now - since
@@ -247,7 +247,7 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
                        search=search, key=key, nvrtc=nv, toolkit=tk.fingerprint, store=store,
                        demangler=settings.demangler or default_demangler(), started=started,
                        notes=notes)
-    ctx.lap("key", started)
+    ctx.lap(BuildPhase.KEY, started)
     return ctx
 
 
@@ -302,10 +302,10 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
         t = time.perf_counter()
         looked = ctx.store.lookup(ctx.key)
         record, miss = looked.record, looked.miss
-        ctx.lap("lookup", t)
+        ctx.lap(BuildPhase.LOOKUP, t)
         if looked.remote_seconds:
-            ctx.timings["lookup"] -= looked.remote_seconds
-            ctx.timings["remote"] = looked.remote_seconds
+            ctx.timings[BuildPhase.LOOKUP] -= looked.remote_seconds
+            ctx.timings[BuildPhase.REMOTE] = looked.remote_seconds
         if record is not None:
             found = _restore(ctx, record, looked.hit)
             if isinstance(found, Module):
@@ -346,7 +346,7 @@ def _restore(ctx: BuildContext, record: EntryRecord, hit: HitKind | None = HitKi
     except ValueError as exc:
         return Miss(MissKind.FORMAT, str(exc))
     stale = manifest.check()
-    t = ctx.lap("headers", t)
+    t = ctx.lap(BuildPhase.HEADERS, t)
     if stale:
         return stale
     return _served(ctx, record, manifest, hit)
@@ -388,11 +388,11 @@ def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
         return Miss(MissKind.DAMAGED, f"the cached CUBIN is unreadable ({exc})")
     except _Unservable as exc:
         return exc.miss
-    t = ctx.lap("resolve", t)
+    t = ctx.lap(BuildPhase.RESOLVE, t)
     fresh = manifest.restamped()
     if ctx.store is not None and (fresh is not None or hit is HitKind.REMOTE):
         ctx.store.keep(ctx.key, replace(record, manifest=fresh or record.manifest))
-        ctx.lap("store", t)
+        ctx.lap(BuildPhase.STORE, t)
     return _module(ctx, binary, made, origin=BuildOrigin.CACHE, miss=None, record=record,
                    variables=(stored_types(record.variables), var_exprs), hit=hit)
 
@@ -439,7 +439,7 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
     from the compile's start to the stored entry is raised after it (:class:`_Interrupts`)."""
     t = time.perf_counter()
     _check_arch(ctx.arch)  # the first in a process loads NVRTC (its own phase in the report)
-    t = ctx.lap("nvrtc", t)
+    t = ctx.lap(BuildPhase.NVRTC, t)
     with _Interrupts() as interrupts:
         try:
             module, kept = _compile_held(ctx, pending, miss, t)
@@ -465,13 +465,13 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     result = typed.result
     if typed.compiles > 1:
         ctx.notes.append(PROBE_RETRIED.format(typed.compiles))
-    t = ctx.lap("compile", t)
+    t = ctx.lap(BuildPhase.COMPILE, t)
     if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
         from .toolchain.link import link_compiled
         result = link_compiled(result, ctx.arch, ctx.options)
-        t = ctx.lap("link", t)
+        t = ctx.lap(BuildPhase.LINK, t)
     manifest = _manifest(ctx, result, no_files, started_ns, listed)
-    t = ctx.lap("manifest", t)
+    t = ctx.lap(BuildPhase.MANIFEST, t)
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
         binary = Binary(result.cubin, image.with_grid_sync(
@@ -492,7 +492,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
             + ", ".join(repr(e) for e in missing))
     made = _kernels(ctx, binary, [Resolved(e, lowered[e], NVRTC) for e in kernel_exprs], sigs,
                     {}, strict=False)
-    ctx.lap("resolve", t)
+    ctx.lap(BuildPhase.RESOLVE, t)
     record = EntryRecord(cubin=result.cubin, lowered=lowered,
                          log=shift_lines(result.log, -ctx.line_offset),  # source lines
                          options=ctx.options, arch=ctx.arch, nvrtc_version=nvrtc_version(),
@@ -530,7 +530,7 @@ def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> Stored
     else:
         t = time.perf_counter()
         kept = ctx.store.put(ctx.key, record)
-        ctx.lap("store", t)
+        ctx.lap(BuildPhase.STORE, t)
         stored = Stored(StoreOutcome.KEPT if kept else StoreOutcome.BUSY)
     note = stored_note(stored, CACHE_WAIT_S)
     if note is not None:
@@ -553,7 +553,7 @@ def _signatures(ctx: BuildContext, binary: Binary, pending: Pending | None,
         with contextlib.closing(ctx.demangler.start()) if pending is None \
                 else contextlib.nullcontext(pending) as running:
             sigs = Signatures(dict(zip(symbols, running(symbols))), ctx.demangler.placeholders)
-    ctx.lap("demangle", t)
+    ctx.lap(BuildPhase.DEMANGLE, t)
     return sigs
 
 
@@ -609,8 +609,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
             line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries())),
             origin=origin, miss=miss, folder=ctx.search.cwd,
             module=ctx.opts.module, cell=ctx.settings.cell)
-    ctx.lap("history", t)
-    ctx.timings["total"] = time.perf_counter() - ctx.started
+    ctx.lap(BuildPhase.HISTORY, t)
+    ctx.timings[BuildPhase.TOTAL] = time.perf_counter() - ctx.started
 
     def sizes(symbol: str, text: str) -> tuple[int, ...] | None:
         # extern "C": the symbol carries no types, so the report shows the CUBIN's sizes
@@ -759,7 +759,7 @@ def load_cubin(path_or_bytes: "str | os.PathLike | bytes", name_expressions: Seq
                        demangler=demangler or default_demangler(), started=started)
     # PTX, a fatbin's PTX or a relocatable CUBIN went through nvJitLink (or its cached output)
     if loaded.linked:
-        ctx.timings["lookup" if loaded.cached else "link"] = time.perf_counter() - linked_from
+        ctx.lap(BuildPhase.LOOKUP if loaded.cached else BuildPhase.LINK, linked_from)
     with contextlib.closing(ctx.demangler.start()) as pending:
         sigs = _signatures(ctx, binary, pending)
     resolution, instances = _resolve_foreign(ctx, sigs, label)

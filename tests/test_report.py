@@ -227,6 +227,21 @@ def test_counts_agree_with_their_nouns(n, kernels, more):
         assert more in r.text(SHOWN_ROWS)
 
 
+def test_every_phase_has_its_label_and_a_misspelled_one_is_refused():
+    """Timings are keyed by BuildPhase, whose every member but the total has a label in the
+    phases list (in the enum's order); a word that names no phase is an error where it is
+    added, not a time the view would drop into "other"."""
+    from cudamagic.miss import BuildPhase
+    from cudamagic.view.report import _PHASES
+
+    assert list(_PHASES) == [p for p in BuildPhase if p is not BuildPhase.TOTAL]
+    r = make().with_timings({BuildPhase.DISPLAY: 0.002}, parse=0.001)
+    assert r.timings["display"] == 0.002 and r.timings[BuildPhase.PARSE] == 0.001  # both read
+    assert {"display (render)", "magic line"} <= {p.label for p in r.phases}
+    with pytest.raises(ValueError):
+        make().with_timings(dispaly=0.002)
+
+
 def test_cache_stats_show_small_sizes_in_their_unit():
     stats = CacheStats("/c", 1, 40 << 10, 1 << 30, 0, 0)
     assert "size: 40.0 KiB of 1.0 GiB" in stats.text()

@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from ..process import cached, InTest
 from ..cxx import parse_demangled, tidy_name as _tidy
 from ..cxx.resolve import ResolvedBy
-from ..miss import BuildOrigin
+from ..miss import BuildOrigin, BuildPhase
 from ..forksafe import once
 from ..miss import HitKind, StoreOutcome, Stored
 from ..units import counted, duration_text
@@ -315,17 +315,19 @@ _STATUS = {BuildOrigin.CACHE: Badge("cache hit", "cudamagic-hit"),
            BuildOrigin.COMPILED: Badge("cache miss", "cudamagic-miss"),
            BuildOrigin.CUBIN: Badge("loaded CUBIN", "cudamagic-cubin")}
 
-# timings keys -> what the phases list calls them, in the order a cell goes through them
-_PHASES = (
-    ("imports", "imports"), ("parse", "magic line"), ("driver", "CUDA driver start"),
-    ("key", "options and cache key"), ("lookup", "cache lookup"),
-    ("remote", "remote cache lookup"), ("headers", "header check"),
-    ("nvrtc", "NVRTC start"), ("compile", "compile (NVRTC)"), ("link", "link (nvJitLink)"),
-    ("manifest", "list of headers read"),
-    ("demangle", "demangle"), ("resolve", "resolve names"), ("store", "cache store"),
-    ("history", "cell history"), ("push", "names into the notebook"),
-    ("resources", "registers and memory (read off the CUBIN)"), ("display", "display (render)"),
-)
+#: What the phases list calls each phase, in the order a cell goes through them
+_PHASES = {
+    BuildPhase.IMPORTS: "imports", BuildPhase.PARSE: "magic line",
+    BuildPhase.DRIVER: "CUDA driver start", BuildPhase.KEY: "options and cache key",
+    BuildPhase.LOOKUP: "cache lookup", BuildPhase.REMOTE: "remote cache lookup",
+    BuildPhase.HEADERS: "header check", BuildPhase.NVRTC: "NVRTC start",
+    BuildPhase.COMPILE: "compile (NVRTC)", BuildPhase.LINK: "link (nvJitLink)",
+    BuildPhase.MANIFEST: "list of headers read", BuildPhase.DEMANGLE: "demangle",
+    BuildPhase.RESOLVE: "resolve names", BuildPhase.STORE: "cache store",
+    BuildPhase.HISTORY: "cell history", BuildPhase.PUSH: "names into the notebook",
+    BuildPhase.RESOURCES: "registers and memory (read off the CUBIN)",
+    BuildPhase.DISPLAY: "display (render)",
+}
 _COLUMNS = ("Python name", "name expression", "symbol", "signature", "resolved by")
 _GPU_COLUMNS = ("registers", "shared (static)", "local")
 
@@ -346,9 +348,10 @@ class BuildReport:
     miss_reason : str or None
         What the pipeline said when the cache did not serve (``"no cache entry"``, a header that
         changed, a damaged entry, ``"--force"``).
-    timings : dict of str to float
+    timings : dict of BuildPhase to float
         Seconds per phase (``lookup``, ``headers``, ``compile``, ``demangle``, ``resolve``,
-        ``total``; the magic adds ``imports``, ``parse``, ``push``, ``load``, ``display``).
+        ``total``; the magic adds ``imports``, ``parse``, ``push``, ``resources``,
+        ``display``). A str enum: ``timings["compile"]`` reads it too.
     demangler, arch, nvrtc_version, cache_dir : str
     cache_in_memory : bool
         The build's cache fell back to memory (``cache_dir`` then says why); the facts line
@@ -379,7 +382,7 @@ class BuildReport:
     hit: bool
     origin: BuildOrigin
     miss_reason: str | None
-    timings: dict[str, float]
+    timings: Mapping[BuildPhase, float]
     demangler: str
     arch: str
     nvrtc_version: str
@@ -430,7 +433,7 @@ class BuildReport:
         """The time shown in the headline: the cell's where the magic measured it, else the
         build's."""
         return self.cell_seconds if self.cell_seconds is not None \
-            else self.timings.get("total", 0.0)
+            else self.timings.get(BuildPhase.TOTAL, 0.0)
 
     @once
     def why(self) -> str:
@@ -500,7 +503,7 @@ class BuildReport:
         """Where the time went, in the order of the pipeline, then the total. Time in no phase
         (Python between them) is ``other``; the total is what the headline says."""
         out = [Phase(label, self.timings[k], duration_text(self.timings[k]))
-               for k, label in _PHASES if k in self.timings]
+               for k, label in _PHASES.items() if k in self.timings]
         rest = self.seconds - sum(p.seconds for p in out)
         if rest >= 5e-5:
             out.append(Phase("other", rest, duration_text(rest)))
@@ -538,10 +541,16 @@ class BuildReport:
 
     # --- copies ------------------------------------------------------------------------------
 
-    def with_timings(self, cell_seconds: float | None = None, **seconds: float) -> "BuildReport":
-        """A copy with more phases (and the cell's time, where given)."""
+    def with_timings(self, phases: Mapping[BuildPhase, float] | None = None,
+                     cell_seconds: float | None = None, **seconds: float) -> "BuildReport":
+        """A copy with more phases (and the cell's time, where given); ``seconds`` names each
+        by its word (``display=0.002``).
+
+        :raises ValueError: a word that names no :class:`~cudamagic.miss.BuildPhase`.
+        """
+        more = {**(phases or {}), **{BuildPhase(k): v for k, v in seconds.items()}}
         return dataclasses.replace(
-            self, timings={**self.timings, **seconds},
+            self, timings={**self.timings, **more},
             cell_seconds=self.cell_seconds if cell_seconds is None else cell_seconds)
 
     def with_warnings(self, more: tuple[str, ...]) -> "BuildReport":

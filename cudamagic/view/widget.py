@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..miss import BuildPhase
 from ..units import counted
 from .render import wrap_html
 from .report import (SHOWN_ROWS, BuildReport, html_body, html_head, html_rows, html_table,
@@ -167,8 +168,8 @@ def show_report(report: BuildReport, front: Frontend,
     body = html_body(report, SHOWN_ROWS) + (extra() if extra else "") if kernel else ""
     spent = time.perf_counter() - t
     report = report.with_timings(
-        cell_seconds=None if report.cell_seconds is None else report.cell_seconds + spent,
-        display=spent)
+        {BuildPhase.DISPLAY: spent},
+        cell_seconds=None if report.cell_seconds is None else report.cell_seconds + spent)
     plain = "\n".join([*text_head(report), *text, text_phases(report)])
     if front.open_comm is None:
         front.display({"text/plain": plain})
