@@ -422,6 +422,11 @@ FORMS = {
     "sm='90'": (lambda k: k.occupancy(128, sm="90"), [(128, 0)]),
     "sm='sm_90'": (lambda k: k.occupancy(128, sm="sm_90"), [(128, 0)]),
     "sm='SM_90a'": (lambda k: k.occupancy(128, sm="SM_90a"), [(128, 0)]),
+    "a 0-d NumPy array (raised a raw TypeError: iteration over a 0-d array)": (
+        lambda k: k.occupancy(_numpy().array(128)), [(128, 0)]),
+    "max_dynamic_shared as a NumPy int": (
+        lambda k: k.occupancy(128, dynamic_shared=65536, max_dynamic_shared=_numpy().int32(0)),
+        [(128, 65536)]),
     "max_dynamic_shared (documented)": (
         lambda k: k.occupancy(128, dynamic_shared=65536, max_dynamic_shared=49152),
         [(128, 65536)]),
@@ -456,6 +461,15 @@ REFUSED = {
     "a NumPy float": (lambda k: k.occupancy(_numpy().float64(128)), "give an int, or a list"),
     "a float dynamic size": (lambda k: k.occupancy(128, dynamic_shared=1.5),
                              "give an int, or a list"),
+    # each was taken: a limit of -5 bytes in the row's words, 1.5 as if none, "x" a raw TypeError
+    "a negative max_dynamic_shared": (lambda k: k.occupancy(128, max_dynamic_shared=-5),
+                                      "max_dynamic_shared=-5: give the kernel's"),
+    "a float max_dynamic_shared": (lambda k: k.occupancy(128, max_dynamic_shared=1.5),
+                                   "max_dynamic_shared=1.5: give"),
+    "max_dynamic_shared as text": (lambda k: k.occupancy(128, max_dynamic_shared="48k"),
+                                   "max_dynamic_shared='48k': give"),
+    "max_dynamic_shared=True": (lambda k: k.occupancy(128, max_dynamic_shared=True),
+                                "max_dynamic_shared=True: give"),
 }
 
 
@@ -464,6 +478,30 @@ def test_forms_that_mean_nothing_are_refused_clearly(typed_kernel, form):
     ask, words = REFUSED[form]
     with pytest.raises(OccupancyError, match=words):
         ask(typed_kernel)
+
+
+# block sizes asked -> the rows the text shows: the text showed only the sizes of its own list
+# (32, 64, 128, 192...) among those asked, and the best, so 96, 160 and 1000 were dropped in
+# silence, and 1025 too, which does not launch
+ASKED = {
+    "sizes off the usual list": ([96, 160, 224, 1000], ["96", "160", "224", "1000"]),
+    "a size that does not launch": ([1024, 1025], ["1024", "1025"]),
+    "one size": (200, ["200"]),
+}
+
+
+@pytest.mark.parametrize("case", list(ASKED))
+def test_the_text_shows_every_block_size_asked(typed_kernel, case):
+    asked, shown = ASKED[case]
+    lines = str(typed_kernel.occupancy(asked)).splitlines()
+    rows = lines[lines.index(next(x for x in lines if x.lstrip().startswith("block"))) + 1:]
+    assert [r.split()[0] for r in rows] == shown, lines
+
+
+def test_a_default_sweep_stays_short_and_large_sizes_read_as_sizes(typed_kernel):
+    text = str(typed_kernel.occupancy(dynamic_shared=[0, 1 << 40]))
+    assert "(every block size in .rows: 64 rows)" in text
+    assert "dynamic shared 1.0 TiB: no block size launches" in text  # was "1073741824 KiB"
 
 
 def test_the_register_rule_checks_the_spread_block_alone_and_answers_as_before():

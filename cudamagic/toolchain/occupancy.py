@@ -367,6 +367,27 @@ def _check_sizes(block_size: Any, dynamic_shared_bytes: Any, carveout: Any) -> N
                              "memory, 0 to 100, or None for the default")
 
 
+def _limit(max_dynamic_shared: Any) -> int | None:
+    """The kernel's dynamic shared memory limit as asked: None, or bytes as an int >= 0 (a
+    NumPy int too).
+
+    :raises OccupancyError: anything else (-5, 1.5, a string were taken, or a raw TypeError).
+    """
+    if max_dynamic_shared is None:
+        return None
+    try:
+        if isinstance(max_dynamic_shared, (bool, str, bytes)):
+            raise TypeError(max_dynamic_shared)
+        value = int(max_dynamic_shared.__index__())
+    except (TypeError, AttributeError, ValueError):
+        value = -1
+    if value < 0:
+        raise OccupancyError(f"max_dynamic_shared={max_dynamic_shared!r:.80}: give the kernel's "
+                             "dynamic shared memory limit as bytes, an int >= 0, or None for "
+                             "the most the launch asks")
+    return value
+
+
 def _register_limit(usage: KernelUsage, arch: ArchLimits, warps: int) -> tuple[int | None, int,
                                                                                str]:
     """Blocks the register file allows, the registers a block is given, and why none fit."""
@@ -438,6 +459,7 @@ def compute(kernel: Any, block_size: int, dynamic_shared_bytes: int = 0, *, sm: 
     :raises OccupancyError: an unknown architecture, a size that is not one.
     """
     _check_sizes(block_size, dynamic_shared_bytes, carveout)
+    max_dynamic_shared = _limit(max_dynamic_shared)
     arch, usage = arch_limits(sm), usage_of(kernel)
     warps = -(-block_size // _WARP)
     most = usage.max_block_size(arch)
@@ -484,7 +506,7 @@ def size_list(value: Any, what: str) -> tuple[int, ...]:
     :raises OccupancyError: anything else (a float, a bool, a string, an empty list).
     """
     items = (value,) if isinstance(value, (int, str, bytes)) or not hasattr(value, "__iter__") \
-        else tuple(value)
+        or getattr(value, "ndim", None) == 0 else tuple(value)  # (a 0-d array: one value)
     out = []
     for item in items:
         try:
@@ -534,6 +556,7 @@ def table(kernel: Any, block_sizes: Any = DEFAULT_BLOCK_SIZES, dynamic_shared: A
     dynamic_shared = size_list((0,) if dynamic_shared is None else dynamic_shared,
                            "dynamic shared memory")
     sm = None if sm is None else sm_number(sm)
+    max_dynamic_shared = _limit(max_dynamic_shared)
     usage = usage_of(kernel)
     name = str(getattr(kernel, "name_expression", None) or getattr(kernel, "symbol", "kernel"))
     ask = _driver_for(kernel, sm, device, carveout)

@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..units import size_text
+
 __all__ = ["occupancy_text", "occupancy_html", "timing_text", "timing_html", "svg_lines",
            "svg_strips", "timing_fold"]
 
@@ -25,7 +27,10 @@ COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 
 
 def _bytes(n: int) -> str:
-    """``48 KiB``, ``1000 B``: sizes as a person reads them."""
+    """``48 KiB``, ``1000 B``: sizes as a person reads them (past 1 MiB, as
+    :func:`~cudamagic.units.size_text` writes them)."""
+    if n >= 1 << 20:
+        return size_text(n)
     if n and n % 1024 == 0:
         return f"{n // 1024} KiB"
     return f"{n} B"
@@ -73,7 +78,9 @@ def occupancy_text(table: Any) -> str:
         else:
             lines.append(f"dynamic shared {_bytes(dyn)}: no block size launches")
         lines.append(f"{'block':>6}  {'blocks/SM':>9}  {'warps':>5}  {'occupancy':>9}  limited by")
-        shown = sorted((set(_TEXT_BLOCKS) & sizes) | ({best} if best else set()))
+        # the sizes asked, where a few were (a default sweep: the usual ones and the best)
+        shown = sorted(sizes if len(sizes) <= len(_TEXT_BLOCKS) else
+                       (set(_TEXT_BLOCKS) & sizes) | ({best} if best else set()))
         lines += [_occupancy_row(table.at(b, dyn)) for b in shown]
     if len(sizes) > len(_TEXT_BLOCKS):
         lines.append(f"(every block size in .rows: {len(table.rows)} rows)")
