@@ -194,6 +194,9 @@ PTX_ROWS = {
     "in comments only": (_ENTRY % "\t// mov.u32 %r1, %envreg1;\n\t/* trap; */", False),
     "in a string only": ('.file 1 "/tmp/{x//y}/%envreg1 trap;"\n' + _ENTRY % "\tret;", False),
     "another env register": (_ENTRY % "\tmov.u32 %r1, %envreg10;\n\ttrap;", False),
+    "a name ending in trap": (_ENTRY % "\tmov.u32 %r1, %envreg1;\n\tmov.u64 %rd1, untrap;",
+                              False),
+    "a labelled trap": (_ENTRY % "\tmov.u32 %r1, %envreg1;\n$L__BB0_2: trap;", True),
     "a function named trap": (".visible .func trap()\n{\n\tret;\n}\n" + _ENTRY %
                               "\tmov.u32 %r1, %envreg1;\n\tcall.uni trap, ();", False),
     "printf": (".extern .func (.param .b32 r) vprintf(.param .b64 a, .param .b64 b);\n"
@@ -202,6 +205,7 @@ PTX_ROWS = {
                   "\tcall.uni f, ();", False),
     "an extern function": (".extern .func g();\n" + _ENTRY % "\tcall.uni g, ();", None),
     "a call through a register": (_ENTRY % "\tcall (retval0), %rd4, (param0), proto_0;", None),
+    "a call this reader cannot follow": (_ENTRY % "\tcall.uni (retval0, 7;", None),
 }
 
 

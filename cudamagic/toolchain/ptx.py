@@ -107,10 +107,33 @@ _BRACE = re.compile(rb"[{}]")
 # a function's head: its linkage, .entry or .func, the return parameters, the name
 _FUNCTION = re.compile(rb"(?:^|\s)\.(entry|func)\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$%]*)")
 _WORKSPACE = re.compile(rb"%envreg[12](?![0-9])")
-# the trap instruction, where an instruction starts: predicated (@%p1) or labelled or not
-_TRAP = re.compile(rb"(?:^|[;{}:])\s*(?:@!?%[\w$]+\s+)?trap\s*;", re.M)
+# an instruction word is found by its letters first (a pattern that starts with a literal is
+# searched fast), then checked to stand where an instruction starts: a trap (PTX's __trap())
+_TRAP = re.compile(rb"trap\s*;")
+_CALL = re.compile(rb"call(?:\.uni)?\s")
+# what may stand before an instruction: a line's start, a statement's end, a label, then a
+# predicate; looked for in the few bytes before the word only (a long line costs no more)
+_STARTS = re.compile(rb"[\n;{}:]\s*(?:@!?%[\w$]+\s+)?\Z")
+_LOOK_BACK = 256
 # a call's target, after its return parameters: a register for an indirect call
-_CALL = re.compile(rb"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$%][\w$%]*)")
+_TARGET = re.compile(rb"call(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$%][\w$%]*)")
+_UNREAD = b"%unread"  # a call whose target this reader does not follow: an unknown callee
+
+
+def _instruction(body: bytes, at: int) -> bool:
+    """The word found at ``at`` starts an instruction (not the tail of a name, an operand)."""
+    before = body[max(0, at - _LOOK_BACK):at]
+    return _STARTS.search(b"\n" + before if at <= _LOOK_BACK else before) is not None
+
+
+def _calls(body: bytes) -> frozenset[bytes]:
+    """The targets of a body's ``call`` instructions."""
+    targets = set()
+    for m in _CALL.finditer(body):
+        if _instruction(body, m.start()):
+            target = _TARGET.match(body, m.start())
+            targets.add(target.group(1) if target is not None else _UNREAD)
+    return frozenset(targets)
 
 
 @dataclass(frozen=True)
@@ -153,9 +176,9 @@ def _functions(ptx: bytes) -> dict[bytes, _Function]:
         m = _FUNCTION.search(head)
         if m is None or b"=" in head:  # a variable's initialiser, a .section's bytes
             continue
+        traps = any(_instruction(body, t.start()) for t in _TRAP.finditer(body))
         found[m.group(2)] = _Function(m.group(1) == b"entry", _WORKSPACE.search(body) is not None,
-                                      _TRAP.search(body) is not None,
-                                      frozenset(c.group(1) for c in _CALL.finditer(body)))
+                                      traps, _calls(body))
     return found
 
 
