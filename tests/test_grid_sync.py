@@ -260,9 +260,9 @@ for _ in range(2):
     counter, seen = cp.zeros(1, cp.int32), cp.zeros(most, cp.int32)
     k((most,), (128,), (counter, seen))
     cp.cuda.Device().synchronize()
-    out.append([mod.hit, mod["optional_value"].launch_needs.grid_sync,
+    out.append([mod.hit, mod["optional_value"].launch_needs.grid_sync, blocks > most,
                 k.launch_needs.grid_sync, ok_large, bool((seen == most).all())])
 print(json.dumps(out))
 """
     got = __import__("json").loads(run_python(code).strip().splitlines()[-1])
-    assert got == [[False, False, True, True, True], [True, False, True, True, True]]
+    assert got == [[False, False, True, True, True, True], [True, False, True, True, True, True]]

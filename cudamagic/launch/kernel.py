@@ -157,7 +157,7 @@ class Kernel:
 
     @property
     def launch_needs(self) -> LaunchNeeds:
-        """How the CUBIN says the kernel must be launched: grid-wide sync (launched
+        """How the kernel must be launched, as its PTX and CUBIN say: grid-wide sync (launched
         cooperatively), compile-time clusters (no GPU)."""
         return getattr(self.image, "launch", None) or LaunchNeeds()
 
