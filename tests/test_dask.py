@@ -134,6 +134,26 @@ def test_a_tampered_record_is_refused_on_arrival(module):
         pickle.loads(bytes(blob))
 
 
+@pytest.mark.parametrize("column, value", [
+    (3, "bogus"),            # how the symbol was found: no ResolvedBy says so
+    (3, ""), (1, 7), (0, None),
+])
+def test_a_re_signed_kernel_table_of_the_wrong_shape_is_refused(module, column, value):
+    """A payload whose kernel table was altered and its checksum made again (the checksum is
+    no signature) is still refused as ImageError where a row is not the table's: a word no
+    ResolvedBy has raised a bare ValueError from the enum before."""
+    import dataclasses
+
+    from cudamagic.module import arrive
+    from cudamagic.store.entry import decode_entry, encode_entry
+
+    record = decode_entry(module.payload())
+    rows = [[*r[:column], value, *r[column + 1:]] for r in record.kernels["rows"]]
+    altered = encode_entry(dataclasses.replace(record, kernels={**record.kernels, "rows": rows}))
+    with pytest.raises(cudamagic.ImageError, match="arrived damaged or altered and is refused"):
+        arrive(altered, module.report)
+
+
 def test_a_module_round_trips_in_process(module):
     back = pickle.loads(pickle.dumps(module))
     assert back.key == module.key and back.cubin == module.cubin

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from ..cxx.resolve import ResolvedBy
 from ..errors import CacheArgumentError
 from ..miss import MissKind
 from ..toolchain.ptx import GridSyncTable
@@ -143,12 +144,17 @@ def _symbol_list(value: object) -> bool:
     return value is None or isinstance(value, list) and all(isinstance(s, str) for s in value)
 
 
+#: The words a kernel table's rows may hold for how each symbol was found
+_RESOLVED_BY = frozenset(r.value for r in ResolvedBy)
+
+
 def _kernel_table(value: object) -> bool:
-    """Whether a decoded ``kernels`` field has the shape :class:`EntryRecord` documents."""
+    """Whether a decoded ``kernels`` field has the shape :class:`EntryRecord` documents (each
+    row's "resolved by" one of :class:`~cudamagic.cxx.resolve.ResolvedBy`'s words)."""
     return (isinstance(value, dict) and isinstance(value.get("placeholders"), bool)
             and isinstance(value.get("rows"), list) and _symbol_list(value.get("too_long"))
             and all(isinstance(r, list) and len(r) == 5 and all(isinstance(x, str) for x in r)
-                    for r in value["rows"]))
+                    and r[3] in _RESOLVED_BY for r in value["rows"]))
 
 
 def _symbol_table(value: object) -> bool:
