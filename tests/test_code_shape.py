@@ -128,3 +128,78 @@ def test_no_comment_or_docstring_quotes_a_timing():
 ])
 def test_the_timing_rule_catches_a_quoted_measurement(source, faulty):
     assert bool(timing_faults(source, "m.py")) == faulty
+
+
+# ---- dead code: every function and class the package defines is used by the package --------
+
+#: Used from outside the package only, each with why it stays
+TEST_ONLY = {
+    "kernel_names": "toolchain.driver.Library: the GPU tests check the ELF reader's kernel list "
+                    "against the driver's enumeration (tests/test_gpu.py)",
+}
+
+
+def _used_names(tree: ast.AST) -> set[str]:
+    """Every name a module's code refers to: loads, attributes, imported names, keywords and
+    strings that are identifiers (getattr's, ``__all__``'s)."""
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.alias):
+            used.add(node.name.rsplit(".", 1)[-1])
+        elif isinstance(node, ast.keyword) and node.arg:
+            used.add(node.arg)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.isidentifier():
+            used.add(node.value)
+    return used
+
+
+def dead_faults(sources: dict[str, str], public: set[str]) -> list[str]:
+    """The functions, methods and classes defined in ``sources`` (path -> text) that no code
+    among them names: neither public API (``public``, the package's ``__all__``: those classes'
+    methods too), a protocol (``__dunder__``, ``_repr_html_``), nor decorated (a magic, an
+    ``atexit`` hook), nor listed in :data:`TEST_ONLY`."""
+    trees = {path: ast.parse(text) for path, text in sources.items()}
+    used = set().union(*map(_used_names, trees.values()))
+    faults = []
+    for path, tree in trees.items():
+        exempt: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name in public:
+                exempt |= {id(m) for m in node.body}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            name = node.name
+            if (name in used or name in public or name in TEST_ONLY or id(node) in exempt
+                    or node.decorator_list or (name.startswith("_") and name.endswith("_"))):
+                continue
+            faults.append(f"{path}:{node.lineno} {name}: defined, never used by the package")
+    return faults
+
+
+def test_the_package_has_no_dead_function_or_class():
+    sources = {str(p.relative_to(PACKAGE.parent)): p.read_text(encoding="utf-8")
+               for p in sorted(PACKAGE.rglob("*.py"))}
+    faults = dead_faults(sources, set(cudamagic.__all__))
+    assert not faults, ("remove it, or say in TEST_ONLY why only tests use it:\n"
+                        + "\n".join(faults))
+
+
+@pytest.mark.parametrize("sources, dead", [
+    ({"a.py": "def f():\n    pass\n"}, ["f"]),
+    ({"a.py": "def f():\n    pass\n", "b.py": "from a import f\nf()\n"}, []),
+    ({"a.py": "class K:\n    def m(self):\n        pass\n\nK()\n"}, ["m"]),     # a dead method
+    ({"a.py": "class Kernel:\n    def m(self):\n        pass\n"}, []),          # public API
+    ({"a.py": "class K:\n    def __len__(self):\n        return 0\n\nK()\n"}, []),
+    ({"a.py": "import atexit\n@atexit.register\ndef bye():\n    pass\n"}, []),
+    ({"a.py": "def f():\n    pass\n\nx = getattr(m, 'f')\n"}, []),
+    ({"a.py": "def outer():\n    def inner():\n        pass\n    return 1\nouter()\n"}, ["inner"]),
+])
+def test_the_dead_code_rule_catches_what_nothing_calls(sources, dead):
+    found = [f.split()[1].rstrip(":") for f in dead_faults(sources, {"Kernel"})]
+    assert found == dead

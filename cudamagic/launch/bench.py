@@ -613,7 +613,6 @@ BENCH_SYNTAX = CallSyntax(
           "kernel(grid, block, args[, shared_mem]) [; other(grid, block, args) ...]",
     stream_note="the calls run on CuPy's current stream; for another, time from Python: "
                 "cudamagic.launch.bench.compare(variants, stream=s)")
-MAGIC_USAGE = BENCH_SYNTAX.usage
 
 
 def run_line(line: str, namespace: dict, *, device: Any = None) -> BenchResult:
