@@ -158,11 +158,23 @@ def _used_names(tree: ast.AST) -> set[str]:
     return used
 
 
+#: Decorators through which something outside the package calls a function: IPython's
+#: magics, an exit hook
+_CALLED_FROM_OUTSIDE = {"line_magic", "cell_magic", "line_cell_magic", "register",
+                        "magics_class"}
+
+
+def _decorator(node: ast.expr) -> str:
+    """A decorator's last name (``atexit.register`` -> ``register``)."""
+    node = node.func if isinstance(node, ast.Call) else node
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
 def dead_faults(sources: dict[str, str], public: set[str]) -> list[str]:
     """The functions, methods and classes defined in ``sources`` (path -> text) that no code
     among them names: neither public API (``public``, the package's ``__all__``: those classes'
-    methods too), a protocol (``__dunder__``, ``_repr_html_``), nor decorated (a magic, an
-    ``atexit`` hook), nor listed in :data:`TEST_ONLY`."""
+    methods too), a protocol (``__dunder__``, ``_repr_html_``), nor called from outside (a
+    magic, an ``atexit`` hook), nor listed in :data:`TEST_ONLY`."""
     trees = {path: ast.parse(text) for path, text in sources.items()}
     used = set().union(*map(_used_names, trees.values()))
     faults = []
@@ -176,7 +188,8 @@ def dead_faults(sources: dict[str, str], public: set[str]) -> list[str]:
                 continue
             name = node.name
             if (name in used or name in public or name in TEST_ONLY or id(node) in exempt
-                    or node.decorator_list or (name.startswith("_") and name.endswith("_"))):
+                    or _CALLED_FROM_OUTSIDE & set(map(_decorator, node.decorator_list))
+                    or (name.startswith("_") and name.endswith("_"))):
                 continue
             faults.append(f"{path}:{node.lineno} {name}: defined, never used by the package")
     return faults
@@ -197,6 +210,7 @@ def test_the_package_has_no_dead_function_or_class():
     ({"a.py": "class Kernel:\n    def m(self):\n        pass\n"}, []),          # public API
     ({"a.py": "class K:\n    def __len__(self):\n        return 0\n\nK()\n"}, []),
     ({"a.py": "import atexit\n@atexit.register\ndef bye():\n    pass\n"}, []),
+    ({"a.py": "class K:\n    @property\n    def p(self):\n        return 1\n\nK()\n"}, ["p"]),
     ({"a.py": "def f():\n    pass\n\nx = getattr(m, 'f')\n"}, []),
     ({"a.py": "def outer():\n    def inner():\n        pass\n    return 1\nouter()\n"}, ["inner"]),
 ])
