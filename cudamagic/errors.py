@@ -108,10 +108,11 @@ class ToolchainError(CudaMagicError):
     and the message says what to change instead."""
 
 
-class NameResolutionError(CudaMagicError, LookupError):
-    """A name expression that names no kernel, or names more than one."""
+class NameResolutionError(CudaMagicError, KeyError):
+    """A name expression that names no kernel, or names more than one. A KeyError, as a
+    Mapping's missing key is (a module is one: ``except KeyError`` catches it)."""
 
-    def __str__(self) -> str:  # LookupError would quote the message like a dict key
+    def __str__(self) -> str:  # KeyError would quote the message like a dict key
         return str(self.args[0]) if self.args else ""
 
 

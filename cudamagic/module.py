@@ -87,6 +87,9 @@ def _occupancy(kernel: Kernel, *args: Any, **options: Any) -> Any:
 #: what every module's kernels time and size themselves with: results shown by the views
 KERNEL_TOOLS = KernelTools(bench=_bench, occupancy=_occupancy)
 
+#: The most kernel names a lookup's error lists (a CCCL module holds thousands)
+SHOWN_NAMES = 10
+
 
 class KernelTable(Mapping[str, Kernel]):
     """A module's kernels by the name each answers to, each :class:`Kernel` made on first use
@@ -293,9 +296,11 @@ class Module(Mapping[str, Kernel]):
                                       f"{expr!r:.60}")
         held = sorted(self.kernels)
         near = similar_names(expr, held)
+        more = len(held) - SHOWN_NAMES
         raise NameResolutionError(
-            f"this module holds no kernel named {expr!r} (lookups take the exact name expression "
-            f"given with -n). It holds: {', '.join(held) or 'nothing'}"
+            f"this module holds no kernel named {expr!r:.200} (lookups take the exact name "
+            f"expression given with -n). It holds: {', '.join(held[:SHOWN_NAMES]) or 'nothing'}"
+            + (f" and {more} more (module.keys())" if more > 0 else "")
             + (f". Closest: {', '.join(near)}" if near else ""))
 
     def __contains__(self, expr: object) -> bool:

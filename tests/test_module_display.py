@@ -69,6 +69,47 @@ def test_membership_and_get_answer_as_a_mapping(tmp_path, key):
         assert got is module[key]
 
 
+# a missing key -> what the Mapping protocol's users do with it: NameResolutionError was a
+# LookupError and no KeyError, so each of these raised it instead of answering
+MISSING = {
+    "except KeyError": lambda m, k: _caught(lambda: m[k]),
+    "str.format_map": lambda m, k: _caught(lambda: ("{%s}" % k).format_map(m)),
+    "operator.itemgetter": lambda m, k: _caught(lambda: __import__("operator").itemgetter(k)(m)),
+}
+
+
+def _caught(call) -> str:
+    try:
+        call()
+    except KeyError as exc:
+        return type(exc).__name__
+    return "no error"
+
+
+@pytest.mark.parametrize("use", list(MISSING))
+@pytest.mark.parametrize("key", ["t<int>", "fil"])
+def test_a_missing_kernel_is_a_key_error(tmp_path, use, key):
+    import cudamagic
+
+    module = cudamagic.build(_HELD, ["t<float>"], cache=tmp_path)
+    assert MISSING[use](module, key) == "NameResolutionError"
+
+
+def test_a_missing_kernels_message_is_bounded(tmp_path):
+    """A 100 000-character key was quoted whole, and every kernel of the module listed."""
+    import cudamagic
+
+    source = "".join(f'extern "C" __global__ void k{i}(float* x) {{}}\n' for i in range(40))
+    module = cudamagic.build(source, cache=tmp_path)
+    with pytest.raises(NameResolutionError) as caught:
+        module["k" * 100_000]
+    said = str(caught.value)
+    assert len(said) < 800 and "and 30 more (module.keys())" in said, said
+    with pytest.raises(NameResolutionError) as caught:
+        module.globals["v" * 100_000]
+    assert len(str(caught.value)) < 800
+
+
 # What a new user porting CuPy RawModule code met (from test_user_tries.py): CuPy's get_function
 def test_rawmodule_code_finds_kernels_with_get_function(tmp_path):
     # CuPy: mod = cp.RawModule(code=..., name_expressions=[...]); mod.get_function("saxpy<float>")

@@ -246,14 +246,14 @@ def find(found: tuple[Variable, ...], name: str,
             return matches[0]
         if len(matches) > 1:
             raise NameResolutionError(
-                f"{name!r} names {len(matches)} variables of this module ("
+                f"{name!r:.200} names {len(matches)} variables of this module ("
                 + ", ".join(v.cxx_name for v in matches) + "): give the symbol ("
                 + ", ".join(v.name for v in matches) + ")")
     more = len(found) - 10
     held = (", ".join(v.cxx_name for v in found[:10]) or "none") + (
         f" and {more} more" if more > 0 else "")
     raise NameResolutionError(f"this module holds no __constant__ or __device__ variable named "
-                              f"{name!r} (its variables: {held})")
+                              f"{name!r:.200} (its variables: {held})")
 
 
 class DeviceGlobal:
