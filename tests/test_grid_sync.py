@@ -140,13 +140,41 @@ def test_an_entry_written_before_the_table_reads_the_cubin(tmp_path):
                                                       "block_sync")] == [True, True, False]
 
 
-def test_a_dlto_build_reads_the_cubin():
-    """-dlto: NVRTC makes LTO IR, no PTX; the CUBIN's records decide (docs/calling.md)."""
-    cell = _cell({k: KERNELS[k] for k in ("grid_direct", "block_sync")})
-    mod = cudamagic.build(cell, options=["-dlto"], use_cache=False)
-    assert mod.image.grid_sync is None
-    assert mod["grid_direct"].launch_needs.grid_sync is True
-    assert mod["block_sync"].launch_needs.grid_sync is False
+def _counting_links(monkeypatch) -> list[bool]:
+    """Each nvJitLink link from now on, as whether it asked for PTX."""
+    from cudamagic.toolchain import link
+
+    real, links = link.link, []
+
+    def counted(*args, **kw):
+        links.append(bool(kw.get("emit_ptx")))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(link, "link", counted)
+    return links
+
+
+def test_a_dlto_build_reads_the_ptx_of_one_more_link(tmp_path, monkeypatch):
+    """-dlto: NVRTC makes LTO IR and no PTX, nvJitLink a CUBIN or PTX per link; where the
+    CUBIN's records leave grid sync open (a block barrier beside a trap) one more link makes
+    the PTX. Before, optional_value read True."""
+    links = _counting_links(monkeypatch)
+    cell = _cell({k: KERNELS[k] for k in ("grid_direct", "optional_value", "block_sync")})
+    mod = cudamagic.build(cell, options=["-dlto", "-std=c++17"], cache=KernelCache(tmp_path))
+    assert links == [False, True] and mod.image.grid_sync is not None
+    for m in (mod, cudamagic.build(cell, options=["-dlto", "-std=c++17"],
+                                   cache=KernelCache(tmp_path))):
+        assert {k: m[k].launch_needs.grid_sync for k in ("grid_direct", "optional_value",
+                                                         "block_sync")} == \
+            {"grid_direct": True, "optional_value": False, "block_sync": False}
+
+
+def test_a_dlto_build_the_cubin_answers_links_once(monkeypatch):
+    links = _counting_links(monkeypatch)
+    cell = _cell({k: KERNELS[k] for k in ("plain_trap", "array_at_syncthreads")})
+    mod = cudamagic.build(cell, options=["-dlto", "-std=c++17"], use_cache=False)
+    assert links == [False] and mod.image.grid_sync is None
+    assert not any(k.launch_needs.grid_sync for k in mod.values())
 
 
 def test_an_rdc_build_reads_the_ptx(tmp_path):

@@ -108,8 +108,8 @@ class EntryRecord:
         Which kernels synchronise the grid, as the PTX the CUBIN was compiled from says
         (:class:`~cudamagic.toolchain.ptx.GridSyncTable`; stored as ``{"syncing": [symbol,
         ...], "unknown": [symbol, ...]}``; every other kernel does not). None where no PTX
-        was read (an entry written before the field, ``-dlto``, a CUBIN from elsewhere): the
-        CUBIN's records decide.
+        was read (an entry written before the field, a CUBIN from elsewhere, a ``-dlto`` build
+        whose CUBIN answered alone): the CUBIN's records decide.
     """
 
     cubin: bytes

@@ -162,7 +162,8 @@ def _logs(nvjitlink, handle) -> tuple[str, str]:
 
 
 def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
-         device_runtime_library: bool = True, options: Sequence[str] = ()) -> LinkResult:
+         device_runtime_library: bool = True, options: Sequence[str] = (),
+         emit_ptx: bool = False) -> LinkResult:
     """Link device code into one executable CUBIN for ``arch`` with nvJitLink.
 
     Parameters
@@ -176,13 +177,16 @@ def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
         Link ``libcudadevrt.a`` (device-side launches, ``cudaDeviceSynchronize`` in kernels).
     options : sequence of str
         More nvJitLink options (``-lineinfo``, ``-G``...).
+    emit_ptx : bool
+        Stop at the PTX the link-time optimisation makes (``-ptx``, LTO IR only): the result's
+        ``cubin`` is that PTX text, no CUBIN (nvJitLink gives one or the other per link).
 
     :raises LinkError: nvJitLink is missing or refused the inputs (its error log is the
         message), or a device-runtime call is left unresolved without ``libcudadevrt.a``.
     """
     nvjitlink = _nvjitlink()
     start = time.perf_counter()
-    opts = [f"-arch={arch}", *(["-lto"] if lto_ir else []), *options]
+    opts = [f"-arch={arch}", *(["-lto"] if lto_ir else []), *options, *(["-ptx"] * emit_ptx)]
     try:
         handle = nvjitlink.create(len(opts), opts)
     except nvjitlink.nvJitLinkError as exc:
@@ -198,8 +202,10 @@ def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
             nvjitlink.add_file(handle, nvjitlink.InputType.LIBRARY, str(devrt))
         step = "linking"
         nvjitlink.complete(handle)
-        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
-        nvjitlink.get_linked_cubin(handle, cubin)
+        size_of, get = (nvjitlink.get_linked_ptx_size, nvjitlink.get_linked_ptx) if emit_ptx \
+            else (nvjitlink.get_linked_cubin_size, nvjitlink.get_linked_cubin)
+        cubin = bytearray(size_of(handle))
+        get(handle, cubin)
         _, info = _logs(nvjitlink, handle)
     except nvjitlink.nvJitLinkError as exc:
         error, info = _logs(nvjitlink, handle)
@@ -210,7 +216,7 @@ def link(inputs: Sequence[LinkInput], arch: str, *, lto_ir: bool = False,
     finally:
         nvjitlink.destroy(handle)
     linked = bytes(cubin)
-    if elf_type(linked) != ET_EXEC:
+    if not emit_ptx and elf_type(linked) != ET_EXEC:
         raise LinkError(f"nvJitLink's output is not an executable CUBIN (ELF type "
                         f"{elf_type(linked)}); it is not loaded or cached")
     return LinkResult(linked, info, time.perf_counter() - start)
@@ -353,9 +359,11 @@ def link_compiled(result, arch: str, options: Sequence[str]):
     # nvJitLink generates the code of LTO IR itself: every option that shapes it goes along;
     # relocatable code is machine code already, and its link keeps debug and line information
     codegen = code_generation(options)
+    syncs = result.grid_sync
     if is_lto:
         linked = link_needing_runtime([item], arch, lto_ir=True,
                                       options=codegen.nvjitlink_options())
+        syncs = _lto_grid_syncs(item, arch, codegen, linked.cubin)
     else:
         kept = ["-g"] * codegen.debug + ["-lineinfo"] * codegen.lineinfo
         linked = link([item], arch, device_runtime_library=bool(undefined_symbols(result.cubin)),
@@ -363,5 +371,29 @@ def link_compiled(result, arch: str, options: Sequence[str]):
     # nvJitLink's INFO lines (an LTO container's size) are no warning about the cell
     said = "\n".join(x for x in linked.log.splitlines() if not x.startswith("INFO:"))
     log = "\n".join(x for x in (result.log, said) if x)
-    return dataclasses.replace(result, cubin=linked.cubin, log=log,
+    return dataclasses.replace(result, cubin=linked.cubin, log=log, grid_sync=syncs,
                                seconds=result.seconds + linked.seconds)
+
+
+def _lto_grid_syncs(item: LinkInput, arch: str, codegen: CodeGeneration,
+                    cubin: bytes) -> dict[str, bool] | None:
+    """Which kernels of LTO IR synchronise the grid, read from the PTX the link-time
+    optimisation makes (:func:`~cudamagic.toolchain.ptx.grid_syncs`): NVRTC makes none with
+    ``-dlto``, and nvJitLink gives PTX or a CUBIN per link, so this is one more link, run only
+    where the linked CUBIN's records leave a kernel's grid sync open (a cooperative-groups
+    barrier beside a trap, or a ``-G`` build's); None where it is not run or fails (the
+    CUBIN's records decide)."""
+    from .image import read_cubin
+    from .ptx import grid_syncs
+
+    try:
+        if all(k.launch.grid_sync is False for k in read_cubin(cubin).kernels):
+            return None
+    except ImageError:  # the pipeline's own read says what is wrong with it
+        return None
+    try:
+        ptx = link([item], arch, lto_ir=True, device_runtime_library=False,
+                   options=codegen.nvjitlink_options(), emit_ptx=True)
+    except LinkError:  # a link that needs the device runtime's code: no PTX of it alone
+        return None
+    return grid_syncs(ptx.cubin)

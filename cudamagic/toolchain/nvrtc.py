@@ -54,7 +54,8 @@ class CompileResult:
     grid_sync : dict of str to bool, or None
         Whether each kernel synchronises the grid, read from the PTX NVRTC assembled the CUBIN
         from (:func:`~cudamagic.toolchain.ptx.grid_syncs`; a kernel it cannot tell about is
-        not there); None where NVRTC made no PTX (``-dlto``: LTO IR).
+        not there); None where NVRTC made no PTX (``-dlto``: LTO IR, whose link may read it:
+        :func:`~cudamagic.toolchain.link.link_compiled`).
     """
 
     cubin: bytes
