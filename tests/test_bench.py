@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import cudamagic
-from cudamagic.errors import ArgumentValueError, NoDeviceError, OptionError
+from cudamagic.errors import ArgumentTypeError, ArgumentValueError, NoDeviceError, OptionError
 from cudamagic.launch import bench as bench_module
 from cudamagic.launch.bench import BenchResult, Settings, Variant, compare, run_line
 from cudamagic.view.bench import timing_html, timing_text
@@ -385,12 +385,60 @@ def test_the_magic_line_checks_outputs(gpu):
     ("a(1, 2, (), wrong=3)", "wrong is not one of them"),
     ("a(1, 2, (), stream=n)", "the calls run on CuPy's current stream"),
     ("a(1, 2, (), **{'shared_mem': 0})", r"\*\*\{'shared_mem': 0\} is not one of them"),
+    # the keyword won in silence (Python's own call refuses it)
+    ("a(1, 2, (), grid=3)", "grid is given twice, by position and by name"),
+    ("a(1, 2, (), block=2)", "block is given twice"),
+    # was "argument '*t' raised SyntaxError: invalid syntax"
+    ("a(1, 2, *t)", r"\*t is not read here"),
 ])
 def test_bad_magic_lines_say_what(gpu, line, message):
     ns = {"a": StandInKernel(gpu, "a", 1.0), "n": 3, "f": len, "np": np, "print": print}
     ns["f"] = lambda *a: None
     with pytest.raises(OptionError, match=message):
         run_line(line, ns, device=gpu)
+
+
+# a launch a cudamagic kernel refuses -> its error, which came without a GPU as NoDeviceError
+# ("timing needs a GPU") and so was found only on one
+REFUSED_LAUNCHES = {
+    "too many arguments": ("k(1, 32, (None, 4, 5))", ArgumentTypeError, "takes 2 arguments"),
+    "no arguments": ("k(1, 32)", ArgumentTypeError, "takes 2 arguments"),
+    "args not a tuple": ("k(1, 32, 5)", ArgumentTypeError, "args must be a tuple"),
+    "a zero grid": ("k((0,), 32, (None, 4))", ArgumentValueError, "at least 1"),
+    "a grid as text": ("k('g', 32, (None, 4))", ArgumentTypeError, "grid must be an int"),
+    "negative shared memory": ("k(1, 32, (None, 4), shared_mem=-1)", ArgumentValueError,
+                               "shared_mem must be from 0"),
+    "an int out of range": ("k(1, 32, (None, 2**40))", ArgumentValueError, "int"),
+    "the second call bad": ("k(1, 32, (None, 4)); k(1, 32, (None, 1.5))", ArgumentTypeError,
+                            ""),
+}
+
+
+@pytest.fixture(scope="module")
+def real_kernel(tmp_path_factory):
+    src = 'extern "C" __global__ void k(float* x, int n) { if (n) x[0] = 1.0f; }\n'
+    return cudamagic.build(src, cache=tmp_path_factory.mktemp("cache"))["k"]
+
+
+@pytest.mark.parametrize("case", list(REFUSED_LAUNCHES))
+def test_a_launch_the_kernel_refuses_is_said_before_the_gpu_is_asked_for(real_kernel, case,
+                                                                          monkeypatch):
+    from cudamagic.toolchain import driver
+
+    monkeypatch.setattr(driver, "available", lambda: False)  # as on a machine without a GPU
+    line, error, words = REFUSED_LAUNCHES[case]
+    with pytest.raises(error, match=words):
+        run_line(line, {"k": real_kernel})
+    with pytest.raises(NoDeviceError):  # a good launch still says what is missing
+        run_line("k(1, 32, (None, 4))", {"k": real_kernel})
+
+
+def test_kernel_bench_checks_its_launch_first(real_kernel, monkeypatch):
+    from cudamagic.toolchain import driver
+
+    monkeypatch.setattr(driver, "available", lambda: False)
+    with pytest.raises(ArgumentTypeError, match="takes 2 arguments"):
+        real_kernel.bench(1, 32, (None,))
 
 
 def test_the_magic_is_registered_and_reaches_the_timing(gpu, monkeypatch):

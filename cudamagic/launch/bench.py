@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import ArgumentValueError, NoDeviceError
 from .calls import CallSyntax, evaluate, number, read_calls, read_options
+from .capture import check_launch
 
 __all__ = ["Settings", "Variant", "Timing", "BenchResult", "bench", "compare", "CupyDevice"]
 
@@ -413,6 +414,21 @@ def _check_variants(variants: Sequence[Variant], baseline: str | int) -> str:
     return baseline
 
 
+def _check_launches(variants: Sequence[Variant]) -> None:
+    """Each variant's launch checked as its launcher checks it, before a GPU is asked for: a bad
+    grid, block, shared memory or argument is said as itself, with or without a GPU (it was a
+    NoDeviceError without one). A kernel without a parameter table (CuPy's) is checked when
+    launched.
+
+    :raises ArgumentTypeError, ArgumentValueError: a launch the kernel would refuse.
+    """
+    for v in variants:
+        specs = getattr(v.kernel, "params", None)
+        name = getattr(v.kernel, "name_expression", None)
+        if specs is not None and isinstance(name, str):
+            check_launch(name, specs, v.grid, v.block, v.args, v.shared_mem)
+
+
 def _default_equal(got: np.ndarray, want: np.ndarray) -> str:
     """"" where two outputs agree (floats to NumPy's allclose, others exactly), else how not."""
     if got.shape != want.shape:
@@ -518,6 +534,7 @@ def compare(variants: Sequence[Variant], *, baseline: str | int = 0,
     settings = settings or Settings()
     _check_settings(settings)
     base = _check_variants(variants, baseline)
+    _check_launches(variants)
     device = _timing_device() if device is None else device
     st = device.stream(stream)
     getattr(device, "prepare", lambda: None)()  # the hold kernel built before any round

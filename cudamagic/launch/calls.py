@@ -123,6 +123,10 @@ def _call(stmt: ast.stmt, text: str, namespace: dict, syntax: CallSyntax) -> Cal
             or len(call.args) > 4:
         raise OptionError(f"{syntax.magic}: {source!r} is not a launch: write "
                           "kernel(grid, block, args) as you would call it")
+    starred = [a for a in call.args if isinstance(a, ast.Starred)]
+    if starred:  # *parts: how many parts it holds is not seen before it runs
+        raise OptionError(f"{syntax.magic}: {source!r}: {ast.unparse(starred[0])} is not read "
+                          "here: write grid, block and args as parts of their own (args a tuple)")
     parts = [evaluate(ast.unparse(a), namespace, "argument", syntax) for a in call.args]
     spread = [k for k in call.keywords if k.arg is None]
     if spread:  # **mapping: its keys are not seen before it runs
@@ -137,6 +141,10 @@ def _call(stmt: ast.stmt, text: str, namespace: dict, syntax: CallSyntax) -> Cal
         raise OptionError(f"{syntax.magic}: {ast.unparse(call.func)} is a "
                           f"{type(kernel).__name__}, not a GPU kernel: give a kernel of a "
                           f"module (%%cuda pushes each under its name) or a cupy.RawKernel")
+    twice = sorted(set(_NAMES[:len(parts)]) & set(keywords))
+    if twice:  # Python's own call would refuse it (a TypeError); the keyword would win here
+        raise OptionError(f"{syntax.magic}: {source!r}: {twice[0]} is given twice, by position "
+                          "and by name: give it once")
     given = dict(zip(_NAMES, parts)) | keywords
     if "stream" in given:
         raise OptionError(f"{syntax.magic}: {source!r}: {syntax.stream_note}")
