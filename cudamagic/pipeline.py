@@ -39,11 +39,11 @@ from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_s
                       relocatable, shift_lines)
 from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
-from .toolchain import compile_cubin, driver, nvrtc_version
+from .toolchain import compile_cubin, driver, elf, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Listing, Manifest, SearchPath, from_scan, from_trace,
                              list_search_folders, reads_no_file, trace_headers)
-from .toolchain.image import ET_REL, elf_type, read_cubin
+from .toolchain.image import read_cubin
 from .toolchain.ptx import grid_sync_table
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
@@ -359,7 +359,7 @@ def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
     t = time.perf_counter()
     if not manifest.complete:
         ctx.notes.append(_INCOMPLETE)
-    if elf_type(record.cubin) == ET_REL:  # cached unlinked before builds were linked
+    if elf.elf_type(record.cubin) == elf.ET_REL:  # cached unlinked before builds were linked
         return Miss(MissKind.DAMAGED, "the cached CUBIN is relocatable device code that was "
                                       "never linked (the driver cannot launch it)")
     try:

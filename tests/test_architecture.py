@@ -189,3 +189,22 @@ def test_every_citation_in_the_package_names_what_is_there():
 ])
 def test_a_stale_citation_is_caught(text, module, stale):
     assert bool(citation_faults(text, module)) == stale
+
+
+# ---- one home per fact: what only one module may spell --------------------------------------
+
+#: (what it is, how code spells it, the one module that may)
+ONE_HOME = [
+    ("the ELF magic", re.compile(r"x7fELF"), "toolchain/elf.py"),
+    ("an ELF section header's layout", re.compile(r"IIQQQQIIQQ"), "toolchain/elf.py"),
+    ("ELF header offsets (e_machine, e_type, e_shoff)",
+     re.compile(r"unpack_from\([^)]*,\s*(?:16|18|40|48|58|60)\)"), "toolchain/elf.py"),
+]
+
+
+@pytest.mark.parametrize("fact, spelling, home", ONE_HOME, ids=[f[0] for f in ONE_HOME])
+def test_an_elf_fact_is_spelt_in_its_one_module(fact, spelling, home):
+    package = REPO / "cudamagic"
+    found = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                   if spelling.search(p.read_text(encoding="utf-8")))
+    assert found == [home], f"{fact} is spelt in {found}: ask {home} instead"

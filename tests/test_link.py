@@ -11,7 +11,7 @@ from cudamagic.errors import LinkError, OptionError
 from cudamagic.store import KernelCache
 from cudamagic.toolchain import link as link_mod
 from cudamagic.toolchain.image import read_cubin
-from cudamagic.toolchain.link import ET_EXEC, ET_REL, elf_type
+from cudamagic.toolchain.elf import ET_EXEC, ET_REL, elf_type
 
 # a kernel that launches kernels (dynamic parallelism), a template parent, and a __device__
 # function the parent calls: each needs the device runtime or a link to be launchable

@@ -31,7 +31,8 @@ new = sorted(set(sys.modules) - before)
 print(json.dumps({"hit": mod.hit, "kernels": len(mod), "modules": new}))
 """
 
-#: cudamagic's modules a hit imports: the entry, the CUBIN's tables, the names, the records of
+#: cudamagic's modules a hit imports: the entry, the CUBIN's tables (and the ELF format they
+#: are read by, toolchain.elf), the names, the records of
 #: the report, the launch's Kernel (not yet launched) and its parameter kinds (launch.params
 #: takes PTX's parameter types from toolchain.ptx), and cxx.kernel_names (the report's hint of
 #: a template kernel left without -n reads the cell's text on every build, a hit's too), and
@@ -43,7 +44,7 @@ HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
     launch.support lineinfo module naming pipeline typed
     store store.base store.cache store.connections store.disk store.entry store.limits
     store.memory store.state
-    toolchain toolchain.demangle toolchain.deps toolchain.driver toolchain.image
+    toolchain toolchain.demangle toolchain.deps toolchain.driver toolchain.elf toolchain.image
     toolchain.manifest toolchain.variables toolchain.ptx cxx.kernel_names
     view view.render view.report
     """.replace("|", "").split() + [""])

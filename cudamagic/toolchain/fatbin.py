@@ -21,14 +21,14 @@ from ..process import cached
 from ..errors import ImageError
 from ..options import arch_sm
 from ..units import counted, size_text
-from .link import ET_REL, CodeKind, LinkInput, LinkResult, elf_type, link_needing_runtime
+from .elf import EM_CUDA, ET_EXEC, ET_REL, elf_machine, elf_section, elf_type, is_elf
+from .link import CodeKind, LinkInput, LinkResult, link_needing_runtime
 from .link import device_runtime, nvjitlink_identity
 from .image import read_cubin
 
 __all__ = ["device_runtime_globals", "FatbinEntry", "Loaded", "LinkCache", "read_fatbin", "is_fatbin", "is_ptx",
            "loadable_cubin"]
 
-_EM_CUDA = 190  # e_machine of a CUBIN
 _MACHINES = {3: "x86", 62: "x86-64", 183: "AArch64", 40: "ARM", 21: "PowerPC 64"}
 _MAGICS = (0xBA55ED50, 0x466243B1)  # a fatbin; the second in relocatable objects
 _HEADER = struct.Struct("<IHHQ")
@@ -298,7 +298,7 @@ def _linked(item: LinkInput, arch: str, store: Callable[[], LinkCache | None] | 
     key = _key(item.kind, item.data, arch)
     if cache is not None:
         cubin = cache.find(key)
-        if cubin is not None and elf_type(cubin) == 2:
+        if cubin is not None and elf_type(cubin) == ET_EXEC:
             return Loaded(cubin, item.kind, f"{what} (from the cache)", linked=True, cached=True,
                           ptx=item.data if item.kind is CodeKind.PTX else None)
     result = link_needing_runtime([item], arch)
@@ -321,9 +321,9 @@ def loadable_cubin(data: bytes, arch: str, *, label: str = "<bytes>",
     :raises LinkError: nvJitLink refused the PTX (its log says where).
     """
     sm = arch_sm(arch)
-    if data[:4] == b"\x7fELF":
-        machine = struct.unpack_from("<H", data, 18)[0] if len(data) >= 20 else None
-        if machine != _EM_CUDA:
+    if is_elf(data):
+        machine = elf_machine(data)
+        if machine != EM_CUDA:
             what = _MACHINES.get(machine or 0, "not a GPU")
             raise ImageError(f"{label} is an ELF file for another machine (e_machine "
                              f"{machine}, {what}), not a CUBIN: give the output of nvcc "
@@ -352,7 +352,7 @@ def _from_fatbin(entries: tuple[FatbinEntry, ...], data: bytes, sm: int, arch: s
     exact = [e for e in entries if e.kind is CodeKind.CUBIN and e.sm == sm]
     if exact:
         cubin = exact[0].data
-        if cubin[:4] != b"\x7fELF":
+        if not is_elf(cubin):
             inner = "a fatbin itself (nvcc never nests them)" if is_fatbin(cubin) else \
                 "not an ELF file"
             raise ImageError(f"{label}: the fatbin's sm_{sm} CUBIN entry is {inner}: it is "
@@ -403,22 +403,6 @@ def _archive_members(data: bytes) -> list[bytes]:
     return members
 
 
-def _host_section(obj: bytes, name: bytes) -> bytes | None:
-    """The named section of a 64-bit host ELF object (``__nv_relfatbin``: the device code an
-    object of ``libcudadevrt.a`` carries), None when the object has none."""
-    if obj[:5] != b"\x7fELF\x02":
-        return None
-    shoff, = struct.unpack_from("<Q", obj, 40)
-    shnum, shstrndx = struct.unpack_from("<HH", obj, 60)
-    heads = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + 64 * i) for i in range(shnum)]
-    names = heads[shstrndx][4]
-    for head in heads:
-        start = names + head[0]
-        if obj[start:obj.index(b"\0", start)] == name:
-            return obj[head[4]:head[4] + head[5]]
-    return None
-
-
 @cached(1)
 def device_runtime_globals() -> frozenset[str]:
     """The variables the device runtime library (``libcudadevrt.a``) defines: what a link with
@@ -428,7 +412,7 @@ def device_runtime_globals() -> frozenset[str]:
     names: set[str] = set()
     try:
         for obj in _archive_members(path.read_bytes() if path else b""):
-            fatbin = _host_section(obj, b"__nv_relfatbin")
+            fatbin = elf_section(obj, b"__nv_relfatbin")
             for entry in read_fatbin(fatbin) if fatbin else ():
                 if entry.kind is CodeKind.CUBIN:
                     names.update(g.name for g in read_cubin(entry.data).globals)

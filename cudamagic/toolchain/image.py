@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ImageError
 from ..forksafe import once
+from .elf import elf_header, section_header, section_headers
 
 if TYPE_CHECKING:  # pragma: no cover  (made by the pipeline from the PTX's answers)
     from .ptx import GridSyncTable
@@ -33,7 +34,6 @@ PROBE_MARK = "__cudamagic_"
 __all__ = ["Param", "KernelImage", "KernelResources", "LaunchNeeds", "GlobalImage", "CubinImage",
            "read_cubin", "sm_of_flags", "elf_sm", "undefined_globals", "block_limits"]
 
-_EM_CUDA = 190
 _SHT_SYMTAB = 2
 _STT_OBJECT, _STT_FUNC = 1, 2
 _STT_CUDA_OBJECT = 13  # a variable's symbol type in relocatable (-rdc) CUBINs
@@ -56,17 +56,6 @@ _EIATTR_NUM_BARRIERS = 0x4C            # named barriers used (cuobjdump's code)
 _OPCODE_MASK, _OPCODE_BPT = 0xFFF, 0x95C
 # .nv.info record formats: the byte before the attribute
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
-
-
-#: an ELF image's ``e_type``: relocatable (``-rdc``'s output) and executable
-ET_REL, ET_EXEC = 1, 2
-
-
-def elf_type(image: bytes) -> int | None:
-    """``e_type`` of an ELF image (1 relocatable, 2 executable), None for anything else."""
-    if len(image) < 18 or image[:4] != b"\x7fELF":
-        return None
-    return struct.unpack_from("<H", image, 16)[0]
 
 
 # the device runtime's own kernels (memset/memcpy helpers) that libcudadevrt.a brings into a
@@ -353,7 +342,7 @@ class _Elf:
     def elf_header(self, i: int) -> tuple:
         """``(name offset, type, offset, size, link, entsize, info)`` of section ``i``."""
         name, stype, _flags, _addr, off, size, link, info, _align, entsize = \
-            struct.unpack_from("<IIQQQQIIQQ", self.data, self._shoff + 64 * i)
+            section_header(self.data, self._shoff, i)
         return (name, stype, off, size, link, entsize, info)
 
     @once
@@ -628,26 +617,6 @@ def read_cubin(data: bytes) -> CubinImage:
         raise ImageError(f"the CUBIN is malformed or truncated ({exc})") from None
 
 
-def elf_header(data: bytes) -> tuple[int, int, int, int]:
-    """``(e_flags, e_shoff, e_shnum, e_shstrndx)`` of an ELF header checked to be a CUBIN's."""
-    if len(data) < 64 or data[:4] != b"\x7fELF":
-        raise ImageError("not a CUBIN: the data does not start with an ELF header")
-    if data[4] != 2 or data[5] != 1:
-        raise ImageError("not a CUBIN: only 64-bit little-endian ELF files are CUDA images")
-    (e_machine,) = struct.unpack_from("<H", data, 18)
-    if e_machine != _EM_CUDA:
-        raise ImageError(f"not a CUBIN: ELF machine {e_machine}, a CUDA image has {_EM_CUDA}")
-    (e_flags,) = struct.unpack_from("<I", data, 48)
-    e_shoff, = struct.unpack_from("<Q", data, 40)
-    e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", data, 58)
-    if e_shentsize != 64 or e_shoff + e_shnum * 64 > len(data):
-        raise ImageError("the CUBIN is truncated: its section table lies past the end")
-    if e_shstrndx >= e_shnum:  # checked here: the section names are read only on first use
-        raise ImageError(f"the CUBIN is malformed: its section-name table is section "
-                         f"{e_shstrndx} of {e_shnum}")
-    return e_flags, e_shoff, e_shnum, e_shstrndx
-
-
 def _read(data: bytes) -> CubinImage:
     e_flags, e_shoff, e_shnum, e_shstrndx = elf_header(data)
     # the symbol table first, through typed views of the tables: no Python object per section
@@ -710,7 +679,7 @@ def undefined_globals(data: bytes) -> list[str]:
     """
     _, e_shoff, e_shnum, _ = elf_header(data)
     try:
-        sections = list(struct.iter_unpack("<IIQQQQIIQQ", data[e_shoff:e_shoff + e_shnum * 64]))
+        sections = section_headers(data, e_shoff, e_shnum)
         out: list[str] = []
         for sec in sections:
             if sec[1] != _SHT_SYMTAB:

@@ -23,11 +23,12 @@ from typing import Any
 from ..process import cached
 from ..errors import ImageError, LinkError
 from ..options import lto, relocatable
-from .image import ET_EXEC, ET_REL, device_runtime_kernels, elf_type, from_device_runtime
+from .elf import ET_EXEC, ET_REL, elf_type
+from .image import device_runtime_kernels, from_device_runtime
 
 __all__ = ["CodeKind", "LinkInput", "LinkResult", "link", "link_compiled", "link_needing_runtime", "relocatable", "lto",
-           "device_runtime", "nvjitlink_version", "nvjitlink_identity", "elf_type", "undefined_symbols",
-           "from_device_runtime", "device_runtime_kernels", "ET_REL", "ET_EXEC",
+           "device_runtime", "nvjitlink_version", "nvjitlink_identity", "undefined_symbols",
+           "from_device_runtime", "device_runtime_kernels",
            "Flag", "CodeGeneration", "code_generation"]
 
 class CodeKind(enum.Enum):
