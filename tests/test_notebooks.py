@@ -161,3 +161,42 @@ def test_every_notebook_validates_without_a_warning():
             nbformat.validate(nb)
         missing = [i for i, c in enumerate(nb.cells) if "id" not in c]
         assert not missing, f"{path.name}: cells {missing} have no id"
+
+
+# a training loop's checkpoints, saved into the notebook's folder from a thread of the kernel
+_CHECKPOINTS = '''
+import os, threading
+stop = threading.Event()
+def save_checkpoints():
+    n = 0
+    while not stop.wait(0.01):
+        with open("model.pt.tmp", "w") as f:
+            f.write(str(n))
+        os.replace("model.pt.tmp", "model.pt")
+        with open(f"metrics{n}.json", "w") as f:
+            f.write("{}")
+        n += 1
+threading.Thread(target=save_checkpoints, daemon=True).start()
+'''
+_CCCL_DOT = ('%%cuda -I.\n#include <cuda/std/array>\nextern "C" __global__ void k(int* x) '
+             '{ x[0] = cuda::std::array<int, 2>{1, 2}[1]; }\n')
+
+
+def test_an_include_dot_cccl_cell_is_a_hit_while_the_notebook_folder_is_written(cache_env,
+                                                                                 tmp_path):
+    """Issue 27 C as a user met it: a CCCL cell with ``-I.`` run twice while another cell's
+    thread saves checkpoints into the notebook's folder. Before: 'not cached: the folder ...
+    changed while the cell compiled' on each run, and never a hit."""
+    folder = tmp_path / "notebook"
+    folder.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in (
+        "%load_ext cudamagic", _CHECKPOINTS, _CCCL_DOT, _CCCL_DOT,
+        "stop.set(); print(len([f for f in os.listdir() if f.startswith('metrics')]))")]
+    os.environ["CUDAMAGIC_CACHE_DIR"] = str(cache_env)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    first, again = (_report(c)["text/plain"] for c in nb.cells[2:4])
+    assert int(nb.cells[4].outputs[0]["text"]) > 1  # the thread wrote while the cells ran
+    assert first.startswith("cudamagic: cache miss") and "not cached" not in first, first
+    assert again.startswith("cudamagic: cache hit"), again
