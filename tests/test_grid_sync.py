@@ -226,7 +226,7 @@ PTX_ROWS = {
     "reads, asserts": (_ENTRY % "\tmov.u32 %r1, %envreg1;\n\tcall.uni __assertfail, (a, b);",
                        True),
     "in comments only": (_ENTRY % "\t// mov.u32 %r1, %envreg1;\n\t/* trap; */", False),
-    "in a string only": ('.file 1 "/tmp/{x//y}/%envreg1 trap;"\n' + _ENTRY % "\tret;", False),
+    "in a string only": ('.file 1 "/tmp/{x//y/%envreg1 trap;"\n' + _ENTRY % "\tret;", False),
     "another env register": (_ENTRY % "\tmov.u32 %r1, %envreg10;\n\ttrap;", False),
     "a name ending in trap": (_ENTRY % "\tmov.u32 %r1, %envreg1;\n\tmov.u64 %rd1, untrap;",
                               False),
@@ -300,3 +300,24 @@ print(json.dumps(out))
 """
     got = __import__("json").loads(run_python(code).strip().splitlines()[-1])
     assert got == [[False, False, True, True, True, True], [True, False, True, True, True, True]]
+
+
+def test_a_lineinfo_build_with_headers_in_odd_folders(tmp_path):
+    """A -lineinfo build (the one tool runs make) whose grid sync sits in a header, in a folder
+    whose name holds an open brace and a comment's start: NVRTC names it in a quoted .file line
+    (after the code; the hand-made row "in a string only" puts one before it). A quote in the
+    name is no case: NVRTC writes it unescaped and its own ptxas refuses the PTX."""
+    folder = tmp_path / "in{side" / "*x"  # an open brace, and /* in the path
+    folder.mkdir(parents=True)
+    (folder / "gs.cuh").write_text(
+        "#include <cooperative_groups.h>\n"
+        "__device__ __noinline__ void gs() { cooperative_groups::this_grid().sync(); }\n")
+    cell = ('#include "gs.cuh"\n#include <cuda/std/optional>\n'
+            'extern "C" __global__ void called(int* x) { gs(); x[0] = 1; }\n'
+            'extern "C" __global__ void optional_value(int* x, int n) {\n'
+            '  cuda::std::optional<int> o; if (n) o = n;\n'
+            '  cooperative_groups::this_thread_block().sync(); x[0] = o.value(); }\n')
+    mod = cudamagic.build(cell, options=["-lineinfo", f"-I{folder}"], use_cache=False)
+    assert mod.image.grid_sync is not None and not mod.image.grid_sync.unknown
+    assert mod["called"].launch_needs.grid_sync is True
+    assert mod["optional_value"].launch_needs.grid_sync is False
