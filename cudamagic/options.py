@@ -38,6 +38,9 @@ __all__ = [
     "normalize_arch",
     "nvrtc_options",
     "check_text",
+    "include_folders",
+    "object_macros",
+    "standard",
 ]
 
 #: The architecture a build targets where no GPU is there to ask (Hopper: H100, H200).
@@ -245,7 +248,7 @@ class BuildOptions:
     @property
     def include_dirs(self) -> tuple[str, ...]:
         """The ``-I`` folders, in order, as given."""
-        return tuple(o[2:] for o in self.options if o.startswith("-I"))
+        return include_folders(self.options)
 
 
 def normalize_arch(arch: str | int) -> str:
@@ -556,6 +559,33 @@ def relocatable(options: Sequence[str]) -> bool:
 def lto(options: Sequence[str]) -> bool:
     """The NVRTC options ask for LTO IR (``-dlto``)."""
     return any(o in _LTO for o in options)
+
+
+def include_folders(options: Sequence[str]) -> tuple[str, ...]:
+    """The ``-I`` folders of an option list, in order (every option is kept in its short
+    form: :func:`nvrtc_options`' output, :attr:`BuildOptions.options`)."""
+    return tuple(o[2:] for o in options if o.startswith("-I"))
+
+
+def object_macros(options: Sequence[str]) -> dict[str, str]:
+    """The object-like macros an option list defines (``-DN=4``; ``-DF``: 1), in order; a
+    later ``-U`` undefines."""
+    out: dict[str, str] = {}
+    for o in options:
+        if o.startswith("-D") and len(o) > 2:
+            name, _, value = o[2:].partition("=")
+            if "(" not in name:
+                out[name] = value if "=" in o else "1"
+        elif o.startswith("-U"):
+            out.pop(o[2:], None)
+    return out
+
+
+def standard(options: Sequence[str]) -> str | None:
+    """The C++ standard an NVRTC option list asks for (its last ``-std=``); None: NVRTC's
+    default."""
+    std = [o.split("=", 1)[1] for o in options if o.startswith(("-std=", "--std="))]
+    return std[-1] if std else None
 
 
 def shift_lines(log: str, delta: int) -> str:

@@ -35,8 +35,8 @@ from .miss import BuildOrigin, BuildPhase, HitKind, Miss, MissKind, StoreOutcome
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
-                      check_text, normalize_arch, nvrtc_options, options_from_args,
-                      relocatable, shift_lines)
+                      check_text, include_folders, normalize_arch, nvrtc_options,
+                      options_from_args, relocatable, shift_lines)
 from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
 from .toolchain import compile_cubin, driver, elf, nvrtc_version
@@ -236,7 +236,7 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
     # kept off the hit path); without the wheel, ask NVRTC itself
     nv = tk.nvrtc_wheel or nvrtc_version()
     before, after = std_header_dirs()  # package files, as the toolkit's are
-    search = SearchPath(cwd, tuple(o[2:] for o in options if o.startswith("-I")),
+    search = SearchPath(cwd, include_folders(options),
                         (*before, *tk.include_dirs, *after),
                         (*_named(opts, tk.named, base, cwd), *_shim_names(before, after)))
     key = cache_key(source=source, name_expressions=opts.name_expressions,
@@ -255,7 +255,7 @@ def _named(opts: BuildOptions, toolkit_named: Sequence[tuple[str, str]], base: P
            cwd: str) -> tuple[tuple[str, str, str], ...]:
     """The folders of a build that have names that travel (:attr:`SearchPath.named`): the
     toolkit's, and the ``-I`` folders given relative (and ``base_dir``), from ``cwd``."""
-    rel = [base / o[2:] for o in opts.options if o.startswith("-I") and not os.path.isabs(o[2:])]
+    rel = [base / d for d in opts.include_dirs if not os.path.isabs(d)]
     if base.resolve() != Path(cwd).resolve():
         rel.append(base)
     return (*((d, n, "") for d, n in toolkit_named),

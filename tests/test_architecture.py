@@ -199,11 +199,17 @@ ONE_HOME = [
     ("an ELF section header's layout", re.compile(r"IIQQQQIIQQ"), "toolchain/elf.py"),
     ("ELF header offsets (e_machine, e_type, e_shoff)",
      re.compile(r"unpack_from\([^)]*,\s*(?:16|18|40|48|58|60)\)"), "toolchain/elf.py"),
+    ("NVRTC's relocatable-code spellings", re.compile(r'"-rdc=|"--relocatable-device-code|"-dc"'),
+     "options.py"),
+    ("NVRTC's LTO spellings", re.compile(r'"-dlto"|"--dlink-time-opt"'), "options.py"),
+    ("an option list's -I folders", re.compile(r'startswith\("-I"\)'), "options.py"),
+    ("an option list's macros", re.compile(r'startswith\("-[DU]"\)'), "options.py"),
+    ("an option list's C++ standard", re.compile(r'startswith\(\(?"-std='), "options.py"),
 ]
 
 
 @pytest.mark.parametrize("fact, spelling, home", ONE_HOME, ids=[f[0] for f in ONE_HOME])
-def test_an_elf_fact_is_spelt_in_its_one_module(fact, spelling, home):
+def test_a_fact_is_spelt_in_its_one_module(fact, spelling, home):
     package = REPO / "cudamagic"
     found = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
                    if spelling.search(p.read_text(encoding="utf-8")))

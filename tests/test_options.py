@@ -208,3 +208,16 @@ def test_what_is_no_arch_has_no_sm_number(arch):
 
     with pytest.raises(OptionError):
         arch_sm(arch)
+
+
+@pytest.mark.parametrize("options, folders, macros, std", [
+    ([], (), {}, None),
+    (["-Ia", "-DN=4", "-Ib", "-DF", "-std=c++14"], ("a", "b"), {"N": "4", "F": "1"}, "c++14"),
+    (["-DN=4", "-UN", "-DG(x)=x", "-DM="], (), {"M": ""}, None),  # undefined; function-like
+    (["-std=c++14", "--std=c++20"], (), {}, "c++20"),              # the last one counts
+])
+def test_an_option_list_is_read_in_one_place(options, folders, macros, std):
+    from cudamagic.options import include_folders, object_macros, standard
+
+    assert (include_folders(options), object_macros(options), standard(options)) == \
+        (folders, macros, std)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from ..cxx.declared import Candidate, CandidateKind, Scope, scan
 from ..errors import CompileError, LogError
+from ..options import object_macros, standard
 from .image import PROBE_MARK
 from .nvrtc import CompileResult
 from .variables import BUILTIN_DTYPES, TypeGap, VarType, strip_internal
@@ -235,7 +236,7 @@ def typed_compile(compiler: Callable[..., CompileResult], source: str,
 
     :raises CompileError: the cell's own error.
     """
-    found, templates = scan(source, _defines(options))
+    found, templates = scan(source, object_macros(options))
     cands = [*found, *variable_candidates(name_expressions, templates)]
     probes = _probes(cands) if _modern(options) else []
     first_line = source.count("\n") + 1 + line_offset  # the probe text's line 0
@@ -265,20 +266,6 @@ def typed_compile(compiler: Callable[..., CompileResult], source: str,
                             probe_lowered, compiles)
 
 
-def _defines(options: Sequence[str]) -> dict[str, str]:
-    """The object-like macros the options define (``-DN=4``, ``-DF``: 1), in order; ``-U``
-    undefines."""
-    out: dict[str, str] = {}
-    for o in options:
-        if o.startswith("-D") and len(o) > 2:
-            name, _, value = o[2:].partition("=")
-            if "(" not in name:
-                out[name] = value if "=" in o else "1"
-        elif o.startswith("-U"):
-            out.pop(o[2:], None)
-    return out
-
-
 _ELEVATING = ("-Werror", "--Werror", "--warning-as-error", "-diag-error", "--diag-error",
               "-diag_error", "--diag_error")
 
@@ -298,8 +285,8 @@ _OLD_STANDARDS = ("c++03", "c++11", "c++14")
 def _modern(options: Sequence[str]) -> bool:
     """Whether the compile's C++ is C++17 or later, which the probe's ``auto&`` template
     parameter needs (NVRTC's default is)."""
-    std = [o.split("=", 1)[1] for o in options if o.startswith(("-std=", "--std="))]
-    return not std or std[-1] not in _OLD_STANDARDS
+    std = standard(options)
+    return std is None or std not in _OLD_STANDARDS
 
 
 def _without_failed(errors: Sequence[LogError], probes: list[Probe], first_line: int,
