@@ -39,7 +39,7 @@ from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_s
                       options_from_args, relocatable, shift_lines)
 from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
-from .toolchain import compile_cubin, driver, elf, nvrtc_version
+from .toolchain import compile_cubin, driver, elf, nvrtc_identity, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.deps import (Listing, Manifest, SearchPath, from_scan, from_trace,
                              list_search_folders, reads_no_file, trace_headers)
@@ -130,7 +130,7 @@ class BuildContext:
         Where the compile looks for headers (for the dependency manifest).
     key : str
     nvrtc : str
-        NVRTC's identity in the key (its wheel's dist-info name, or its version).
+        NVRTC's identity in the key (its wheel's dist-info name, or its version and library).
     toolkit : str
         The fingerprint of the headers every build sees (in the key).
     store : KernelCache or None
@@ -233,8 +233,8 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
     arch = opts.arch or default_arch()
     options = nvrtc_options(opts, arch, tk.include_dirs, base, cwd)
     # NVRTC's wheel names the NVRTC a build uses without loading it (loading takes tens of ms,
-    # kept off the hit path); without the wheel, ask NVRTC itself
-    nv = tk.nvrtc_wheel or nvrtc_version()
+    # kept off the hit path); without the wheel, NVRTC's version and its library's file
+    nv = tk.nvrtc_wheel or nvrtc_identity()
     before, after = std_header_dirs()  # package files, as the toolkit's are
     search = SearchPath(cwd, include_folders(options),
                         (*before, *tk.include_dirs, *after),

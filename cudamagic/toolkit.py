@@ -17,7 +17,8 @@ from pathlib import Path
 
 from .process import cached
 
-__all__ = ["Toolkit", "toolkit", "include_hints", "std_header_dirs", "std_headers_shipped"]
+__all__ = ["Toolkit", "toolkit", "include_hints", "std_header_dirs", "std_headers_shipped",
+           "loaded_libraries"]
 
 # distributions that ship the headers every build sees (crt/mma.h: nvidia_cuda_crt;
 # curand_kernel.h: nvidia_curand), the NVRTC that compiles, or the nvJitLink that links
@@ -245,3 +246,22 @@ def include_hints(log: str, source: str = "", include_dirs: tuple[str, ...] | No
     if not std_headers:
         hints += [text for header, text in _NEEDS_STD_HEADERS.items() if header in included]
     return hints
+
+
+def loaded_libraries(stem: str) -> tuple[str, ...]:
+    """``file name:size`` of each library named ``stem...`` this process has mapped (what a
+    version number leaves out: a patch release of a library outside a wheel); () where none
+    is, or off Linux."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(None, 5)[-1]
+                if os.path.basename(path).startswith(stem) and path not in found:
+                    try:
+                        found[path] = f"{os.path.basename(path)}:{os.stat(path).st_size}"
+                    except OSError:
+                        found[path] = os.path.basename(path)
+    except OSError:  # not Linux: the version and the wheel say it
+        return ()
+    return tuple(sorted(set(found.values())))

@@ -100,7 +100,7 @@ UPGRADES = {
             d.replace("nvidia_nvjitlink-", "nvidia_nvjitlink-0.") for d in
             real().distributions))),
     "another library loaded (a toolkit's, not the wheel's)": (
-        "_loaded_library", lambda real: lambda stem: ("libnvJitLink.so.13.9.1:123",)),
+        "loaded_libraries", lambda real: lambda stem: ("libnvJitLink.so.13.9.1:123",)),
 }
 
 
@@ -110,13 +110,11 @@ def test_what_nvjitlink_made_is_not_served_after_nvjitlink_changes(tmp_path, mon
     """PTX compiled by nvJitLink was cached under its major.minor version only: after a patch
     upgrade of the wheel, cached output of the old one was still served."""
     import cudamagic.toolkit as toolkit_mod
-    from cudamagic.toolchain import link as link_mod
 
     first = cudamagic.load_cubin(PTX, arch="sm_90", cache=tmp_path)
     assert cudamagic.load_cubin(PTX, arch="sm_90", cache=tmp_path).cubin == first.cubin
     name, patched = UPGRADES[upgrade]
-    owner = toolkit_mod if name == "toolkit" else link_mod
-    monkeypatch.setattr(owner, name, patched(getattr(owner, name)))
+    monkeypatch.setattr(toolkit_mod, name, patched(getattr(toolkit_mod, name)))
     forget = process.reset_for_tests  # the finders' answers (nvJitLink's identity) forgotten
     forget()
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from cudamagic.keys import cache_key
@@ -56,3 +58,50 @@ def test_the_key_travels_between_working_folders(tmp_path, monkeypatch, option, 
         opts = options_from_args([option.format(abs=nb / "inc")], [], "sm_90")
         keys.append(entry_key("__global__ void k() {}", opts)[0])
     assert (keys[0] == keys[1]) is same
+
+
+_KEY_IN_A_CONDA_LIKE_PROCESS = r"""
+import ctypes, dataclasses, sys
+if sys.argv[1:]:  # the library another NVRTC install holds, loaded as that process loads it
+    ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+from cudamagic import pipeline
+from cudamagic.options import options_from_args
+real = pipeline.toolkit  # no nvidia-cuda-nvrtc wheel: NVRTC is a conda or system toolkit's
+pipeline.toolkit = lambda: dataclasses.replace(real(), distributions=tuple(
+    d for d in real().distributions if not d.startswith("nvidia_cuda_nvrtc")))
+key, _, _, nvrtc = pipeline.entry_key("__global__ void k() {}", options_from_args([]))
+print(key, nvrtc)
+"""
+
+
+def test_an_nvrtc_outside_a_wheel_is_keyed_by_its_library_not_its_major_minor(tmp_path):
+    """Without the nvidia-cuda-nvrtc wheel the key held nvrtcVersion's '13.5' alone, so a patch
+    release of a conda or system NVRTC (another library of the same major.minor) was served
+    the CUBINs its predecessor compiled. Here the other release is the wheel's library with
+    4096 bytes more, loaded before cudamagic asks for NVRTC (cuda.bindings takes a library
+    already loaded)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from cudamagic.toolchain.nvrtc import nvrtc_version
+    from cudamagic.toolkit import loaded_libraries
+
+    nvrtc_version()  # loaded here: which file it is
+    wheel_lib = next(line.split()[-1] for line in open("/proc/self/maps")
+                     if "/libnvrtc.so" in line)
+    other = tmp_path / "libnvrtc.so.13"
+    shutil.copyfile(wheel_lib, other)
+    with open(other, "ab") as f:
+        f.write(bytes(4096))
+
+    def key(*preload: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", _KEY_IN_A_CONDA_LIKE_PROCESS, *preload],
+                             capture_output=True, text=True, check=True, timeout=120)
+        return out.stdout.split(" ", 1)
+
+    (key_a, said_a), (key_b, said_b) = key(), key(str(other))
+    assert key_a != key_b
+    assert said_a.startswith(nvrtc_version() + " (libnvrtc.so.13:") and said_a != said_b
+    assert loaded_libraries("libnvrtc") == (f"libnvrtc.so.13:{os.path.getsize(wheel_lib)}",)
+    assert key() == [key_a, said_a]  # the same library, the same key

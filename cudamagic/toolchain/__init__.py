@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from .nvrtc import CompileResult
 
-__all__ = ["compile_cubin", "nvrtc_version"]
+__all__ = ["compile_cubin", "nvrtc_version", "nvrtc_identity"]
 
 
 def compile_cubin(*args: Any, **kwargs: Any) -> "CompileResult":
@@ -26,3 +26,10 @@ def nvrtc_version() -> str:
     from . import nvrtc
 
     return nvrtc.nvrtc_version()
+
+
+def nvrtc_identity() -> str:
+    """:func:`.nvrtc.nvrtc_identity` (its module imported where it is asked)."""
+    from . import nvrtc
+
+    return nvrtc.nvrtc_identity()

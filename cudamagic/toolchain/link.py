@@ -100,28 +100,11 @@ def nvjitlink_identity() -> str:
 
     :raises LinkError: nvJitLink cannot be loaded.
     """
-    from ..toolkit import toolkit
+    from ..toolkit import loaded_libraries, toolkit
 
     version = nvjitlink_version()
     wheel = next((d for d in toolkit().distributions if d.startswith("nvidia_nvjitlink")), "")
-    return ";".join((version, wheel, *_loaded_library("libnvJitLink")))
-
-
-def _loaded_library(stem: str) -> tuple[str, ...]:
-    """``(file name, size)`` of each library named ``stem...`` this process has mapped."""
-    found: dict[str, str] = {}
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                path = line.rstrip("\n").split(None, 5)[-1]
-                if os.path.basename(path).startswith(stem) and path not in found:
-                    try:
-                        found[path] = f"{os.path.basename(path)}:{os.stat(path).st_size}"
-                    except OSError:
-                        found[path] = os.path.basename(path)
-    except OSError:  # not Linux: the version and the wheel say it
-        return ()
-    return tuple(sorted(set(found.values())))
+    return ";".join((version, wheel, *loaded_libraries("libnvJitLink")))
 
 
 def _package_lib_dirs() -> list[Path]:

@@ -27,7 +27,7 @@ from ..toolkit import include_hints, std_header_dirs
 from .ptx import grid_syncs
 from .tracefolder import compile_folder
 
-__all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version",
+__all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version", "nvrtc_identity",
            "supported_archs", "rewrite_log", "name_map_lines", "template_kernels"]
 
 _T = TypeVar("_T")
@@ -117,6 +117,19 @@ def nvrtc_version() -> str:
     """NVRTC's version as ``"major.minor"``."""
     major, minor = _check(_nvrtc().nvrtcVersion(), "nvrtcVersion")
     return f"{major}.{minor}"
+
+
+@cached(1)
+def nvrtc_identity() -> str:
+    """NVRTC's identity for a cache key where no wheel names it (a conda or system toolkit):
+    its version and the loaded library's files and sizes (``13.0 (libnvrtc.so.13:...)``).
+    ``nvrtcVersion`` says major.minor only, so a patch release would otherwise share the
+    entries of the NVRTC before it."""
+    from ..toolkit import loaded_libraries
+
+    version = nvrtc_version()  # (loads the library)
+    files = loaded_libraries("libnvrtc")
+    return f"{version} ({', '.join(files)})" if files else version
 
 
 @cached(1)
