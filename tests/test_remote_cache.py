@@ -336,6 +336,23 @@ def test_the_report_and_the_stats_say_remote(tmp_path, server, key_file):
     assert "CUDAMAGIC_REMOTE_CACHE is not set" in off
 
 
+@pytest.mark.parametrize("state, said", [("ON", "state: on"),
+                                          ("BACKING_OFF", "skipped for 30 s more after: refused")])
+def test_the_remote_state_is_shown_from_the_enum_member(monkeypatch, state, said):
+    """``%cuda_cache remote`` tells the tier's state by its RemoteState member, not the word
+    it carries: a reworded member reads the same."""
+    from cudamagic.store import remote
+    from cudamagic.view.records import RemoteCacheStats
+
+    counts = dict.fromkeys(("hits", "misses", "bytes_read", "bytes_sent", "sent", "kept_theirs",
+                            "errors", "refused", "too_large", "dropped", "skipped", "lookups"), 0)
+    stats = remote.RemoteStats(server="redis://h", state=remote.RemoteState[state],
+                               lookup_seconds=0.0, slowest_seconds=0.0, last_error="refused",
+                               backoff_left=30.0, **counts)
+    monkeypatch.setattr(remote.RemoteState.ON, "_value_", "up")  # the word is not what counts
+    assert said in RemoteCacheStats(stats).text()
+
+
 def test_cuda_cache_remote_in_a_shell(tmp_path, monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
 

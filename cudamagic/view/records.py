@@ -113,7 +113,9 @@ class RemoteCacheStats(_Record):
         if s is None:
             return [("server", "none"), ("why", self.off or "CUDAMAGIC_REMOTE_CACHE is not set "
                                                            "(docs/cache.md: a team cache)")]
-        state = "on" if s.state.value == "on" else \
+        from ..store.remote import RemoteState  # asked for: the tier is configured
+
+        state = "on" if s.state is RemoteState.ON else \
             f"skipped for {s.backoff_left:.0f} s more after: {s.last_error}"
         mean = s.lookup_seconds / s.lookups if s.lookups else 0.0
         return [("server", s.server), ("state", state),
