@@ -5,6 +5,7 @@ circle inside a package, a module given no layer — by planting it in a copy of
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -214,3 +215,38 @@ def test_a_fact_is_spelt_in_its_one_module(fact, spelling, home):
     found = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
                    if spelling.search(p.read_text(encoding="utf-8")))
     assert found == [home], f"{fact} is spelt in {found}: ask {home} instead"
+
+
+def word_compare_faults(source: str) -> list[int]:
+    """The lines where code compares an enum member's ``.value`` with a word (``s.state.value
+    == "on"``): a kind is told by its member, the word is the views' (mypy's strict_equality
+    catches a member compared with a word, not its value)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Attribute) and s.attr == "value" for s in sides) and any(
+                    isinstance(s, ast.Constant) and isinstance(s.value, str) or isinstance(
+                        s, (ast.Tuple, ast.Set, ast.List)) and any(
+                        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in s.elts)
+                    for s in sides):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_enum_is_told_apart_by_its_word():
+    package = REPO / "cudamagic"
+    faults = [f"{p.relative_to(REPO)}:{n}" for p in sorted(package.rglob("*.py"))
+              for n in word_compare_faults(p.read_text(encoding="utf-8"))]
+    assert not faults, "compare the member itself (is State.ON): " + ", ".join(faults)
+
+
+@pytest.mark.parametrize("source, faulty", [
+    ('x = s.state.value == "on"\n', True),
+    ('x = s.kind.value in ("a", "b")\n', True),
+    ("x = s.state is State.ON\n", False),
+    ("x = count.value == 0\n", False),          # a ctypes value
+    ('x = access.value in words\n', False),     # a tool's words read into members
+])
+def test_the_word_compare_rule_catches_an_enum_told_by_its_value(source, faulty):
+    assert bool(word_compare_faults(source)) == faulty
