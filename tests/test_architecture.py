@@ -174,6 +174,40 @@ def test_every_citation_in_the_package_names_what_is_there():
     assert not faults, "\n".join(faults)
 
 
+#: A file of this repository named by its path (``toolchain/image.py``, ``tests/test_x.py``);
+#: CuPy's own test paths (``tests/cupy_tests/...``, docs/parity.md) are not ours
+_PATH = re.compile(r"(?<![\w/.])((?:cudamagic/)?(?:toolchain|store|launch|view|cxx)/\w+\.py"
+                   r"|cudamagic/\w+\.py|(?:tests|benchmarks|scripts|docs)/(?!cupy_tests/)"
+                   r"[\w./-]+\.(?:py|md|sh))")
+
+
+def path_faults(text: str) -> list[str]:
+    """The repository paths ``text`` names that no file has."""
+    return [f"{n}: {m.group(1)}" for n, line in enumerate(text.splitlines(), 1)
+            for m in _PATH.finditer(line)
+            if not (REPO / m.group(1)).exists() and not (REPO / "cudamagic" / m.group(1)).exists()]
+
+
+def test_every_path_the_package_and_its_docs_cite_is_there():
+    """A comment, docstring or doc page that names a file by its path names one that exists
+    (a moved module, a renamed test or benchmark leaves no stale path)."""
+    paths = [*sorted((REPO / "cudamagic").rglob("*.py")), REPO / "README.md",
+             *sorted((REPO / "docs").glob("*.md"))]
+    faults = [f"{p.relative_to(REPO)}:{f}" for p in paths
+              for f in path_faults(p.read_text(encoding="utf-8"))]
+    assert not faults, "\n".join(faults)
+
+
+@pytest.mark.parametrize("text, stale", [
+    ("(toolchain/image.py reads it)", False), ("see cudamagic/toolchain/elf.py", False),
+    ("tests/test_store_upgrade.py reads", False), ("docs/performance.md, section 7", False),
+    ("the old toolchain/elfs.py", True), ("tests/test_attack_lazy_hit.py", True),
+    ("CuPy's tests/cupy_tests/core_tests/test_raw.py", False),
+])
+def test_a_stale_path_is_caught(text, stale):
+    assert bool(path_faults(text)) == stale
+
+
 @pytest.mark.parametrize("text, module, stale", [
     (":func:`cudamagic.toolchain.driver.fast_launch`", "cudamagic.launch.launcher", False),
     (":func:`cudamagic.driver.fast_launch`", "cudamagic.launch.launcher", True),   # moved
