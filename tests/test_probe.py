@@ -164,6 +164,13 @@ BREAKS = {
        for m in ("T float", "V 4", "none 1", "ty 1", "en 2")},
     "a macro names the variable": (
         "#define ok real_ok\n__device__ float ok[2];\n" + _K, [], 1, False, "float32"),
+    # a cell ending in a #line directive renumbered the probe's lines, or named them another
+    # file: its failing fallback was taken for the cell's own error (the cell did not compile,
+    # NVRTC's words quoting the probe), or every probe was dropped (ok lost its type)
+    **{f"a probe that breaks after a cell ending in {tail.strip()}": (
+        "#if 0\nnamespace qq { __device__ int x; }\n#endif\nstruct qq { int y; };\n"
+        "__device__ float ok[2];\n" + _K + tail, [], 2, True, "float32")
+       for tail in ('#line 1 "other.cu"\n', '# 7 "x.h"\n', "#line 3\n", "#line 2147483647\n")},
 }
 
 

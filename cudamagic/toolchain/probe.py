@@ -76,15 +76,21 @@ def _probes(cands: Sequence[Candidate]) -> list[Probe]:
     return list(out.values())
 
 
-def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset()
+def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset(),
+                 resume: tuple[int, str] | None = None
                  ) -> tuple[str, dict[int, tuple[Scope, ...]]]:
     """What the probe adds after the cell: the two templates, and for each namespace a name was
     looked for in, a fallback the name finds where the cell compiled no declaration of it
     (qualified lookup reaches a using-directive's namespace only when the name is not a direct
     member). Names in ``avoid`` (words of the user's own name expressions, which are looked up
     unqualified after the probe) get no fallback at global scope. Also returns which
-    namespace each fallback line serves, by its line in the text (0: the cell's last line)."""
-    lines = ["", "", "#pragma nv_diagnostic push", "#pragma nv_diag_suppress 177",
+    namespace each fallback line serves, by its line in the text (0: the cell's last line).
+    ``resume`` is the line number and file name the text's fourth line has: a ``#line``
+    directive gives them back whatever ``#line`` the cell ended with, so that NVRTC says the
+    probe's own errors at the probe's lines (two empty lines first: the cell's last line may
+    end in a splice)."""
+    restart = [f'#line {resume[0]} "{_escaped(resume[1])}"'] if resume else []
+    lines = ["", "", *restart, "#pragma nv_diagnostic push", "#pragma nv_diag_suppress 177",
              f"namespace {_NS} {{ struct {_NONE} {{}}; template <class __cudamagic_T> "
              f"__device__ char {_TY}; template <auto& __cudamagic_V> __device__ char {_EN}; }}"]
     by_path: dict[tuple[Scope, ...], list[str]] = {}
@@ -103,6 +109,11 @@ def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset()
         lines.append(f"{opened}using namespace ::{_FALLBACK}{k};{' }' * len(path)}")
     lines.append("#pragma nv_diagnostic pop")
     return "\n".join(lines) + "\n", owners
+
+
+def _escaped(name: str) -> str:
+    """A file name as a ``#line`` directive's string literal holds it."""
+    return name.replace("\\", "\\\\").replace('"', '\\"')
 
 
 _EXTENT = re.compile(r"A(\d*)_")
@@ -243,7 +254,9 @@ def typed_compile(compiler: Callable[..., CompileResult], source: str,
     compiles = 0
     while True:
         exprs = [*name_expressions, *(e for p in probes for e in (p.type_expr, p.entity_expr))]
-        text, owners = probe_source([p.candidate for p in probes], _words(name_expressions)) \
+        text, owners = probe_source([p.candidate for p in probes], _words(name_expressions),
+                                    (source.count("\n") + 4,
+                                     str(kwargs.get("program_name", "cell.cu")))) \
             if probes else ("", {})
         compiles += 1
         try:
