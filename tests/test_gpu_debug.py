@@ -94,6 +94,7 @@ def test_a_planted_bug_is_found_at_its_cell_line_and_the_notebook_is_untouched(p
     clean = fixed.sanitize((planted.grid,), (planted.block,), _args(fixed_args(planted)),
                            tool=planted.tool).record
     assert clean.clean, str(clean)
+    assert clean.capture_seconds > 0 and clean.child_seconds > clean.capture_seconds  # timed
 
 
 def test_the_sanitize_magic_names_the_arguments_by_their_expressions(tmp_path):

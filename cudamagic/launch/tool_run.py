@@ -87,7 +87,9 @@ class SanitizeReport:
     total: int = 0
     lineinfo: bool = False
     failed: str = ""
-    timings: dict[str, float] = field(default_factory=dict, compare=False)
+    #: Seconds the capture of the arguments and the child's run took
+    capture_seconds: float = field(default=0.0, compare=False)
+    child_seconds: float = field(default=0.0, compare=False)
 
     @property
     def clean(self) -> bool:
@@ -235,7 +237,7 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
         (said or _tail(done.stderr or done.stdout) or f"the child exited with {done.returncode}")
     record = SanitizeReport(which, program.version, kernel.name_expression, c.grid, c.block,
                             findings=folded, total=len(findings), lineinfo=build.lineinfo,
-                            failed=failed, timings={"capture": t1 - t0, "child": t2 - t1})
+                            failed=failed, capture_seconds=t1 - t0, child_seconds=t2 - t1)
     return _present(kernel, record)
 
 
