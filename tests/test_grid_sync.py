@@ -98,6 +98,18 @@ def test_grid_sync_is_what_the_kernel_does(built, build, kernel, syncs, way):
     assert built[build][way][kernel].launch_needs.grid_sync is syncs
 
 
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_100", "sm_120"])
+def test_every_target_reads_the_same(arch):
+    """The PTX's reading holds for each target NVRTC compiles for (the table above is sm_90)."""
+    rows = ("grid_called", "block_sync", "trap_block_sync", "guarded_grid_sync")
+    cell = HEADERS.replace("#include <cuda/std/optional>\n#include <cuda/std/array>\n", "") + \
+        "".join(f'extern "C" __global__ void {k}(int* x, int n) {{ {KERNELS[k][0]} }}\n'
+                for k in rows)
+    mod = cudamagic.build(cell, arch=arch, use_cache=False)
+    assert mod.image.grid_sync is not None
+    assert {k: mod[k].launch_needs.grid_sync for k in rows} == {k: KERNELS[k][1] for k in rows}
+
+
 def test_a_pickled_kernel_keeps_the_answer(built):
     k = pickle.loads(pickle.dumps(built["optimised"]["hit"]["optional_value"]))
     assert k.launch_needs.grid_sync is False
