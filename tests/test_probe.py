@@ -164,6 +164,11 @@ BREAKS = {
        for m in ("T float", "V 4", "none 1", "ty 1", "en 2")},
     "a macro names the variable": (
         "#define ok real_ok\n__device__ float ok[2];\n" + _K, [], 1, False, "float32"),
+    # a cell's own function-like macro named decltype answered every type question: ok, a
+    # float[2], was served as one float64 (the sizes agree), or as its bytes
+    **{f"the cell defines {m}": (
+        "__device__ float ok[2];\n" + _K + f"#define {m}\n", [], 1, False, "float32")
+       for m in ("decltype(x) double", "decltype(x) int")},
     # a cell ending in a #line directive renumbered the probe's lines, or named them another
     # file: its failing fallback was taken for the cell's own error (the cell did not compile,
     # NVRTC's words quoting the probe), or every probe was dropped (ok lost its type)

@@ -90,7 +90,10 @@ def probe_source(cands: Sequence[Candidate], avoid: frozenset[str] = frozenset()
     probe's own errors at the probe's lines (two empty lines first: the cell's last line may
     end in a splice)."""
     restart = [f'#line {resume[0]} "{_escaped(resume[1])}"'] if resume else []
-    lines = ["", "", *restart, "#pragma nv_diagnostic push", "#pragma nv_diag_suppress 177",
+    # a cell's own macro named decltype would answer every type question (NVRTC expands the
+    # name expressions at the end of the program): undefined from here on, after the cell
+    lines = ["", "", *restart, "#undef decltype", "#pragma nv_diagnostic push",
+             "#pragma nv_diag_suppress 177",
              f"namespace {_NS} {{ struct {_NONE} {{}}; template <class __cudamagic_T> "
              f"__device__ char {_TY}; template <auto& __cudamagic_V> __device__ char {_EN}; }}"]
     by_path: dict[tuple[Scope, ...], list[str]] = {}
