@@ -24,7 +24,7 @@ from common import CCCL, machine, median, names
 import cudamagic
 from cudamagic.options import BuildOptions
 from cudamagic.pipeline import entry_key
-from cudamagic.store.disk import KernelCache
+from cudamagic.store import KernelCache
 from cudamagic.toolchain.nvrtc import compile_cubin
 from cudamagic.toolchain.probe import typed_compile
 

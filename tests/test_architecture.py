@@ -284,3 +284,48 @@ def test_no_enum_is_told_apart_by_its_word():
 ])
 def test_the_word_compare_rule_catches_an_enum_told_by_its_value(source, faulty):
     assert bool(word_compare_faults(source)) == faulty
+
+
+def _package_imports(path: Path) -> list[tuple[int, str, str]]:
+    """(line, module, name) of every ``from cudamagic... import name`` in a file, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "cudamagic":
+            out += [(node.lineno, node.module, a.name) for a in node.names if a.name != "*"]
+    return sorted(out)
+
+
+def _missing_imports(files: list[Path], root: Path = REPO) -> list[str]:
+    missing = []
+    for path in files:
+        for line, module, name in _package_imports(path):
+            try:
+                found = importlib.import_module(module)
+            except ImportError as exc:
+                missing.append(f"{path.relative_to(root)}:{line}: {module} ({exc})")
+                continue
+            if not hasattr(found, name):
+                try:  # a submodule imported by name
+                    importlib.import_module(f"{module}.{name}")
+                except ImportError:
+                    missing.append(f"{path.relative_to(root)}:{line}: {module}.{name}")
+    return missing
+
+
+def test_the_benchmarks_and_scripts_import_what_the_package_has():
+    """A module moved or a name renamed leaves no benchmark or script importing it from where it
+    was (benchmarks/type_probe.py imported KernelCache from cudamagic.store.disk, which no longer
+    had it, and failed at its start)."""
+    files = sorted([*(REPO / "benchmarks").glob("*.py"), *(REPO / "scripts").glob("*.py")])
+    assert files
+    assert _missing_imports(files) == []
+
+
+def test_a_stale_import_in_a_benchmark_is_caught(tmp_path):
+    stale = tmp_path / "stale.py"
+    stale.write_text("def f():\n    from cudamagic.store.disk import KernelCache\n"
+                     "from cudamagic.store import KernelCache\nfrom cudamagic.nowhere import x\n")
+    assert _missing_imports([stale], tmp_path) == [
+        "stale.py:2: cudamagic.store.disk.KernelCache",
+        "stale.py:4: cudamagic.nowhere (No module named 'cudamagic.nowhere')"]
