@@ -14,6 +14,7 @@ from .errors import ImageError, NameResolutionError
 from .launch import Kernel
 from .launch.kernel import KernelTools
 from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_digest
+from .store.entry import TableRow
 from .toolchain import driver
 from .toolchain.image import CubinImage, GlobalImage, device_runtime_kernels, read_cubin
 from .toolchain.variables import (DeviceGlobal, Variables, VarType, device_global, find,
@@ -101,11 +102,9 @@ class KernelTable(Mapping[str, Kernel]):
     """
 
     def __init__(self, binary: Binary, signatures: Signatures,
-                 entries: "list[tuple[str, str, str, ResolvedBy | str]]") -> None:
+                 entries: "list[tuple[str, str, str, ResolvedBy]]") -> None:
         # label -> (symbol, Python name, resolved by), in the module's order
-        # how: a word where the table arrived in a module's payload
-        self._entries = {label: (symbol, name, ResolvedBy(how))
-                         for label, symbol, name, how in entries}
+        self._entries = {label: (symbol, name, how) for label, symbol, name, how in entries}
         self._binary = binary
         self._signatures = signatures
         self._made: dict[str, Kernel] = {}
@@ -345,12 +344,12 @@ class Module(Mapping[str, Kernel]):
         if self._payload_bytes is None:
             if isinstance(self.kernels, KernelTable):  # from the table: no Kernel is made
                 text = self.kernels.signatures.text
-                rows = [[label, symbol, name, how, text(symbol)]
+                rows = [TableRow(label, symbol, name, how, text(symbol)).to_json()
                         for label, symbol, name, how in self.kernels.entries()]
                 too_long = sorted(self.kernels.signatures.too_long)
             else:
-                rows = [[k.name_expression, k.symbol, k.python_name, k.resolved_by, k.signature]
-                        for k in self.kernels.values()]
+                rows = [TableRow(k.name_expression, k.symbol, k.python_name, k.resolved_by,
+                                 k.signature).to_json() for k in self.kernels.values()]
                 too_long = sorted(k.symbol for k in self.kernels.values() if k.name_too_long)
             # the variables' types travel with it, the expressions that name variables (as
             # the lowered map; a travelling module's kernels are its table's), and what the
@@ -394,17 +393,17 @@ def arrive(payload: bytes, report: BuildReport) -> Module:
     if record.kernels is None:
         raise ImageError("a cudamagic module arrived without its kernel table and is refused")
     binary = Binary(record.cubin, read_cubin(record.cubin).with_grid_sync(record.grid_sync))
-    table = record.kernels["rows"]
-    sigs = Signatures(recorded_texts({symbol: text for _, symbol, _, _, text in table},
+    table = [TableRow.from_json(row) for row in record.kernels["rows"]]  # checked by decode
+    sigs = Signatures(recorded_texts({r.symbol: r.text for r in table},
                                      record.kernels.get("too_long")),
                       record.kernels["placeholders"])
     held = set(binary.image.symbols)
-    missing = next((symbol for _, symbol, _, _, _ in table if symbol not in held), None)
+    missing = next((r.symbol for r in table if r.symbol not in held), None)
     if missing is not None:
         raise ImageError(f"a cudamagic module arrived whose kernel table names {missing!r}, "
                          "which its CUBIN does not hold; it is refused")
-    kernels = KernelTable(binary, sigs, [(label, symbol, name, how)
-                                         for label, symbol, name, how, _ in table])
+    kernels = KernelTable(binary, sigs, [(r.expression, r.symbol, r.python_name, r.resolved_by)
+                                         for r in table])
     expressions = record.lowered or {}
     globals_ = {g.name for g in binary.image.globals}
     stray = next((e for e, symbol in expressions.items() if symbol not in globals_), None)

@@ -136,7 +136,7 @@ def test_a_tampered_record_is_refused_on_arrival(module):
 
 @pytest.mark.parametrize("column, value", [
     (3, "bogus"),            # how the symbol was found: no ResolvedBy says so
-    (3, ""), (1, 7), (0, None),
+    (3, ""), (1, 7), (0, None), (5, "a sixth column"),
 ])
 def test_a_re_signed_kernel_table_of_the_wrong_shape_is_refused(module, column, value):
     """A payload whose kernel table was altered and its checksum made again (the checksum is
@@ -145,10 +145,11 @@ def test_a_re_signed_kernel_table_of_the_wrong_shape_is_refused(module, column, 
     import dataclasses
 
     from cudamagic.module import arrive
-    from cudamagic.store.entry import decode_entry, encode_entry
+    from cudamagic.store.entry import TableRow, decode_entry, encode_entry
 
     record = decode_entry(module.payload())
     rows = [[*r[:column], value, *r[column + 1:]] for r in record.kernels["rows"]]
+    assert all(TableRow.from_json(r).to_json() == r for r in record.kernels["rows"])
     altered = encode_entry(dataclasses.replace(record, kernels={**record.kernels, "rows": rows}))
     with pytest.raises(cudamagic.ImageError, match="arrived damaged or altered and is refused"):
         arrive(altered, module.report)

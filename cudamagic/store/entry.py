@@ -30,7 +30,7 @@ from ..miss import MissKind
 from ..toolchain.ptx import GridSyncTable
 from ..toolchain.variables import VarType
 
-__all__ = ["EntryRecord", "BadEntry", "encode_entry", "decode_entry", "entry_digest",
+__all__ = ["EntryRecord", "BadEntry", "TableRow", "encode_entry", "decode_entry", "entry_digest",
            "ENTRY_FORMAT", "ENTRY_MAGIC"]
 
 #: The layout of an entry record. 2: the record names its key; format-1 records (which do not)
@@ -144,17 +144,40 @@ def _symbol_list(value: object) -> bool:
     return value is None or isinstance(value, list) and all(isinstance(s, str) for s in value)
 
 
-#: The words a kernel table's rows may hold for how each symbol was found
-_RESOLVED_BY = frozenset(r.value for r in ResolvedBy)
+@dataclass(frozen=True)
+class TableRow:
+    """One kernel of a travelling module's table (``kernels["rows"]``), which the record
+    stores as a list of five strings: written and read here only."""
+
+    expression: str
+    symbol: str
+    python_name: str
+    resolved_by: ResolvedBy
+    text: str
+
+    def to_json(self) -> list[str]:
+        return [self.expression, self.symbol, self.python_name, self.resolved_by.value,
+                self.text]
+
+    @classmethod
+    def from_json(cls, row: object) -> "TableRow":
+        """:raises ValueError: not what :meth:`to_json` writes (a word no ResolvedBy has)."""
+        if not (isinstance(row, list) and len(row) == 5 and all(isinstance(x, str) for x in row)):
+            raise ValueError("a kernel table's row is not a list of five strings")
+        return cls(row[0], row[1], row[2], ResolvedBy(row[3]), row[4])
 
 
 def _kernel_table(value: object) -> bool:
-    """Whether a decoded ``kernels`` field has the shape :class:`EntryRecord` documents (each
-    row's "resolved by" one of :class:`~cudamagic.cxx.resolve.ResolvedBy`'s words)."""
-    return (isinstance(value, dict) and isinstance(value.get("placeholders"), bool)
-            and isinstance(value.get("rows"), list) and _symbol_list(value.get("too_long"))
-            and all(isinstance(r, list) and len(r) == 5 and all(isinstance(x, str) for x in r)
-                    and r[3] in _RESOLVED_BY for r in value["rows"]))
+    """Whether a decoded ``kernels`` field has the shape :class:`EntryRecord` documents."""
+    if not (isinstance(value, dict) and isinstance(value.get("placeholders"), bool)
+            and isinstance(value.get("rows"), list) and _symbol_list(value.get("too_long"))):
+        return False
+    try:
+        for row in value["rows"]:
+            TableRow.from_json(row)
+    except ValueError:
+        return False
+    return True
 
 
 def _symbol_table(value: object) -> bool:
