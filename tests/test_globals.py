@@ -358,3 +358,21 @@ def test_its_repr_names_a_few_and_counts_the_rest(module):
     assert text.startswith("<31 variables: ") and text.endswith(f"and {31 - V.SHOWN} more>")
     assert len(text) < 200, len(text)
     assert repr(V.Variables()) == "<0 variables>"
+
+
+_NAMED = ('namespace ns { __device__ double w[3]; }\n__device__ float w[2];\n'
+          'namespace { __device__ int an; }\n' + _USE.format("w[1] + ns::w[1] + an"))
+
+
+# a name as C++ writes it -> the variable it names: a fully qualified name (::ns::w) named
+# none ("this module holds no __constant__ or __device__ variable named '::ns::w'")
+@pytest.mark.parametrize("name, wanted", [
+    ("::w", "w"), ("::ns::w", "ns::w"), ("&::ns::w", "ns::w"), (":: ns::w", "ns::w"),
+    ("::an", "(anonymous namespace)::an"), ("ns::w", "ns::w"), ("w", "w"),
+])
+def test_a_variable_is_found_by_its_fully_qualified_name(name, wanted):
+    module = cudamagic.build(_NAMED, arch="sm_90", use_cache=False)
+    assert module.globals[name].cxx_name == wanted
+    assert name in module.globals
+    with pytest.raises(NameResolutionError):
+        module.globals["::" + name.lstrip(":& ") + "x"]

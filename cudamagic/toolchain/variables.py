@@ -221,8 +221,8 @@ def plain_name(cxx_name: str) -> str:
 
 def find(found: tuple[Variable, ...], name: str,
          expressions: Mapping[str, str] | None = None) -> Variable:
-    """The variable with this symbol, C++ name (with or without its anonymous namespaces),
-    or name expression (``&z::tv<float>``, with or without the ``&``).
+    """The variable with this symbol, C++ name (with or without its anonymous namespaces and
+    a leading ``::``), or name expression (``&z::tv<float>``, with or without the ``&``).
 
     :raises NameResolutionError: none, or several, saying which there are.
     """
@@ -240,6 +240,7 @@ def find(found: tuple[Variable, ...], name: str,
             if key is not None and expr.strip() == key and symbol in by_symbol:
                 return by_symbol[symbol]
     bare = stripped[1:].strip() if stripped.startswith("&") else stripped
+    bare = bare[2:].lstrip() if bare.startswith("::") else bare  # ::ns::w names ns::w
     for test in (lambda v: v.cxx_name == bare, lambda v: plain_name(v.cxx_name) == bare):
         matches = [v for v in found if test(v)]
         if len(matches) == 1:
