@@ -136,7 +136,9 @@ def read_regular(path: str | os.PathLike, *, max_size: int, follow_links: bool =
                                  trust=trust))
 
 
-_MAX_CUBIN = 4 << 30  # a sanity bound: CUBINs of many thousand kernels are tens of MB
+#: The largest file load_cubin reads: CUBINs of many thousand kernels are tens of MB, and a
+#: fatbin's entry for one target at most 512 MiB (toolchain.fatbin.MAX_ENTRY_BYTES)
+MAX_CUBIN_FILE = 1 << 30
 
 
 _MAX_SHOWN = 200  # characters of a path a message quotes
@@ -159,7 +161,7 @@ def read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
     label = str(path) if len(path) <= _MAX_SHOWN else \
         f"{path[:_MAX_SHOWN]!s}... ({len(path)} characters)"  # what messages quote
     try:  # a path the user gave: a link is followed, a FIFO or a device refused at once
-        return read_regular(path, max_size=_MAX_CUBIN, follow_links=True), str(path)
+        return read_regular(path, max_size=MAX_CUBIN_FILE, follow_links=True), str(path)
     except NotAFile as exc:
         if stat.S_ISDIR(exc.mode):
             raise ImageError(f"{label} is a folder, not a CUBIN file") from None
@@ -167,6 +169,11 @@ def read_cubin_arg(path_or_bytes: object) -> tuple[bytes, str]:
                          "give the CUBIN file itself") from None
     except TooLarge as exc:
         raise ImageError(f"{label} is {exc.size} bytes: more than a CUBIN is "
-                         f"({_MAX_CUBIN >> 20} MiB at most)") from None
+                         f"({MAX_CUBIN_FILE >> 20} MiB at most)") from None
+    except MemoryError:
+        raise ImageError(f"{label} is too large to read into this process's memory now (a "
+                         f"CUBIN is tens of MB)") from None
+    except ValueError as exc:  # a NUL in the path
+        raise ImageError(f"{label!r} is no path ({exc})") from None
     except OSError as exc:
         raise ImageError(f"{label} cannot be read: {exc.strerror or exc}") from None

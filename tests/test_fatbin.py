@@ -366,3 +366,42 @@ def test_a_fatbin_of_many_entries_that_loads_says_its_targets_briefly(tmp_path):
     loaded = fatbin_mod.loadable_cubin(data, "sm_90")
     assert loaded.cubin == _SM90
     assert loaded.how == "its sm_90 CUBIN (it holds sm_80 (5000 entries), sm_90)", loaded.how
+
+
+def test_a_file_past_what_a_cubin_is_is_refused_before_it_is_read(tmp_path):
+    """A 3 GiB file was read whole (the bound was 4 GiB): a raw MemoryError under a 3 GiB
+    address-space limit, or 3 GiB of memory taken for what is no CUBIN. Sparse: no disk used."""
+    from cudamagic.files import MAX_CUBIN_FILE
+
+    big = tmp_path / "huge.cubin"
+    with open(big, "wb") as f:
+        f.truncate(MAX_CUBIN_FILE + 1)
+    with pytest.raises(ImageError, match="more than a CUBIN is"):
+        cudamagic.load_cubin(big, arch="sm_90", cache=tmp_path)
+
+
+def test_a_file_this_process_cannot_hold_is_an_image_error(tmp_path):
+    from .conftest import run_python
+
+    big = tmp_path / "big.cubin"
+    with open(big, "wb") as f:
+        f.truncate(900 << 20)
+    out = run_python(
+        "import resource\n"
+        "import cudamagic\n"
+        "from cudamagic.errors import ImageError\n"
+        "vm = next(int(x.split()[1]) << 10 for x in open('/proc/self/status')\n"
+        "          if x.startswith('VmSize'))\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (vm + (400 << 20),) * 2)  # 400 MiB more\n"
+        "try:\n"
+        f"    cudamagic.load_cubin({str(big)!r}, arch='sm_90', cache=False)\n"
+        "except ImageError as exc:\n"
+        "    print('refused', exc)\n", timeout=120)
+    assert out.startswith("refused") and "too large to read" in out, out
+
+
+@pytest.mark.parametrize("path", ["a\x00b", "\x00"])
+def test_a_path_with_a_nul_is_an_image_error(path):
+    """A raw ValueError ('embedded null byte')."""
+    with pytest.raises(ImageError, match="is no path"):
+        cudamagic.load_cubin(path, arch="sm_90", cache=False)
