@@ -223,3 +223,31 @@ def test_a_short_log_is_shown_whole_and_a_long_one_folds(errors):
     else:
         assert lines[2] == "line 0: error: bad 0" and "line 1: error" not in text
         assert lines[-1].startswith(f"... {errors - 1} more errors")
+
+
+# a long line of a compile's log -> the message stays short, the error's log and errors whole:
+# a 100 000-character -n was quoted whole twice (its error and its echo): a 300 KB message
+LONG_LINES = {
+    "a 100 000-character name expression": ("template <class T> __global__ void k(T* x) {}\n",
+                                            ["x" * 100_000]),
+    "a template argument list of 20 000 ints": (
+        "template <class... T> __global__ void k(T*... x) {}\n",
+        ["k<" + "int," * 20_000 + "q>"]),
+    "a 50 000-character cell line": ("__global__ void k() { int a = " + "1+" * 25_000 + "; "
+                                     "undefined(); }\n", []),
+}
+
+
+@pytest.mark.parametrize("case", list(LONG_LINES))
+def test_a_long_line_of_the_log_is_cut_in_the_message_only(case):
+    import cudamagic
+
+    source, names = LONG_LINES[case]
+    with pytest.raises(CompileError) as caught:
+        cudamagic.build(source, names, use_cache=False, arch="sm_90")
+    said, log = str(caught.value), caught.value.log
+    assert len(said) < 8000 < len(log), (len(said), len(log))
+    assert "characters: the error's log has it whole)" in said
+    assert max(len(line) for line in said.splitlines()) < 1100
+    if names:
+        assert [e.expression for e in caught.value.errors] == names  # whole, for code

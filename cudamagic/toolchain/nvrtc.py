@@ -601,7 +601,7 @@ def compile_error_message(program_name: str, text: str, hints: Sequence[str]) ->
     counted = f" ({count} error{'s' if count != 1 else ''})" if count else ""
     lines = [f"NVRTC could not compile {program_name}{counted}:",
              *(f"hint: {h}" for h in hints)]
-    log = text.splitlines() or ["(NVRTC wrote no log)"]
+    log = [_cut(line) for line in text.splitlines()] or ["(NVRTC wrote no log)"]
     if len(log) <= SHOWN_LOG_LINES:
         return "\n".join(lines + log)
     starts = [i for i, line in enumerate(log) if _ERROR_LINE.match(line)]
@@ -611,6 +611,17 @@ def compile_error_message(program_name: str, text: str, hints: Sequence[str]) ->
     rest = (f"... {more} more error{'s' if more != 1 else ''} ({len(log) - len(first)} more "
             "lines of NVRTC's log): print(sys.last_value.log) shows them all")
     return "\n".join(lines + first + [rest])
+
+
+#: The most characters a line of a failed compile's message shows (a 100 000-character -n was
+#: quoted whole, twice: a 300 KB message); the error's ``log`` keeps every line whole
+SHOWN_LINE_CHARS = 1000
+
+
+def _cut(line: str) -> str:
+    if len(line) <= SHOWN_LINE_CHARS:
+        return line
+    return f"{line[:SHOWN_LINE_CHARS]}... ({len(line)} characters: the error's log has it whole)"
 
 
 _ERROR_LINE = re.compile(r"^\S.*?: (?:catastrophic )?error")
