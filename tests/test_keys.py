@@ -105,3 +105,10 @@ def test_an_nvrtc_outside_a_wheel_is_keyed_by_its_library_not_its_major_minor(tm
     assert said_a.startswith(nvrtc_version() + " (libnvrtc.so.13:") and said_a != said_b
     assert loaded_libraries("libnvrtc") == (f"libnvrtc.so.13:{os.path.getsize(wheel_lib)}",)
     assert key() == [key_a, said_a]  # the same library, the same key
+    # before and after a compile (which maps libnvrtc-builtins too): the same key
+    compiled_first = _KEY_IN_A_CONDA_LIKE_PROCESS.replace(
+        "key, _, _, nvrtc =", "pipeline.compile_cubin('__global__ void w() {}', [], "
+        "['-arch=sm_90'])\nkey, _, _, nvrtc =")
+    out = subprocess.run([sys.executable, "-c", compiled_first], capture_output=True,
+                         text=True, check=True, timeout=120)
+    assert out.stdout.split(" ", 1) == [key_a, said_a]

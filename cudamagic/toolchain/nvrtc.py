@@ -128,7 +128,9 @@ def nvrtc_identity() -> str:
     from ..toolkit import loaded_libraries
 
     version = nvrtc_version()  # (loads the library)
-    files = loaded_libraries("libnvrtc")
+    # libnvrtc.so itself: its builtins library is mapped by the first compile only, so a key
+    # made before one would differ from a key made after
+    files = loaded_libraries("libnvrtc.so")
     return f"{version} ({', '.join(files)})" if files else version
 
 
