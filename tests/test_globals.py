@@ -84,6 +84,10 @@ CASES = {
         "#include <cuda_fp16.h>\n__device__ const volatile unsigned char cv[3] = {1, 2, 3};\n"
         "__device__ __half h[2];\n" + _USE.format("cv[1] + (float)h[1]"), [],
         {"cv": ("uint8", (3,)), "h": ("float16", (2,))}),
+    "types written with decltype": (
+        "__device__ float x[3];\n__device__ decltype(x) y;\n__device__ decltype(1.0) z[2];\n"
+        + _USE.format("x[0] + y[1] + z[1]"), [],
+        {"x": ("float32", (3,)), "y": ("float32", (3,)), "z": ("float64", (2,))}),
     "a struct is its bytes": (
         "struct P { int x; float y; };\n__device__ P pt;\n" + _USE.format("pt.y"), [],
         {"pt": (None, (8,))}),

@@ -56,6 +56,11 @@ READING = {
         "#define DECL(n) __device__ int n;\n#define A B\n#define B A\n"
         "BEGIN CONST float c[2]; END\nDECL(x)\n#undef CONST\nCONST int d;\nA __device__ int e;\n",
         [("::m::c", V), ("::e", V)]),
+    # a decltype's parentheses were taken for a function's: y and z were not asked about
+    "types written with decltype": (
+        "__device__ float x[3];\n__device__ decltype(x) y;\n__constant__ decltype(1.0) z[2];\n"
+        "__device__ decltype(x[0] + 1) (f)(int);\n",
+        [("::x", V), ("::y", V), ("::z", V)]),
     "a lambda and a brace initialiser": (
         "__device__ auto f = [] __device__ (int x) { return x; };\n__device__ int g{4};\n",
         [("::f", V), ("::g", V)]),

@@ -279,9 +279,25 @@ def _declarators(stmt: list[str]) -> list[tuple[tuple[str, ...], str]]:
     return out
 
 
+def _without_decltype(seg: list[str]) -> list[str]:
+    """A declarator with each ``decltype(...)`` one token: its parentheses are a type's, not a
+    function's (``__device__ decltype(x) y;`` declares ``y``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(seg):
+        if seg[i] == "decltype" and i + 1 < len(seg) and seg[i + 1] == "(":
+            i = _closing(seg, i + 1, "(", ")") + 1
+            out.append("decltype")
+        else:
+            out.append(seg[i])
+            i += 1
+    return out
+
+
 def _declared_name(seg: list[str]) -> tuple[tuple[str, ...], str] | None:
     """The name one declarator declares (the last identifier before its extents or its
     initialiser), with its written qualifiers; None for a function or what holds no name."""
+    seg = _without_decltype(seg) if "decltype" in seg else seg
     end = len(seg)
     for j, t in enumerate(seg):
         if t in ("[", "=", "{"):
