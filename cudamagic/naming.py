@@ -146,9 +146,11 @@ def unnamed_hints(source: str, name_expressions: Sequence[str], sigs: Signatures
             f"{', '.join(templates)} {'are' if len(templates) > 1 else 'is'} "
             f"not compiled: a template kernel is compiled only for the instances named with "
             f'-n, e.g. -n "{first}<float>" (name_expressions=["{first}<float>"] in build())')
-    elif not sigs:
+    elif not sigs:  # (no source: a CUBIN from elsewhere, which no cell defined)
         hints.append("the cell defines no __global__ kernel (only __device__ or host code): "
-                     "there is nothing to call from Python")
+                     "there is nothing to call from Python" if source else
+                     "the CUBIN holds no __global__ kernel (only device functions or "
+                     "variables): there is nothing to call from Python")
     if unnamed:
         hints.append(f"{len(unnamed)} overloaded kernel(s) have no name to call them by; "
                      "name each with a cast, e.g. -n \"(void(*)(float*))f\": "

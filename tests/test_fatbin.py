@@ -405,3 +405,14 @@ def test_a_path_with_a_nul_is_an_image_error(path):
     """A raw ValueError ('embedded null byte')."""
     with pytest.raises(ImageError, match="is no path"):
         cudamagic.load_cubin(path, arch="sm_90", cache=False)
+
+
+def test_a_cubin_without_kernels_says_so_in_a_cubins_words(tmp_path):
+    """load_cubin of a CUBIN with variables only said 'the cell defines no __global__ kernel':
+    there is no cell."""
+    built = cudamagic.build("__device__ float g[3];\n__device__ int f(int x) { return x; }\n",
+                            arch="sm_90", use_cache=False)
+    assert any("the cell defines no __global__ kernel" in w for w in built.report.warnings)
+    loaded = cudamagic.load_cubin(built.cubin, arch="sm_90", cache=tmp_path)
+    said = " ".join(loaded.report.warnings)
+    assert "the CUBIN holds no __global__ kernel" in said and "cell" not in said, said
