@@ -424,6 +424,7 @@ FORMS = {
     "sm='SM_90a'": (lambda k: k.occupancy(128, sm="SM_90a"), [(128, 0)]),
     "a 0-d NumPy array (raised a raw TypeError: iteration over a 0-d array)": (
         lambda k: k.occupancy(_numpy().array(128)), [(128, 0)]),
+    "device as a NumPy int": (lambda k: k.occupancy(128, device=_numpy().int64(0)), [(128, 0)]),
     "max_dynamic_shared as a NumPy int": (
         lambda k: k.occupancy(128, dynamic_shared=65536, max_dynamic_shared=_numpy().int32(0)),
         [(128, 65536)]),
@@ -470,6 +471,10 @@ REFUSED = {
                                    "max_dynamic_shared='48k': give"),
     "max_dynamic_shared=True": (lambda k: k.occupancy(128, max_dynamic_shared=True),
                                 "max_dynamic_shared=True: give"),
+    # each was taken, and without a GPU answered as if it named one
+    "device as text": (lambda k: k.occupancy(128, device="0"), "device='0': give the GPU's"),
+    "a negative device": (lambda k: k.occupancy(128, device=-1), "device=-1: give"),
+    "device=True": (lambda k: k.occupancy(128, device=True), "device=True: give"),
 }
 
 

@@ -367,6 +367,27 @@ def _check_sizes(block_size: Any, dynamic_shared_bytes: Any, carveout: Any) -> N
                              "memory, 0 to 100, or None for the default")
 
 
+def _device_index(device: Any) -> int | None:
+    """The GPU asked about: None (the current one), or a device number, an int >= 0 (a NumPy
+    int too).
+
+    :raises OccupancyError: anything else ('0', -1 and True were taken, and without a GPU
+        answered as if they were a device).
+    """
+    if device is None:
+        return None
+    try:
+        if isinstance(device, (bool, str, bytes)):
+            raise TypeError(device)
+        number = int(device.__index__())
+    except (TypeError, AttributeError, ValueError):
+        number = -1
+    if number < 0:
+        raise OccupancyError(f"device={device!r:.80}: give the GPU's number, an int >= 0 (0 for "
+                             "the first), or None for the current one")
+    return number
+
+
 def _limit(max_dynamic_shared: Any) -> int | None:
     """The kernel's dynamic shared memory limit as asked: None, or bytes as an int >= 0 (a
     NumPy int too).
@@ -557,6 +578,7 @@ def table(kernel: Any, block_sizes: Any = DEFAULT_BLOCK_SIZES, dynamic_shared: A
                            "dynamic shared memory")
     sm = None if sm is None else sm_number(sm)
     max_dynamic_shared = _limit(max_dynamic_shared)
+    device = _device_index(device)
     usage = usage_of(kernel)
     name = str(getattr(kernel, "name_expression", None) or getattr(kernel, "symbol", "kernel"))
     ask = _driver_for(kernel, sm, device, carveout)
