@@ -367,46 +367,44 @@ def _check_sizes(block_size: Any, dynamic_shared_bytes: Any, carveout: Any) -> N
                              "memory, 0 to 100, or None for the default")
 
 
-def _device_index(device: Any) -> int | None:
-    """The GPU asked about: None (the current one), or a device number, an int >= 0 (a NumPy
-    int too).
+def _index_or_none(value: Any, what: str, wanted: str) -> int | None:
+    """None, or an int >= 0 (a NumPy int too) as an int.
 
-    :raises OccupancyError: anything else ('0', -1 and True were taken, and without a GPU
-        answered as if they were a device).
+    :raises OccupancyError: anything else (a string, a bool, a float, a negative number),
+        saying ``what`` it was and the ``wanted`` words.
     """
-    if device is None:
+    if value is None:
         return None
     try:
-        if isinstance(device, (bool, str, bytes)):
-            raise TypeError(device)
-        number = int(device.__index__())
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError(value)
+        number = int(value.__index__())
     except (TypeError, AttributeError, ValueError):
         number = -1
     if number < 0:
-        raise OccupancyError(f"device={device!r:.80}: give the GPU's number, an int >= 0 (0 for "
-                             "the first), or None for the current one")
+        raise OccupancyError(f"{what}={value!r:.80}: {wanted}")
     return number
 
 
-def _limit(max_dynamic_shared: Any) -> int | None:
-    """The kernel's dynamic shared memory limit as asked: None, or bytes as an int >= 0 (a
-    NumPy int too).
+def _device_index(device: Any) -> int | None:
+    """The GPU asked about: None (the current one), or a device number ('0', -1 and True were
+    taken, and without a GPU answered as if they were a device).
 
-    :raises OccupancyError: anything else (-5, 1.5, a string were taken, or a raw TypeError).
+    :raises OccupancyError: anything else.
     """
-    if max_dynamic_shared is None:
-        return None
-    try:
-        if isinstance(max_dynamic_shared, (bool, str, bytes)):
-            raise TypeError(max_dynamic_shared)
-        value = int(max_dynamic_shared.__index__())
-    except (TypeError, AttributeError, ValueError):
-        value = -1
-    if value < 0:
-        raise OccupancyError(f"max_dynamic_shared={max_dynamic_shared!r:.80}: give the kernel's "
-                             "dynamic shared memory limit as bytes, an int >= 0, or None for "
-                             "the most the launch asks")
-    return value
+    return _index_or_none(device, "device", "give the GPU's number, an int >= 0 (0 for the "
+                          "first), or None for the current one")
+
+
+def _limit(max_dynamic_shared: Any) -> int | None:
+    """The kernel's dynamic shared memory limit as asked: None, or bytes (-5, 1.5, a string
+    were taken, or a raw TypeError).
+
+    :raises OccupancyError: anything else.
+    """
+    return _index_or_none(max_dynamic_shared, "max_dynamic_shared", "give the kernel's dynamic "
+                          "shared memory limit as bytes, an int >= 0, or None for the most "
+                          "the launch asks")
 
 
 def _register_limit(usage: KernelUsage, arch: ArchLimits, warps: int) -> tuple[int | None, int,
