@@ -618,12 +618,17 @@ def compile_error_message(program_name: str, text: str, hints: Sequence[str]) ->
 #: The most characters a line of a failed compile's message shows (a 100 000-character -n was
 #: quoted whole, twice: a 300 KB message); the error's ``log`` keeps every line whole
 SHOWN_LINE_CHARS = 1000
+#: of those, the line's last characters: NVRTC writes what is wrong at a line's end
+#: (``-n "k<1111...>": error: integer constant is too large``)
+SHOWN_LINE_END = 300
 
 
 def _cut(line: str) -> str:
     if len(line) <= SHOWN_LINE_CHARS:
         return line
-    return f"{line[:SHOWN_LINE_CHARS]}... ({len(line)} characters: the error's log has it whole)"
+    head = SHOWN_LINE_CHARS - SHOWN_LINE_END
+    return (f"{line[:head]} ... ({len(line)} characters: the error's log has it whole) ... "
+            f"{line[-SHOWN_LINE_END:]}")
 
 
 _ERROR_LINE = re.compile(r"^\S.*?: (?:catastrophic )?error")
