@@ -127,16 +127,63 @@ def versions() -> dict[str, str]:
         out["cudamagic"] = getattr(cudamagic, "__version__", "?")
     except ImportError:  # pragma: no cover
         out["cudamagic"] = "?"
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=REPO, timeout=10).stdout.strip()
-        if commit:
-            dirty = subprocess.run(["git", "status", "--porcelain", "--", "cudamagic"],
-                                   capture_output=True, text=True, cwd=REPO, timeout=10).stdout
-            out["cudamagic"] += f" ({commit}{', uncommitted changes' if dirty.strip() else ''})"
-    except Exception:  # pragma: no cover - no git there (a copy of the tree)
-        pass
+    out["cudamagic"] += f" ({project_commit()})"
     return out
+
+
+#: the commit a copy of the tree without ``.git`` was made from: set by scripts/device.sh from
+#: the environment's ``CUDAMAGIC_COMMIT`` or the copy's own ``.commit`` file
+COMMIT_ENV, COMMIT_FILE = "CUDAMAGIC_COMMIT", ".commit"
+
+
+def project_commit(root: Path = REPO) -> str:
+    """The commit of the cudamagic tree at ``root``, and the git tree hash of its ``cudamagic/``
+    folder as found on disk (equal to ``git rev-parse COMMIT:cudamagic`` where nothing in it
+    changed, so a copy's figures can be tied to a commit).
+
+    git is asked only where ``root`` is itself the top of a work tree: a copy without ``.git``
+    inside another repository (the GPU machine's) must not print that repository's commit.
+    Elsewhere the commit is ``CUDAMAGIC_COMMIT`` or the ``.commit`` file, stamped where the copy
+    was made, else "unknown (no .git)".
+    """
+    tree = f"cudamagic tree {package_tree(root / 'cudamagic')[:12]}"
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, cwd=root, timeout=10).stdout.strip()
+    except OSError:  # no git on this machine
+        top = ""
+    if top and os.path.realpath(top) == os.path.realpath(root):
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=root, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "cudamagic"],
+                               capture_output=True, text=True, cwd=root, timeout=10).stdout
+        return f"{commit}{', uncommitted changes' if dirty.strip() else ''}; {tree}"
+    stamp = os.environ.get(COMMIT_ENV, "").strip()
+    if not stamp and (root / COMMIT_FILE).is_file():
+        stamp = (root / COMMIT_FILE).read_text().strip()
+    return f"{stamp + ' (stamped, no .git)' if stamp else 'unknown (no .git)'}; {tree}"
+
+
+def package_tree(folder: Path) -> str:
+    """git's tree hash of ``folder`` as it is on disk, bytecode folders left out: what
+    ``git rev-parse COMMIT:cudamagic`` answers for a commit whose folder holds the same files."""
+    import hashlib
+
+    entries = []
+    for entry in os.scandir(folder):
+        if entry.name == "__pycache__" or entry.name.endswith(".pyc"):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            mode, sha, key = b"40000", package_tree(Path(entry.path)), entry.name + "/"
+        else:
+            data = Path(entry.path).read_bytes()
+            blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+            mode = b"100755" if os.access(entry.path, os.X_OK) else b"100644"
+            sha, key = blob, entry.name
+        entries.append((key.encode(), mode + b" " + entry.name.encode() + b"\0"
+                        + bytes.fromhex(sha)))
+    body = b"".join(e for _, e in sorted(entries))
+    return hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()
 
 
 def gpu_available() -> bool:

@@ -9,6 +9,10 @@ both rewritten after each part so that a run cut short keeps what it measured.
 GPU machine (scripts/device.sh perf; about 7 minutes):   python3 benchmarks/perf.py --out $OUT
 Here (no GPU: every harness compile-only, cudamagic alone; the restore needs a GPU and is
 left out):   .venv/bin/python benchmarks/perf.py --out /tmp/perf --quick
+
+The head line names the commit measured (common.project_commit): git's where this folder is a
+work tree's top, else the commit stamped into the copy (``.commit``, or ``CUDAMAGIC_COMMIT``),
+and always the git tree hash of ``cudamagic/`` as found (``git rev-parse COMMIT:cudamagic``).
 """
 
 from __future__ import annotations
@@ -68,9 +72,12 @@ def main() -> int:
     a = ap.parse_args()
     gpu = gpu_available() and not a.dry_run
     os.makedirs(a.out, exist_ok=True)
+    found = versions()
     head = (f"cudamagic perf, {time.strftime('%Y-%m-%d %H:%M:%S')}: {machine()}; "
-            + ("GPU" if gpu else "no GPU: compile-only, cudamagic alone"))
-    result: dict = {"head": head, "versions": versions(), "parts": {}}
+            + ("GPU" if gpu else "no GPU: compile-only, cudamagic alone")
+            + f"; cudamagic {found['cudamagic']}")
+    print(head, flush=True)
+    result: dict = {"head": head, "versions": found, "parts": {}}
     text = [f"# {head}", ""]
     t0 = time.perf_counter()
     for name, measure, tabulate in parts(gpu, a.quick, a.repeats):

@@ -20,6 +20,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export CUDAMAGIC_CACHE_DIR=/tmp/cudamagic-cache
 nvidia-smi -L
+# the copy here has no .git: the commit it was made from comes stamped (benchmarks/common.py's
+# project_commit); make it where the copy is made: git rev-parse --short HEAD > .commit
+echo "cudamagic commit: ${CUDAMAGIC_COMMIT:-$(cat .commit 2>/dev/null || echo 'unknown (no .git, no .commit)')}"
 python3 -c "import cuda.bindings, cupy, numpy; from cudamagic.toolchain import nvrtc as compiler, driver; from cudamagic.toolchain.demangle import default_demangler as d; print('cuda.bindings', cuda.bindings.__version__, 'cupy', cupy.__version__, 'numpy', numpy.__version__, 'nvrtc', compiler.nvrtc_version(), 'driver', driver.driver_version(), 'demangler', d().name)"
 for what in "${@:-gpu}"; do
   echo "=== $what $(date +%T)"

@@ -153,3 +153,50 @@ def test_the_startup_benchmark_sets_load_ext_against_ipythons_start(bench):
     assert row["met"] is (row["ratio"] <= startup.LOAD_EXT_BUDGET)
     head, _, line = startup.table(row)
     assert "IPython's start" in head and ("met" in line or "missed" in line)
+
+
+def _git(folder: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c",
+                           "commit.gpgsign=false", *args], cwd=folder, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_copy_without_git_never_prints_the_commit_of_a_repository_around_it(bench, tmp_path,
+                                                                             monkeypatch):
+    """The GPU machine's copy of the tree has no .git but sits inside another repository: perf.py
+    printed that one's commit. git is asked only where the tree is a work tree's top; a copy says
+    the commit stamped into it, or that it has none, and the tree hash of cudamagic/ as found,
+    which is git's own for the same files."""
+    import shutil
+
+    import common
+
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    (outer / "other.txt").write_text("another project\n")
+    _git(outer, "init", "-q")
+    _git(outer, "add", "other.txt")
+    _git(outer, "commit", "-q", "-m", "another project")
+    theirs = _git(outer, "rev-parse", "--short", "HEAD")
+    copy = outer / "copy"
+    shutil.copytree(REPO / "cudamagic", copy / "cudamagic",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.delenv(common.COMMIT_ENV, raising=False)
+    said = common.project_commit(copy)
+    assert theirs not in said and said.startswith("unknown (no .git); cudamagic tree "), said
+    (copy / common.COMMIT_FILE).write_text("abc1234\n")
+    assert common.project_commit(copy).startswith("abc1234 (stamped, no .git); ")
+    monkeypatch.setenv(common.COMMIT_ENV, "def5678")
+    assert common.project_commit(copy).startswith("def5678 (stamped, no .git); ")
+    # the copy made a repository of its own: its commit, and git's tree hash is the one printed
+    _git(copy, "init", "-q")
+    _git(copy, "add", "cudamagic")
+    _git(copy, "commit", "-q", "-m", "the copy")
+    ours, tree = _git(copy, "rev-parse", "--short", "HEAD"), _git(copy, "rev-parse", "HEAD:cudamagic")
+    assert common.package_tree(copy / "cudamagic") == tree
+    assert common.project_commit(copy) == f"{ours}; cudamagic tree {tree[:12]}"
+    (copy / "cudamagic" / "errors.py").write_text("# changed\n")
+    changed = common.project_commit(copy)
+    assert changed.startswith(f"{ours}, uncommitted changes; ") and tree[:12] not in changed
