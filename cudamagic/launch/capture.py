@@ -316,14 +316,18 @@ class Placement:
 def _shared_spans(arrays: Sequence[CapturedArg]) -> dict[int, tuple[int, int]]:
     """For each array argument (by index), the parent's span ``(lowest address, bytes)`` of
     the memory it shares with the arguments whose bytes overlap its own (``k(x, x)``,
-    ``k(x[:-1], x[1:])``): one buffer in the child, as one allocation in the parent."""
+    ``k(x[:-1], x[1:])``): one buffer in the child, as one allocation in the parent.
+
+    A group ends at the furthest byte of any member (``k(x, x[2:4])`` ends where ``x`` does), and
+    an empty view inside a group (``x[10:10]``) belongs to it without ending it; the longest of
+    arrays that start together comes first, so such a view is never a group's first member."""
     spans = sorted(((a.address - a.offset, _nbytes(a), a.index) for a in arrays),
-                   key=lambda t: t[0])
+                   key=lambda t: (t[0], -t[1]))
     out: dict[int, tuple[int, int]] = {}
     group: list[int] = []
     lo = hi = 0
     for start, n, index in spans:
-        if group and n and start < hi:
+        if group and start < hi:
             hi = max(hi, start + n)
         else:
             for i in group:
