@@ -7,11 +7,18 @@ refuses.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 
 import cudamagic
 from cudamagic.launch import capture as cap
+from cudamagic.toolchain import tools
 
 from .test_debug_tools import _DeviceArray, _host_copy
 
@@ -92,3 +99,100 @@ def test_overlapping_arrays_share_one_buffer_at_the_notebooks_distances(row):
         got = np.frombuffer(memory.read(ptr, view.host.nbytes), np.float32)
         assert got.tolist() == view.host.tolist()
     assert [p.nbytes for p in placed] == [v.host.nbytes for v in views]
+
+
+# --- a child's output and its timeout ------------------------------------------------------------
+
+def _writer(stdout: int, stderr: int) -> list[str]:
+    """A child that writes ``stdout`` and ``stderr`` bytes of filler in turns, then a last line
+    on each."""
+    code = ("import os\n"
+            f"left = [{stdout}, {stderr}]\n"
+            "chunk = b'x' * 65536\n"
+            "while any(left):\n"
+            "    for i, fd in enumerate((1, 2)):\n"
+            "        n = min(left[i], len(chunk))\n"
+            "        if n: os.write(fd, chunk[:n]); left[i] -= n\n"
+            "os.write(1, b'\\nthe end of stdout\\n'); os.write(2, b'\\nthe end of stderr\\n')\n")
+    return [sys.executable, "-c", code]
+
+
+@pytest.mark.parametrize("stdout, stderr", [
+    (32 << 20, 0),  # a printf in every thread of a large grid
+    (0, 32 << 20),  # a tool's account of every fault
+    (16 << 20, 16 << 20),
+    (1000, 10),  # kept whole
+], ids=["stdout", "stderr", "both", "short"])
+def test_a_childs_output_keeps_a_bounded_tail_and_says_how_much_was_cut(stdout, stderr):
+    # before: every byte was kept (300 MB of output grew the notebook by 860 MB for 8 lines)
+    done = tools.run_child(_writer(stdout, stderr), timeout=120)
+    for text, cut, written, name in ((done.stdout, done.stdout_cut, stdout, "stdout"),
+                                     (done.stderr, done.stderr_cut, stderr, "stderr")):
+        total = written + len(f"\nthe end of {name}\n")
+        assert text.endswith(f"the end of {name}\n")
+        assert len(text) == min(total, tools.TAIL_BYTES)
+        assert cut == total - len(text)
+
+
+def test_the_notebook_holds_the_tail_of_a_childs_output_not_all_of_it():
+    # ru_maxrss of a fresh interpreter before and after a child that writes 256 MiB
+    code = ("import resource, sys\n"
+            "from cudamagic.toolchain import tools\n"
+            "from tests.test_tool_bounds import _writer\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "done = tools.run_child(_writer(256 << 20, 0), timeout=300)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n")
+    grew_kib = int(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
+                                  text=True, timeout=300).stdout)
+    assert grew_kib < 32 << 10, f"the process grew by {grew_kib} KiB"
+
+
+def _helper_child(tmp_path, then: str) -> tuple[list[str], object]:
+    """A child that starts a helper in a session of its own (outside the child's process
+    group, which a timeout kills) holding the child's pipes for 40 s, then ``then``."""
+    marker = tmp_path / "helper.pid"
+    code = ("import subprocess, sys, time\n"
+            "h = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(40)'],\n"
+            "                     start_new_session=True)\n"
+            f"open({str(marker)!r}, 'w').write(str(h.pid))\n"
+            "print('the child is done', flush=True)\n"
+            f"{then}\n")
+    return [sys.executable, "-c", code], marker
+
+
+@pytest.mark.parametrize("then, raises", [
+    ("time.sleep(40)", True),  # the child hangs: the timeout stops it
+    ("sys.exit(0)", False),  # the child ends: its result comes back
+], ids=["hangs", "ends"])
+def test_a_timeout_is_a_timeout_while_a_helper_holds_the_pipes(tmp_path, then, raises):
+    # before: after the child's group was killed, the wait for its pipes had no bound, and a
+    # helper in its own session held them: run_child(timeout=2) took 40 s (the helper's life)
+    argv, marker = _helper_child(tmp_path, then)
+    started = time.monotonic()
+    try:
+        if raises:
+            with pytest.raises(subprocess.TimeoutExpired):
+                tools.run_child(argv, timeout=2)
+        else:
+            done = tools.run_child(argv, timeout=30)
+            assert done.returncode == 0 and "the child is done" in done.stdout
+        assert time.monotonic() - started < 20
+    finally:
+        if marker.exists() and marker.read_text():
+            try:
+                os.kill(int(marker.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.parametrize("cut, first", [
+    (300 << 20, "(300 MiB of output before its last 64.0 KiB, not kept)"),
+    (0, "line 92"),
+])
+def test_the_childs_last_lines_say_how_much_came_before_what_was_kept(cut, first):
+    from cudamagic.launch.tool_run import _tail
+
+    done = tools.ChildResult(1, "", "".join(f"line {i}\n" for i in range(100)), 1.0,
+                             stderr_cut=cut)
+    lines = _tail(done, stderr=True).splitlines()
+    assert lines[0] == first and lines[-1] == "line 99"

@@ -15,6 +15,7 @@ which the module's :class:`DebugSupport` passes in as ``present``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..errors import ArgumentValueError, LaunchError, OptionError
 from ..toolchain import driver, tools
+from ..units import size_text
 from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, Space,
                                    read_xml, sanitizer_argv)
 from .calls import CallSyntax, read_calls, read_options
@@ -225,8 +227,7 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
         try:
             findings = read_xml(report, which)
         except SanitizerOutputError as exc:
-            findings, done = (), tools.ChildResult(done.returncode, done.stdout,
-                                                   f"{done.stderr}\n{exc}", done.seconds)
+            findings, done = (), dataclasses.replace(done, stderr=f"{done.stderr}\n{exc}")
         placed, said = read_placed(folder)
         if save_report is not None and report.exists():
             shutil.copyfile(report, save_report)
@@ -234,7 +235,7 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
         shutil.rmtree(folder, ignore_errors=True)
     folded = fold(findings, build, c, placed)
     failed = "" if folded or (done.returncode == 0 and not said) else \
-        (said or _tail(done.stderr or done.stdout) or f"the child exited with {done.returncode}")
+        (said or _tail(done, stderr=True) or f"the child exited with {done.returncode}")
     record = SanitizeReport(which, program.version, kernel.name_expression, c.grid, c.block,
                             findings=folded, total=len(findings), lineinfo=build.lineinfo,
                             failed=failed, capture_seconds=t1 - t0, child_seconds=t2 - t1)
@@ -260,8 +261,6 @@ def _check_save(name: str, path: "str | os.PathLike | None") -> None:
 def _with_occupancy(p: Any, kernel: Any, c: Capture) -> Any:
     """The profile with cudamagic's own occupancy for the launch's block (the driver's answer
     on this GPU), beside ncu's theoretical figure."""
-    import dataclasses
-
     threads = c.block[0] * c.block[1] * c.block[2]
     try:
         row = kernel.occupancy([threads], [c.shared_mem]).at(threads, c.shared_mem)
@@ -292,8 +291,19 @@ def sanitize_hint(last: Any) -> str:
             "'initcheck', 'synccheck' for the other checks).")
 
 
-def _tail(text: str, lines: int = 8) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
+def _tail(done: tools.ChildResult, stderr: bool = False, lines: int = 8) -> str:
+    """The last ``lines`` of what the child wrote (``stderr``: its stderr, else its stdout;
+    otherwise both), and how much came before what was kept of it."""
+    if stderr:
+        text, cut = (done.stderr, done.stderr_cut) if done.stderr.strip() else \
+            (done.stdout, done.stdout_cut)
+    else:
+        text, cut = done.stdout + done.stderr, done.stdout_cut + done.stderr_cut
+    shown = text.strip().splitlines()[-lines:]
+    if cut and shown:
+        shown.insert(0, f"({size_text(cut)} of output before its last "
+                        f"{size_text(tools.TAIL_BYTES)}, not kept)")
+    return "\n".join(shown)
 
 
 def _present(kernel: Any, record: Any) -> Any:
@@ -333,7 +343,7 @@ def profile_many(launches: Sequence[tuple]) -> list[Any]:
                                    env=_child_env(), cwd=folder)
             if not report.exists():
                 raise LaunchError(f"{k.name_expression}: ncu wrote no report (exit "
-                                  f"{done.returncode}):\n{_tail(done.stdout + done.stderr)}")
+                                  f"{done.returncode}):\n{_tail(done)}")
             read = profiler.read_report(report, label=k.name_expression, source=build.source,
                                         line_offset=build.line_offset, program=build.program,
                                         tool=program.version, seconds=done.seconds)

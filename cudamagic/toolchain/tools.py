@@ -25,7 +25,7 @@ from ..process import held
 from ..errors import CudaMagicError
 
 __all__ = ["ToolKind", "Found", "Tool", "Missing", "ToolMissingError", "find", "look", "require",
-           "ChildResult", "run_child", "ScratchError", "scratch_folder"]
+           "ChildResult", "run_child", "TAIL_BYTES", "ScratchError", "scratch_folder"]
 
 
 class ToolKind(enum.Enum):
@@ -177,42 +177,123 @@ def require(kind: ToolKind) -> Tool:
 
 @dataclass(frozen=True)
 class ChildResult:
-    """How a child process ended: its status, its output and how long it ran."""
+    """How a child process ended: its status, the last :data:`TAIL_BYTES` of each of its
+    output streams, how many bytes before those were not kept, and how long it ran."""
 
     returncode: int
     stdout: str
     stderr: str
     seconds: float
+    stdout_cut: int = 0
+    stderr_cut: int = 0
 
 
 #: the longest a child may run before it is stopped (a hung kernel under a tool)
 CHILD_TIMEOUT_S = 600.0
+#: the bytes kept of each of a child's streams, its last (a tool ends with its own account,
+#: and a view shows a few lines of it): a kernel's printf in every thread writes hundreds of MB
+TAIL_BYTES = 64 << 10
+#: how long the pipes are read for after the child has exited (what it wrote is there at once;
+#: a helper it started in a session of its own may hold them open for ever)
+EXIT_GRACE_S = 0.5
+_CHUNK = 1 << 16
+
+
+class _Tail:
+    """The last ``keep`` bytes of a stream, and how many came in all."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.data = bytearray()
+        self.seen = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.seen += len(chunk)
+        self.data += chunk
+        if len(self.data) > 2 * self.keep:  # trimmed now and then, not at every chunk
+            del self.data[:-self.keep]
+
+    def text(self) -> tuple[str, int]:
+        kept = bytes(self.data[-self.keep:]) if self.keep else b""
+        return kept.decode(errors="replace"), self.seen - len(kept)
 
 
 def run_child(argv: Sequence[str], env: Mapping[str, str] | None = None,
-              cwd: str | os.PathLike | None = None,
-              timeout: float = CHILD_TIMEOUT_S) -> ChildResult:
-    """Run ``argv`` to its end in a process group of its own (a Ctrl-C or a timeout here stops
-    the child and whatever it started, and is then raised), and return how it ended."""
+              cwd: str | os.PathLike | None = None, timeout: float = CHILD_TIMEOUT_S,
+              keep: int = TAIL_BYTES) -> ChildResult:
+    """Run ``argv`` to its end in a process group of its own and return how it ended, with the
+    last ``keep`` bytes of its stdout and stderr (what came before is counted, not kept).
+
+    ``timeout`` bounds the whole call: past it, or at a Ctrl-C, the child's group is killed
+    and the error raised at once, without waiting for pipes that something outside the group
+    (a helper in a session of its own) still holds open.
+
+    :raises subprocess.TimeoutExpired: the child ran past ``timeout`` seconds.
+    """
     started = time.perf_counter()
+    deadline = time.monotonic() + timeout
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=dict(env) if env is not None else None,
                             cwd=cwd, start_new_session=True)
+    out, err = _Tail(keep), _Tail(keep)
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except BaseException:  # a timeout, Ctrl-C: the whole group goes, then the error is raised
+        _read_until_exit(proc, {proc.stdout: out, proc.stderr: err}, deadline)
+        proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        raise subprocess.TimeoutExpired(list(argv), timeout) from None
+    except BaseException:  # Ctrl-C: the whole group goes, then it is raised
         _stop(proc)
         raise
-    return ChildResult(proc.returncode, out.decode(errors="replace"),
-                       err.decode(errors="replace"), time.perf_counter() - started)
+    finally:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    (stdout, stdout_cut), (stderr, stderr_cut) = out.text(), err.text()
+    return ChildResult(proc.returncode, stdout, stderr, time.perf_counter() - started,
+                       stdout_cut=stdout_cut, stderr_cut=stderr_cut)
+
+
+def _read_until_exit(proc: subprocess.Popen, tails: dict, deadline: float) -> None:
+    """Read the child's pipes into their tails until both end, or the child has exited and
+    :data:`EXIT_GRACE_S` passed.
+
+    :raises subprocess.TimeoutExpired: the deadline passed first.
+    """
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        for pipe in tails:
+            sel.register(pipe, selectors.EVENT_READ)
+        grace_end = None
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, 0)
+            if grace_end is None and proc.poll() is not None:
+                grace_end = now + EXIT_GRACE_S
+            if grace_end is not None and now >= grace_end:
+                return
+            wait = min(deadline, grace_end if grace_end is not None else now + 0.25) - now
+            for key, _ in sel.select(timeout=max(wait, 0.0)):
+                chunk = os.read(key.fd, _CHUNK)
+                if chunk:
+                    tails[key.fileobj].add(chunk)
+                else:
+                    sel.unregister(key.fileobj)
 
 
 def _stop(proc: subprocess.Popen) -> None:
+    """Kill the child's process group and reap the child (a killed process ends at once; its
+    pipes are not waited for)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.communicate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # in the kernel's hands (D state): left to it
+        pass
 
 
 class ScratchError(CudaMagicError):
