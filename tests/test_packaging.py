@@ -20,10 +20,26 @@ import cudamagic
 from .conftest import REPO
 
 
+# what a run or a build leaves in a tree that no build ships (.gitignore's folders)
+_LEFT_BY_RUNS = {".venv", "__pycache__", ".pytest_cache", "build", "dist", "artifacts", ".whl",
+                 ".import_linter_cache", "node_modules", ".git"}
+
+
 def _tree_files() -> list[str]:
-    """The files git would ship from this tree (tracked, and new ones not ignored)."""
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout.split()
+    """The files a wheel is built from here. An unpacked sdist (``PKG-INFO`` at its root) holds
+    only what it ships: all of its files but what runs left (:data:`_LEFT_BY_RUNS`, an
+    ``.egg-info``). A checkout: the files git would ship (tracked, and new ones not ignored).
+    Any other tree cannot say which of its files are the project's: the tests skip."""
+    if (REPO / "PKG-INFO").is_file():
+        shipped = (p.relative_to(REPO) for p in REPO.rglob("*") if p.is_file())
+        return sorted(f.as_posix() for f in shipped if not any(
+            part in _LEFT_BY_RUNS or part.endswith(".egg-info") for part in f.parts))
+    try:
+        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"{REPO} is neither a git checkout nor an unpacked sdist, so which of its "
+                    f"files a build ships is unknown ({exc})")
     return [f for f in out if (REPO / f).is_file()]
 
 
