@@ -10,7 +10,9 @@
 # whole notebook cell by cell, the fresh process, the restore, the warm cell; $OUT/perf.md and
 # perf.json; about 7 minutes, run it alone), debug (tests/test_gpu_debug.py, issue 28's
 # must-show), fixtures (scripts/record_tool_fixtures.py: the tools' real outputs, copied to
-# $OUT/recorded to be committed into tests/fixtures/tools/recorded), or NAME for
+# $OUT/recorded to be committed into tests/fixtures/tools/recorded), edit_loop
+# (benchmarks/edit_loop.py --breakdown: issue 37's edited cells, cudamagic with and without the
+# PCH against CuPy; $OUT/edit_loop.md and edit_loop.json; about 5 minutes), or NAME for
 # benchmarks/NAME.py
 set -u
 OUT=${OUT:-/tmp/out}
@@ -39,6 +41,7 @@ for what in "${@:-gpu}"; do
     ship) (cd benchmarks && python3 dask_ship.py) 2>&1 | tee "$OUT/dask_ship.log" ;;
     profile) for n in 10 1000; do python3 benchmarks/profile_cell.py --names $n --out "$OUT/profile-$n.txt" >/dev/null 2>&1; done ;;
     perf) python3 benchmarks/perf.py --out "$OUT" 2>&1 | tee "$OUT/perf.log" ;;
+    edit_loop) python3 benchmarks/edit_loop.py --breakdown --out "$OUT" 2>&1 | tee "$OUT/edit_loop.log" ;;
     api) (cd benchmarks && python3 run_all.py --sections api) 2>&1 | tee "$OUT/api.log" ;;
     notebook) for run in first restart; do  # the second run is a fresh kernel: a cache hit
         python3 scripts/run_notebook.py notebooks/quickstart.ipynb --out "$OUT/$run" 2>&1 \
