@@ -19,6 +19,8 @@ import pytest
 import cudamagic
 from cudamagic.launch import capture as cap
 from cudamagic.toolchain import tools
+from cudamagic.toolchain.sanitizer import (MAX_REPORT_BYTES, SanitizerOutputError,
+                                           SanitizerTool, read_xml)
 
 from .test_debug_tools import _DeviceArray, _host_copy
 
@@ -196,3 +198,95 @@ def test_the_childs_last_lines_say_how_much_came_before_what_was_kept(cut, first
                              stderr_cut=cut)
     lines = _tail(done, stderr=True).splitlines()
     assert lines[0] == first and lines[-1] == "line 99"
+
+
+# --- the sanitizer's report ----------------------------------------------------------------------
+
+def _report_in(tmp_path, kind: str):
+    """A report path that is not the regular file the tool writes."""
+    from .test_debug_tools import _report
+
+    path = tmp_path / "report.xml"
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a folder":
+        path.mkdir()
+    elif kind == "a symbolic link":
+        (tmp_path / "elsewhere.xml").write_bytes(_report("oob_write"))
+        path.symlink_to(tmp_path / "elsewhere.xml")
+    else:  # past the size read, sparse
+        with open(path, "wb") as f:
+            f.truncate(MAX_REPORT_BYTES + 1)
+    return path
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("a FIFO", "is a FIFO"),
+    ("a folder", "is a folder"),
+    ("a symbolic link", "is a symbolic link"),
+    ("too large", "more than the 64 MiB read"),
+])
+def test_a_report_that_is_no_file_the_tool_wrote_is_refused_at_once(tmp_path, kind, says):
+    # before: a plain open(), so a FIFO in the report's place blocked read_xml for ever (other
+    # untrusted files go through files.read_regular), and a link was followed
+    import threading
+
+    path = _report_in(tmp_path, kind)
+    got: list = []
+
+    def read():
+        try:
+            got.append(read_xml(path, SanitizerTool.MEMCHECK))
+        except SanitizerOutputError as exc:
+            got.append(exc)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(30)
+    if t.is_alive():  # let it go: the FIFO gets a writer and ends
+        with open(path, "wb"):
+            pass
+        t.join(30)
+        pytest.fail(f"read_xml waited on {kind}")
+    assert isinstance(got[0], SanitizerOutputError) and says in str(got[0])
+
+
+def _parse_in_child(data: bytes, tmp_path) -> str:
+    """How many findings parse_xml reads of ``data``, or its refusal, from a child given 60 s
+    (the quadratic parse of a nested report took hours for what these rows hold)."""
+    report = tmp_path / "nested.xml"
+    report.write_bytes(data)
+    code = ("import sys\n"
+            "from cudamagic.toolchain.sanitizer import parse_xml, SanitizerTool, "
+            "SanitizerOutputError\n"
+            "try:\n"
+            f"    print(len(parse_xml(open({str(report)!r}, 'rb').read(), "
+            "SanitizerTool.MEMCHECK)))\n"
+            "except SanitizerOutputError as exc:\n"
+            "    print('refused:', exc)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"parse_xml of {len(data)} bytes did not end in 60 s")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+_RECORD = ("<record><kind>Error</kind><what><text>Invalid __global__ write of size 4 bytes"
+           "</text></what>")
+
+
+@pytest.mark.parametrize("body, says", [
+    (_RECORD * 8 + "</record>" * 8, "1"),  # a record inside a record is no finding of its own
+    ("".join(_RECORD * 2 + "</record>" * 2 for _ in range(2000)), "2000"),
+    (_RECORD * 8000 + "</record>" * 8000, "refused: compute-sanitizer's report nests its "
+                                          "elements more than 32 deep"),  # 0.7 MB
+    (_RECORD + "<a>" * 300_000 + "</a>" * 300_000 + "</record>", "refused: compute-"
+                                                                 "sanitizer's report nests"),
+], ids=["nested", "each-holds-one", "deep-records", "deep-elements"])
+def test_records_nested_in_records_are_read_in_linear_time(tmp_path, body, says):
+    # before: every <record> at any depth was a finding, each searched its whole subtree: a
+    # 0.6 MB report of nested records did not finish in 30 s, while 64 MiB are accepted
+    data = f"<ComputeSanitizerOutput>{body}</ComputeSanitizerOutput>".encode()
+    assert _parse_in_child(data, tmp_path).startswith(says)

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -229,7 +230,7 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
         except SanitizerOutputError as exc:
             findings, done = (), dataclasses.replace(done, stderr=f"{done.stderr}\n{exc}")
         placed, said = read_placed(folder)
-        if save_report is not None and report.exists():
+        if save_report is not None and _is_file(report):
             shutil.copyfile(report, save_report)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -240,6 +241,14 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
                             findings=folded, total=len(findings), lineinfo=build.lineinfo,
                             failed=failed, capture_seconds=t1 - t0, child_seconds=t2 - t1)
     return _present(kernel, record)
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file, itself (not through a link)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _check_save(name: str, path: "str | os.PathLike | None") -> None:

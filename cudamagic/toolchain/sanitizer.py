@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import files
 from ..errors import CudaMagicError
 
 __all__ = ["SanitizerTool", "FindingKind", "Space", "Access", "Finding", "SanitizerOutputError",
@@ -133,6 +134,9 @@ class SanitizerOutputError(CudaMagicError):
 MAX_REPORT_BYTES = 64 << 20
 #: records compute-sanitizer keeps of one run (--print-limit)
 PRINT_LIMIT = 1000
+#: the deepest element of a report read (the tool's own lie at most 6 deep: a record, its
+#: stack, a frame, a field)
+MAX_DEPTH = 32
 
 # each field, and the element names it is read from, first found wins
 _TAGS = {
@@ -283,24 +287,46 @@ def _access_of(tool: SanitizerTool, kind: FindingKind, text: str, thread: ET.Ele
 
 
 def read_xml(path: "str | os.PathLike[str]", tool: SanitizerTool) -> tuple[Finding, ...]:
-    """The findings of the report in ``path`` (none where the tool wrote no file), its size
-    checked before a byte of it is read.
+    """The findings of the report in ``path`` (none where the tool wrote no file), read as
+    :func:`cudamagic.files.read_regular` reads an untrusted file: a FIFO, a device, a folder
+    or a link refused at once, the size checked before a byte is read.
 
     :raises SanitizerOutputError: as :func:`parse_xml`, or a report that cannot be read.
     """
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_REPORT_BYTES:
-                raise SanitizerOutputError(f"compute-sanitizer's report is {size} bytes, more "
-                                           f"than the {MAX_REPORT_BYTES >> 20} MiB read")
-            data = f.read(MAX_REPORT_BYTES + 1)
+    try:  # the child's folder is the tool's: a FIFO or a link there is no report of its
+        data = files.read_regular(path, max_size=MAX_REPORT_BYTES)
     except FileNotFoundError:
         return ()
+    except files.TooLarge as exc:
+        raise SanitizerOutputError(f"compute-sanitizer's report is {exc.size} bytes, more "
+                                   f"than the {MAX_REPORT_BYTES >> 20} MiB read") from None
+    except files.NotAFile as exc:
+        raise SanitizerOutputError(f"compute-sanitizer's report {os.fspath(path)} is "
+                                   f"{exc.kind}, not a file the tool wrote: refused") from None
     except OSError as exc:
         raise SanitizerOutputError(f"compute-sanitizer's report {os.fspath(path)} cannot be "
                                    f"read ({exc.strerror or exc})") from None
     return parse_xml(data, tool)
+
+
+def _tree(text: str) -> ET.Element:
+    """The report's root element, its nesting checked to go no deeper than :data:`MAX_DEPTH`
+    (one look at each element, level by level).
+
+    :raises SanitizerOutputError: not well-formed XML, or nested too deep.
+    """
+    try:
+        root = ET.fromstring(text)
+    except (ET.ParseError, LookupError, ValueError) as exc:  # LookupError: a bad encoding
+        raise SanitizerOutputError(f"compute-sanitizer's report is not well-formed XML "
+                                   f"({exc}); was the child stopped while it wrote it?") from None
+    level = [root]
+    for _ in range(MAX_DEPTH):
+        level = [child for el in level for child in el]
+    if level:
+        raise SanitizerOutputError(f"compute-sanitizer's report nests its elements more than "
+                                   f"{MAX_DEPTH} deep, which its records never are: refused")
+    return root
 
 
 def parse_xml(data: bytes, tool: SanitizerTool) -> tuple[Finding, ...]:
@@ -320,12 +346,10 @@ def parse_xml(data: bytes, tool: SanitizerTool) -> tuple[Finding, ...]:
     if "<!DOCTYPE" in text or "<!ENTITY" in text:  # the tool writes neither
         raise SanitizerOutputError("compute-sanitizer's report declares a DTD or entities, "
                                    "which its XML never does: refused")
-    try:
-        root = ET.fromstring(text)
-    except (ET.ParseError, LookupError, ValueError) as exc:  # LookupError: a bad encoding
-        raise SanitizerOutputError(f"compute-sanitizer's report is not well-formed XML "
-                                   f"({exc}); was the child stopped while it wrote it?") from None
+    root = _tree(text)
     if root.tag != "ComputeSanitizerOutput":
         raise SanitizerOutputError(f"not a compute-sanitizer report: its root element is "
                                    f"<{root.tag}>, not <ComputeSanitizerOutput>")
-    return tuple(_finding(tool, r) for r in root.iter("record"))
+    # the tool's records are the root's children: a <record> inside one is no finding of its
+    # own (reading every nested one searched each one's whole subtree: quadratic)
+    return tuple(_finding(tool, r) for r in root.findall("record"))
