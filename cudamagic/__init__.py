@@ -16,22 +16,37 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 __all__ = ["build", "load_cubin", "gpu_available", "Module", "Kernel", "KernelCache",
            "load_ipython_extension",
-           "CudaMagicError", "CompileError", "NameResolutionError", "OptionError", "LaunchError",
-           "NoDeviceError", "CacheError", "ImageError", "ContextPoisonedError",
-           "ArgumentTypeError", "ArgumentValueError", "CudaMagicWarning", "InputWarning"]
+           "CudaMagicError", "OptionError", "SourceError", "CompileError", "LogError",
+           "CompileInterrupted", "LinkError", "ToolchainError", "NameResolutionError",
+           "ImageError", "CacheError", "CacheArgumentError", "LaunchError", "NoDeviceError",
+           "ContextPoisonedError", "ArgumentError", "ArgumentTypeError", "ArgumentValueError",
+           "OccupancyError", "DemangleError", "ToolMissingError", "ScratchError",
+           "SanitizerOutputError", "ProfileReadError",
+           "CudaMagicWarning", "CacheWarning", "ShadowWarning", "InputWarning"]
 
-from .errors import (ArgumentTypeError, ArgumentValueError, CacheError, CompileError,
+from .errors import (ArgumentError, ArgumentTypeError, ArgumentValueError, CacheArgumentError,
+                     CacheError, CacheWarning, CompileError, CompileInterrupted,
                      ContextPoisonedError, CudaMagicError, CudaMagicWarning, ImageError,
-                     InputWarning, LaunchError, NameResolutionError, NoDeviceError, OptionError)
+                     InputWarning, LaunchError, LinkError, LogError, NameResolutionError,
+                     NoDeviceError, OptionError, ShadowWarning, SourceError, ToolchainError)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import KernelCache
     from .launch import Kernel
     from .module import Module
     from .pipeline import build, load_cubin
+    from .toolchain.demangle import DemangleError
+    from .toolchain.occupancy import OccupancyError
+    from .toolchain.profiler import ProfileReadError
+    from .toolchain.sanitizer import SanitizerOutputError
+    from .toolchain.tools import ScratchError, ToolMissingError
 
+# imported on first use: %load_ext and `import cudamagic` stay light
 _LAZY = {"build": "pipeline", "load_cubin": "pipeline", "Module": "module", "Kernel": "launch",
-         "KernelCache": "store", "gpu_available": "info"}
+         "KernelCache": "store", "gpu_available": "info",
+         "OccupancyError": "toolchain.occupancy", "DemangleError": "toolchain.demangle",
+         "ToolMissingError": "toolchain.tools", "ScratchError": "toolchain.tools",
+         "SanitizerOutputError": "toolchain.sanitizer", "ProfileReadError": "toolchain.profiler"}
 
 
 def __getattr__(name: str) -> Any:
@@ -40,6 +55,11 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'cudamagic' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names with the lazy ones (what completion offers), importing none."""
+    return sorted(set(globals()) | set(_LAZY))
 
 
 #: the name of the thread ``%load_ext`` starts the CUDA driver in (benchmarks watch for it)
