@@ -93,17 +93,26 @@ __host__ __device__ inline double nexttoward(A x, long double y)
 __host__ __device__ inline float nexttowardf(float x, long double y)
 { return __cudamagic_nexttoward(x, y); }
 
-namespace std { using ::abs; using ::fabs; using ::fmod; using ::remainder; using ::remquo;
-  using ::fma; using ::fmax; using ::fmin; using ::fdim; using ::exp; using ::exp2;
-  using ::expm1; using ::log; using ::log10; using ::log2; using ::log1p; using ::pow;
-  using ::sqrt; using ::cbrt; using ::hypot; using ::sin; using ::cos; using ::tan;
-  using ::asin; using ::acos; using ::atan; using ::atan2; using ::sinh; using ::cosh;
-  using ::tanh; using ::asinh; using ::acosh; using ::atanh; using ::erf; using ::erfc;
-  using ::tgamma; using ::lgamma; using ::ceil; using ::floor; using ::trunc; using ::round;
-  using ::lround; using ::llround; using ::nearbyint; using ::rint; using ::lrint;
-  using ::llrint; using ::frexp; using ::ldexp; using ::modf; using ::scalbn; using ::scalbln;
-  using ::ilogb; using ::logb; using ::nextafter; using ::nexttoward; using ::copysign;
-  using ::isfinite; using ::isinf; using ::isnan; using ::signbit; using ::nan; }
+// each function and its float name (C++17 lists std::sqrtf too)
+#define __CUDAMAGIC_STD(name) using ::name; using ::name##f;
+namespace std { using ::abs; using ::isfinite; using ::isinf; using ::isnan; using ::signbit;
+  __CUDAMAGIC_STD(fabs) __CUDAMAGIC_STD(fmod) __CUDAMAGIC_STD(remainder) __CUDAMAGIC_STD(remquo)
+  __CUDAMAGIC_STD(fma) __CUDAMAGIC_STD(fmax) __CUDAMAGIC_STD(fmin) __CUDAMAGIC_STD(fdim)
+  __CUDAMAGIC_STD(exp) __CUDAMAGIC_STD(exp2) __CUDAMAGIC_STD(expm1) __CUDAMAGIC_STD(log)
+  __CUDAMAGIC_STD(log10) __CUDAMAGIC_STD(log2) __CUDAMAGIC_STD(log1p) __CUDAMAGIC_STD(pow)
+  __CUDAMAGIC_STD(sqrt) __CUDAMAGIC_STD(cbrt) __CUDAMAGIC_STD(hypot) __CUDAMAGIC_STD(sin)
+  __CUDAMAGIC_STD(cos) __CUDAMAGIC_STD(tan) __CUDAMAGIC_STD(asin) __CUDAMAGIC_STD(acos)
+  __CUDAMAGIC_STD(atan) __CUDAMAGIC_STD(atan2) __CUDAMAGIC_STD(sinh) __CUDAMAGIC_STD(cosh)
+  __CUDAMAGIC_STD(tanh) __CUDAMAGIC_STD(asinh) __CUDAMAGIC_STD(acosh) __CUDAMAGIC_STD(atanh)
+  __CUDAMAGIC_STD(erf) __CUDAMAGIC_STD(erfc) __CUDAMAGIC_STD(tgamma) __CUDAMAGIC_STD(lgamma)
+  __CUDAMAGIC_STD(ceil) __CUDAMAGIC_STD(floor) __CUDAMAGIC_STD(trunc) __CUDAMAGIC_STD(round)
+  __CUDAMAGIC_STD(lround) __CUDAMAGIC_STD(llround) __CUDAMAGIC_STD(nearbyint)
+  __CUDAMAGIC_STD(rint) __CUDAMAGIC_STD(lrint) __CUDAMAGIC_STD(llrint) __CUDAMAGIC_STD(frexp)
+  __CUDAMAGIC_STD(ldexp) __CUDAMAGIC_STD(modf) __CUDAMAGIC_STD(scalbn) __CUDAMAGIC_STD(scalbln)
+  __CUDAMAGIC_STD(ilogb) __CUDAMAGIC_STD(logb) __CUDAMAGIC_STD(nextafter)
+  __CUDAMAGIC_STD(nexttoward) __CUDAMAGIC_STD(copysign) __CUDAMAGIC_STD(nan)
+  using float_t = float; using double_t = double; }  // FLT_EVAL_METHOD is 0
+#undef __CUDAMAGIC_STD
 namespace std { using ::cuda::std::fpclassify; using ::cuda::std::isnormal;
   using ::cuda::std::isgreater; using ::cuda::std::isgreaterequal; using ::cuda::std::isless;
   using ::cuda::std::islessequal; using ::cuda::std::islessgreater;
@@ -111,18 +120,6 @@ namespace std { using ::cuda::std::fpclassify; using ::cuda::std::isnormal;
 #if __cplusplus >= 202002L
 namespace std { using ::cuda::std::lerp; }
 #endif
-// the float names C++17 lists in std:: too, and float_t and double_t (FLT_EVAL_METHOD is 0)
-namespace std { using ::acosf; using ::asinf; using ::atanf; using ::atan2f; using ::cosf;
-  using ::sinf; using ::tanf; using ::acoshf; using ::asinhf; using ::atanhf; using ::coshf;
-  using ::sinhf; using ::tanhf; using ::expf; using ::exp2f; using ::expm1f; using ::frexpf;
-  using ::ilogbf; using ::ldexpf; using ::logf; using ::log10f; using ::log1pf; using ::log2f;
-  using ::logbf; using ::modff; using ::scalbnf; using ::scalblnf; using ::cbrtf; using ::fabsf;
-  using ::hypotf; using ::powf; using ::sqrtf; using ::erff; using ::erfcf; using ::lgammaf;
-  using ::tgammaf; using ::ceilf; using ::floorf; using ::nearbyintf; using ::rintf;
-  using ::lrintf; using ::llrintf; using ::roundf; using ::lroundf; using ::llroundf;
-  using ::truncf; using ::fmodf; using ::remainderf; using ::remquof; using ::copysignf;
-  using ::nanf; using ::nextafterf; using ::nexttowardf; using ::fdimf; using ::fmaxf;
-  using ::fminf; using ::fmaf; using float_t = float; using double_t = double; }
 
 #undef __CUDAMAGIC_MATH_1
 #undef __CUDAMAGIC_MATH_2
