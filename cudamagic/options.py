@@ -41,6 +41,9 @@ __all__ = [
     "include_folders",
     "object_macros",
     "standard",
+    "working_folder",
+    "shown_path",
+    "is_folder",
 ]
 
 #: The architecture a build targets where no GPU is there to ask (Hopper: H100, H200).
@@ -203,6 +206,10 @@ class BuildOptions:
         cudamagic's small C++ standard headers for device code (``<cstdint>``, ``<cmath>``...
         onto libcu++) are searched after every other folder; False leaves them out
         (``--no-std-headers``). In the NVRTC options, so in the key.
+    pch : bool
+        A miss may read the cell's headers from NVRTC's precompiled header kept in the cache
+        folder (docs/cache.md); False compiles them (``--no-pch``, ``$CUDAMAGIC_PCH=0``). It
+        changes no code, so it is not in the key.
     """
 
     name_expressions: tuple[str, ...] = ()
@@ -214,6 +221,7 @@ class BuildOptions:
     no_cache: bool = False
     quiet: bool = False
     std_headers: bool = True
+    pch: bool = True
     duplicates: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -342,6 +350,8 @@ def magic_parser() -> argparse.ArgumentParser:
                         "<cmath>, <limits>... mapped onto libcu++)")
     p.add_argument("--force", action="store_true", help="recompile and overwrite the cache entry")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    p.add_argument("--no-pch", action="store_true",
+                   help="compile the cell's headers, not reading them from a precompiled header")
     p.add_argument("-q", "--quiet", action="store_true", help="show no report after the cell")
     p.add_argument("-h", "--help", action="store_true", help="show this help and compile nothing")
     return p
@@ -413,7 +423,8 @@ def parse_magic_line(line: str) -> BuildOptions | None:
     return BuildOptions(
         name_expressions=tuple(exprs) + tuple(ns.name_expression), arch=ns.arch, std=ns.std,
         options=tuple(ns.options or ()), module=ns.module, force=ns.force,
-        no_cache=ns.no_cache, quiet=ns.quiet, std_headers=not ns.no_std_headers)
+        no_cache=ns.no_cache, quiet=ns.quiet, std_headers=not ns.no_std_headers,
+        pch=not ns.no_pch)
 
 
 def options_from_args(options: Sequence[str], name_expressions: Sequence[str] = (),
@@ -595,3 +606,39 @@ def shift_lines(log: str, delta: int) -> str:
         return log
     return re.sub(r"^line (\d+)(?=: )", lambda m: f"line {int(m.group(1)) + delta}", log,
                   flags=re.M)
+
+
+def working_folder() -> str:
+    """The process's current folder, which NVRTC searches first for quoted includes.
+
+    :raises OptionError: it was deleted, or its name is not UTF-8 (NVRTC takes text).
+    """
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise OptionError("the working folder no longer exists (it was deleted while this "
+                          "process was in it), and NVRTC searches it for the cell's quoted "
+                          "includes: change to a folder that exists (os.chdir, or %cd in "
+                          "IPython)") from None
+    try:
+        cwd.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OptionError(f"the working folder's name {os.fsencode(cwd)!r} is not UTF-8 text, "
+                          "which NVRTC cannot take as a folder: change to a folder whose name "
+                          "is (os.chdir, or %cd in IPython)") from None
+    return cwd
+
+
+def shown_path(path: str, limit: int = 160) -> str:
+    """``path`` for a message: its two ends, where it is longer than ``limit``."""
+    if len(path) <= limit:
+        return path
+    return f"{path[:limit // 2]}...({len(path) - limit} characters)...{path[-limit // 2:]}"
+
+
+def is_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder; a name the system refuses (too long) is not."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False

@@ -33,9 +33,11 @@ from .keys import cache_key
 from .lineinfo import debug_support
 from .miss import BuildOrigin, BuildPhase, HitKind, Miss, MissKind, StoreOutcome, Stored
 from .module import Binary, KernelTable, Module
+from .precompiled import PchUse, dropped_on_failure, held_headers, plan_for, settle_for
 from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
-                      check_text, include_folders, normalize_arch, nvrtc_options,
+                      check_text, include_folders, is_folder, normalize_arch, nvrtc_options,
+                      shown_path, working_folder,
                       options_from_args, relocatable, shift_lines)
 from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
@@ -142,6 +144,8 @@ class BuildContext:
         Seconds per phase.
     notes : list of str
         Warnings about the input, said once in the report.
+    pch_used : list of precompiled.PchUse
+        What became of the miss's precompiled header (empty: it was given none).
     """
 
     source: str
@@ -158,6 +162,12 @@ class BuildContext:
     started: float = field(default_factory=time.perf_counter)
     timings: dict[BuildPhase, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    pch_used: "list[PchUse]" = field(default_factory=list)
+
+    @property
+    def pch_use(self) -> "PchUse | None":
+        """What became of the miss's precompiled header (None: it was given none)."""
+        return self.pch_used[-1] if self.pch_used else None
 
     @property
     def line_offset(self) -> int:
@@ -176,42 +186,6 @@ class BuildContext:
         return now
 
 
-def _working_folder() -> str:
-    """The process's current folder, which NVRTC searches first for quoted includes.
-
-    :raises OptionError: it was deleted, or its name is not UTF-8 (NVRTC takes text).
-    """
-    try:
-        cwd = os.getcwd()
-    except FileNotFoundError:
-        raise OptionError("the working folder no longer exists (it was deleted while this "
-                          "process was in it), and NVRTC searches it for the cell's quoted "
-                          "includes: change to a folder that exists (os.chdir, or %cd in "
-                          "IPython)") from None
-    try:
-        cwd.encode("utf-8")
-    except UnicodeEncodeError:
-        raise OptionError(f"the working folder's name {os.fsencode(cwd)!r} is not UTF-8 text, "
-                          "which NVRTC cannot take as a folder: change to a folder whose name "
-                          "is (os.chdir, or %cd in IPython)") from None
-    return cwd
-
-
-def _shown(path: str, limit: int = 160) -> str:
-    """``path`` for a message: its two ends, where it is longer than ``limit``."""
-    if len(path) <= limit:
-        return path
-    return f"{path[:limit // 2]}...({len(path) - limit} characters)...{path[-limit // 2:]}"
-
-
-def _is_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder; a name the system refuses (too long) is not."""
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):
-        return False
-
-
 def _context(source: str, opts: BuildOptions, settings: BuildSettings,
              keyless: bool = False) -> BuildContext:
     """Check the input and decide everything a build needs (no compile, no cache read);
@@ -222,10 +196,10 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
     """
     started = time.perf_counter()
     check_source(source, settings.line_offset)
-    cwd = _working_folder()
+    cwd = working_folder()
     base = Path(settings.base_dir) if settings.base_dir is not None else Path(cwd)
-    notes = [f"-I {_shown(d)}: no such folder (looked for {_shown(str(base / d))})"
-             for d in opts.include_dirs if not _is_folder(base / d)]
+    notes = [f"-I {shown_path(d)}: no such folder (looked for {shown_path(str(base / d))})"
+             for d in opts.include_dirs if not is_folder(base / d)]
     if opts.duplicates:
         notes.append(f"-n given more than once for {', '.join(map(repr, opts.duplicates))}: "
                      "each is compiled once")
@@ -458,10 +432,12 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
     notice = ctx.settings.compile_notice or contextlib.nullcontext
     from .toolchain.probe import typed_compile
-    with notice():  # the type probe's questions ride along (toolchain/probe.py)
+    plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options,
+                                          (ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes)
+    with notice(), dropped_on_failure(plan):  # the type probe's questions ride along
         typed = typed_compile(ctx.settings.compiler, ctx.source, ctx.opts.name_expressions,
-                              ctx.options, program_name=PROGRAM_NAME,
-                              line_offset=ctx.line_offset, trace=not no_files)
+                              ctx.options, program_name=PROGRAM_NAME, line_offset=ctx.line_offset,
+                              trace=not no_files, **({} if plan is None else {"pch": plan}))
     result = typed.result
     if typed.compiles > 1:
         ctx.notes.append(PROBE_RETRIED.format(typed.compiles))
@@ -470,7 +446,9 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
         from .toolchain.link import link_compiled
         result = link_compiled(result, ctx.arch, ctx.options)
         t = ctx.lap(BuildPhase.LINK, t)
-    manifest = _manifest(ctx, result, no_files, started_ns, listed)
+    manifest = _manifest(ctx, result, no_files, started_ns, listed, held_headers(plan, result))
+    if plan is not None:
+        ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes))
     t = ctx.lap(BuildPhase.MANIFEST, t)
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
@@ -509,13 +487,16 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
-              started_ns: int, listed: Mapping[str, Listing]) -> Manifest:
-    """The headers the compile read, and the places it searched, to check on a hit."""
+              started_ns: int, listed: Mapping[str, Listing],
+              from_pch: Sequence[tuple[str, str | None, float]] = ()) -> Manifest:
+    """The headers the compile read, and the places it searched, to check on a hit;
+    ``from_pch``: the headers of the precompiled header it started from, which NVRTC's trace
+    does not name (it opened none of them)."""
     if no_files:
         return Manifest()  # nothing was read: nothing to check on a hit
     if result.trace is not None:
-        return from_trace(trace_headers(result.trace), ctx.search, ctx.source, started_ns,
-                          listed)
+        return from_trace([*from_pch, *trace_headers(result.trace)], ctx.search, ctx.source,
+                          started_ns, listed)
     ctx.notes.append(_INCOMPLETE)
     return from_scan(ctx.source, ctx.search, started_ns, listed=listed)
 
@@ -645,7 +626,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         loaded=loaded.source if loaded else None, loaded_cached=bool(loaded and loaded.cached),
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
-        module_name=ctx.opts.module, globals=binary.own_globals,
+        module_name=ctx.opts.module, globals=binary.own_globals, pch=ctx.pch_use,
         linked=linked or relocatable(ctx.options), own_globals=None if types is None
         else frozenset(types), device_runtime=bool(binary.runtime_kernels))
     module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders, types,
@@ -676,7 +657,7 @@ def _warn(module: Module) -> Module:
 def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[str] = (),
           arch: str | None = None, cache: "KernelCache | Any" = None, *, force: bool = False,
           use_cache: bool = True, base_dir: str | os.PathLike | None = None,
-          std_headers: bool = True) -> Module:
+          std_headers: bool = True, pch: bool = True) -> Module:
     """Compile CUDA C++ (or take it from the cache) and return its kernels.
 
     Parameters
@@ -703,6 +684,10 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
         cudamagic's C++ standard headers for device code (``<cstdint>``, ``<cmath>``,
         ``<limits>``... mapped onto libcu++), searched after every other folder; False leaves
         them out (the magic's ``--no-std-headers``).
+    pch : bool
+        A miss may read the headers from NVRTC's precompiled header kept in the cache folder;
+        False compiles them (the magic's ``--no-pch``; ``$CUDAMAGIC_PCH=0`` for every build).
+        Not in the cache key: it changes no code.
 
     :raises CompileError: NVRTC refused the source or a name expression.
     :raises OptionError: a bad option or argument.
@@ -710,8 +695,10 @@ def build(source: str, name_expressions: Sequence[str] = (), options: Sequence[s
     """
     if type(std_headers) is not bool:
         raise OptionError(f"std_headers must be True or False, got {type(std_headers).__name__}")
+    if type(pch) is not bool:
+        raise OptionError(f"pch must be True or False, got {type(pch).__name__}")
     opts = options_from_args(options, name_expressions, arch, force=force,
-                             no_cache=not use_cache, std_headers=std_headers)
+                             no_cache=not use_cache, std_headers=std_headers, pch=pch)
     return _warn(build_module(source, opts, cache=cache, base_dir=base_dir))
 
 

@@ -46,11 +46,21 @@ def _strace_works() -> bool:
 STRACE = _strace_works()
 
 
+_UNLINKED = re.compile(r'^(?P<pid>\d+)\s+unlink(?:at)?\((?:AT_FDCWD, )?"(?P<path>[^"]*)".*= 0')
+
+
 def _written(log: Path) -> list[str]:
-    """The paths a strace log shows created, opened for writing, renamed or linked."""
+    """The paths a strace log shows created, opened for writing, renamed or linked; an
+    anonymous file excepted, which NVRTC's front end makes while it writes a precompiled
+    header (``TMPDIR/edg.XXXXXX``, created and unlinked at once, as tmpfile() makes one)."""
     out = []
-    for line in log.read_text(errors="replace").splitlines():
+    lines = log.read_text(errors="replace").splitlines()
+    unlinked = {(m.group("pid"), m.group("path")) for m in map(_UNLINKED.match, lines) if m}
+    for line in lines:
         m = _WRITES.match(line)
+        if m and os.path.basename(m.group("path")).startswith("edg.") \
+                and (line.split()[0], m.group("path")) in unlinked:
+            continue
         if not m or int(m.group("ret")) < 0:
             continue
         if m.group("call") in ("openat", "open") and not re.search(
@@ -74,6 +84,7 @@ def _run_child(code: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, 
     if STRACE:
         cmd = ["strace", "-f", "-qq", "-o", str(log), "-e",
                "trace=open,openat,creat,mkdir,mkdirat,rename,renameat,renameat2,link,linkat,"
+               "unlink,unlinkat,"
                "symlink,symlinkat", *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=READ_ONLY,
                           timeout=600)

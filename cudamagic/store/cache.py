@@ -205,6 +205,12 @@ class KernelCache:
         return self._live().in_memory
 
     @property
+    def pch_folder(self) -> str | None:
+        """The folder of NVRTC's precompiled headers beside the entries (``pch`` in the cache
+        folder; :mod:`cudamagic.toolchain.pch`); None while the cache is in memory."""
+        return None if self.in_memory is not None else str(self.directory / "pch")
+
+    @property
     def location(self) -> str:
         """The folder, or ``"memory (<why>)"``."""
         return self._live().location

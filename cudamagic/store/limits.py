@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 
 from ..errors import CacheArgumentError
 from ..units import size_text
 
 __all__ = ["DEFAULT_SIZE_LIMIT", "MIN_ENTRY_ROOM", "MAX_SIZE", "parse_size", "short_of",
-           "stored_limit_problem", "checked_size"]
+           "stored_limit_problem", "checked_size", "pch_size_limit"]
 
 DEFAULT_SIZE_LIMIT = 1 << 30  # 1 GiB
 #: Room a size limit must leave beside the database for entries (a typical CUBIN fits many
@@ -95,3 +96,20 @@ def checked_size(size_limit: object, origin: str, database: int) -> int:
     if why:
         raise CacheArgumentError(f"{origin}: {why}" if origin else why) from None
     return limit
+
+
+def pch_size_limit() -> int:
+    """The size limit of the cache folder's precompiled headers: ``$CUDAMAGIC_PCH_SIZE_LIMIT``
+    (a size, as :func:`parse_size` takes it), else the default (2 GiB, six PCHs of a CUB cell).
+
+    :raises CacheArgumentError: the variable holds no size.
+    """
+    from ..toolchain.pch import DEFAULT_LIMIT, LIMIT_ENV
+
+    text = os.environ.get(LIMIT_ENV)
+    if text is None or not text.strip():
+        return DEFAULT_LIMIT
+    try:
+        return parse_size(text)
+    except CacheArgumentError as exc:
+        raise CacheArgumentError(f"${LIMIT_ENV}: {exc}") from None

@@ -24,6 +24,7 @@ from ..forksafe import ForkSafeLock, NativeSection
 from ..cxx.kernel_names import plain_kernels, template_kernels
 from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
+from .pch import CANNOT_OPEN, PchKind, PchOutcome, PchPlan, raise_heap, read_outcome
 from .ptx import grid_syncs
 from .tracefolder import compile_folder
 
@@ -32,7 +33,8 @@ __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version", "nv
 
 _T = TypeVar("_T")
 # one NVRTC program's CUBIN (or LTO IR), lowered names, rewritten log and PTX (None: none)
-_Program = tuple[bytes, dict[str, str], str, "bytes | None"]
+# and what became of its precompiled header (None: it was given none)
+_Program = tuple[bytes, dict[str, str], str, "bytes | None", "PchOutcome | None"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class CompileResult:
         from (:func:`~cudamagic.toolchain.ptx.grid_syncs`; a kernel it cannot tell about is
         not there); None where NVRTC made no PTX (``-dlto``: LTO IR, whose link may read it:
         :func:`~cudamagic.toolchain.link.link_compiled`).
+    pch : PchOutcome or None
+        What NVRTC did with the precompiled header it was given (None: none was given).
     """
 
     cubin: bytes
@@ -64,6 +68,7 @@ class CompileResult:
     seconds: float
     trace: bytes | None = None
     grid_sync: dict[str, bool] | None = None
+    pch: PchOutcome | None = None
 
 
 def _probe() -> None:
@@ -153,7 +158,7 @@ def _log(prog) -> str:
 
 def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequence[str],
                   program_name: str = "cell.cu", line_offset: int = 0,
-                  trace: bool = True) -> CompileResult:
+                  trace: bool = True, pch: PchPlan | None = None) -> CompileResult:
     """Compile CUDA C++ to a CUBIN with NVRTC, on a thread of its own (:func:`_on_own_thread`).
 
     Parameters
@@ -173,16 +178,19 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
         Ask NVRTC for its time trace, which lists every header the compile read
         (:mod:`cudamagic.toolchain.deps`). An NVRTC that does not know the option, or a machine
         without room to write it (:data:`~cudamagic.toolchain.tracefolder.TRACE_ROOM`), compiles without it.
+    pch : PchPlan or None
+        A precompiled header to make or to use (:mod:`cudamagic.toolchain.pch`); NVRTC's log
+        says nothing of it, the result's ``pch`` does.
 
     :raises CompileError: NVRTC refused the source or a name expression.
     :raises OptionError: NVRTC refused an option.
     """
     start = time.perf_counter()
-    (cubin, lowered, log, ptx), traced = _on_own_thread(
+    (cubin, lowered, log, ptx, made), traced = _on_own_thread(
         _traced_compile, source, tuple(name_expressions), tuple(options), program_name,
-        line_offset, trace)
+        line_offset, trace, pch)
     syncs = None if ptx is None else grid_syncs(ptx)  # read outside NVRTC's lock
-    return CompileResult(cubin, lowered, log, time.perf_counter() - start, traced, syncs)
+    return CompileResult(cubin, lowered, log, time.perf_counter() - start, traced, syncs, made)
 
 
 def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
@@ -261,23 +269,25 @@ def _start_with_stack(run: Callable[[], None]) -> None:
 
 
 def _traced_compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
-                    program_name: str, line_offset: int, trace: bool
-                    ) -> tuple[_Program, bytes | None]:
+                    program_name: str, line_offset: int, trace: bool,
+                    pch: PchPlan | None = None) -> tuple[_Program, bytes | None]:
     """:func:`_compile` with NVRTC's trace written to a fresh private folder (removed after),
     where ``trace`` asks for one and there is room: (what the program gave, trace or None)."""
     folder = compile_folder() if trace else None
     if folder is None:
-        return _compile(source, name_expressions, options, program_name, line_offset), None
+        return _compile(source, name_expressions, options, program_name, line_offset,
+                        pch), None
     try:
         extra = f"--fdevice-time-trace={os.path.join(folder, 'trace')}"
         try:
             out = _compile(source, name_expressions, [*options, extra], program_name,
-                           line_offset)
+                           line_offset, pch)
         except OptionError as exc:
             if exc.refused is None or extra not in exc.refused:
                 raise
             # an NVRTC older than the option: compile without it
-            return _compile(source, name_expressions, options, program_name, line_offset), None
+            return _compile(source, name_expressions, options, program_name, line_offset,
+                            pch), None
         return out, _read_trace(folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -300,15 +310,20 @@ _OUTSIDE_THE_CELL = re.compile(r"^ptxas fatal\s*: .*could not be opened", re.M)
 
 
 def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
-             program_name: str, line_offset: int) -> _Program:
+             program_name: str, line_offset: int, pch: PchPlan | None = None) -> _Program:
     """One NVRTC program (:data:`_Program`). A failure of NVRTC's own
     files is tried once more, then raised as :class:`~cudamagic.errors.ToolchainError`, never
-    as the cell's :class:`~cudamagic.errors.CompileError`."""
+    as the cell's :class:`~cudamagic.errors.CompileError`; a precompiled header NVRTC could
+    not open is given up and the compile done without it."""
     for attempt in (1, 2):
         try:
             with _INSIDE:
-                return _program(source, name_expressions, options, program_name, line_offset)
+                return _program(source, name_expressions, options, program_name, line_offset,
+                                pch)
         except CompileError as exc:
+            if pch is not None and CANNOT_OPEN in (exc.log or str(exc)):
+                out = _compile(source, name_expressions, options, program_name, line_offset)
+                return (*out[:4], PchOutcome(PchKind.FAILED if pch.create else PchKind.REFUSED))
             found = _OUTSIDE_THE_CELL.search(exc.log or str(exc))
             if found is None:
                 raise
@@ -322,9 +337,14 @@ def _compile(source: str, name_expressions: Sequence[str], options: Sequence[str
 
 
 def _program(source: str, name_expressions: Sequence[str], options: Sequence[str],
-             program_name: str, line_offset: int) -> _Program:
+             program_name: str, line_offset: int, pch: PchPlan | None = None) -> _Program:
     nvrtc = _nvrtc()
     ptx = None
+    made = None
+    if pch is not None:
+        options = [*options, *pch.options()]
+        if pch.create:
+            raise_heap(nvrtc, pch.heap)
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), program_name.encode(), 0, [], []),
                   "nvrtcCreateProgram")
     try:
@@ -333,6 +353,8 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
         opts = [o.encode() for o in options]
         status, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         log = _log(prog)
+        if pch is not None:
+            made, log = read_outcome(nvrtc, prog, pch, log)
         if status == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
             raise OptionError("NVRTC refused an option; the options passed were: "
                               + " ".join(options) + (f"\n{log}" if log else ""),
@@ -358,7 +380,7 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     text = rewrite_log(log, program_name, name_expressions, line_offset, source) if log else ""
-    return bytes(cubin), lowered, text, ptx
+    return bytes(cubin), lowered, text, ptx, made
 
 
 def _ptx(nvrtc: Any, prog: Any) -> bytes | None:

@@ -24,6 +24,7 @@ from ..cxx.resolve import ResolvedBy
 from ..miss import BuildOrigin, BuildPhase
 from ..forksafe import once
 from ..miss import HitKind, StoreOutcome, Stored
+from ..toolchain.pch import PchKind
 from ..units import counted, duration_text
 from .render import CELL_STYLE, TEXT_WIDTH, table_text, wrap_html
 
@@ -376,6 +377,9 @@ class BuildReport:
         or a fatbin); None for a build.
     loaded_cached : bool
         nvJitLink's CUBIN of a loaded PTX (or fatbin PTX) came from the cache: no link ran.
+    pch : (PchKind, float, float) or None
+        What became of a miss's precompiled header: its kind, the compile's seconds, the
+        seconds of the compile that made it; None where the compile was given none.
     """
 
     key: str
@@ -403,6 +407,7 @@ class BuildReport:
     hit_kind: HitKind | None = None
     loaded: "CodeKind | None" = None
     loaded_cached: bool = False
+    pch: "tuple[PchKind, float, float] | None" = None
 
     # --- words -----------------------------------------------------------------------------
 
@@ -464,7 +469,11 @@ class BuildReport:
         # a cache that fell back to memory says why once, as a warning; here only where
         cache = "in memory, this session only" if self.cache_in_memory else self.cache_dir
         return (("NVRTC", self.nvrtc_version), ("demangler", self.demangler), ("cache", cache),
-                ("key", self.short_key)) + self._linked_fact
+                ("key", self.short_key)) + self._linked_fact + self._pch_fact
+
+    @property
+    def _pch_fact(self) -> tuple[tuple[str, str], ...]:
+        return () if self.pch is None else (("headers", pch_text(*self.pch)),)
 
     @property
     def _linked_fact(self) -> tuple[tuple[str, str], ...]:
@@ -737,3 +746,16 @@ def stored_note(stored: Stored, wait_s: float) -> str | None:
         return (f"not cached: another process kept the cache's database locked for over "
                 f"{wait_s:g} s; the next run compiles again")
     return None
+
+
+def pch_text(kind: PchKind, seconds: float, made_seconds: float) -> str:
+    """What a miss's precompiled header did, in words (the report's ``headers`` fact)."""
+    if kind is PchKind.USED:
+        return (f"from the precompiled header: {duration_text(seconds)} instead of "
+                f"{duration_text(made_seconds)} (the compile that parsed them)")
+    return {PchKind.MADE: "parsed, and kept as a precompiled header for the next edit",
+            PchKind.HEAP: "parsed; NVRTC's heap was too small for a precompiled header: the "
+                          "next compile raises it and makes one",
+            PchKind.REFUSED: "parsed: NVRTC refused the precompiled header (the next compile "
+                             "makes a new one)",
+            PchKind.FAILED: "parsed: NVRTC could not write a precompiled header"}[kind]

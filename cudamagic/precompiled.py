@@ -1,0 +1,88 @@
+"""A miss's precompiled header: which one its compile gets, and what became of it.
+
+The files and their checks are :mod:`cudamagic.toolchain.pch`'s; this module decides, for one
+build, whether a PCH is wanted at all (the cell starts with includes, ``--no-pch``,
+``build(..., pch=False)`` and ``$CUDAMAGIC_PCH=0`` are not given, the cache is a folder, this
+NVRTC makes PCHs), and after the compile keeps a PCH only where the compile's header manifest
+is sure of what it read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from .errors import CacheArgumentError
+from .options import BuildOptions
+from .store import KernelCache
+from .store.limits import pch_size_limit
+from .toolchain import pch
+from .toolchain.deps import Manifest, SearchPath, trace_headers
+from .toolchain.pch import PchKind, PchPlan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .toolchain.nvrtc import CompileResult
+
+__all__ = ["plan_for", "settle_for", "held_headers", "dropped_on_failure", "PchUse"]
+
+#: What became of a miss's PCH: its kind, the compile's seconds and those of the compile that
+#: made the PCH (what the headers cost without it)
+PchUse = tuple[PchKind, float, float]
+
+
+def plan_for(opts: BuildOptions, store: KernelCache | None, source: str,
+             options: Sequence[str], identity: tuple[str, str], search: SearchPath,
+             notes: list[str]) -> PchPlan | None:
+    """The PCH this miss's compile is given (None: none); ``identity``: NVRTC's and the
+    toolkit's, as the key names them. Why none can be made is said once in ``notes``."""
+    if not opts.pch or pch.switched_off() or store is None:
+        return None
+    prefix = pch.header_prefix(source)
+    if prefix is None or not pch.supported():
+        return None
+    folder = store.pch_folder
+    if folder is None:
+        return None
+    key = pch.pch_key(prefix, options, *identity, search.cwd)
+    try:
+        return pch.plan(folder, key, search, notes, pch_size_limit())
+    except CacheArgumentError as exc:
+        notes.append(f"no precompiled header: {exc}")
+        return None
+
+
+def held_headers(plan: PchPlan | None, result: "CompileResult"
+                 ) -> tuple[tuple[str, str | None, float], ...]:
+    """The headers a compile read from its PCH (NVRTC's trace names none of them: it opened
+    none), for its manifest; none where it used no PCH."""
+    used = plan is not None and result.pch is not None and result.pch.kind is PchKind.USED
+    return plan.headers if used and plan is not None else ()
+
+
+def settle_for(plan: PchPlan, result: "CompileResult", manifest: Manifest,
+               notes: list[str]) -> list[PchUse]:
+    """Publish the PCH the compile made, where its manifest is sure (a racy or incomplete one
+    may not list what the PCH holds), count a use, drop one NVRTC refused."""
+    outcome = result.pch
+    if outcome is not None and outcome.kind is PchKind.MADE \
+            and (manifest.racy or not manifest.complete):
+        outcome = None
+    headers = trace_headers(result.trace) if result.trace is not None else []
+    try:
+        limit = pch_size_limit()
+    except CacheArgumentError:  # said when the plan was made
+        limit = pch.DEFAULT_LIMIT
+    pch.settle(plan, outcome, headers, manifest.to_json(), result.seconds, notes, limit)
+    return [] if outcome is None else [(outcome.kind, result.seconds, plan.made_seconds)]
+
+
+@contextmanager
+def dropped_on_failure(plan: PchPlan | None) -> Iterator[None]:
+    """Around the compile: where it fails, the plan's private file goes and the PCH stays."""
+    try:
+        yield
+    except BaseException:
+        if plan is not None:
+            pch.discard(plan)
+        raise

@@ -1,0 +1,550 @@
+"""NVRTC's precompiled headers, kept in the cache folder's own ``pch`` folder.
+
+A cell's leading ``#include`` lines are the same parse at every edit; NVRTC (12.8 and later)
+can write that parse to a file (``-create-pch=FILE``) and start a later compile from it
+(``-use-pch=FILE``). The files are NVRTC's; which file a compile gets, whether it still fits
+and how many are kept are this module's, because NVRTC's own check does not cover them: a PCH
+made before a header was edited is used as it is (its parse has the old text), and a PCH cut
+short kills the process that maps it (SIGBUS).
+
+One header set is one ``KEY.pch`` with its record ``KEY.json`` beside it, ``KEY`` a sha256 of
+the cell's leading preprocessor lines (:func:`header_prefix`), the NVRTC options, NVRTC's
+identity, the toolkit's fingerprint and the working folder. The record holds the header
+manifest of the compile that made the file (:mod:`cudamagic.toolchain.manifest`, checked like
+a cache entry's before each use), the headers it read (a compile that starts from the PCH
+opens none of them, so its entry's manifest takes them from here), the file's size, inode and
+modification time as published, and the seconds the making compile took. A file that is not
+a regular file of that size, inode and time, a record that does not parse, a manifest that
+no longer holds: the PCH is removed and made again by the compile, never used.
+
+A compile uses its PCH through a hard link of its own (``tmp/``): another process's eviction
+or replacement of ``KEY.pch`` during the compile changes nothing it reads. A PCH is made
+under a private name in ``tmp/`` and published by rename under the folder's lock
+(``.lock``), its record after it: two processes making one PCH at once each publish a whole
+file, the later one replacing the earlier, never a mixture. ``KEY.hits`` counts its uses.
+
+NVRTC's heap for making a PCH is one per process (``nvrtcSetPCHHeapSize``, 256 MiB by
+default: a CUB cell's needs 335 MB). A make that finds it too small gives a good CUBIN and no
+PCH, and the size NVRTC asked for (``nvrtcGetPCHHeapSizeRequired``) is kept in ``KEY.heap``:
+the next compile of that header set, in this process or another, raises the heap first
+(:func:`heap_for`) and makes it. So the short heap is paid once per header set.
+
+Bounded: the folder keeps at most its size limit (``$CUDAMAGIC_PCH_SIZE_LIMIT``, default
+:data:`DEFAULT_LIMIT`, read by :func:`cudamagic.store.limits.pch_size_limit`), the least recently used files going first, and a PCH is made only where
+the disk keeps :data:`FREE_RESERVE` free after it and the process may write a file that large.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import Enum
+from stat import S_ISREG
+from typing import Any
+
+from ..files import FileRefused, read_regular
+from ..process import InChild, InTest, cached, held
+from .manifest import Manifest, SearchPath
+
+__all__ = ["PchKind", "PchOutcome", "PchPlan", "PchFiles", "PCH_ENV", "LIMIT_ENV",
+           "DEFAULT_LIMIT", "FREE_RESERVE", "SUPPRESSED", "supported", "switched_off",
+           "header_prefix", "pch_key", "plan", "settle", "files_of", "clear", "heap_for",
+           "discard"]
+
+PCH_ENV = "CUDAMAGIC_PCH"
+LIMIT_ENV = "CUDAMAGIC_PCH_SIZE_LIMIT"
+#: What the folder keeps by default: six PCHs of a CUB cell (337 MB each)
+DEFAULT_LIMIT = 2 << 30
+#: Free disk a PCH must leave after it is written
+FREE_RESERVE = 1 << 30
+#: What a PCH is taken to need before one of its header set was made (NVRTC's default heap)
+DEFAULT_HEAP = 256 << 20
+#: NVRTC's own words about PCH files, which are this module's to act on, never the cell's: an
+#: option set or directive prefix the PCH was not made with (629, 630), a file of another
+#: NVRTC or none (626), one cut short (2226), a heap too small to make one (639)
+SUPPRESSED = "-diag-suppress=626,629,630,639,2226"
+FORMAT = 1
+_RECORD_MAX = 64 << 20  # a CCCL cell's record is some hundred KB
+_STALE_TMP_S = 3600.0  # a private file older than this was left by a process that died
+
+
+class PchKind(str, Enum):
+    """What became of a compile's PCH."""
+
+    #: the compile started from the PCH
+    USED = "used"
+    #: the compile made the PCH
+    MADE = "made"
+    #: NVRTC did not take the PCH it was given (another NVRTC's file, options that differ)
+    REFUSED = "refused"
+    #: NVRTC's heap was too small to make it (the size it needs is kept)
+    HEAP = "heap"
+    #: NVRTC could not write it
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class PchOutcome:
+    """What NVRTC said of the PCH of one compile; ``required``: the heap it asked for."""
+
+    kind: PchKind
+    required: int = 0
+
+
+@dataclass(frozen=True)
+class PchPlan:
+    """The PCH one compile is given: to make (``create``) or to use, through ``path``.
+
+    Attributes
+    ----------
+    folder, key : str
+    create : bool
+    path : str
+        The private file NVRTC writes (to make) or reads (a hard link of ``KEY.pch``).
+    headers : tuple of (str, str or None, float)
+        The headers the PCH holds, as :func:`~cudamagic.toolchain.deps.trace_headers` gives
+        them (to use): the compile's manifest lists them though NVRTC does not open them.
+    made_seconds : float
+        The compile that made the PCH (to use): what the headers cost without it.
+    heap : int
+        NVRTC's PCH heap to have before the compile (to make): what it asked for when it last
+        tried, 0 where it never found its heap too small.
+    """
+
+    folder: str
+    key: str
+    create: bool
+    path: str
+    headers: tuple[tuple[str, str | None, float], ...] = ()
+    made_seconds: float = 0.0
+    heap: int = 0
+
+    def options(self) -> tuple[str, str]:
+        """The NVRTC options that make or use it."""
+        return (f"-create-pch={self.path}" if self.create else f"-use-pch={self.path}",
+                SUPPRESSED)
+
+
+@dataclass(frozen=True)
+class PchFiles:
+    """What a PCH folder holds, for ``%cuda_cache``: files, bytes, uses, the last use (epoch
+    seconds, 0 where none)."""
+
+    folder: str
+    count: int
+    size: int
+    hits: int
+    last_use: float
+    limit: int
+
+
+# said once per process: a folder where no PCH can be made (read-only, full, too small a limit)
+_said: set[str] = held(__name__, "_said", set(), child=InChild.KEPT, test=InTest.CLEARED)
+# the heap this process set (NVRTC's is process-wide and never lowered here)
+_heap: list[int] = held(__name__, "_heap", [0], child=InChild.KEPT, test=InTest.KEPT,
+                        clear=lambda: None)
+
+
+@cached(1)
+def supported() -> bool:
+    """Whether the NVRTC here makes and reads precompiled headers (12.8 and later)."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        return False
+    if not hasattr(nvrtc, "nvrtcGetPCHCreateStatus"):
+        return False
+    status, major, minor = nvrtc.nvrtcVersion()
+    return int(status) == 0 and (major, minor) >= (12, 8)
+
+
+def switched_off() -> bool:
+    """``$CUDAMAGIC_PCH`` set to 0 (or off, false, no) turns PCHs off for every build."""
+    return os.environ.get(PCH_ENV, "").strip().lower() in ("0", "off", "false", "no")
+
+
+_DIRECTIVE = re.compile(r"\s*#")
+_INCLUDE = re.compile(r"\s*#\s*include\b")
+
+
+def header_prefix(source: str) -> str | None:
+    """The cell's leading lines that NVRTC's PCH can hold: blank lines, ``//`` comments and
+    preprocessor directives (with their ``\\`` continuations) before its first other line;
+    None where they include nothing (no header parse to keep). A prefix read short only names
+    the PCH: NVRTC checks the directives itself and uses no PCH they do not match."""
+    lines = source.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//"):
+            out.append(line)
+        elif _DIRECTIVE.match(line):
+            out.append(line)
+            while line.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                line = lines[i]
+                out.append(line)
+        else:
+            break
+        i += 1
+    if not any(_INCLUDE.match(line) for line in out):
+        return None
+    return "\n".join(out).rstrip()
+
+
+def pch_key(prefix: str, options: Sequence[str], nvrtc: str, toolkit: str, cwd: str) -> str:
+    """The name of a header set's PCH: every input that changes what NVRTC put in it."""
+    h = hashlib.sha256()
+    for part in (f"pch{FORMAT}", prefix, *options, "\0", nvrtc, toolkit, cwd):
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()[:40]
+
+
+@contextmanager
+def _locked(folder: str) -> Iterator[None]:
+    fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+                 | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _say_once(why: str, notes: list[str]) -> None:
+    if why not in _said:
+        _said.add(why)
+        notes.append(why)
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        data = json.loads(read_regular(path, max_size=_RECORD_MAX))
+    except (OSError, ValueError, FileRefused):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _stamp(st: os.stat_result) -> list[int]:
+    # not the change time: each use's hard link changes it
+    return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns]
+
+
+def _paths(folder: str, key: str) -> tuple[str, str, str, str]:
+    base = os.path.join(folder, key)
+    return base + ".pch", base + ".json", base + ".hits", base + ".heap"
+
+
+def heap_for(folder: str, key: str) -> int:
+    """The heap NVRTC asked for when it last tried to make this PCH (0: never too small)."""
+    try:
+        return max(0, int(read_regular(_paths(folder, key)[3], max_size=64).strip() or 0))
+    except (OSError, ValueError, FileRefused):
+        return 0
+
+
+def _valid(folder: str, key: str, search: SearchPath) -> dict | None:
+    """The PCH's record where its file is the one it describes and its headers are unchanged;
+    None otherwise (nothing there, or something the caller removes)."""
+    pch, record_path, _, _ = _paths(folder, key)
+    record = _read_json(record_path)
+    if record is None or record.get("format") != FORMAT or record.get("key") != key:
+        return None
+    try:
+        st = os.lstat(pch)
+    except OSError:
+        return None
+    if not S_ISREG(st.st_mode) or _stamp(st) != record.get("stamp"):
+        return None  # a folder, FIFO or link in its place, a file cut short or rewritten
+    try:
+        manifest = Manifest.from_json(record.get("manifest"), search)
+    except (ValueError, TypeError, KeyError):
+        return None
+    if manifest.check() is not None:
+        return None  # a header edited, added or removed since it was made
+    return record
+
+
+def _remove(folder: str, key: str) -> None:
+    for path in _paths(folder, key)[:3]:
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def _private(folder: str, key: str) -> str:
+    return os.path.join(folder, "tmp", f"{key}.{os.getpid()}.{secrets.token_hex(4)}.pch")
+
+
+def _room(folder: str, need: int, limit: int, notes: list[str]) -> bool:
+    """Whether a PCH of ``need`` bytes may be written here (said once where not)."""
+    if need > limit:
+        _say_once(f"no precompiled header: this header set's ({need >> 20} MB) is more than the "
+                  f"folder's size limit ({limit >> 20} MB, ${LIMIT_ENV})", notes)
+        return False
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != resource.RLIM_INFINITY and soft < need + (64 << 20):
+            _say_once("no precompiled header: this process may not write a file that large "
+                      "(ulimit -f)", notes)
+            return False
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not Linux
+        pass
+    free = shutil.disk_usage(folder).free
+    if free < need + FREE_RESERVE:
+        _say_once(f"no precompiled header: the disk of {folder} has {free >> 20} MB free, and "
+                  f"a PCH ({need >> 20} MB) must leave {FREE_RESERVE >> 20} MB", notes)
+        return False
+    return True
+
+
+def plan(folder: str, key: str, search: SearchPath, notes: list[str],
+         limit: int) -> PchPlan | None:
+    """The PCH a compile of this header set gets: its valid file to use (linked privately),
+    else one to make; None where none can be (said once in ``notes``). ``limit``: the
+    folder's size limit (:func:`cudamagic.store.limits.pch_size_limit`)."""
+    tmp = os.path.join(folder, "tmp")
+    try:
+        os.makedirs(tmp, mode=0o700, exist_ok=True)
+        with _locked(folder):
+            record = _valid(folder, key, search)
+            if record is None:
+                _remove(folder, key)
+            else:
+                link = _private(folder, key)
+                os.link(_paths(folder, key)[0], link)
+                headers = tuple((str(p), i if isinstance(i, str) else None, 0.0)
+                                for p, i, *_ in record.get("headers", []))
+                return PchPlan(folder, key, False, link, headers,
+                               float(record.get("seconds", 0.0)))
+        heap = heap_for(folder, key)
+        if not _room(folder, max(heap, DEFAULT_HEAP), limit, notes):
+            return None
+        path = _private(folder, key)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except OSError as exc:
+        _say_once(f"no precompiled header: {folder} cannot be written "
+                  f"({os.strerror(exc.errno) if exc.errno else exc})", notes)
+        return None
+    return PchPlan(folder, key, True, path, heap=heap)
+
+
+def settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], manifest: Any,
+           seconds: float, notes: list[str], limit: int) -> None:
+    """After the compile: publish a PCH it made (with its record), count a use, remove a PCH
+    NVRTC refused, keep the heap NVRTC asked for; the private file goes in every case."""
+    try:
+        _settle(p, outcome, headers, manifest, seconds, notes, limit)
+    except OSError as exc:
+        _say_once(f"no precompiled header: {p.folder} cannot be written "
+                  f"({os.strerror(exc.errno) if exc.errno else exc})", notes)
+    finally:
+        discard(p)
+
+
+def _settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], manifest: Any,
+            seconds: float, notes: list[str], limit: int) -> None:
+    pch, record_path, hits_path, heap_path = _paths(p.folder, p.key)
+    if outcome is None:
+        return
+    kind = outcome.kind
+    if kind is PchKind.HEAP:
+        _write(heap_path, str(outcome.required + (1 << 20)).encode())
+        return
+    if kind is PchKind.FAILED:
+        _say_once(f"no precompiled header: NVRTC could not write one in {p.folder}", notes)
+        return
+    if kind is PchKind.REFUSED:
+        with _locked(p.folder):
+            if _same_file(pch, p.path):
+                _remove(p.folder, p.key)
+        return
+    if kind is PchKind.USED:
+        with _locked(p.folder):
+            _write(hits_path, json.dumps([_hits(hits_path) + 1, time.time()]).encode())
+        return
+    if kind is not PchKind.MADE:
+        return
+    if os.path.getsize(p.path) == 0:
+        return
+    record = {"format": FORMAT, "key": p.key, "seconds": seconds, "made": time.time(),
+              "manifest": manifest, "headers": [[h[0], h[1]] for h in headers]}
+    before_publish()
+    with _locked(p.folder):
+        os.rename(p.path, pch)
+        os.chmod(pch, 0o600)
+        record["stamp"] = _stamp(os.lstat(pch))
+        _write(record_path, json.dumps(record).encode())
+        _write(hits_path, json.dumps([0, time.time()]).encode())
+        _evict(p.folder, limit, keep=p.key)
+
+
+def discard(p: PchPlan) -> None:
+    """After a compile that failed: its private file goes, the PCH stays as it was."""
+    try:
+        os.unlink(p.path)
+    except OSError:
+        pass
+
+
+def before_publish() -> None:
+    """Called between a made PCH and its publication (tests hold two processes here)."""
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _hits(path: str) -> int:
+    data = _read_json_list(path)
+    return int(data[0]) if data else 0
+
+
+def _read_json_list(path: str) -> list | None:
+    try:
+        data = json.loads(read_regular(path, max_size=4096))
+    except (OSError, ValueError, FileRefused):
+        return None
+    if isinstance(data, list) and len(data) == 2 and all(isinstance(x, (int, float))
+                                                          for x in data):
+        return data
+    return None
+
+
+def _write(path: str, data: bytes) -> None:
+    """``data`` as ``path``, whole or not at all (a private file renamed over it)."""
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.part"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _entries(folder: str) -> list[tuple[float, int, str, int]]:
+    """``(last use, size, key, hits)`` of each published PCH."""
+    out = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(".pch"):
+            continue
+        key = name[:-4]
+        try:
+            st = os.lstat(os.path.join(folder, name))
+        except OSError:
+            continue
+        used = _read_json_list(_paths(folder, key)[2]) or [0, st.st_mtime]
+        out.append((float(used[1]), st.st_size if S_ISREG(st.st_mode) else 0, key,
+                    int(used[0])))
+    return out
+
+
+def _evict(folder: str, limit: int, keep: str = "") -> None:
+    """Remove the least recently used PCHs until the folder holds at most ``limit`` bytes,
+    and private files left by processes that died (under the lock)."""
+    entries = sorted(_entries(folder))
+    total = sum(size for _, size, _, _ in entries)
+    for _, size, key, _ in entries:
+        if total <= limit:
+            break
+        if key != keep:
+            _remove(folder, key)
+            total -= size
+    tmp = os.path.join(folder, "tmp")
+    now = time.time()
+    for name in os.listdir(tmp) if os.path.isdir(tmp) else ():
+        path = os.path.join(tmp, name)
+        try:
+            if now - os.lstat(path).st_mtime > _STALE_TMP_S:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def files_of(folder: str, limit: int) -> PchFiles:
+    """What the folder holds (nothing where it does not exist)."""
+    entries = _entries(folder)
+    return PchFiles(folder, len(entries), sum(e[1] for e in entries),
+                    sum(e[3] for e in entries), max((e[0] for e in entries), default=0.0),
+                    limit)
+
+
+def clear(folder: str) -> int:
+    """Remove every PCH of the folder (the kernels' entries stay); how many there were."""
+    if not os.path.isdir(folder):
+        return 0
+    with _locked(folder):
+        keys = [e[2] for e in _entries(folder)]
+        for key in keys:
+            _remove(folder, key)
+            try:
+                os.unlink(_paths(folder, key)[3])
+            except OSError:
+                pass
+    return len(keys)
+
+
+def raise_heap(nvrtc, heap: int) -> None:
+    """NVRTC's PCH heap at least ``heap`` bytes (never lowered: it is the process's)."""
+    if heap <= _heap[0]:
+        return
+    status, current = nvrtc.nvrtcGetPCHHeapSize()
+    if int(status) == 0 and current >= heap:
+        _heap[0] = current
+        return
+    status, = nvrtc.nvrtcSetPCHHeapSize(heap)
+    if int(status) == 0:
+        _heap[0] = heap
+
+
+_USING = re.compile(r'^"[^"\n]*": (using|creating) precompiled header file "[^"\n]*"\n?', re.M)
+
+
+def read_outcome(nvrtc, prog, p: PchPlan, log: str) -> tuple[PchOutcome, str]:
+    """What NVRTC did with ``p`` in the compiled program, and the log without its PCH lines."""
+    used = any(m.group(1) == "using" for m in _USING.finditer(log))
+    log = _USING.sub("", log)
+    if not p.create:
+        return PchOutcome(PchKind.USED if used else PchKind.REFUSED), log
+    status, = nvrtc.nvrtcGetPCHCreateStatus(prog)
+    if status == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return PchOutcome(PchKind.MADE), log
+    if status == nvrtc.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED:
+        _, required = nvrtc.nvrtcGetPCHHeapSizeRequired(prog)
+        return PchOutcome(PchKind.HEAP, int(required)), log
+    return PchOutcome(PchKind.FAILED), log
+
+
+#: NVRTC's words for a PCH file it could not open: the compile is done again without it
+CANNOT_OPEN = "cannot open precompiled header file"
