@@ -7,6 +7,7 @@ refuses.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -202,6 +203,30 @@ def test_the_childs_last_lines_say_how_much_came_before_what_was_kept(cut, first
 
 # --- the sanitizer's report ----------------------------------------------------------------------
 
+def _without_waiting(read, path, error: type) -> object:
+    """What ``read()`` returns or raises as ``error``, from a thread given 30 s; a read still
+    waiting then (on a FIFO at ``path``) is let go by a writer, and the test fails."""
+    import threading
+
+    got: list = []
+
+    def run():
+        try:
+            got.append(read())
+        except error as exc:
+            got.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(30)
+    if t.is_alive():
+        with open(path, "wb"):
+            pass
+        t.join(30)
+        pytest.fail(f"the read waited on {path}")
+    return got[0]
+
+
 def _report_in(tmp_path, kind: str):
     """A report path that is not the regular file the tool writes."""
     from .test_debug_tools import _report
@@ -229,26 +254,9 @@ def _report_in(tmp_path, kind: str):
 def test_a_report_that_is_no_file_the_tool_wrote_is_refused_at_once(tmp_path, kind, says):
     # before: a plain open(), so a FIFO in the report's place blocked read_xml for ever (other
     # untrusted files go through files.read_regular), and a link was followed
-    import threading
-
-    path = _report_in(tmp_path, kind)
-    got: list = []
-
-    def read():
-        try:
-            got.append(read_xml(path, SanitizerTool.MEMCHECK))
-        except SanitizerOutputError as exc:
-            got.append(exc)
-
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    t.join(30)
-    if t.is_alive():  # let it go: the FIFO gets a writer and ends
-        with open(path, "wb"):
-            pass
-        t.join(30)
-        pytest.fail(f"read_xml waited on {kind}")
-    assert isinstance(got[0], SanitizerOutputError) and says in str(got[0])
+    got = _without_waiting(lambda: read_xml(_report_in(tmp_path, kind), SanitizerTool.MEMCHECK),
+                           tmp_path / "report.xml", SanitizerOutputError)
+    assert isinstance(got, SanitizerOutputError) and says in str(got)
 
 
 def _parse_in_child(data: bytes, tmp_path) -> str:
@@ -290,3 +298,100 @@ def test_records_nested_in_records_are_read_in_linear_time(tmp_path, body, says)
     # 0.6 MB report of nested records did not finish in 30 s, while 64 MiB are accepted
     data = f"<ComputeSanitizerOutput>{body}</ComputeSanitizerOutput>".encode()
     assert _parse_in_child(data, tmp_path).startswith(says)
+
+
+# --- what the child is given and what it leaves --------------------------------------------------
+
+@pytest.mark.parametrize("name, value, reaches", [
+    ("CUDAMAGIC_REMOTE_CACHE", "redis://:s3cret@cache.example:6379/0", False),  # a password
+    ("CUDAMAGIC_REMOTE_PASSWORD_FILE", "/home/u/.cache-password", False),
+    ("CUDAMAGIC_EAGER_CONTEXT", "1", False),
+    ("CUDA_VISIBLE_DEVICES", "1", True),  # the device the notebook chose
+    ("LD_LIBRARY_PATH", "/opt/cuda/lib64", True),
+])
+def test_the_child_gets_the_notebooks_environment_without_cudamagics_settings(
+        monkeypatch, name, value, reaches):
+    # before: the whole environment, the team cache's address and password included
+    from cudamagic.launch.tool_run import _child_env
+
+    monkeypatch.setenv(name, value)
+    done = tools.run_child([sys.executable, "-c", "import os; print(repr(dict(os.environ)))"],
+                           env=_child_env(), timeout=60)
+    seen = eval(done.stdout)  # noqa: S307 - the repr of a dict of str the child printed
+    assert (seen.get(name) == value) is reaches
+
+
+_STAND_IN = """import json, os, sys
+def main(argv):
+    with open(os.path.join(argv[0], "seen.json"), "w") as f:
+        json.dump({"file": __file__, "path": sys.path, "argv": argv}, f)
+    return 0
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("entry", ["pkgs:1", "rel"], ids=["a colon", "relative"])
+def test_the_child_imports_from_the_notebooks_sys_path_as_it_is(tmp_path, monkeypatch, entry):
+    # before: PYTHONPATH joined from sys.path, so an entry holding ':' was cut in two, and a
+    # relative one was looked for in the child's own folder: what the notebook imports from
+    # there was not found (here a stand-in cudamagic.child that says where it ran from)
+    from cudamagic.launch.tool_run import LineinfoBuild, _child_env, write_run
+    from .test_debug_tools import _oob_capture
+
+    monkeypatch.chdir(tmp_path)
+    package = tmp_path / entry / "cudamagic"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "child.py").write_text(_STAND_IN)
+    monkeypatch.setattr(sys, "path", [entry, *sys.path])
+    folder = tmp_path / "run"
+    folder.mkdir()
+    argv = write_run(folder, _oob_capture(), LineinfoBuild(b""), 0)
+    done = tools.run_child(argv, env=_child_env(), cwd=folder, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((folder / "seen.json").read_text())
+    assert seen["file"] == str(package / "child.py")
+    assert seen["path"][0] == str(tmp_path / entry) and seen["argv"] == [str(folder), "0"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("[]", "not {"),
+    ('{"placed": 5}', "not {"),
+    ('{"placed": [], "error": 5}', "not {"),
+    ('{"placed": [[1, 2]]}', "[1, 2] is not three"),
+    ('{"placed": [["a", 4096, 16]]}', "is not three"),
+    ('{"placed": [[1.5, 4096, 16]]}', "is not three"),
+    ('{"placed": [[true, 4096, 16]]}', "is not three"),
+    ('{"placed": [[0, -1, 16]]}', "is not three"),
+    ('{"placed": [[0, 4096', "cannot be read as JSON"),
+    (b"\xff\xfe", "cannot be read as JSON"),
+    (None, "it is a FIFO"),
+])
+def test_a_malformed_placed_json_is_the_projects_error_saying_what(tmp_path, text, says):
+    # before: a raw AttributeError ([]) or ValueError ([[1, 2]]), a float or a bool taken as an
+    # address, a cut file read as no placements, and a FIFO waited on for ever
+    from cudamagic.errors import LaunchError
+    from cudamagic.launch.tool_run import read_placed
+
+    where = tmp_path / "placed.json"
+    if text is None:
+        os.mkfifo(where)
+    else:
+        where.write_bytes(text if isinstance(text, bytes) else text.encode())
+    got = _without_waiting(lambda: read_placed(tmp_path), where, LaunchError)
+    assert isinstance(got, LaunchError) and says in str(got) and str(where) in str(got)
+
+
+@pytest.mark.parametrize("text, want", [
+    ('{"placed": [[0, 4096, 16], [2, 8192, 0]], "error": ""}',
+     ([cap.Placement(0, 4096, 16), cap.Placement(2, 8192, 0)], "")),
+    ('{"placed": [], "error": "cuLaunchKernel failed"}', ([], "cuLaunchKernel failed")),
+    (None, ([], "")),  # the child ended before it wrote the file
+])
+def test_the_childs_placed_json_is_read(tmp_path, text, want):
+    from cudamagic.launch.tool_run import read_placed
+
+    if text is not None:
+        (tmp_path / "placed.json").write_text(text)
+    assert read_placed(tmp_path) == want

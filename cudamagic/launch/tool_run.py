@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import files
 from ..errors import ArgumentValueError, LaunchError, OptionError
 from ..toolchain import driver, tools
 from ..units import size_text
@@ -176,28 +177,68 @@ def prepare_run(kernel: Any, grid: Any, block: Any, args: Sequence[Any],
     return c, build, device[0]
 
 
+#: the child's start: the notebook's sys.path, every entry as it is (PYTHONPATH cannot say one
+#: that holds os.pathsep), then :data:`CHILD_MODULE`'s main
+_BOOT = ("import json, os, sys\n"
+         "with open(os.path.join(sys.argv[1], 'path.json'), encoding='utf-8') as f:\n"
+         "    sys.path[:] = json.load(f)\n"
+         f"from {CHILD_MODULE} import main\n"
+         "sys.exit(main(sys.argv[1:]))\n")
+
+
 def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    env.pop("CUDAMAGIC_EAGER_CONTEXT", None)
-    return env
+    """The notebook's environment without cudamagic's own settings: the child compiles and
+    caches nothing, and the team cache's address holds its password
+    (``CUDAMAGIC_REMOTE_CACHE``)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CUDAMAGIC_")}
 
 
 def write_run(folder: Path, c: Capture, build: LineinfoBuild, device: int) -> list[str]:
-    """The child's files in ``folder``, and its command line."""
+    """The child's files in ``folder`` (the module, the capture, the notebook's sys.path,
+    each entry made absolute: the child runs in ``folder``), and its command line."""
     (folder / "module.bin").write_bytes(build.payload)
     (folder / "capture.bin").write_bytes(encode_capture(c))
-    return [sys.executable, "-m", CHILD_MODULE, os.fspath(folder), str(device)]
+    path = [os.path.abspath(p) for p in sys.path if isinstance(p, str)]
+    (folder / "path.json").write_text(json.dumps(path), encoding="utf-8")
+    return [sys.executable, "-c", _BOOT, os.fspath(folder), str(device)]
+
+
+#: the most bytes of placed.json read (the child writes three numbers per array argument)
+_MAX_PLACED = 1 << 20
 
 
 def read_placed(folder: Path) -> tuple[list[Placement], str]:
-    """Where the child put each array, and its own account of how it ended."""
+    """Where the child put each array, and its own account of how it ended (nothing where it
+    ended before it wrote them).
+
+    :raises LaunchError: the file is not what the child writes (it names what is wrong).
+    """
+    where = folder / "placed.json"
     try:
-        data = json.loads((folder / "placed.json").read_text())
-    except (OSError, ValueError):
+        data = json.loads(files.read_regular(where, max_size=_MAX_PLACED))
+    except FileNotFoundError:
         return [], ""
-    return [Placement(int(i), int(b), int(n)) for i, b, n in data.get("placed", [])], \
-        str(data.get("error", ""))
+    except files.FileRefused as exc:
+        raise _placed_error(where, f"it {exc.reason}") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
+        raise _placed_error(where, f"it cannot be read as JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("placed"), list) \
+            or not isinstance(data.get("error", ""), str):
+        raise _placed_error(where, 'not {"placed": [[index, address, bytes], ...], "error": '
+                                   'text}')
+    out = []
+    for row in data["placed"]:
+        if not (isinstance(row, list) and len(row) == 3
+                and all(type(n) is int and n >= 0 for n in row)):
+            raise _placed_error(where, f"the placement {str(row)[:80]} is not three "
+                                       "non-negative integers (index, address, bytes)")
+        out.append(Placement(*row))
+    return out, data.get("error", "")
+
+
+def _placed_error(where: Path, what: str) -> LaunchError:
+    return LaunchError(f"the tool run's child left {where} that is not what it writes ({what}): "
+                       "the run's result cannot be read; run it again")
 
 
 def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
