@@ -395,3 +395,40 @@ def test_the_childs_placed_json_is_read(tmp_path, text, want):
     if text is not None:
         (tmp_path / "placed.json").write_text(text)
     assert read_placed(tmp_path) == want
+
+
+# --- what a clean initcheck run could not see ----------------------------------------------------
+
+@pytest.mark.parametrize("tool, uninitialized, sizes, names", [
+    ("initcheck", (), (8, 4), "argument 0, x: float32[8]; argument 2, y: float32[4]"),
+    ("initcheck", (0,), (8, 4), "argument 2, y: float32[4]"),
+    ("initcheck", (0, 2), (8, 4), None),  # both left fresh: initcheck sees every such read
+    ("initcheck", (), (8, 0), "argument 0, x: float32[8]"),  # an empty array holds no bytes
+    ("memcheck", (), (8, 4), None),
+])
+def test_a_clean_initcheck_run_says_what_it_could_not_see_and_how_to(tool, uninitialized,
+                                                                     sizes, names):
+    # before: the arrays were copied into the child, so a read of memory the notebook never
+    # wrote was invisible there, and the clean result said only "no errors"
+    from cudamagic.launch.tool_run import SanitizeReport, copied_in
+    from cudamagic.view.debug import sanitize_html, sanitize_text
+
+    k = cudamagic.build('extern "C" __global__ void k(float* x, int n, float* y) {}',
+                        use_cache=False)["k"]
+    x, y = (_DeviceArray(np.zeros(n, np.float32)) for n in sizes)
+    c = cap.capture("k", k.params, (1,), (1,), (x, 3, y), copy=_host_copy,
+                    labels=("x", "n", "y"), uninitialized=uninitialized)
+    r = SanitizeReport(SanitizerTool.of(tool), "Version 2025.3.1", "k", c.grid, c.block,
+                       copied_in=copied_in(c))
+    text, page = sanitize_text(r), sanitize_html(r)
+    assert text.startswith(f"{tool}: no errors in k")
+    if names is None:
+        assert "not seen" not in text and "uninitialized=" not in page
+        return
+    copied = [i for i, n in ((0, sizes[0]), (2, sizes[1])) if n and i not in uninitialized]
+    given = f"({', '.join(map(str, copied))})" if len(copied) > 1 else str(copied[0])
+    assert f"not seen: a read of memory the notebook never wrote, in {names}:" in text
+    assert f"uninitialized={given}, or %cuda_sanitize --uninitialized " \
+           f"{','.join(map(str, copied))}" in text
+    assert f"uninitialized={given}" in page
+    assert all(a.contents == b"" for a in r.copied_in)  # the record keeps no array's bytes

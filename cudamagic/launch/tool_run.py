@@ -34,8 +34,9 @@ from ..units import size_text
 from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, Space,
                                    read_xml, sanitizer_argv)
 from .calls import CallSyntax, read_calls, read_options
-from .capture import (ArgAddress, Capture, Placement, capture, check_launch, encode_capture,
-                      name_address, check_options, uninitialized_indices)
+from .capture import (ArgAddress, ArgKind, Capture, CapturedArg, Placement, capture,
+                      check_launch, encode_capture, name_address, check_options,
+                      uninitialized_indices)
 from .params import layout_error
 from .support import DebugSupport, LineinfoBuild
 
@@ -91,6 +92,9 @@ class SanitizeReport:
     total: int = 0
     lineinfo: bool = False
     failed: str = ""
+    #: The array arguments whose bytes the child was given (their contents left out): initcheck
+    #: takes them as written, so a read of memory the notebook never wrote there is not seen
+    copied_in: tuple[CapturedArg, ...] = ()
     #: Seconds the capture of the arguments and the child's run took
     capture_seconds: float = field(default=0.0, compare=False)
     child_seconds: float = field(default=0.0, compare=False)
@@ -128,6 +132,13 @@ def fold(findings: Sequence[Finding], build: LineinfoBuild, c: Capture,
             else None
         out.append(CellFinding(first, len(group), cell_line, text, place, peer_line, peer_text))
     return tuple(out)
+
+
+def copied_in(c: Capture) -> tuple[CapturedArg, ...]:
+    """The array arguments the child gets the notebook's bytes of (not ``uninitialized``, not
+    empty), without those bytes."""
+    return tuple(dataclasses.replace(a, contents=b"") for a in c.args
+                 if a.kind is ArgKind.ARRAY and a.copied and a.contents)
 
 
 def _check_tool(name: str, tool: Any) -> SanitizerTool:
@@ -280,7 +291,8 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
         (said or _tail(done, stderr=True) or f"the child exited with {done.returncode}")
     record = SanitizeReport(which, program.version, kernel.name_expression, c.grid, c.block,
                             findings=folded, total=len(findings), lineinfo=build.lineinfo,
-                            failed=failed, capture_seconds=t1 - t0, child_seconds=t2 - t1)
+                            failed=failed, copied_in=copied_in(c), capture_seconds=t1 - t0,
+                            child_seconds=t2 - t1)
     return _present(kernel, record)
 
 

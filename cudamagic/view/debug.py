@@ -14,11 +14,11 @@ from typing import Any
 from ..launch.tool_run import CellFinding, SanitizeReport, sanitize_hint
 from ..toolchain.driver import Sticky, lost_text
 from ..toolchain.profiler import Comparison, Profile
-from ..toolchain.sanitizer import PRINT_LIMIT, Access, FindingKind, Space
+from ..toolchain.sanitizer import PRINT_LIMIT, Access, FindingKind, SanitizerTool, Space
 from ..units import counted, size_text
 from .bench import COLOURS
 
-__all__ = ["DebugView", "present", "sanitize_text", "sanitize_html", "profile_text",
+__all__ = ["DebugView", "present", "sanitize_text", "sanitize_html", "initcheck_note", "profile_text",
            "profile_html", "roofline_svg", "crash_lines"]
 
 
@@ -97,7 +97,26 @@ def sanitize_text(r: SanitizeReport) -> str:
         lines += ["  " + ln for ln in r.failed.splitlines()]
     if r.findings and not r.lineinfo:
         lines.append("  (no line information: the CUBIN has none, so places are code offsets)")
+    note = initcheck_note(r)
+    if note:
+        lines += ["  " + ln for ln in note.splitlines()]
     return "\n".join(lines)
+
+
+def initcheck_note(r: SanitizeReport) -> str:
+    """What an initcheck run could not see, and how to see it: the arrays copied in from the
+    notebook are written memory in the child ("" for another tool, or none copied)."""
+    if r.tool is not SanitizerTool.INITCHECK or not r.copied_in:
+        return ""
+    args = "; ".join(a.describe() for a in r.copied_in)
+    indices = [str(a.index) for a in r.copied_in]
+    given = f"({', '.join(indices)})" if len(indices) > 1 else indices[0]
+    these, all_ = ("this array", "all of it") if len(indices) == 1 else \
+        ("these arrays", "all of them")
+    return (f"not seen: a read of memory the notebook never wrote, in {args}: the child got "
+            f"the notebook's bytes of {these}, so initcheck takes {all_} as written\n"
+            f"to see such reads, leave {these} as fresh memory (as cupy.empty gives it): "
+            f"uninitialized={given}, or %cuda_sanitize --uninitialized {','.join(indices)}")
 
 
 def sanitize_html(r: SanitizeReport) -> str:
@@ -110,6 +129,8 @@ def sanitize_html(r: SanitizeReport) -> str:
         more = "".join(f"<div><small>{esc(x.strip())}</small></div>" for x in rest)
         items.append(f"<li><b>{esc(first)}</b>{code}{more}</li>")
     failed = f"<pre>{esc(r.failed)}</pre>" if r.failed else ""
+    note = initcheck_note(r)
+    failed += "".join(f"<div><small>{esc(x)}</small></div>" for x in note.splitlines())
     cls = "cudamagic-fold cudamagic-sanitize" + (" clean" if r.clean else "")
     return (f'<details class="{cls}" open><summary>{esc(_head(r))}</summary>'
             f"<ul>{''.join(items)}</ul>{failed}</details>")
