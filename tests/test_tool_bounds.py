@@ -432,3 +432,45 @@ def test_a_clean_initcheck_run_says_what_it_could_not_see_and_how_to(tool, unini
            f"{','.join(map(str, copied))}" in text
     assert f"uninitialized={given}" in page
     assert all(a.contents == b"" for a in r.copied_in)  # the record keeps no array's bytes
+
+
+# --- cluster launches the CUBIN alone refuses ----------------------------------------------------
+
+CLUSTERS = r"""
+extern "C" __global__ void __cluster_dims__(2, 1, 1) paired(int* x, int n) { x[0] = n; }
+extern "C" __global__ void __cluster_dims__() any_cluster(int* x, int n) { x[0] = n; }
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster_cache(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("clusters")
+    cudamagic.build(CLUSTERS, [], arch="sm_90", cache=str(folder))
+    return str(folder)
+
+
+@pytest.mark.parametrize("name, grid, kw, says", [
+    ("paired", (3,), {}, r"the grid \(3, 1, 1\) is not a whole number of clusters of "
+                         r"\(2, 1, 1\) blocks \(its __cluster_dims__\)"),
+    ("paired", (4,), {"cluster": (4, 1, 1)}, r"cluster=\(4, 1, 1\), but the kernel was "
+                                             r"compiled with __cluster_dims__\(2, 1, 1\)"),
+    ("any_cluster", (4,), {}, r"compiled with __cluster_dims__\(\) and no shape: launch it "
+                              r"with cluster=\(x, y, z\)"),
+    ("any_cluster", (3,), {"cluster": 2}, r"clusters of \(2, 1, 1\) blocks \(the call's "
+                                          r"cluster\)"),
+    ("paired", (4,), {}, None),  # a launch the CUBIN takes: the device is asked
+    ("any_cluster", (4,), {"cluster": (2, 1, 1)}, None),
+], ids=["grid-3-of-pairs", "another-shape", "no-shape", "call-shape", "good", "good-shape"])
+def test_a_cluster_launch_the_cubin_refuses_is_an_argument_error_without_a_gpu(
+        monkeypatch, cluster_cache, name, grid, kw, says):
+    # before: the kernel's __cluster_dims__ (EIATTR_CTA_PER_CLUSTER, EIATTR_EXPLICIT_CLUSTER in
+    # its CUBIN) was checked after the device was asked, so without a GPU each of these said
+    # only NoDeviceError; here the GPU's absence is simulated, so a GPU machine runs it alike
+    from cudamagic.errors import ArgumentValueError, NoDeviceError
+    from cudamagic.toolchain import driver
+
+    monkeypatch.setattr(driver, "_init", lambda: "no GPU (simulated)")
+    kernel = cudamagic.build(CLUSTERS, [], arch="sm_90", cache=cluster_cache)[name]
+    with pytest.raises(NoDeviceError if says is None else ArgumentValueError,
+                       match=f"^{name}: .*{says}" if says else "simulated"):
+        kernel(grid, (32,), (None, 3), **kw)
