@@ -127,10 +127,10 @@ def _check_option(opt: str) -> str:
     check_text("NVRTC option", opt)
     if not opt.startswith("-"):
         raise OptionError(f"-o {opt!r}: an NVRTC option starts with '-'")
-    flag = re.split(r"[=\s]", opt, maxsplit=1)[0]
+    flag, *value = re.split(r"[=\s]+", opt, maxsplit=1)
     if flag in _OWN:
         raise OptionError(f"-o {opt!r} sets what this magic's own {_OWN[flag]} option sets: "
-                          f"use {_OWN[flag]} instead")
+                          f"use {own_option(flag, value[0] if value else '')} instead")
     if flag in _NO_CUBIN:
         raise OptionError(f"-o {opt!r}: with that option NVRTC makes no CUBIN, which is what "
                           "cudamagic compiles, caches and loads")
@@ -297,20 +297,66 @@ class _Parser(argparse.ArgumentParser):
         raise OptionError(f"%%cuda: {message}")
 
 
-def _unrecognized(extra: Sequence[str]) -> OptionError:
-    """What to write instead of words the line's parser does not take: NVRTC's own options
-    (``-dlto``, ``--fmad=false``) go after ``-o``; other words are most often a name
-    expression's pieces, split at a space or a comma."""
-    flags = [t for t in extra if t.startswith("-")]
+def own_option(flag: str, value: str) -> str:
+    """The magic's own option for NVRTC's ``-std``/``-arch`` and its value, as a line takes it
+    (``--std c++20``, ``--arch sm_90``; a compute_XX as its sm_XX, which makes a CUBIN)."""
+    own = _OWN[flag]
+    if own == "--arch":
+        value = value.replace("compute_", "sm_", 1) if value else DEFAULT_ARCH
+    return f"{own} {value or DEFAULT_STD}"
+
+
+def _unrecognized(extra: Sequence[str], tokens: Sequence[str]) -> OptionError:
+    """What to write instead of words the line's parser does not take: ``-std``/``-arch`` as
+    the magic's own ``--std``/``--arch``; NVRTC's other options (``-dlto``, ``--fmad=false``)
+    after ``-o``, a flag and the word after it in the line as one (``-maxrregcount=32``); other
+    words are most often a name expression's pieces, split at a space or a comma."""
+    fixes, words = [], 0
+    for word, value in _with_values(extra, tokens):
+        flag = word.split("=", 1)[0]
+        if flag in _OWN:
+            fixes.append(own_option(flag, value or word.partition("=")[2]))
+        elif word.startswith("-"):
+            fixes.append(f"-o {word}={value}" if value else f"-o {word}")
+        else:
+            words += 1
     hints = []
-    if flags:
+    own = [f for f in fixes if not f.startswith("-o ")]
+    if own:
+        hints.append("this magic's own option: " + " ".join(own))
+    if len(own) < len(fixes):
         hints.append("an NVRTC option is passed with -o, one each: "
-                     + " ".join(f"-o {t}" for t in flags))
-    if len(flags) < len(extra):
+                     + " ".join(f for f in fixes if f.startswith("-o ")))
+    if words:
         hints.append('a name expression with spaces or commas must be quoted: '
                      '-n "ns::scale<float, 3>"')
     return OptionError(f"%%cuda: unrecognized arguments: {' '.join(extra)}; "
                        + "; ".join(hints))
+
+
+def _with_values(extra: Sequence[str], tokens: Sequence[str]) -> list[tuple[str, str]]:
+    """The unrecognized words, each flag with the word that follows it in the line (its value,
+    as in ``-arch sm_90``), or ``""``."""
+    at, where = 0, []
+    for word in extra:  # extra is in the line's order
+        while at < len(tokens) and tokens[at] != word:
+            at += 1
+        where.append(at)
+        at += 1
+    out: list[tuple[str, str]] = []
+    taken = False
+    for n, word in enumerate(extra):
+        if taken:
+            taken = False
+            continue
+        follows = n + 1 < len(extra) and where[n + 1] == where[n] + 1
+        if word.startswith("-") and "=" not in word and follows \
+                and not extra[n + 1].startswith("-"):
+            out.append((word, extra[n + 1]))
+            taken = True
+        else:
+            out.append((word, ""))
+    return out
 
 
 class _InOrder(argparse.Action):
@@ -417,7 +463,7 @@ def parse_magic_line(line: str) -> BuildOptions | None:
             i += 1
     ns, extra = magic_parser().parse_known_args(joined)
     if extra:
-        raise _unrecognized(extra)
+        raise _unrecognized(extra, tokens)
     if ns.help:
         return None
     return BuildOptions(
