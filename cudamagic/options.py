@@ -21,7 +21,6 @@ from typing import Any
 
 from .process import cached, InTest
 from .errors import OptionError, SourceError
-from .toolkit import std_header_dirs
 
 __all__ = [
     "BuildOptions",
@@ -31,7 +30,7 @@ __all__ = [
     "DEFAULT_STD",
     "DEFAULT_MODULE",
     "PROGRAM_NAME",
-    "magic_parser",
+    "magic_parser", "magic_help",
     "parse_magic_line",
     "split_line",
     "options_from_args",
@@ -292,6 +291,10 @@ def arch_sm(arch: str | int, *, virtual: bool = False) -> int:
     return int(normalize_arch(arch)[3:].rstrip("af"))
 
 
+#: the width of ``%%cuda``'s help (argparse's own where no terminal is there to ask)
+HELP_WIDTH = 78
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print and exit the kernel
         raise OptionError(f"%%cuda: {message}")
@@ -371,7 +374,7 @@ class _InOrder(argparse.Action):
 @cached(1, test=InTest.KEPT)
 def magic_parser() -> argparse.ArgumentParser:
     """The ``%%cuda`` line's parser; its help is the magic's help."""
-    p = _Parser(prog="%%cuda", add_help=False, description=(
+    p = _Parser(prog="%%cuda", add_help=False, formatter_class=_formatter, description=(
         "Compile the cell's CUDA C++ with NVRTC (cached on disk) and put each kernel into the "
         "notebook as a Python callable."))
     p.add_argument("-n", "--name-expression", action="append", default=[], metavar="EXPR",
@@ -401,6 +404,18 @@ def magic_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="show no report after the cell")
     p.add_argument("-h", "--help", action="store_true", help="show this help and compile nothing")
     return p
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    """The line parser's formatter, ``HELP_WIDTH`` columns wide: a width given keeps argparse
+    from asking the terminal for one (an import of shutil, and through it of bz2 and lzma, in
+    ``%load_ext`` and in the first cell's parse)."""
+    return argparse.HelpFormatter(prog, width=HELP_WIDTH)
+
+
+def magic_help() -> str:
+    """``%%cuda``'s help text (the magic's docstring, made when the magic is defined)."""
+    return magic_parser().format_help()
 
 
 # a word: unquoted characters and quoted runs, side by side ("-n" 'a<int, 2>' ab"c d"e)
@@ -565,6 +580,8 @@ def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
         if o.startswith("-I") and not os.path.isabs(o[2:]):
             o = f"-I{(base / o[2:]).resolve()}"
         out.append(o)
+    from .toolkit import std_header_dirs
+
     before, after = std_header_dirs() if opts.std_headers else ((), ())
     out += [f"-I{d}" for d in (*before, *include_dirs)]
     if cwd is None or base.resolve() != Path(cwd).resolve():

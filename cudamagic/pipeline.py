@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import signal
 import threading
 import time
 import warnings
@@ -33,7 +32,6 @@ from .keys import cache_key
 from .lineinfo import debug_support
 from .miss import BuildOrigin, BuildPhase, HitKind, Miss, MissKind, StoreOutcome, Stored
 from .module import Binary, KernelTable, Module
-from .precompiled import PchUse, dropped_on_failure, held_headers, plan_for, settle_for
 from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
                       check_text, include_folders, is_folder, normalize_arch, nvrtc_options,
@@ -43,17 +41,16 @@ from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
 from .toolchain import compile_cubin, driver, elf, nvrtc_identity, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
-from .toolchain.deps import (Listing, Manifest, SearchPath, from_scan, from_trace,
-                             list_search_folders, reads_no_file, trace_headers)
 from .toolchain.image import read_cubin
-from .toolchain.ptx import grid_sync_table
+from .toolchain.manifest import Manifest, SearchPath
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import (BuildReport, KernelRow, KernelRows, stored_note, stored_text,
                           too_long_text)
 
-if TYPE_CHECKING:  # pragma: no cover  (the compiler's record: a hit never imports it)
-    from .toolchain import fatbin
+if TYPE_CHECKING:  # pragma: no cover  (the compile's records: a hit never imports them)
+    from .precompiled import PchUse
+    from .toolchain import deps, fatbin
     from .toolchain.nvrtc import CompileResult
     from .toolchain.variables import VarType
 
@@ -385,6 +382,7 @@ class _Interrupts:
         self._previous: Any = None
 
     def __enter__(self) -> "_Interrupts":
+        import signal  # a compile's: a hit holds nothing
         if threading.current_thread() is threading.main_thread() \
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             self._previous = signal.signal(signal.SIGINT, self._hold)
@@ -395,6 +393,7 @@ class _Interrupts:
 
     def __exit__(self, *exc: object) -> None:
         if self._previous is not None:
+            import signal
             signal.signal(signal.SIGINT, self._previous)
 
     def raise_if_asked(self, seconds: float, kept: Stored) -> None:
@@ -424,12 +423,20 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
     return module
 
 
+def _before_compile(ctx: BuildContext) -> tuple[bool, dict[str, deps.Listing], int]:
+    """Whether the cell can open no file, what its search folders held at the start, and when
+    it started (a header changed after that may not be what NVRTC read)."""
+    from .toolchain import deps
+    no_files = deps.reads_no_file(ctx.source, ctx.opts.options)
+    return no_files, {} if no_files else deps.list_search_folders(ctx.search), time.time_ns()
+
+
 def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                   ) -> tuple[Module, Stored]:
     """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
-    no_files = reads_no_file(ctx.source, ctx.opts.options)
-    listed = {} if no_files else list_search_folders(ctx.search)  # what was there at the start
-    started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
+    from .precompiled import dropped_on_failure, held_headers, plan_for, settle_for
+    from .toolchain import ptx
+    no_files, listed, started_ns = _before_compile(ctx)
     notice = ctx.settings.compile_notice or contextlib.nullcontext
     from .toolchain.probe import typed_compile
     plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options,
@@ -453,7 +460,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
         binary = Binary(result.cubin, image.with_grid_sync(
-            grid_sync_table(result.grid_sync, image.symbols)))
+            ptx.grid_sync_table(result.grid_sync, image.symbols)))
     except ImageError as exc:
         raise CompileError(f"NVRTC's output is not a CUBIN ({exc}); check the -o options") \
             from None
@@ -487,11 +494,12 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
-              started_ns: int, listed: Mapping[str, Listing],
+              started_ns: int, listed: Mapping[str, deps.Listing],
               from_pch: Sequence[tuple[str, str | None, float]] = ()) -> Manifest:
     """The headers the compile read, and the places it searched, to check on a hit;
     ``from_pch``: the headers of the precompiled header it started from, which NVRTC's trace
     does not name (it opened none of them)."""
+    from .toolchain.deps import from_scan, from_trace, trace_headers
     if no_files:
         return Manifest()  # nothing was read: nothing to check on a hit
     if result.trace is not None:

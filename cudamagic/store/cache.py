@@ -603,25 +603,3 @@ def reset() -> None:
     """Forget the default cache and the cache warnings already said (tests)."""
     state.reset()
 
-
-
-def open_default_ahead() -> bool:
-    """Open the default cache ahead of the first build (``%load_ext``), so that the first cell
-    finds it open; True when it is. A cache that says something on opening (a folder not to be
-    trusted, a damaged stored limit, a fall-back to memory) is closed again and left for the
-    first build to open, so that what it says reaches that build's report.
-
-    :raises CacheArgumentError: as :func:`default_cache`.
-    """
-    said = set(state.warned)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        cache = default_cache()
-    if not caught and cache.in_memory is None:
-        return True
-    with state.default_lock:
-        if state.default is cache:
-            state.default = state.default_spec = None
-    state.warned.intersection_update(said)
-    cache.close()
-    return False

@@ -232,46 +232,6 @@ def profile_html(p: "Profile | Comparison") -> str:
             f"{roofline_svg(profiles)}</details>")
 
 
-#: the kernels the report's debugging fold reads (whether each prints), as the timing fold does
-FOLD_KERNELS = 8
-
-
-def debug_fold(module: Any) -> str:
-    """The report's "sanitize and profile" fold: the calls that rerun the module's first kernel
-    under compute-sanitizer and Nsight Compute, and which of its first kernels print (their
-    output lands in the launching cell). Nothing is run, and no tool is looked for (the first
-    look runs the tool: ``%cuda_info`` does it)."""
-    esc = html.escape
-    names = [e[2] for e in _entries(module)]
-    if not names:
-        return ""
-    name = names[0]
-    printing = []
-    for label, _, python_name, _ in _entries(module)[:FOLD_KERNELS]:
-        try:
-            if module.kernels[label].prints:
-                printing.append(python_name)
-        except Exception:  # noqa: BLE001 - a kernel the CUBIN cannot describe: the launch says
-            pass
-    calls = [f"{name}.sanitize(grid, block, args)  # memcheck; tool='racecheck', "
-             "'initcheck', 'synccheck'",
-             f"%cuda_sanitize --tool racecheck {name}(grid, block, args)",
-             f"{name}.profile(grid, block, args)  # or %cuda_profile a(...); b(...)"]
-    said = ("<p>printf (and a failed assert's message) of "
-            + ", ".join(esc(n) for n in printing)
-            + " lands in the cell that launched it.</p>") if printing else ""
-    return ('<details class="cudamagic-fold cudamagic-debug"><summary>sanitize and profile'
-            f"</summary><pre>{esc(chr(10).join(calls))}</pre>{said}<p><small>Each reruns "
-            "the launch in a child process (the arrays copied); %cuda_info shows which "
-            "compute-sanitizer and ncu are installed. docs/debugging.md</small></p></details>")
-
-
-def _entries(module: Any) -> list:
-    kernels = module.kernels
-    return list(kernels.entries()) if hasattr(kernels, "entries") else \
-        [(k.name_expression, k.symbol, k.python_name, k.resolved_by) for k in kernels.values()]
-
-
 def crash_lines(code: Sticky, device: int, last: Any, first: bool = True) -> list[str]:
     """What a cell's error adds where a lost context surfaced in another library's call (CuPy,
     cuda.bindings): the first time, what happened, what to do and the sanitize call that finds
