@@ -1,7 +1,7 @@
 """The pipeline of one build: options -> key -> cache -> image -> names -> resolve -> kernels.
 
 :func:`build_module` decides everything a build needs up front, in one :class:`BuildContext`;
-then a hit (:func:`_restore`) or a miss (:func:`_compile`) each return a complete
+then a hit (:func:`_cached`) or a miss (:func:`_compile`) each return a complete
 :class:`~cudamagic.module.Module`, report included. This module knows no IPython: the magic is
 a thin shell over :func:`build_module`, and :func:`build` / :func:`load_cubin` are the Python
 API. The compiler, the demangler and the cache come in as :class:`BuildSettings` so tests can
@@ -42,7 +42,7 @@ from .store.disk import CACHE_WAIT_S
 from .toolchain import compile_cubin, driver, elf, nvrtc_identity, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.image import read_cubin
-from .toolchain.manifest import Manifest, SearchPath
+from .toolchain.manifest import Manifest, ManifestChecks, SearchPath
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import (BuildReport, KernelRow, KernelRows, stored_note, stored_text,
@@ -270,20 +270,10 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
                              compile_notice=compile_notice, reserved=tuple(reserved), cell=cell)
     ctx = _context(source, opts, settings)
     if ctx.store is not None and not opts.force:
-        t = time.perf_counter()
-        looked = ctx.store.lookup(ctx.key)
-        record, miss = looked.record, looked.miss
-        ctx.lap(BuildPhase.LOOKUP, t)
-        if looked.remote_seconds:
-            ctx.timings[BuildPhase.LOOKUP] -= looked.remote_seconds
-            ctx.timings[BuildPhase.REMOTE] = looked.remote_seconds
-        if record is not None:
-            found = _restore(ctx, record, looked.hit)
-            if isinstance(found, Module):
-                return found
-            ctx.store.refuse(ctx.key, looked.hit)
-            miss = found
-        miss = miss or Miss(MissKind.NO_ENTRY)
+        found = _cached(ctx, ctx.store)
+        if isinstance(found, Module):
+            return found
+        miss = found
     else:
         miss = Miss(MissKind.NO_CACHE if ctx.store is None else MissKind.FORCED)
     # a miss: cu++filt (a process) starts now and overlaps the compile; a hit reads the texts
@@ -306,27 +296,34 @@ class _Unservable(Exception):
         self.miss = miss
 
 
-def _restore(ctx: BuildContext, record: EntryRecord, hit: HitKind | None = HitKind.LOCAL
-             ) -> "Module | Miss":
-    """A module from a cache entry, or why it cannot serve (the caller recompiles). An entry
-    from the remote tier, or one whose manifest was checked by content here, is kept in the
-    folder with this machine's file times, so that the next hit takes the fast path."""
+def _cached(ctx: BuildContext, store: KernelCache) -> "Module | Miss":
+    """The module the cache serves, or why it serves none. The cache asks ``checks`` of
+    the folder's entry and of each build of the key the remote tier holds (the newest whose
+    headers match serves); the lookup's time is split into the folder's, the server's and
+    the header checks'."""
     t = time.perf_counter()
-    try:
-        manifest = Manifest.from_json(record.manifest, ctx.search)
-    except ValueError as exc:
-        return Miss(MissKind.FORMAT, str(exc))
-    stale = manifest.check()
-    t = ctx.lap(BuildPhase.HEADERS, t)
-    if stale:
-        return stale
-    return _served(ctx, record, manifest, hit)
+    checks = ManifestChecks(ctx.search)
+    looked = store.lookup(ctx.key, checks)
+    ctx.lap(BuildPhase.LOOKUP, t)
+    ctx.timings[BuildPhase.LOOKUP] -= looked.remote_seconds + checks.seconds
+    for phase, seconds in ((BuildPhase.REMOTE, looked.remote_seconds),
+                           (BuildPhase.HEADERS, checks.seconds)):
+        if seconds:
+            ctx.timings[phase] = seconds
+    if looked.record is None:
+        return looked.miss or Miss(MissKind.NO_ENTRY)
+    assert checks.held is not None  # the cache serves no entry it did not check
+    found = _served(ctx, looked.record, checks.held, looked.hit)
+    if not isinstance(found, Module):
+        store.refuse(ctx.key, looked.hit)
+    return found
 
 
 def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
             hit: HitKind | None) -> "Module | Miss":
-    """The module from an entry whose manifest holds, or why it cannot serve; kept in the
-    folder first where :func:`_restore` says."""
+    """The module from an entry whose manifest holds, or why it cannot serve. An entry from
+    the remote tier, or one whose manifest was checked by content here, is kept in the folder
+    with this machine's file times, so that the next hit takes the fast path."""
     t = time.perf_counter()
     if not manifest.complete:
         ctx.notes.append(_INCOMPLETE)
