@@ -297,7 +297,7 @@ class CudaMagics(Magics):
         said += self._push(opts.module, module)
         phases[BuildPhase.PUSH] = time.perf_counter() - t
         self._show(module, module.report.with_warnings(tuple(said)).with_timings(phases),
-                   started, opts.quiet)
+                   started, opts.quiet, annotation=module.annotate() if opts.annotate else None)
 
     cuda.__doc__ = magic_help()
 
@@ -441,9 +441,11 @@ class CudaMagics(Magics):
         self._shell().push(names)
         return said
 
-    def _show(self, module: Any, report: Any, started: float, quiet: bool = False) -> None:
+    def _show(self, module: Any, report: Any, started: float, quiet: bool = False,
+              annotation: Any = None) -> None:
         """Show the report (with -q, only its warnings), timed from ``started``; the module's
-        ``report`` becomes the one shown."""
+        ``report`` becomes the one shown. ``annotation`` (``-a``): the annotated cell, a fold
+        of the report in a notebook, its text after the report in a terminal or with -q."""
         from .info import report_with_attributes
         from .miss import BuildPhase
         from .view.widget import show_report, show_warnings
@@ -455,13 +457,23 @@ class CudaMagics(Magics):
             report = report_with_attributes(module, report)
             report = report.with_timings({BuildPhase.RESOURCES: time.perf_counter() - t})
         report = report.with_timings(cell_seconds=time.perf_counter() - started)
+        folded = annotation is not None and not quiet and front.open_comm is not None
         if quiet:
             show_warnings(report, front)
         else:
             from .view.bench import debug_fold, timing_fold
 
-            report = show_report(report, front,
-                                 extra=lambda: timing_fold(module) + debug_fold(module))
+            def extra() -> str:
+                folds = timing_fold(module) + debug_fold(module)
+                if folded:  # -a only: the view's module is not imported by a plain cell
+                    from .view.annotate import annotation_fold
+
+                    folds += annotation_fold(annotation)
+                return folds
+
+            report = show_report(report, front, extra=extra)
+        if annotation is not None and not folded:
+            front.display({"text/plain": annotation.text(), "text/html": annotation._repr_html_()})
         module.set_report(report)
 
     def _shell(self) -> Any:

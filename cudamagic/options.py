@@ -201,6 +201,9 @@ class BuildOptions:
     module : str
         The Python name the module is pushed under.
     force, no_cache, quiet : bool
+    annotate : bool
+        ``-a``: show the cell's machine code beside each line after the build (no part of
+        the key: the ``-lineinfo`` build is annotated, :meth:`cudamagic.Module.annotate`).
     std_headers : bool
         cudamagic's small C++ standard headers for device code (``<cstdint>``, ``<cmath>``...
         onto libcu++) are searched after every other folder; False leaves them out
@@ -221,6 +224,7 @@ class BuildOptions:
     quiet: bool = False
     std_headers: bool = True
     pch: bool = True
+    annotate: bool = False
     duplicates: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -402,6 +406,9 @@ def magic_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-pch", action="store_true",
                    help="compile the cell's headers, not reading them from a precompiled header")
     p.add_argument("-q", "--quiet", action="store_true", help="show no report after the cell")
+    p.add_argument("-a", "--annotate", action="store_true",
+                   help="show the machine code beside each line of the cell (nvdisasm reads "
+                        "the -lineinfo build; module.annotate() does the same)")
     p.add_argument("-h", "--help", action="store_true", help="show this help and compile nothing")
     return p
 
@@ -485,7 +492,7 @@ def parse_magic_line(line: str) -> BuildOptions | None:
         name_expressions=tuple(exprs) + tuple(ns.name_expression), arch=ns.arch, std=ns.std,
         options=tuple(ns.options or ()), module=ns.module, force=ns.force,
         no_cache=ns.no_cache, quiet=ns.quiet, std_headers=not ns.no_std_headers,
-        pch=not ns.no_pch)
+        pch=not ns.no_pch, annotate=ns.annotate)
 
 
 def options_from_args(options: Sequence[str], name_expressions: Sequence[str] = (),

@@ -387,7 +387,8 @@ def debug_fold(module: Any) -> str:
     calls = [f"{name}.sanitize(grid, block, args)  # memcheck; tool='racecheck', "
              "'initcheck', 'synccheck'",
              f"%cuda_sanitize --tool racecheck {name}(grid, block, args)",
-             f"{name}.profile(grid, block, args)  # or %cuda_profile a(...); b(...)"]
+             f"{name}.profile(grid, block, args)  # or %cuda_profile a(...); b(...)",
+             "%%cuda -a  # or module.annotate(profile=p): the machine code beside each line"]
     said = ("<p>printf (and a failed assert's message) of "
             + ", ".join(esc(n) for n in printing)
             + " lands in the cell that launched it.</p>") if printing else ""
