@@ -328,3 +328,29 @@ def test_the_html_is_bounded_and_escaped(tmp_path, monkeypatch):
     short = m.annotate()
     assert short.html().count("<tr style") == 3 and "more lines not shown" in short.html()
     assert "... " in short.html() and "more lines not shown" in short.text()
+
+
+@pytest.mark.parametrize("notebook", [False, True], ids=["terminal", "notebook"])
+def test_cuda_dash_a_shows_the_annotation_after_the_report(notebook, tmp_path, monkeypatch,
+                                                          capsys):
+    from cudamagic import magic
+    from cudamagic.view.widget import Frontend
+
+    from .test_magic import _shell
+
+    ip = _shell(tmp_path, monkeypatch)
+    shown: list[dict] = []
+    if notebook:  # a Jupyter front end: the report is HTML, the annotation a fold of it
+        monkeypatch.setattr(magic, "frontend", lambda shell: Frontend(
+            shown.append, lambda *a, **k: None))
+    ip.run_cell_magic("cuda", "-a", SHARED)
+    ip.run_cell_magic("cuda", "--module plain", SHARED)
+    if notebook:
+        report, plain = shown[0]["text/html"], shown[-1]["text/html"]
+        assert "cudamagic-annotation" in report and "__syncthreads();" in report
+        assert "cudamagic-annotation" not in plain
+    else:
+        out = capsys.readouterr().out
+        assert out.count("machine code by cell line") == 1  # the -a cell's, not the other's
+        line = next(ln for ln in out.splitlines() if "__syncthreads();" in ln)
+        assert line.split()[0] == "5"  # the cell's own line: 4 of the source, below %%cuda
