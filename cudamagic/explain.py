@@ -73,8 +73,9 @@ class CellBuild:
     nvrtc: str
     toolkit: str
     line_offset: int = 0
-    #: The kernels' symbols in the CUBIN (what tells cells apart where the shell gives no id).
-    kernels: tuple[str, ...] = ()
+    #: The kernels' symbols in the CUBIN (what tells cells apart where the shell gives no id);
+    #: None in a record written before they were kept.
+    kernels: tuple[str, ...] | None = ()
 
     @classmethod
     def of(cls, *, key: str, source: str, names: tuple[str, ...], std: str,
@@ -96,7 +97,8 @@ class CellBuild:
         try:
             offset = data.get("line_offset", 0)
             texts = [data[k] for k in ("key", "source_sha", "std", "arch", "nvrtc", "toolkit")]
-            lists = [data["names"], data["options"], data.get("kernels", [])]
+            kept = data.get("kernels")
+            lists = [data["names"], data["options"], [] if kept is None else kept]
             if not (type(offset) is int and 0 <= offset < 1 << 31  # not a bool, not a float
                     and all(isinstance(t, str) for t in texts)
                     and all(isinstance(x, list) and all(isinstance(i, str) for i in x)
@@ -106,7 +108,7 @@ class CellBuild:
                        source=data["source"] if isinstance(data["source"], str)
                        else None, names=tuple(lists[0]), std=texts[2], options=tuple(lists[1]),
                        arch=texts[3], nvrtc=texts[4], toolkit=texts[5], line_offset=int(offset),
-                       kernels=tuple(lists[2]))
+                       kernels=None if kept is None else tuple(lists[2]))
         except (KeyError, TypeError):
             return None
 
@@ -424,8 +426,9 @@ def _similarity(a: str, b: str) -> float:
 
 def _same_cell(earlier: CellBuild, now: CellBuild) -> bool:
     """Whether a build remembered without a cell id may be this cell's: it defined one of the
-    kernels this build's CUBIN holds (a record written before kernels were kept: maybe)."""
-    return not earlier.kernels or not now.kernels or bool(set(earlier.kernels) & set(now.kernels))
+    kernels this build's CUBIN holds (a record written before kernels were kept: maybe). A
+    build of no kernels (a template cell without -n) is no other cell's: it shares none."""
+    return earlier.kernels is None or bool(set(earlier.kernels) & set(now.kernels or ()))
 
 
 def most_alike(builds: tuple[CellBuild, ...], now: CellBuild) -> CellBuild | None:

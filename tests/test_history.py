@@ -441,3 +441,25 @@ def test_each_new_cell_is_first_and_an_edit_is_compared(tmp_path, monkeypatch):
     edited = cudamagic.build(FIRST.replace("= 1", "= 7"), cache=cache)  # the first cell, edited
     assert _kinds(edited) == (ChangeKind.SOURCE,), edited.report.explanation
     cache.close()
+
+
+def test_a_cell_after_one_of_no_kernels_is_a_first_build_not_its_change(where):
+    """Without a cell id (a terminal, nbclient): a template cell built without -n (no kernels)
+    is no other cell's, so the next, unrelated cell is its own first build, not 'the source
+    changed' with a diff of the template's code."""
+    template = _build(SRC, where, names=())
+    assert template.report.explanation.kinds == ("first",)
+    other = 'extern "C" __global__ void fill(float* x) { x[0] = 1.0f; }\n'
+    after = _build(other, where, names=())
+    assert after.report.explanation.kinds == ("first",), after.report.explanation
+    assert "first build of cuda_module in this folder" in after.report.text()
+    # and after it, a template cell without -n again is its own first build too
+    assert _build(SRC + "\n// again\n", where, names=()).report.explanation.kinds == ("first",)
+
+
+def test_a_record_written_before_kernels_were_kept_may_be_any_cell_s():
+    old = {k: v for k, v in json.loads(json.dumps(H.asdict(cb()))).items() if k != "kernels"}
+    earlier = CellBuild.from_json(old)
+    assert earlier is not None and earlier.kernels is None
+    assert H._same_cell(earlier, cb("k2"))
+    assert CellBuild.from_json(json.loads(json.dumps(H.asdict(cb())))).kernels == ()
