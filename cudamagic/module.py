@@ -372,7 +372,7 @@ class Module(Mapping[str, Kernel]):
                 too_long = sorted(self.kernels.signatures.too_long)
             else:
                 rows = [TableRow(k.name_expression, k.symbol, k.python_name, k.resolved_by,
-                                 k.signature).to_json() for k in self.kernels.values()]
+                                 k.demangled).to_json() for k in self.kernels.values()]
                 too_long = sorted(k.symbol for k in self.kernels.values() if k.name_too_long)
             # the variables' types travel with it, the expressions that name variables (as
             # the lowered map; a travelling module's kernels are its table's), and what the

@@ -397,11 +397,11 @@ def test_an_entry_and_a_module_written_with_the_old_words_read_as_too_long(cache
     assert again.kernels.signatures.too_long == {symbol} and again["k<T18>"].name_too_long
     (row,) = [r for r in again.report.rows if r.name_expression == "k<T18>"]
     assert row.too_long and row.signature == too_long_text(symbol)
-    assert again["plain"].signature == "plain(int*)" and not again["plain"].name_too_long
+    assert again["plain"].signature == "void plain(int*)" and not again["plain"].name_too_long
     # the module payload of then (what a pickled module carried)
     arrived = arrive((ENTRIES / "v3_too_long_words.module").read_bytes(), again.report)
     assert arrived["k<T18>"].name_too_long and not arrived["plain"].name_too_long
-    assert arrived["plain"].signature == "plain(int*)"
+    assert arrived["plain"].signature == "void plain(int*)"
     # a module of this code carries the state along
     travelled = pickle.loads(pickle.dumps(first))
     assert travelled["k<T18>"].name_too_long and travelled["k<T18>"].signature == symbol

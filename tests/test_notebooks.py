@@ -83,6 +83,11 @@ def test_quickstart_runs_and_a_rerun_is_a_hit(cache_env):
     for i in failed:
         assert "raises-exception" in first.cells[i].metadata.get("tags", [])
         assert "on purpose" in first.cells[i].source and "on purpose" in first.cells[i - 1].source
+    # the text says the extern "C" signature shows types, and the cell after it shows them
+    said = next(i for i, c in enumerate(first.cells) if "their signature shows" in c.source)
+    assert "types" in first.cells[said].source and "sizes" not in first.cells[said].source
+    printed = "".join(o.get("text", "") for o in first.cells[said + 1].outputs)
+    assert "void fill(float*, float, int)" in printed, printed
     bad_call = next(c for c in first.cells if "one argument short" in c.source)
     assert "ArgumentTypeError: saxpy<float> takes 4 arguments" in _error(bad_call)
     # a picture, a look at the cache and at the machine, as text a person reads

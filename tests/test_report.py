@@ -500,3 +500,19 @@ def test_a_report_of_many_kernels_shows_resources_for_the_rows_it_shows(tmp_path
             assert cell == f"{4 * (MANY.index(name) + 1)} B", (name, cell)
         assert "registers" in report.html() and "registers" in report.text(SHOWN_ROWS)
     cache.close()
+
+
+def test_a_kernel_s_signature_is_the_one_its_report_row_shows():
+    """With its void return: the extern "C" kernel's parameter types as the compiler declared
+    them, a plain C++ kernel's and a template's."""
+    import cudamagic
+
+    source = ('extern "C" __global__ void fill(float* x, float v, int n) { if (n) x[0] = v; }\n'
+              "__global__ void plain(int* p) { *p = 1; }\n"
+              "template <class T> __global__ void saxpy(T a, T* x) { x[0] *= a; }\n")
+    module = cudamagic.build(source, ["saxpy<float>", "plain"], use_cache=False)
+    rows = {r.python_name: r.signature for r in module.report.rows}
+    assert rows == {k.python_name: k.signature for k in module.kernels.values()}
+    assert module["fill"].signature == "void fill(float*, float, int)"
+    assert module["plain"].signature == "void plain(int*)"
+    assert module["saxpy<float>"].signature == "void saxpy<float>(float, float*)"

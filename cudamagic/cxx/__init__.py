@@ -2,7 +2,7 @@
 
 from . import types
 from .compare import contradicts
-from .display import tidy_name
+from .display import tidy_name, with_void
 from .parse import Signature, parse_demangled
 from .pyname import python_name, valid_python_name
 from .signatures import Signatures, recorded_texts, stored_signatures, symbol_record
@@ -13,5 +13,5 @@ __all__ = ["INTEGERS", "NVRTC", "Resolved", "SCALARS", "Scalar", "Signature", "S
            "DataModel", "TARGET", "TYPEDEFS", "contradicts", "integer", "parse_demangled",
            "plain_kernels", "python_name", "recorded_texts", "resolve", "scalar", "similar_names",
            "stored_signatures", "symbol_record",
-           "tidy_name", "types",
+           "tidy_name", "types", "with_void",
            "valid_python_name"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["tidy_name"]
+__all__ = ["tidy_name", "with_void"]
 
 # inline namespaces a library versions itself with: libcu++'s __4, libstdc++'s __cxx11, CCCL's
 # THRUST_300102_SM_900_NS (the same type to the user whatever the version)
@@ -22,3 +22,9 @@ def tidy_name(text: str) -> str:
     ``complex<double>const*``), none between closing brackets."""
     text = _CONST_AFTER_TEMPLATE.sub(r"> \1", _INTERNAL_NS.sub("", text))
     return _CLOSE_CLOSE.sub("", _COMMA.sub(", ", text))
+
+
+def with_void(signature: str) -> str:
+    """A kernel's signature with its return type, as C++ declares it (``void k(int*)``): a
+    demangled name carries the return type of a template only."""
+    return signature if signature.startswith("void ") else f"void {signature}"

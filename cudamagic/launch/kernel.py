@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..forksafe import ForkSafeLock, once
-from ..cxx import Signatures
+from ..cxx import Signatures, with_void
 from ..cxx.resolve import ResolvedBy
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 from ..toolchain import driver
@@ -133,7 +133,14 @@ class Kernel:
 
     @once
     def signature(self) -> str:
-        """The demangled signature (the symbol itself where that was too long to keep)."""
+        """The signature with its ``void`` return, as the build's report shows it
+        (``void fill(float*, float, int)``; the symbol itself where the demangled name was too
+        long to keep)."""
+        return self.demangled if self.name_too_long else with_void(self.demangled)
+
+    @property
+    def demangled(self) -> str:
+        """The demangled name as the demangler gave it (what a travelling module carries)."""
         return self._signatures.text(self.symbol)
 
     @property

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from ..process import cached, InTest
-from ..cxx import parse_demangled, tidy_name as _tidy
+from ..cxx import parse_demangled, tidy_name as _tidy, with_void
 from ..cxx.resolve import ResolvedBy
 from ..miss import BuildOrigin, BuildPhase
 from ..forksafe import once
@@ -122,23 +122,24 @@ def display_signature(demangled: str, placeholders: bool = False,
 
     Template placeholders (cu++filt's ``T1``) become the template arguments, library-internal
     namespaces go, the ``void`` return is shown. An ``extern "C"`` kernel's symbol carries no
-    types: its parameters are the sizes the CUBIN records (``void fill(8 bytes, 4 bytes)``).
+    types: where the type probe did not give them, its parameters are the sizes the CUBIN
+    records (``void fill(8 bytes, 4 bytes)``).
     """
     if "(" not in demangled:  # a plain symbol: extern "C"
         sizes = "?" if param_sizes is None else ", ".join((counted(n, "byte") for n in param_sizes))
-        return f"void {demangled}({sizes})"
+        return with_void(f"{demangled}({sizes})")
     if not placeholders:  # libstdc++ prints concrete types already: no parse needed
         text = _tidy(demangled)
-        return text if text.startswith("void ") else f"void {text}"
+        return with_void(text)
     try:
         sig = parse_demangled(demangled, placeholders)
         params = sig.params if sig.exact else None
     except Exception:  # a name the model cannot read is shown as the demangler gave it
         params = None
     if params is not None and not any(_PLACEHOLDER.search(p) for p in params):
-        return f"void {_tidy(sig.name)}({', '.join(_tidy(p) for p in params)})"
+        return with_void(f"{_tidy(sig.name)}({', '.join(_tidy(p) for p in params)})")
     text = _tidy(demangled)
-    return text if text.startswith("void ") else f"void {text}"
+    return with_void(text)
 
 
 @dataclass(frozen=True)
