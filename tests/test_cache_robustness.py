@@ -268,8 +268,8 @@ def _link_to_a_copy(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage, reason", [
-    (_loosen_file, "is writable by others (mode 664)"),
-    (_loosen_folder, "above its file is writable by others (mode 775)"),
+    (_loosen_file, "is writable by its group (mode 664)"),
+    (_loosen_folder, "above its file is writable by its group (mode 775)"),
     pytest.param(_give_away, "is owned by another user (uid 54321)",
                  marks=pytest.mark.skipif(not IS_ROOT, reason="needs root to chown")),
     (_link_to_a_copy, "is a symbolic link"),
@@ -355,17 +355,35 @@ def _assert_memory_fallback(folder: Path, reason: str) -> None:
     assert dict(again.report.facts)["cache"] == "in memory, this session only"
 
 
-def test_folder_writable_by_others_is_not_trusted(tmp_path):
+@pytest.mark.parametrize("mode, who", [
+    (0o777, "writable by its group and others (mode 777)"),
+    (0o757, "writable by others (mode 757)"),
+    (0o775, "writable by its group (mode 775)"),  # made under umask 002
+    (0o770, "writable by its group (mode 770)"),
+])
+def test_folder_writable_by_its_group_or_others_is_not_trusted(tmp_path, mode, who):
+    """Group write is refused too, and said as the group's (docs/cache.md: a member of the
+    group could plant a CUBIN; a team shares compiles through the Redis tier)."""
     folder = tmp_path / "shared"
     folder.mkdir()
-    folder.chmod(0o777)
-    _assert_memory_fallback(folder, "writable by others")
+    folder.chmod(mode)
+    _assert_memory_fallback(folder, who)
     assert not (folder / "cache.db").exists()  # nothing read from it, nothing written
 
 
+def test_a_folder_made_under_umask_002_is_said_to_be_its_group_s(tmp_path):
+    old = os.umask(0o002)
+    try:
+        (tmp_path / "made").mkdir()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "made").stat().st_mode) == 0o775
+    _assert_memory_fallback(tmp_path / "made", "writable by its group (mode 775)")
+
+
 @pytest.mark.parametrize("name, damage, reason", [
-    ("cache.db", lambda p: p.chmod(0o664), "cache.db is writable by others (mode 664)"),
-    ("cache.db-wal", lambda p: p.chmod(0o660), "cache.db-wal is writable by others"),
+    ("cache.db", lambda p: p.chmod(0o664), "cache.db is writable by its group (mode 664)"),
+    ("cache.db-wal", lambda p: p.chmod(0o660), "cache.db-wal is writable by its group"),
     ("cache.db", lambda p: (p.rename(p.with_name("real.db")), p.symlink_to("real.db")),
      "cache.db is a symbolic link"),
 ], ids=["group-writable-db", "group-writable-wal", "db-symlink"])

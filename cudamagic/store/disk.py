@@ -70,6 +70,9 @@ ORPHAN_GRACE_S = 3600.0
 # --- trust: who may have written what the cache reads ------------------------------------------
 
 _UID = os.getuid() if hasattr(os, "getuid") else None
+# Group write is refused as others' is: a member of the group could plant a CUBIN, which runs
+# as this user's code. A team shares compiles through the Redis tier (signed records), and a
+# folder several users write would hold files of other owners, refused anyway.
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
@@ -86,7 +89,9 @@ def _distrust(st: os.stat_result, want=stat.S_ISREG) -> str | None:
     """Why what ``st`` describes must not be trusted with code (None when it can be)."""
     why = _foreign(st, want)
     if why is None and st.st_mode & _OTHERS_WRITE:
-        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+        who = {stat.S_IWGRP: "its group", stat.S_IWOTH: "others"}.get(
+            st.st_mode & _OTHERS_WRITE, "its group and others")
+        return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
     return why
 
 
