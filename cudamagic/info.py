@@ -6,16 +6,16 @@ Asking loads the CUDA driver where there is one, never CuPy.
 
 from __future__ import annotations
 
+import os
+
 import dataclasses
-from typing import TYPE_CHECKING
+import importlib.metadata
 
 from .toolchain import driver
 from .errors import ImageError
+from .view.records import EnvironmentInfo
 from .view.report import SHOWN_ROWS, BuildReport, KernelRows
 from .units import counted, size_text
-
-if TYPE_CHECKING:  # pragma: no cover  (%cuda_info's record: a cell's report needs none)
-    from .view.records import EnvironmentInfo
 
 __all__ = ["gpu_available", "environment_info", "report_with_attributes"]
 
@@ -72,9 +72,6 @@ def _debug_fields() -> list[tuple[str, str]]:
 
 def environment_info() -> EnvironmentInfo:
     """What a build uses here: devices, driver, NVRTC, demangler, target arch, cache."""
-    import importlib.metadata
-
-    from .view.records import EnvironmentInfo
     from .store import default_cache
     from .toolchain.nvrtc import nvrtc_version
     from .toolchain.demangle import CuFilt, default_demangler
@@ -90,6 +87,7 @@ def environment_info() -> EnvironmentInfo:
         fields.append(("device", "none (compile, cache and name resolution work; launches "
                                  "need a GPU)"))
     fields.append(("NVRTC", nvrtc_version()))
+    fields.append(("precompiled headers", pch_state()))
     d = default_demangler()
     fields.append(("demangler", f"{d.name} ({d.path})" if isinstance(d, CuFilt) else d.name))
     try:
@@ -107,3 +105,15 @@ def environment_info() -> EnvironmentInfo:
         except importlib.metadata.PackageNotFoundError:
             pass
     return EnvironmentInfo(tuple(fields))
+
+
+def pch_state() -> str:
+    """Whether a miss may start from a precompiled header here, in words (``%cuda_info``)."""
+    from .toolchain import pch
+    from .toolchain.nvrtc import nvrtc_version
+
+    if not pch.supported():
+        return f"not supported by NVRTC {nvrtc_version()} (12.8 and later make them)"
+    if pch.switched_off():
+        return f"supported; off (${pch.PCH_ENV}={os.environ.get(pch.PCH_ENV)})"
+    return "supported, on (kept in the cache folder's pch/ folder; --no-pch turns it off)"

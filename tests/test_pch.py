@@ -36,7 +36,8 @@ LIBRARY = "\n".join(
     + [f"template <class T, int N> struct S{i} {{ __device__ static T f(T x) {{ T s = 0; "
        f"for (int j = 0; j < N; ++j) s += x * (T)({i} + j); return s; }} }};" for i in range(300)]
     + ["}"]) + "\n"
-HEAD = '#include "lib.h"\n#include "small.h"\n'
+HEAD = ('#include "lib.h"\n#include "small.h"\n#if __has_include("extra.h")\n'
+        '#include "extra.h"\n#endif\n#ifndef EXTRA\n#define EXTRA 1\n#endif\n')
 _RUN = random.Random().randrange(1 << 40)  # no process compiled these sources before
 _count = iter(range(1, 1 << 30))
 
@@ -44,7 +45,7 @@ _count = iter(range(1, 1 << 30))
 def _source(head: str = HEAD) -> str:
     """A new edit of the cell: one constant of its body changed."""
     return head + (f"__global__ void k(float* o) {{ o[0] = lib::S5<float, 4>::f(o[1]) * "
-                   f"{_RUN + next(_count)} + SMALLV * SCALE; }}\n")
+                   f"{_RUN + next(_count)} + SMALLV * SCALE + EXTRA; }}\n")
 
 
 @pytest.fixture
@@ -54,11 +55,13 @@ def lib(tmp_path, monkeypatch, fresh_process):
     tmp_path = tmp_path / "work"
     for name in ("lib", "over", "other"):
         (tmp_path / name).mkdir(parents=True)
-    (tmp_path / "lib" / "lib.h").write_text(LIBRARY)
-    (tmp_path / "lib" / "small.h").write_text("#pragma once\n#define SMALLV 3\n")
-    (tmp_path / "lib" / "scale.h").write_text("#pragma once\n#ifndef SCALE\n#define SCALE 1\n"
-                                              "#endif\n")
-    (tmp_path / "other" / "small.h").write_text("#pragma once\n#define SMALLV 11\n")
+    for path, text in [("lib/lib.h", LIBRARY), ("lib/small.h", "#pragma once\n#define SMALLV 3\n"),
+                       ("lib/scale.h", "#pragma once\n#ifndef SCALE\n#define SCALE 1\n#endif\n"),
+                       ("lib/extra.h", "#pragma once\n#define EXTRA 5\n"),
+                       ("other/small.h", "#pragma once\n#define SMALLV 11\n")]:
+        _write(tmp_path / path, text)  # written before the first compile, not during it
+    for name in ("lib", "over", "other", "."):
+        _backdate(tmp_path / name)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(pch.PCH_ENV, raising=False)
     monkeypatch.delenv(pch.LIMIT_ENV, raising=False)
@@ -71,8 +74,21 @@ BASE = ("-Iover", "-Ilib")
 def _write(path: Path, text: str) -> None:
     """An edit made a while ago (not during the next compile, which would not be cached)."""
     path.write_text(text)
+    _backdate(path)
+    _backdate(path.parent)
+
+
+def _backdate(path: Path) -> None:
+    """``path``'s modification time well before the next compile, and its change time (which
+    cannot be set) past the window in which the manifest doubts what a compile read
+    (deps.RACY_NS): waited for on the clock, not guessed."""
     past = time.time() - 5
     os.utime(path, (past, past))
+    from cudamagic.toolchain.deps import RACY_NS
+
+    ready = os.stat(path).st_ctime_ns + 3 * RACY_NS
+    while time.time_ns() < ready:
+        time.sleep(0.005)
 
 
 def _code(m) -> dict[str, bytes]:
@@ -154,3 +170,304 @@ def test_off_switches_and_the_key(lib, cache, monkeypatch):
 def test_a_cell_without_includes_gets_no_pch(lib, cache):
     m = _build(cache, "#define N 3\n__global__ void k(int* x) { x[0] = N; }\n")
     assert m.report.pch is None and not _folder(cache).exists()
+
+
+# --- never stale, never wrong: each change after the PCH was made, and the compile then --------
+
+def _edit_header(lib: Path, cache) -> tuple[str, ...]:
+    _write(lib / "lib" / "small.h", "#pragma once\n#define SMALLV 5\n")
+    return BASE
+
+
+def _add_header(lib: Path, cache) -> tuple[str, ...]:
+    _write(lib / "over" / "small.h", "#pragma once\n#define SMALLV 7\n")  # found before lib/
+    return BASE
+
+
+def _remove_header(lib: Path, cache) -> tuple[str, ...]:
+    os.unlink(lib / "lib" / "extra.h")  # the cell's __has_include("extra.h") no longer finds it
+    _backdate(lib / "lib")
+    return BASE
+
+
+def _options(*more: str):
+    return lambda lib, cache: (*BASE, *more)
+
+
+def _include_order(lib: Path, cache) -> tuple[str, ...]:
+    return ("-Iother", "-Ilib")  # other/small.h first, not lib/small.h
+
+
+def _pch_file(change):
+    def run(lib: Path, cache) -> tuple[str, ...]:
+        change(_only_pch(cache))
+        return BASE
+    return run
+
+
+def _truncate(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+
+
+def _corrupt(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.seek(path.stat().st_size // 2)
+        f.write(b"\xff" * 4096)
+
+
+def _other_version(path: Path) -> None:
+    """Bytes no NVRTC wrote, of the same size and modification time: NVRTC's check refuses
+    them, and the next compile makes a new PCH."""
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.write(os.urandom(4096))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _replace_by(kind: str):
+    def run(path: Path) -> None:
+        os.unlink(path)
+        if kind == "folder":
+            path.mkdir()
+        elif kind == "fifo":
+            os.mkfifo(path)
+        else:  # a link to a PCH of other options: a file NVRTC would take, not this one
+            other = path.with_name("elsewhere.pch")
+            other.write_bytes(b"")
+            path.symlink_to(other)
+    return run
+
+
+def _another_nvrtc(lib: Path, cache, monkeypatch) -> tuple[str, ...]:
+    from cudamagic.toolkit import Toolkit
+
+    # the identity the key gives NVRTC (its wheel), alone: the headers are the same
+    monkeypatch.setattr(Toolkit, "nvrtc_wheel",
+                        property(lambda self: "nvidia_cuda_nvrtc-99.9.0.dist-info"))
+    return BASE
+
+
+# (what changed, the change, what the next compile must do with the PCH)
+STALE = [
+    ("a header edited", _edit_header, PchKind.MADE),
+    ("a header added before the one read", _add_header, PchKind.MADE),
+    ("a header removed, another found", _remove_header, PchKind.MADE),
+    ("a -D", _options("-DSCALE=2"), PchKind.MADE),
+    ("-std", _options("-std=c++20"), PchKind.MADE),
+    ("-arch", _options("-arch=sm_80"), PchKind.MADE),
+    ("the -I order", _include_order, PchKind.MADE),
+    ("the standard headers off", None, PchKind.MADE),
+    ("another NVRTC", _another_nvrtc, PchKind.MADE),
+    ("the PCH truncated", _pch_file(_truncate), PchKind.MADE),
+    ("the PCH corrupted", _pch_file(_corrupt), PchKind.MADE),
+    ("the PCH written by another version", _pch_file(_other_version), PchKind.REFUSED),
+    ("the PCH replaced by a folder", _pch_file(_replace_by("folder")), PchKind.MADE),
+    ("the PCH replaced by a FIFO", _pch_file(_replace_by("fifo")), PchKind.MADE),
+    ("the PCH replaced by a symlink", _pch_file(_replace_by("link")), PchKind.MADE),
+]
+
+
+@pytest.mark.parametrize("what, change, then", STALE, ids=[r[0] for r in STALE])
+def test_a_pch_that_no_longer_fits_is_not_used(lib, cache, monkeypatch, what, change, then):
+    """The compile after each change has the machine code of a compile without any PCH, and
+    the PCH that no longer fits is made again (or NVRTC refused it, and the next one is made);
+    the one after that starts from the new PCH."""
+    assert _kind(_build(cache, _source())) is PchKind.MADE
+    std = {}
+    if change is None:
+        options, std = BASE, {"std_headers": False}
+    elif change is _another_nvrtc:
+        options = change(lib, cache, monkeypatch)
+    else:
+        options = change(lib, cache)
+    edit = _source()
+    m = _build(cache, edit, options, **std)
+    assert _code(m) == _code(_plain(edit, options, **std)), what
+    assert _kind(m) is then, what
+    if then is PchKind.REFUSED:
+        assert _kind(_build(cache, _source(), options, **std)) is PchKind.MADE
+    assert _kind(_build(cache, _source(), options, **std)) is PchKind.USED, what
+
+
+# --- the heap, the size limit, two processes, no room ------------------------------------------
+
+HEAP_CHILD = r"""
+import os, sys
+from cuda.bindings import nvrtc
+nvrtc.nvrtcSetPCHHeapSize(1 << 20)  # too small for the test's library: NVRTC says what it needs
+import cudamagic
+from tests.test_pch import _source
+for _ in range(int(sys.argv[2])):
+    m = cudamagic.build(_source(), options=["-Iover", "-Ilib"], cache=sys.argv[1])
+    print(m.report.pch[0].value)
+"""
+
+
+def _child(code: str, *args: str, env: dict | None = None, timeout: float = 300
+           ) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": path, **(env or {})})
+
+
+def test_a_heap_too_small_is_paid_once_per_header_set(lib, tmp_path):
+    """NVRTC's heap too small: the compile is good, no PCH; the next compile raises the heap
+    to what NVRTC asked for and makes it. A later process makes its own at its first compile:
+    the size is kept by the folder."""
+    cache = str(tmp_path / "cache")
+    run = _child(HEAP_CHILD, cache, "3")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["heap", "made", "used"]
+    folder = Path(cache) / "pch"
+    (heap,) = folder.glob("*.heap")
+    assert int(heap.read_text()) > 1 << 20
+    again = _child(HEAP_CHILD, cache, "2")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == ["made", "used"]
+
+
+def test_the_folder_keeps_its_size_limit_least_recently_used_first(lib, cache, monkeypatch):
+    a, b, c = (BASE + (f"-DSCALE={n}",) for n in (2, 3, 4))
+    assert _kind(_build(cache, _source(), a)) is PchKind.MADE
+    size = _only_pch(cache).stat().st_size
+    monkeypatch.setenv(pch.LIMIT_ENV, str(int(size * 2.5)))  # two fit, three do not
+    assert _kind(_build(cache, _source(), b)) is PchKind.MADE
+    assert _kind(_build(cache, _source(), a)) is PchKind.USED  # a is now the most recent
+    assert _kind(_build(cache, _source(), c)) is PchKind.MADE  # b goes
+    files = pch.files_of(str(_folder(cache)), size * 2)
+    assert files.count == 2 and files.size <= size * 2.5 and files.hits == 1
+    assert _kind(_build(cache, _source(), a)) is PchKind.USED
+    assert _kind(_build(cache, _source(), b)) is PchKind.MADE  # evicted: made again
+    monkeypatch.setenv(pch.LIMIT_ENV, "many")
+    m = _build(cache, _source(), BASE + ("-DSCALE=5",))
+    assert m.report.pch is None and any("CUDAMAGIC_PCH_SIZE_LIMIT" in w
+                                        for w in m.report.warnings)
+
+
+RACE_CHILD = r"""
+import os, sys, time
+import cudamagic
+from cudamagic.toolchain import pch
+from tests.test_pch import _source
+meet, me = sys.argv[2], sys.argv[3]
+
+def held():  # both made the PCH, neither has published it: then both publish
+    open(os.path.join(meet, me), "w").close()
+    deadline = time.monotonic() + 120
+    while len(os.listdir(meet)) < 2:
+        assert time.monotonic() < deadline, "the other process never made its PCH"
+        time.sleep(0.01)
+
+pch.before_publish = held
+m = cudamagic.build(sys.argv[4], options=["-Iover", "-Ilib"], cache=sys.argv[1])
+pch.before_publish = lambda: None
+again = cudamagic.build(_source(), options=["-Iover", "-Ilib"], cache=sys.argv[1])
+print(m.report.pch[0].value, again.report.pch[0].value)
+"""
+
+
+def test_two_processes_make_the_same_header_sets_pch_at_once(lib, tmp_path, cache):
+    """Both compiles make the header set's PCH and wait for each other before publishing it
+    (the race made to happen): each process's next edit starts from its own whole PCH (NVRTC
+    takes no other process's); once they ended, their PCHs go at the next publish."""
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", RACE_CHILD, str(cache.directory),
+                               str(meet), name, _source()], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={
+                                  **os.environ, "PYTHONPATH": os.pathsep.join(
+                                      p for p in (str(REPO), os.environ.get("PYTHONPATH", ""))
+                                      if p)})
+             for name in ("a", "b")]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    assert [o[0].split() for o in outs] == [["made", "used"], ["made", "used"]]
+    assert sorted(meet.iterdir()) == [meet / "a", meet / "b"]
+    assert len(list(_folder(cache).glob("*.pch"))) == 2
+    assert list((_folder(cache) / "tmp").iterdir()) == []
+    assert _kind(_build(cache, _source())) is PchKind.MADE  # this process's own
+    assert len(list(_folder(cache).glob("*.pch"))) == 1  # theirs went: they ended
+    edit = _source()
+    m = _build(cache, edit)
+    assert _kind(m) is PchKind.USED and _code(m) == _code(_plain(edit))
+
+
+def test_no_room_and_no_folder_are_said_once(lib, cache, monkeypatch):
+    monkeypatch.setattr(pch, "FREE_RESERVE", 1 << 60)  # more than any disk has free
+    first, second = (_build(cache, _source()) for _ in range(2))
+    said = [w for w in first.report.warnings if w.startswith("no precompiled header")]
+    assert len(said) == 1 and "MB free" in said[0] and first.report.pch is None
+    assert not any(w.startswith("no precompiled header") for w in second.report.warnings)
+    assert second.report.pch is None and not list(_folder(cache).glob("*.pch"))
+
+
+def test_a_pch_folder_that_cannot_be_made_is_said_once(lib, tmp_path, fresh_process):
+    cache = KernelCache(tmp_path / "blocked")
+    (tmp_path / "blocked" / "pch").write_text("a file where the folder would be")
+    first, second = (_build(cache, _source()) for _ in range(2))
+    said = [w for w in first.report.warnings if w.startswith("no precompiled header")]
+    assert len(said) == 1 and "cannot be written" in said[0] and first.report.pch is None
+    assert not any(w.startswith("no precompiled header") for w in second.report.warnings)
+    assert second.report.hit is False and second.report.pch is None
+    cache.close()
+
+
+# --- what the magics say -------------------------------------------------------------------------
+
+def test_cuda_cache_shows_the_pchs_and_clears_them_apart(lib, tmp_path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from cudamagic.info import environment_info
+
+    monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "magic-cache"))
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "cudamagic")
+    for _ in range(3):
+        ip.run_cell_magic("cuda", "-q -I over -I lib", _source())
+    stats = ip.run_line_magic("cuda_cache", "stats")
+    assert (stats.entries, stats.pch.count, stats.pch.hits) == (3, 1, 2)
+    assert stats.pch.size > 0 and stats.pch.last_use > time.time() - 600
+    assert "precompiled headers: 1 file, " in stats.text()
+    cleared = ip.run_line_magic("cuda_cache", "clear --pch")
+    assert (cleared.entries, cleared.pch.count) == (3, 0)
+    assert "removed 1 precompiled header; the entries are kept" in cleared.text()
+    with pytest.raises(OptionError, match="go with %cuda_cache clear"):
+        ip.run_line_magic("cuda_cache", "stats --pch")
+    info = dict(environment_info().fields)
+    assert info["precompiled headers"].startswith("supported, on")
+    monkeypatch.setenv(pch.PCH_ENV, "0")
+    assert dict(environment_info().fields)["precompiled headers"].startswith("supported; off")
+
+
+def test_an_nvrtc_without_pchs_compiles_plainly_and_says_so(lib, cache, monkeypatch):
+    """Simulated: an NVRTC older than 12.8 (the probe answers no)."""
+    from cudamagic.info import environment_info
+
+    monkeypatch.setattr(pch, "supported", lambda: False)
+    assert dict(environment_info().fields)["precompiled headers"].startswith("not supported")
+    edit = _source()
+    m = _build(cache, edit)
+    assert m.report.pch is None and not _folder(cache).exists()
+    assert _code(m) == _code(_plain(edit))
+
+
+# --- CUB: the heap NVRTC needs for CCCL, and the same machine code ------------------------------
+
+CUB = ("#include <cub/block/block_reduce.cuh>\n__global__ void k(float* o) {{ typedef "
+       "cub::BlockReduce<float, 256> R; __shared__ typename R::TempStorage t; "
+       "float s = R(t).Sum(o[threadIdx.x] * {n}); if (!threadIdx.x) o[0] = s; }}\n")
+
+
+def test_a_cub_cell(lib, cache):
+    """NVRTC 13.5's default heap (256 MiB) is too small for CUB's PCH (335 MB): the first
+    compile says so, the next makes it (once), the edit after starts from it; every CUBIN's
+    kernel code is a plain compile's."""
+    kinds = []
+    for _ in range(3):
+        edit = CUB.format(n=_RUN + next(_count))
+        m = _build(cache, edit, ())
+        kinds.append(_kind(m))
+        assert _code(m) == _code(_plain(edit, ())), kinds
+    assert kinds[1:] == [PchKind.MADE, PchKind.USED]
+    assert kinds[0] in (PchKind.HEAP, PchKind.MADE)  # HEAP where the heap had not been raised

@@ -7,31 +7,38 @@ and how many are kept are this module's, because NVRTC's own check does not cove
 made before a header was edited is used as it is (its parse has the old text), and a PCH cut
 short kills the process that maps it (SIGBUS).
 
-One header set is one ``KEY.pch`` with its record ``KEY.json`` beside it, ``KEY`` a sha256 of
-the cell's leading preprocessor lines (:func:`header_prefix`), the NVRTC options, NVRTC's
-identity, the toolkit's fingerprint and the working folder. The record holds the header
-manifest of the compile that made the file (:mod:`cudamagic.toolchain.manifest`, checked like
-a cache entry's before each use), the headers it read (a compile that starts from the PCH
-opens none of them, so its entry's manifest takes them from here), the file's size, inode and
-modification time as published, and the seconds the making compile took. A file that is not
-a regular file of that size, inode and time, a record that does not parse, a manifest that
-no longer holds: the PCH is removed and made again by the compile, never used.
+A PCH serves only the process that made it: NVRTC 13.5 refuses one made by another process
+(or before the heap was resized) as "incompatible ... heap allocation address" (#20282). So a
+header set (``SET``: a sha256 of the cell's leading preprocessor lines, :func:`header_prefix`,
+the NVRTC options, NVRTC's identity, the toolkit's fingerprint and the working folder) has one
+PCH per process, ``KEY.pch`` (``KEY``: ``SET`` and the process's pid and start time), with its
+record ``KEY.json``: the process and heap it was made with, the header manifest of the
+compile that made it (:mod:`cudamagic.toolchain.manifest`, checked like a cache entry's before
+each use), the headers it read (a compile that starts from the PCH opens none of them, so its
+entry's manifest takes them from here), the file's size, inode and modification time as
+published, and the seconds the making compile took. A file that is not a regular file of that
+size, inode and time, a record that does not parse or names another process or heap, a
+manifest that no longer holds: the PCH is removed and made again by the compile, never used.
+(A file rewritten in place with its modification time put back is not seen: only reading all
+of its hundreds of MB each time would.)
 
-A compile uses its PCH through a hard link of its own (``tmp/``): another process's eviction
-or replacement of ``KEY.pch`` during the compile changes nothing it reads. A PCH is made
-under a private name in ``tmp/`` and published by rename under the folder's lock
-(``.lock``), its record after it: two processes making one PCH at once each publish a whole
-file, the later one replacing the earlier, never a mixture. ``KEY.hits`` counts its uses.
+A compile uses its PCH through a hard link of its own (``tmp/``): an eviction or replacement
+of ``KEY.pch`` during the compile changes nothing it reads. A PCH is made under a private name
+in ``tmp/`` and published by rename under the folder's lock (``.lock``), its record after it:
+two threads making one PCH at once each publish a whole file, the later one replacing the
+earlier, never a mixture. ``KEY.hits`` counts its uses.
 
 NVRTC's heap for making a PCH is one per process (``nvrtcSetPCHHeapSize``, 256 MiB by
 default: a CUB cell's needs 335 MB). A make that finds it too small gives a good CUBIN and no
-PCH, and the size NVRTC asked for (``nvrtcGetPCHHeapSizeRequired``) is kept in ``KEY.heap``:
-the next compile of that header set, in this process or another, raises the heap first
-(:func:`heap_for`) and makes it. So the short heap is paid once per header set.
+PCH, and the size NVRTC asked for (``nvrtcGetPCHHeapSizeRequired``) is kept in ``SET.heap``:
+the next make in this process or another first raises the heap to the largest size the folder
+keeps (:func:`heap_for`), once, since a resize makes the process's earlier PCHs useless. So
+the short heap is paid once per header set.
 
 Bounded: the folder keeps at most its size limit (``$CUDAMAGIC_PCH_SIZE_LIMIT``, default
-:data:`DEFAULT_LIMIT`, read by :func:`cudamagic.store.limits.pch_size_limit`), the least recently used files going first, and a PCH is made only where
-the disk keeps :data:`FREE_RESERVE` free after it and the process may write a file that large.
+:data:`DEFAULT_LIMIT`, read by :func:`cudamagic.store.limits.pch_size_limit`): the PCHs of
+processes that ended go first, then the least recently used; a PCH is made only where the disk
+keeps :data:`FREE_RESERVE` free after it and the process may write a file that large.
 """
 
 from __future__ import annotations
@@ -70,8 +77,9 @@ FREE_RESERVE = 1 << 30
 DEFAULT_HEAP = 256 << 20
 #: NVRTC's own words about PCH files, which are this module's to act on, never the cell's: an
 #: option set or directive prefix the PCH was not made with (629, 630), a file of another
-#: NVRTC or none (626), one cut short (2226), a heap too small to make one (639)
-SUPPRESSED = "-diag-suppress=626,629,630,639,2226"
+#: NVRTC or none (626), one cut short (2226), a heap too small to make one (639), one made by
+#: another process or before the heap was resized (20282)
+SUPPRESSED = "-diag-suppress=626,629,630,639,2226,20282"
 FORMAT = 1
 _RECORD_MAX = 64 << 20  # a CCCL cell's record is some hundred KB
 _STALE_TMP_S = 3600.0  # a private file older than this was left by a process that died
@@ -107,6 +115,7 @@ class PchPlan:
     Attributes
     ----------
     folder, key : str
+        ``key``: this process's PCH of the header set (:func:`_own`).
     create : bool
     path : str
         The private file NVRTC writes (to make) or reads (a hard link of ``KEY.pch``).
@@ -127,6 +136,8 @@ class PchPlan:
     headers: tuple[tuple[str, str | None, float], ...] = ()
     made_seconds: float = 0.0
     heap: int = 0
+    #: the header set's name (:func:`pch_key`), which the heap NVRTC asks for is kept under
+    set_key: str = ""
 
     def options(self) -> tuple[str, str]:
         """The NVRTC options that make or use it."""
@@ -149,9 +160,37 @@ class PchFiles:
 
 # said once per process: a folder where no PCH can be made (read-only, full, too small a limit)
 _said: set[str] = held(__name__, "_said", set(), child=InChild.KEPT, test=InTest.CLEARED)
-# the heap this process set (NVRTC's is process-wide and never lowered here)
-_heap: list[int] = held(__name__, "_heap", [0], child=InChild.KEPT, test=InTest.KEPT,
+# the heap this process set (NVRTC's is process-wide and never lowered here), and how many
+# times it was resized: a PCH made before a resize no longer serves (NVRTC 13.5: #20282)
+_heap: list[int] = held(__name__, "_heap", [0, 0], child=InChild.KEPT, test=InTest.KEPT,
                         clear=lambda: None)
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (``/proc/PID/stat``'s field 22, in clock ticks), which
+    with the pid names a process and no later one; None where it is gone (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _process() -> str:
+    """This process, as a PCH's record names the process that made it: NVRTC takes a PCH
+    only in the process (the loaded NVRTC, its heap at the same address) that made it."""
+    return f"{os.getpid()}:{_started(os.getpid()) or ''}"
+
+
+def _alive(process: object) -> bool:
+    """Whether the process a record names still runs (a PCH of a process that ended serves
+    no one)."""
+    if not isinstance(process, str) or ":" not in process:
+        return False
+    pid, _, started = process.partition(":")
+    return pid.isdigit() and (_started(int(pid)) or "") == started and started != ""
 
 
 @cached(1)
@@ -204,9 +243,20 @@ def header_prefix(source: str) -> str | None:
 
 
 def pch_key(prefix: str, options: Sequence[str], nvrtc: str, toolkit: str, cwd: str) -> str:
-    """The name of a header set's PCH: every input that changes what NVRTC put in it."""
+    """The name of a header set: every input that changes what NVRTC puts in its PCH (the
+    heap it needs is kept under it, ``KEY.heap``; each process's PCH has a name of its own,
+    :func:`_own`)."""
+    return _hashed(f"pch{FORMAT}", prefix, *options, "\0", nvrtc, toolkit, cwd)
+
+
+def _own(key: str) -> str:
+    """The name of this process's PCH of header set ``key`` (no other process can use it)."""
+    return _hashed(key, _process())
+
+
+def _hashed(*parts: str) -> str:
     h = hashlib.sha256()
-    for part in (f"pch{FORMAT}", prefix, *options, "\0", nvrtc, toolkit, cwd):
+    for part in parts:
         data = part.encode("utf-8", "surrogatepass")
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
@@ -256,6 +306,14 @@ def heap_for(folder: str, key: str) -> int:
         return 0
 
 
+def _largest_heap(folder: str) -> int:
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".heap")]
+    except OSError:
+        return 0
+    return max((heap_for(folder, n[:-5]) for n in names), default=0)
+
+
 def _valid(folder: str, key: str, search: SearchPath) -> dict | None:
     """The PCH's record where its file is the one it describes and its headers are unchanged;
     None otherwise (nothing there, or something the caller removes)."""
@@ -263,6 +321,8 @@ def _valid(folder: str, key: str, search: SearchPath) -> dict | None:
     record = _read_json(record_path)
     if record is None or record.get("format") != FORMAT or record.get("key") != key:
         return None
+    if record.get("process") != _process() or record.get("heap") != _heap[1]:
+        return None  # another process's, or made before NVRTC's heap was resized
     try:
         st = os.lstat(pch)
     except OSError:
@@ -293,10 +353,13 @@ def _private(folder: str, key: str) -> str:
     return os.path.join(folder, "tmp", f"{key}.{os.getpid()}.{secrets.token_hex(4)}.pch")
 
 
-def _room(folder: str, need: int, limit: int, notes: list[str]) -> bool:
-    """Whether a PCH of ``need`` bytes may be written here (said once where not)."""
-    if need > limit:
-        _say_once(f"no precompiled header: this header set's ({need >> 20} MB) is more than the "
+def _room(folder: str, known: int, limit: int, notes: list[str]) -> bool:
+    """Whether a PCH may be written here (said once where not): ``known``, the heap NVRTC said
+    it needs (0: not known), must fit the limit; the disk and the process's file size limit
+    must take it, or :data:`DEFAULT_HEAP` where it is not known."""
+    need = max(known, DEFAULT_HEAP)
+    if known > limit:
+        _say_once(f"no precompiled header: this header set's ({known >> 20} MB) is more than the "
                   f"folder's size limit ({limit >> 20} MB, ${LIMIT_ENV})", notes)
         return False
     try:
@@ -323,6 +386,7 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
     else one to make; None where none can be (said once in ``notes``). ``limit``: the
     folder's size limit (:func:`cudamagic.store.limits.pch_size_limit`)."""
     tmp = os.path.join(folder, "tmp")
+    set_key, key = key, _own(key)
     try:
         os.makedirs(tmp, mode=0o700, exist_ok=True)
         with _locked(folder):
@@ -336,16 +400,19 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
                                 for p, i, *_ in record.get("headers", []))
                 return PchPlan(folder, key, False, link, headers,
                                float(record.get("seconds", 0.0)))
-        heap = heap_for(folder, key)
-        if not _room(folder, max(heap, DEFAULT_HEAP), limit, notes):
+        heap = heap_for(folder, set_key)
+        if not _room(folder, heap, limit, notes):
             return None
+        # raised once to what the folder's largest header set asked for: a resize makes this
+        # process's earlier PCHs useless
+        heap = max(heap, _largest_heap(folder))
         path = _private(folder, key)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     except OSError as exc:
         _say_once(f"no precompiled header: {folder} cannot be written "
                   f"({os.strerror(exc.errno) if exc.errno else exc})", notes)
         return None
-    return PchPlan(folder, key, True, path, heap=heap)
+    return PchPlan(folder, key, True, path, heap=heap, set_key=set_key)
 
 
 def settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], manifest: Any,
@@ -363,7 +430,8 @@ def settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], man
 
 def _settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], manifest: Any,
             seconds: float, notes: list[str], limit: int) -> None:
-    pch, record_path, hits_path, heap_path = _paths(p.folder, p.key)
+    pch, record_path, hits_path, _ = _paths(p.folder, p.key)
+    heap_path = _paths(p.folder, p.set_key or p.key)[3]
     if outcome is None:
         return
     kind = outcome.kind
@@ -387,6 +455,7 @@ def _settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], ma
     if os.path.getsize(p.path) == 0:
         return
     record = {"format": FORMAT, "key": p.key, "seconds": seconds, "made": time.time(),
+              "process": _process(), "heap": _heap[1],
               "manifest": manifest, "headers": [[h[0], h[1]] for h in headers]}
     before_publish()
     with _locked(p.folder):
@@ -475,6 +544,12 @@ def _evict(folder: str, limit: int, keep: str = "") -> None:
     and private files left by processes that died (under the lock)."""
     entries = sorted(_entries(folder))
     total = sum(size for _, size, _, _ in entries)
+    for entry in list(entries):  # a PCH of a process that ended serves no one
+        record = _read_json(_paths(folder, entry[2])[1])
+        if entry[2] != keep and not _alive((record or {}).get("process")):
+            _remove(folder, entry[2])
+            total -= entry[1]
+            entries.remove(entry)
     for _, size, key, _ in entries:
         if total <= limit:
             break
@@ -508,10 +583,12 @@ def clear(folder: str) -> int:
         keys = [e[2] for e in _entries(folder)]
         for key in keys:
             _remove(folder, key)
-            try:
-                os.unlink(_paths(folder, key)[3])
-            except OSError:
-                pass
+        for name in os.listdir(folder):
+            if name.endswith(".heap"):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
     return len(keys)
 
 
@@ -526,6 +603,7 @@ def raise_heap(nvrtc, heap: int) -> None:
     status, = nvrtc.nvrtcSetPCHHeapSize(heap)
     if int(status) == 0:
         _heap[0] = heap
+        _heap[1] += 1  # this process's PCHs made before it no longer serve
 
 
 _USING = re.compile(r'^"[^"\n]*": (using|creating) precompiled header file "[^"\n]*"\n?', re.M)

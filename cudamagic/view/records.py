@@ -6,10 +6,13 @@ from __future__ import annotations
 import html
 import time as _time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..units import duration_text, size_text
+from ..units import counted, duration_text, size_text
 from .render import CELL_STYLE, plain_table_html, table_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..toolchain.pch import PchFiles
 
 __all__ = ["CacheStats", "CacheListing", "EnvironmentInfo", "RemoteCacheStats"]
 
@@ -75,6 +78,8 @@ class CacheStats(_Record):
     hits: int
     misses: int
     note: str = ""
+    #: the precompiled headers beside the entries (None: the cache is in memory)
+    pch: "PchFiles | None" = None
     title = "cudamagic cache"
 
     @classmethod
@@ -83,13 +88,38 @@ class CacheStats(_Record):
         command just did, shown first)."""
         hits, misses = cache.stats()
         return cls(location=cache.location, entries=len(cache), volume=cache.volume(),
-                   size_limit=cache.size_limit, hits=hits, misses=misses, note=note)
+                   size_limit=cache.size_limit, hits=hits, misses=misses, note=note,
+                   pch=pch_files(cache))
 
     def pairs(self) -> list[tuple[str, str]]:
         return [*([("done", self.note)] if self.note else []),
                 ("location", self.location), ("entries", str(self.entries)),
                 ("size", f"{size_text(self.volume)} of {size_text(self.size_limit)}"),
-                ("lookups", f"{self.hits} hits, {self.misses} misses")]
+                ("lookups", f"{self.hits} hits, {self.misses} misses"),
+                *([("precompiled headers", pch_words(self.pch))] if self.pch else [])]
+
+
+def pch_files(cache) -> "PchFiles | None":
+    """What the cache's PCH folder holds (None: the cache is in memory)."""
+    from ..errors import CacheArgumentError
+    from ..store.limits import pch_size_limit
+    from ..toolchain.pch import DEFAULT_LIMIT, files_of
+
+    folder = cache.pch_folder
+    if folder is None:
+        return None
+    try:
+        limit = pch_size_limit()
+    except CacheArgumentError:
+        limit = DEFAULT_LIMIT
+    return files_of(folder, limit)
+
+
+def pch_words(files: "PchFiles") -> str:
+    """``3 files, 1.0 GB of 2.0 GB, 12 hits, last used 2026-...`` (``%cuda_cache``)."""
+    return (f"{counted(files.count, 'file')}, {size_text(files.size)} of "
+            f"{size_text(files.limit)}, {counted(files.hits, 'hit')}, last used "
+            f"{_when(files.last_use or None)} (%cuda_cache clear --pch removes them)")
 
 
 @dataclass(frozen=True, repr=False)
@@ -119,14 +149,13 @@ class RemoteCacheStats(_Record):
             f"skipped for {s.backoff_left:.0f} s more after: {s.last_error}"
         mean = s.lookup_seconds / s.lookups if s.lookups else 0.0
         return [("server", s.server), ("state", state),
-                ("lookups", f"{s.hits} hits, {s.misses} misses, {s.skipped} skipped, "
-                            f"{s.slow} too slow for their size"),
+                ("lookups", f"{s.hits} hits, {s.misses} misses, {s.skipped} skipped"),
                 ("bytes", f"{size_text(s.bytes_read)} read, {size_text(s.bytes_sent)} sent "
                           f"({s.sent} records; {s.kept_theirs} already there)"),
                 ("errors", f"{s.errors} (last: {s.last_error or '-'})"),
                 ("refused", f"{s.refused} records whose signature did not hold"),
                 ("not sent", f"{s.too_large} over the size limit, {s.dropped} with the queue "
-                             f"full, {s.writes_refused} refused by the server"),
+                             "full"),
                 ("latency", f"{duration_text(mean)} mean, {duration_text(s.slowest_seconds)} "
                             "slowest")]
 
