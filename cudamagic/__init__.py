@@ -1,8 +1,9 @@
 """cudamagic: a ``%%cuda`` cell magic for NVRTC-compiled, disk-cached CUDA kernels.
 
-``%load_ext cudamagic`` registers the magics, imports the pipeline and the widgets, and starts
-the CUDA driver in a background thread (:func:`load_ipython_extension`); NVRTC loads on the first
-compile, CuPy only to take an array that offers DLPack alone. The same pipeline is a Python API::
+``%load_ext cudamagic`` registers the magics and starts the CUDA driver in a background thread
+(:func:`load_ipython_extension`); the pipeline is imported by the first ``%%cuda`` cell, NVRTC
+loads on the first compile, CuPy only to take an array that offers DLPack alone. The same
+pipeline is a Python API::
 
     import cudamagic
     mod = cudamagic.build(source, name_expressions=["saxpy<float>"])
@@ -67,16 +68,18 @@ DRIVER_THREAD = "cudamagic-driver"
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext cudamagic``: register ``%%cuda`` and the cache magics, and get ready.
+    """``%load_ext cudamagic``: register ``%%cuda``, the line magics and the shell's hooks, and
+    start the CUDA driver.
 
-    What a notebook's first ``%%cuda`` cell and first launch would otherwise pay is started
-    here. First, in a background thread: the CUDA driver (``cuInit``) and device 0's primary
-    context, the one CuPy and every launch use (docs/performance.md has what each costs; both
-    calls leave the interpreter free, so the notebook goes on meanwhile); a launch that comes before
-    they are done waits for the rest. ``CUDAMAGIC_EAGER_CONTEXT=0`` leaves the context to the
-    first launch (a notebook that works on another device only, or never launches). Then, here:
-    the pipeline and the report's views are imported, the toolkit's header folders and the
-    demangler are found, and the cache is opened (CuPy is not imported).
+    The driver starts in a background thread: ``cuInit`` and device 0's primary context, the one
+    CuPy and every launch use (docs/performance.md has what each costs; both calls leave the
+    interpreter free, so the notebook goes on meanwhile); a launch that comes before they are
+    done waits for the rest. ``CUDAMAGIC_EAGER_CONTEXT=0`` leaves the context to the first launch
+    (a notebook that works on another device only, or never launches). Nothing else is imported
+    or found here (issue 38): the pipeline, the cache, the toolkit's headers and the demangler
+    come with the first ``%%cuda`` cell, the launch code with the first launch, the debugging
+    and report views with the first cell that shows them (tests/test_import_cost.py holds the
+    list of what ``%load_ext`` may import).
     """
     import threading
 
@@ -86,31 +89,6 @@ def load_ipython_extension(ipython) -> None:
     from .magic import CudaMagics
 
     ipython.register_magics(CudaMagics)
-    _prepare()
-
-
-def _prepare() -> None:
-    try:
-        from . import explain, info  # noqa: F401
-        from .view import widget  # noqa: F401  (the report's widget needs no ipywidgets import)
-        from .view import bench  # noqa: F401  (the report's timing and occupancy fold)
-        from .view import debug  # noqa: F401  (the report's sanitize and profile fold)
-        from .toolchain import occupancy  # noqa: F401  (its classes: a cell would make them)
-        from .toolchain.demangle import concrete_demangler, default_demangler
-        from .pipeline import build_module  # noqa: F401
-        from .toolkit import toolkit
-
-        toolkit()
-        default_demangler()
-        concrete_demangler()
-    except Exception:  # the first %%cuda cell does the same work and reports any failure
-        pass
-    try:
-        from .store import open_default_ahead
-
-        open_default_ahead()
-    except Exception:  # the first %%cuda cell opens it and says what is wrong
-        pass
 
 
 #: set to ``0`` to keep ``%load_ext`` from making device 0's primary context ahead of a launch

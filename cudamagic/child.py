@@ -1,17 +1,19 @@
-"""The child process a tool run starts (``python -m cudamagic.child FOLDER DEVICE``), under
-compute-sanitizer or ncu: it takes the module as a Dask worker does (its travelling record,
-never a compile), rebuilds the launch's arguments in buffers of its own (each of exactly its
-size, so the tool sees each allocation's bounds), launches the kernel once and synchronises.
+"""The child process a tool run starts, under compute-sanitizer or ncu: :func:`main` with
+``FOLDER DEVICE``, once the notebook's ``sys.path`` is set from ``FOLDER/path.json``
+(``python -m cudamagic.child FOLDER DEVICE`` by hand). It takes the module as a Dask worker does
+(its travelling record, never a compile), rebuilds the launch's arguments in buffers of its own
+(each of exactly its size, so the tool sees each allocation's bounds), launches the kernel once
+and synchronises.
 
 It writes ``placed.json`` in FOLDER: where each array argument lies in this process (the parent
 names the tool's addresses against them) and, where the launch or the synchronize failed, the
-driver's error. The exit status is 0 for a launch that ran to its end, 3 otherwise.
-"""
+driver's error. The exit status is 0 for a launch that ran to its end, 3 otherwise."""
 
 from __future__ import annotations
 
 import ctypes
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -48,8 +50,16 @@ def run(folder: Path, device: int) -> int:
 
 
 def _save(folder: Path, placed: list, error: str) -> None:
-    (folder / "placed.json").write_text(json.dumps({"placed": placed, "error": error}))
+    """placed.json written whole or not at all (a fault or the tool may end the process)."""
+    part = folder / "placed.json.part"
+    part.write_text(json.dumps({"placed": placed, "error": error}))
+    os.replace(part, folder / "placed.json")
+
+
+def main(argv: list[str]) -> int:
+    """``FOLDER DEVICE``: :func:`run`'s exit status."""
+    return run(Path(argv[0]), int(argv[1]))
 
 
 if __name__ == "__main__":  # pragma: no cover - run by the tools, in a process of its own
-    sys.exit(run(Path(sys.argv[1]), int(sys.argv[2])))
+    sys.exit(main(sys.argv[1:]))

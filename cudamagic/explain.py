@@ -22,7 +22,6 @@ build. Pure apart from the file system: no CUDA, no IPython.
 from __future__ import annotations
 
 import collections
-import difflib
 import hashlib
 import json
 import os
@@ -278,6 +277,8 @@ def _opcodes(a: list[str], b: list[str]) -> Iterator[tuple[str, int, int, int, i
         if a_end > start or b_end > start:
             yield ("replace", start, a_end, start, b_end)
         return
+    import difflib  # a miss's comparison: a hit imports none
+
     matcher = difflib.SequenceMatcher(None, a[start:a_end], b[start:b_end], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "equal":

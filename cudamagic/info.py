@@ -9,13 +9,15 @@ from __future__ import annotations
 import os
 
 import dataclasses
-import importlib.metadata
+from typing import TYPE_CHECKING
 
 from .toolchain import driver
 from .errors import ImageError
-from .view.records import EnvironmentInfo
 from .view.report import SHOWN_ROWS, BuildReport, KernelRows
 from .units import counted, size_text
+
+if TYPE_CHECKING:  # pragma: no cover  (%cuda_info's record: a cell's report needs none)
+    from .view.records import EnvironmentInfo
 
 __all__ = ["gpu_available", "environment_info", "report_with_attributes"]
 
@@ -72,6 +74,9 @@ def _debug_fields() -> list[tuple[str, str]]:
 
 def environment_info() -> EnvironmentInfo:
     """What a build uses here: devices, driver, NVRTC, demangler, target arch, cache."""
+    import importlib.metadata
+
+    from .view.records import EnvironmentInfo
     from .store import default_cache
     from .toolchain.nvrtc import nvrtc_version
     from .toolchain.demangle import CuFilt, default_demangler

@@ -72,6 +72,6 @@ def _lineinfo_build(ctx: BuildContext, module: Module,
                            demangler=s.demangler, reserved=s.reserved,
                            cell=f"{s.cell or ctx.opts.module}:lineinfo")
         made.append(LineinfoBuild(target.payload(), ctx.source, ctx.line_offset, PROGRAM_NAME,
-                                  has_line_info(target.image)))
+                                  has_line_info(target.image), target.cubin))
         return made[0]
     return lineinfo

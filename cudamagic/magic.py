@@ -26,7 +26,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from .forksafe import ForkSafeLock
 from .errors import OptionError
-from .options import DEFAULT_MODULE, PROGRAM_NAME, magic_parser, parse_magic_line
+from .options import DEFAULT_MODULE, PROGRAM_NAME, magic_help, parse_magic_line
 from .units import counted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -183,39 +183,53 @@ def install_debug_hooks(shell: Any) -> None:
 
 def _crash_lines(evalue: Any) -> list[str]:
     """The advice a lost context adds to an error another library raised (cudamagic's own
-    ContextPoisonedError says it in its message)."""
+    ContextPoisonedError says it in its message). Only an error that carries a CUDA error
+    code imports the advice's view."""
     from .errors import ContextPoisonedError
-    from .launch.launcher import LAST_LAUNCH
     from .toolchain import driver
-    from .view.debug import crash_lines
 
     try:
         code = driver.sticky_of(evalue)
         if code is None or isinstance(evalue, ContextPoisonedError):
             return []
+        from .view.debug import crash_lines
+
         device = driver.note_lost(code)
-        return crash_lines(code, device, LAST_LAUNCH[0], driver.first_telling(device))
+        return crash_lines(code, device, _last_launch(), driver.first_telling(device))
     except Exception:  # noqa: BLE001 - the error being shown matters more than the advice
         return []
 
 
+#: the module whose launch functions note the last launch and a pending device print
+_LAUNCHER = "cudamagic.launch.launcher"
+
+
+def _last_launch() -> Any:
+    """The last launch noted (None before the first launch: the launch code is then not even
+    imported, and this imports none of it)."""
+    launcher = sys.modules.get(_LAUNCHER)
+    return None if launcher is None else launcher.LAST_LAUNCH[0]
+
+
 def _flush_device_output(result: Any = None) -> None:
     """post_run_cell: after a cell that launched a printing kernel, wait for the device, so
-    the driver writes its printf buffer (or a failed assert's message) into this cell."""
+    the driver writes its printf buffer (or a failed assert's message) into this cell. It runs
+    after every cell: until the launch code is imported (the first launch) no kernel can have
+    printed, and it imports nothing."""
+    launcher = sys.modules.get(_LAUNCHER)
+    if launcher is None or not launcher.PRINT_PENDING[0]:
+        return
+    launcher.PRINT_PENDING[0] = False
     from .errors import ContextPoisonedError, CudaMagicError
-    from .launch.launcher import LAST_LAUNCH, PRINT_PENDING
     from .toolchain import driver
     from .view.debug import crash_lines
 
-    if not PRINT_PENDING[0]:
-        return
-    PRINT_PENDING[0] = False
     try:
         driver.synchronize()
     except ContextPoisonedError as exc:
         code = driver.Sticky(exc.code) if exc.code is not None else driver.Sticky.LAUNCH_FAILED
         device = exc.device if exc.device is not None else -1
-        lines = crash_lines(code, device, LAST_LAUNCH[0], not exc.repeated)
+        lines = crash_lines(code, device, launcher.LAST_LAUNCH[0], not exc.repeated)
         print("\n".join(lines).strip(), file=sys.stderr)
     except CudaMagicError:
         pass
@@ -268,9 +282,9 @@ class CudaMagics(Magics):
         phases = {BuildPhase.IMPORTS: imports, BuildPhase.PARSE: time.perf_counter() - t}
         if opts.arch is None:  # the build asks the driver for the GPU's arch: start it here, timed
             t = time.perf_counter()
-            from .info import gpu_available
+            from .toolchain import driver
 
-            gpu_available()
+            driver.available()
             if time.perf_counter() - t > 5e-4:  # only where this cell started it
                 phases[BuildPhase.DRIVER] = time.perf_counter() - t
         with _warnings_said_in_report() as said:
@@ -283,9 +297,9 @@ class CudaMagics(Magics):
         said += self._push(opts.module, module)
         phases[BuildPhase.PUSH] = time.perf_counter() - t
         self._show(module, module.report.with_warnings(tuple(said)).with_timings(phases),
-                   started, opts.quiet)
+                   started, opts.quiet, annotation=module.annotate() if opts.annotate else None)
 
-    cuda.__doc__ = magic_parser().format_help()
+    cuda.__doc__ = magic_help()
 
     @magic_arguments()
     @argument("path", help="the file: a CUBIN, PTX or fatbin (nvcc -cubin, -ptx, -fatbin); "
@@ -437,9 +451,11 @@ class CudaMagics(Magics):
         self._shell().push(names)
         return said
 
-    def _show(self, module: Any, report: Any, started: float, quiet: bool = False) -> None:
+    def _show(self, module: Any, report: Any, started: float, quiet: bool = False,
+              annotation: Any = None) -> None:
         """Show the report (with -q, only its warnings), timed from ``started``; the module's
-        ``report`` becomes the one shown."""
+        ``report`` becomes the one shown. ``annotation`` (``-a``): the annotated cell, a fold
+        of the report in a notebook, its text after the report in a terminal or with -q."""
         from .info import report_with_attributes
         from .miss import BuildPhase
         from .view.widget import show_report, show_warnings
@@ -451,14 +467,23 @@ class CudaMagics(Magics):
             report = report_with_attributes(module, report)
             report = report.with_timings({BuildPhase.RESOURCES: time.perf_counter() - t})
         report = report.with_timings(cell_seconds=time.perf_counter() - started)
+        folded = annotation is not None and not quiet and front.open_comm is not None
         if quiet:
             show_warnings(report, front)
         else:
-            from .view.bench import timing_fold
-            from .view.debug import debug_fold
+            from .view.bench import debug_fold, timing_fold
 
-            report = show_report(report, front,
-                                 extra=lambda: timing_fold(module) + debug_fold(module))
+            def extra() -> str:
+                folds = timing_fold(module) + debug_fold(module)
+                if folded:  # -a only: the view's module is not imported by a plain cell
+                    from .view.annotate import annotation_fold
+
+                    folds += annotation_fold(annotation)
+                return folds
+
+            report = show_report(report, front, extra=extra)
+        if annotation is not None and not folded:
+            front.display({"text/plain": annotation.text(), "text/html": annotation._repr_html_()})
         module.set_report(report)
 
     def _shell(self) -> Any:

@@ -271,6 +271,29 @@ class Module(Mapping[str, Kernel]):
                              f"table {var.size}")
         return device_global(var, ptr, device, dtype, self)
 
+    def annotate(self, kernel: Any = None, *, profile: Any = None,
+                 instances: str = "together") -> Any:
+        """The cell's source line by line, each line with the machine code the compiler made of
+        it: the instructions the ``-lineinfo`` build's line table attributes to it (nvdisasm's;
+        no GPU needed), counted by kind (local loads/stores, shared, global, branches,
+        barriers; a click shows them), and each kernel's registers, stack and shared memory.
+
+        Parameters
+        ----------
+        kernel : str or Kernel, optional
+            One kernel (its name expression); default every kernel of the module.
+        profile : Profile, or a list of them, optional
+            What ``kernel.profile(...)`` returned: its warp samples, top stall reasons and
+            source counters on the same lines; several side by side.
+        instances : {"together", "apart"}
+            Kernels that share a line (a template's instances) summed there, or one row each.
+
+        :raises ToolMissingError: no nvdisasm (``pip install nvidia-cuda-nvdisasm``).
+        """
+        from .annotated import annotate_module
+
+        return annotate_module(self, kernel, profile=profile, instances=instances)
+
     def load(self, device: int | None = None) -> "Module":
         """Load the module on a device now (default: the current one) instead of at first call:
         the CUBIN into the driver and into the device's context, three driver calls whatever the

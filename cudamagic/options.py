@@ -21,7 +21,6 @@ from typing import Any
 
 from .process import cached, InTest
 from .errors import OptionError, SourceError
-from .toolkit import std_header_dirs
 
 __all__ = [
     "BuildOptions",
@@ -31,7 +30,7 @@ __all__ = [
     "DEFAULT_STD",
     "DEFAULT_MODULE",
     "PROGRAM_NAME",
-    "magic_parser",
+    "magic_parser", "magic_help",
     "parse_magic_line",
     "split_line",
     "options_from_args",
@@ -127,10 +126,10 @@ def _check_option(opt: str) -> str:
     check_text("NVRTC option", opt)
     if not opt.startswith("-"):
         raise OptionError(f"-o {opt!r}: an NVRTC option starts with '-'")
-    flag = re.split(r"[=\s]", opt, maxsplit=1)[0]
+    flag, *value = re.split(r"[=\s]+", opt, maxsplit=1)
     if flag in _OWN:
         raise OptionError(f"-o {opt!r} sets what this magic's own {_OWN[flag]} option sets: "
-                          f"use {_OWN[flag]} instead")
+                          f"use {own_option(flag, value[0] if value else '')} instead")
     if flag in _NO_CUBIN:
         raise OptionError(f"-o {opt!r}: with that option NVRTC makes no CUBIN, which is what "
                           "cudamagic compiles, caches and loads")
@@ -202,6 +201,9 @@ class BuildOptions:
     module : str
         The Python name the module is pushed under.
     force, no_cache, quiet : bool
+    annotate : bool
+        ``-a``: show the cell's machine code beside each line after the build (no part of
+        the key: the ``-lineinfo`` build is annotated, :meth:`cudamagic.Module.annotate`).
     std_headers : bool
         cudamagic's small C++ standard headers for device code (``<cstdint>``, ``<cmath>``...
         onto libcu++) are searched after every other folder; False leaves them out
@@ -222,6 +224,7 @@ class BuildOptions:
     quiet: bool = False
     std_headers: bool = True
     pch: bool = True
+    annotate: bool = False
     duplicates: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -292,25 +295,75 @@ def arch_sm(arch: str | int, *, virtual: bool = False) -> int:
     return int(normalize_arch(arch)[3:].rstrip("af"))
 
 
+#: the width of ``%%cuda``'s help (argparse's own where no terminal is there to ask)
+HELP_WIDTH = 78
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print and exit the kernel
         raise OptionError(f"%%cuda: {message}")
 
 
-def _unrecognized(extra: Sequence[str]) -> OptionError:
-    """What to write instead of words the line's parser does not take: NVRTC's own options
-    (``-dlto``, ``--fmad=false``) go after ``-o``; other words are most often a name
-    expression's pieces, split at a space or a comma."""
-    flags = [t for t in extra if t.startswith("-")]
+def own_option(flag: str, value: str) -> str:
+    """The magic's own option for NVRTC's ``-std``/``-arch`` and its value, as a line takes it
+    (``--std c++20``, ``--arch sm_90``; a compute_XX as its sm_XX, which makes a CUBIN)."""
+    own = _OWN[flag]
+    if own == "--arch":
+        value = value.replace("compute_", "sm_", 1) if value else DEFAULT_ARCH
+    return f"{own} {value or DEFAULT_STD}"
+
+
+def _unrecognized(extra: Sequence[str], tokens: Sequence[str]) -> OptionError:
+    """What to write instead of words the line's parser does not take: ``-std``/``-arch`` as
+    the magic's own ``--std``/``--arch``; NVRTC's other options (``-dlto``, ``--fmad=false``)
+    after ``-o``, a flag and the word after it in the line as one (``-maxrregcount=32``); other
+    words are most often a name expression's pieces, split at a space or a comma."""
+    fixes, words = [], 0
+    for word, value in _with_values(extra, tokens):
+        flag = word.split("=", 1)[0]
+        if flag in _OWN:
+            fixes.append(own_option(flag, value or word.partition("=")[2]))
+        elif word.startswith("-"):
+            fixes.append(f"-o {word}={value}" if value else f"-o {word}")
+        else:
+            words += 1
     hints = []
-    if flags:
+    own = [f for f in fixes if not f.startswith("-o ")]
+    if own:
+        hints.append("this magic's own option: " + " ".join(own))
+    if len(own) < len(fixes):
         hints.append("an NVRTC option is passed with -o, one each: "
-                     + " ".join(f"-o {t}" for t in flags))
-    if len(flags) < len(extra):
+                     + " ".join(f for f in fixes if f.startswith("-o ")))
+    if words:
         hints.append('a name expression with spaces or commas must be quoted: '
                      '-n "ns::scale<float, 3>"')
     return OptionError(f"%%cuda: unrecognized arguments: {' '.join(extra)}; "
                        + "; ".join(hints))
+
+
+def _with_values(extra: Sequence[str], tokens: Sequence[str]) -> list[tuple[str, str]]:
+    """The unrecognized words, each flag with the word that follows it in the line (its value,
+    as in ``-arch sm_90``), or ``""``."""
+    at, where = 0, []
+    for word in extra:  # extra is in the line's order
+        while at < len(tokens) and tokens[at] != word:
+            at += 1
+        where.append(at)
+        at += 1
+    out: list[tuple[str, str]] = []
+    taken = False
+    for n, word in enumerate(extra):
+        if taken:
+            taken = False
+            continue
+        follows = n + 1 < len(extra) and where[n + 1] == where[n] + 1
+        if word.startswith("-") and "=" not in word and follows \
+                and not extra[n + 1].startswith("-"):
+            out.append((word, extra[n + 1]))
+            taken = True
+        else:
+            out.append((word, ""))
+    return out
 
 
 class _InOrder(argparse.Action):
@@ -325,7 +378,7 @@ class _InOrder(argparse.Action):
 @cached(1, test=InTest.KEPT)
 def magic_parser() -> argparse.ArgumentParser:
     """The ``%%cuda`` line's parser; its help is the magic's help."""
-    p = _Parser(prog="%%cuda", add_help=False, description=(
+    p = _Parser(prog="%%cuda", add_help=False, formatter_class=_formatter, description=(
         "Compile the cell's CUDA C++ with NVRTC (cached on disk) and put each kernel into the "
         "notebook as a Python callable."))
     p.add_argument("-n", "--name-expression", action="append", default=[], metavar="EXPR",
@@ -353,8 +406,23 @@ def magic_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-pch", action="store_true",
                    help="compile the cell's headers, not reading them from a precompiled header")
     p.add_argument("-q", "--quiet", action="store_true", help="show no report after the cell")
+    p.add_argument("-a", "--annotate", action="store_true",
+                   help="show the machine code beside each line of the cell (nvdisasm reads "
+                        "the -lineinfo build; module.annotate() does the same)")
     p.add_argument("-h", "--help", action="store_true", help="show this help and compile nothing")
     return p
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    """The line parser's formatter, ``HELP_WIDTH`` columns wide: a width given keeps argparse
+    from asking the terminal for one (an import of shutil, and through it of bz2 and lzma, in
+    ``%load_ext`` and in the first cell's parse)."""
+    return argparse.HelpFormatter(prog, width=HELP_WIDTH)
+
+
+def magic_help() -> str:
+    """``%%cuda``'s help text (the magic's docstring, made when the magic is defined)."""
+    return magic_parser().format_help()
 
 
 # a word: unquoted characters and quoted runs, side by side ("-n" 'a<int, 2>' ab"c d"e)
@@ -417,14 +485,14 @@ def parse_magic_line(line: str) -> BuildOptions | None:
             i += 1
     ns, extra = magic_parser().parse_known_args(joined)
     if extra:
-        raise _unrecognized(extra)
+        raise _unrecognized(extra, tokens)
     if ns.help:
         return None
     return BuildOptions(
         name_expressions=tuple(exprs) + tuple(ns.name_expression), arch=ns.arch, std=ns.std,
         options=tuple(ns.options or ()), module=ns.module, force=ns.force,
         no_cache=ns.no_cache, quiet=ns.quiet, std_headers=not ns.no_std_headers,
-        pch=not ns.no_pch)
+        pch=not ns.no_pch, annotate=ns.annotate)
 
 
 def options_from_args(options: Sequence[str], name_expressions: Sequence[str] = (),
@@ -519,6 +587,8 @@ def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
         if o.startswith("-I") and not os.path.isabs(o[2:]):
             o = f"-I{(base / o[2:]).resolve()}"
         out.append(o)
+    from .toolkit import std_header_dirs
+
     before, after = std_header_dirs() if opts.std_headers else ((), ())
     out += [f"-I{d}" for d in (*before, *include_dirs)]
     if cwd is None or base.resolve() != Path(cwd).resolve():

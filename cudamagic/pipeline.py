@@ -1,7 +1,7 @@
 """The pipeline of one build: options -> key -> cache -> image -> names -> resolve -> kernels.
 
 :func:`build_module` decides everything a build needs up front, in one :class:`BuildContext`;
-then a hit (:func:`_restore`) or a miss (:func:`_compile`) each return a complete
+then a hit (:func:`_cached`) or a miss (:func:`_compile`) each return a complete
 :class:`~cudamagic.module.Module`, report included. This module knows no IPython: the magic is
 a thin shell over :func:`build_module`, and :func:`build` / :func:`load_cubin` are the Python
 API. The compiler, the demangler and the cache come in as :class:`BuildSettings` so tests can
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import signal
 import threading
 import time
 import warnings
@@ -33,7 +32,6 @@ from .keys import cache_key
 from .lineinfo import debug_support
 from .miss import BuildOrigin, BuildPhase, HitKind, Miss, MissKind, StoreOutcome, Stored
 from .module import Binary, KernelTable, Module
-from .precompiled import PchUse, dropped_on_failure, held_headers, plan_for, settle_for
 from .naming import Namer, invalid_names, unnamed_hints
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
                       check_text, include_folders, is_folder, normalize_arch, nvrtc_options,
@@ -43,17 +41,16 @@ from .store import EntryRecord, KernelCache
 from .store.disk import CACHE_WAIT_S
 from .toolchain import compile_cubin, driver, elf, nvrtc_identity, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
-from .toolchain.deps import (Listing, Manifest, SearchPath, from_scan, from_trace,
-                             list_search_folders, reads_no_file, trace_headers)
 from .toolchain.image import read_cubin
-from .toolchain.ptx import grid_sync_table
+from .toolchain.manifest import Manifest, ManifestChecks, SearchPath
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import (BuildReport, KernelRow, KernelRows, stored_note, stored_text,
                           too_long_text)
 
-if TYPE_CHECKING:  # pragma: no cover  (the compiler's record: a hit never imports it)
-    from .toolchain import fatbin
+if TYPE_CHECKING:  # pragma: no cover  (the compile's records: a hit never imports them)
+    from .precompiled import PchUse
+    from .toolchain import deps, fatbin
     from .toolchain.nvrtc import CompileResult
     from .toolchain.variables import VarType
 
@@ -273,20 +270,10 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
                              compile_notice=compile_notice, reserved=tuple(reserved), cell=cell)
     ctx = _context(source, opts, settings)
     if ctx.store is not None and not opts.force:
-        t = time.perf_counter()
-        looked = ctx.store.lookup(ctx.key)
-        record, miss = looked.record, looked.miss
-        ctx.lap(BuildPhase.LOOKUP, t)
-        if looked.remote_seconds:
-            ctx.timings[BuildPhase.LOOKUP] -= looked.remote_seconds
-            ctx.timings[BuildPhase.REMOTE] = looked.remote_seconds
-        if record is not None:
-            found = _restore(ctx, record, looked.hit)
-            if isinstance(found, Module):
-                return found
-            ctx.store.refuse(ctx.key, looked.hit)
-            miss = found
-        miss = miss or Miss(MissKind.NO_ENTRY)
+        found = _cached(ctx, ctx.store)
+        if isinstance(found, Module):
+            return found
+        miss = found
     else:
         miss = Miss(MissKind.NO_CACHE if ctx.store is None else MissKind.FORCED)
     # a miss: cu++filt (a process) starts now and overlaps the compile; a hit reads the texts
@@ -309,27 +296,34 @@ class _Unservable(Exception):
         self.miss = miss
 
 
-def _restore(ctx: BuildContext, record: EntryRecord, hit: HitKind | None = HitKind.LOCAL
-             ) -> "Module | Miss":
-    """A module from a cache entry, or why it cannot serve (the caller recompiles). An entry
-    from the remote tier, or one whose manifest was checked by content here, is kept in the
-    folder with this machine's file times, so that the next hit takes the fast path."""
+def _cached(ctx: BuildContext, store: KernelCache) -> "Module | Miss":
+    """The module the cache serves, or why it serves none. The cache asks ``checks`` of
+    the folder's entry and of each build of the key the remote tier holds (the newest whose
+    headers match serves); the lookup's time is split into the folder's, the server's and
+    the header checks'."""
     t = time.perf_counter()
-    try:
-        manifest = Manifest.from_json(record.manifest, ctx.search)
-    except ValueError as exc:
-        return Miss(MissKind.FORMAT, str(exc))
-    stale = manifest.check()
-    t = ctx.lap(BuildPhase.HEADERS, t)
-    if stale:
-        return stale
-    return _served(ctx, record, manifest, hit)
+    checks = ManifestChecks(ctx.search)
+    looked = store.lookup(ctx.key, checks)
+    ctx.lap(BuildPhase.LOOKUP, t)
+    ctx.timings[BuildPhase.LOOKUP] -= looked.remote_seconds + checks.seconds
+    for phase, seconds in ((BuildPhase.REMOTE, looked.remote_seconds),
+                           (BuildPhase.HEADERS, checks.seconds)):
+        if seconds:
+            ctx.timings[phase] = seconds
+    if looked.record is None:
+        return looked.miss or Miss(MissKind.NO_ENTRY)
+    assert checks.held is not None  # the cache serves no entry it did not check
+    found = _served(ctx, looked.record, checks.held, looked.hit)
+    if not isinstance(found, Module):
+        store.refuse(ctx.key, looked.hit)
+    return found
 
 
 def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
             hit: HitKind | None) -> "Module | Miss":
-    """The module from an entry whose manifest holds, or why it cannot serve; kept in the
-    folder first where :func:`_restore` says."""
+    """The module from an entry whose manifest holds, or why it cannot serve. An entry from
+    the remote tier, or one whose manifest was checked by content here, is kept in the folder
+    with this machine's file times, so that the next hit takes the fast path."""
     t = time.perf_counter()
     if not manifest.complete:
         ctx.notes.append(_INCOMPLETE)
@@ -385,6 +379,7 @@ class _Interrupts:
         self._previous: Any = None
 
     def __enter__(self) -> "_Interrupts":
+        import signal  # a compile's: a hit holds nothing
         if threading.current_thread() is threading.main_thread() \
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             self._previous = signal.signal(signal.SIGINT, self._hold)
@@ -395,6 +390,7 @@ class _Interrupts:
 
     def __exit__(self, *exc: object) -> None:
         if self._previous is not None:
+            import signal
             signal.signal(signal.SIGINT, self._previous)
 
     def raise_if_asked(self, seconds: float, kept: Stored) -> None:
@@ -424,12 +420,20 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
     return module
 
 
+def _before_compile(ctx: BuildContext) -> tuple[bool, dict[str, deps.Listing], int]:
+    """Whether the cell can open no file, what its search folders held at the start, and when
+    it started (a header changed after that may not be what NVRTC read)."""
+    from .toolchain import deps
+    no_files = deps.reads_no_file(ctx.source, ctx.opts.options)
+    return no_files, {} if no_files else deps.list_search_folders(ctx.search), time.time_ns()
+
+
 def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                   ) -> tuple[Module, Stored]:
     """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
-    no_files = reads_no_file(ctx.source, ctx.opts.options)
-    listed = {} if no_files else list_search_folders(ctx.search)  # what was there at the start
-    started_ns = time.time_ns()  # a header changed after this may not be what NVRTC read
+    from .precompiled import dropped_on_failure, held_headers, plan_for, settle_for
+    from .toolchain import ptx
+    no_files, listed, started_ns = _before_compile(ctx)
     notice = ctx.settings.compile_notice or contextlib.nullcontext
     from .toolchain.probe import typed_compile
     plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options,
@@ -453,7 +457,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
         binary = Binary(result.cubin, image.with_grid_sync(
-            grid_sync_table(result.grid_sync, image.symbols)))
+            ptx.grid_sync_table(result.grid_sync, image.symbols)))
     except ImageError as exc:
         raise CompileError(f"NVRTC's output is not a CUBIN ({exc}); check the -o options") \
             from None
@@ -487,11 +491,12 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
-              started_ns: int, listed: Mapping[str, Listing],
+              started_ns: int, listed: Mapping[str, deps.Listing],
               from_pch: Sequence[tuple[str, str | None, float]] = ()) -> Manifest:
     """The headers the compile read, and the places it searched, to check on a hit;
     ``from_pch``: the headers of the precompiled header it started from, which NVRTC's trace
     does not name (it opened none of them)."""
+    from .toolchain.deps import from_scan, from_trace, trace_headers
     if no_files:
         return Manifest()  # nothing was read: nothing to check on a hit
     if result.trace is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from .process import cached
 
 __all__ = ["Toolkit", "toolkit", "include_hints", "std_header_dirs", "std_headers_shipped",
-           "loaded_libraries"]
+           "loaded_libraries", "install_command"]
 
 # distributions that ship the headers every build sees (crt/mma.h: nvidia_cuda_crt;
 # curand_kernel.h: nvidia_curand), the NVRTC that compiles, or the nvJitLink that links
@@ -265,3 +265,40 @@ def loaded_libraries(stem: str) -> tuple[str, ...]:
     except OSError:  # not Linux: the version and the wheel say it
         return ()
     return tuple(sorted(set(found.values())))
+
+
+def install_command(extra: str) -> str:
+    """The command that installs cudamagic's ``extra`` (``cu13``) from where this cudamagic
+    came from: cudamagic is on no package index, so ``pip install 'cudamagic[cu13]'`` finds
+    nothing (or someone else's package).
+
+    A checkout (this package beside its ``pyproject.toml``, editable or on ``sys.path``):
+    ``pip install -e '<checkout>[cu13]'``; the wheel file or folder pip installed it from, where
+    it still is: ``pip install '<that>[cu13]'``; else the extra's own requirements as the
+    installed metadata lists them, which the package index has.
+    """
+    import json
+    import shlex
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+
+    root = Path(__file__).resolve().parent.parent
+    project = root / "pyproject.toml"
+    if project.is_file() and re.search(r'(?m)^name\s*=\s*"cudamagic"', project.read_text()):
+        return f"pip install -e {shlex.quote(f'{root}[{extra}]')}"
+    try:
+        dist = metadata.distribution("cudamagic")
+    except metadata.PackageNotFoundError:
+        dist = None
+    origin = json.loads(dist.read_text("direct_url.json") or "{}") if dist else {}
+    url = urlparse(origin.get("url", ""))
+    where = Path(unquote(url.path)) if url.scheme == "file" else None
+    if where is not None and where.exists():
+        return f"pip install {shlex.quote(f'{where}[{extra}]')}"
+    marker = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
+    needs = [r.split(";")[0].strip() for r in (dist.requires or []) if marker.search(r)] \
+        if dist else []
+    if needs:
+        return "pip install " + " ".join(shlex.quote(r) for r in needs)
+    return (f"pip install '<the wheel or checkout cudamagic came from>[{extra}]' (cudamagic "
+            "is on no package index)")

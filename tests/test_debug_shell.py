@@ -214,7 +214,7 @@ def test_cuda_info_names_the_sanitizer_with_its_version(shell):
 
 
 def test_the_report_has_a_sanitize_and_profile_fold(shell):
-    from cudamagic.view.debug import debug_fold
+    from cudamagic.view.bench import debug_fold
 
     module = shell.user_ns["printing"]
     first = next(iter(module.kernels.entries()))[2]

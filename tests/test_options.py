@@ -221,3 +221,51 @@ def test_an_option_list_is_read_in_one_place(options, folders, macros, std):
 
     assert (include_folders(options), object_macros(options), standard(options)) == \
         (folders, macros, std)
+
+
+# a refused line -> each command its message hints at (or the words it hints with and the
+# command they are), each of which must be taken: run below
+HINTED = [
+    ("-std=c++20", ["--std c++20"]),
+    ("-std c++20", ["--std c++20"]),
+    ("-o -std=c++20", ["--std c++20"]),
+    ("-o --std=c++14", ["--std c++14"]),
+    ('-o "-std c++20"', ["--std c++20"]),
+    ("-o -std", ["--std c++17"]),
+    ("-arch=sm_80", ["--arch sm_80"]),
+    ("-arch sm_80", ["--arch sm_80"]),
+    ("-o -arch=sm_80", ["--arch sm_80"]),
+    ('-o "-arch sm_80"', ["--arch sm_80"]),
+    ("--gpu-architecture=sm_80", ["--arch sm_80"]),
+    ("-o --gpu-architecture=sm_80", ["--arch sm_80"]),
+    ("-arch=compute_80", ["--arch sm_80"]),
+    ("-o -arch", ["--arch sm_90"]),
+    ("-dlto --fmad=false", ["-o -dlto -o --fmad=false"]),
+    ("-rdc=true", ["-o -rdc=true"]),
+    ("-maxrregcount 32", ["-o -maxrregcount=32"]),
+    ("-Xptxas -v", ["-o -Xptxas -o -v"]),
+    ("-std=c++20 -lineinfo", ["--std c++20", "-o -lineinfo"]),
+    ("-lineinfo -n ns::scale<float, 3>", ["-o -lineinfo", '-n "ns::scale<float, 3>"']),
+    # an option's one-word form, said alike to build() (["-Iinc"]) and the line (-o -Iinc)
+    ('-o "-I inc"', [("'-Iinc'", "-o -Iinc")]),
+    ('-o "-maxrregcount 32"', [("'-maxrregcount=32'", "-o -maxrregcount=32")]),
+    ('-o "-lineinfo "', [("'-lineinfo'", "-o -lineinfo")]),
+]
+HINT_CELL = "namespace ns { template <class T, int N> __global__ void scale(T* x) { x[0] *= N; } }"
+
+
+@pytest.mark.parametrize("line, hints", HINTED, ids=[h[0] for h in HINTED])
+def test_every_hint_is_a_line_that_builds(line, hints):
+    """A refused line's message names commands, and each is taken: by the parser, and by
+    NVRTC in a build (no hint leads to another refusal, as -o -std=c++20 once did)."""
+    from dataclasses import replace
+
+    from cudamagic.pipeline import build_module
+
+    said = _refusal(lambda: parse_magic_line(line))
+    for hint in hints:
+        words, command = hint if isinstance(hint, tuple) else (hint, hint)
+        assert words in (said if isinstance(hint, tuple) else said.replace("'", "")), said
+        opts = parse_magic_line(command)
+        module = build_module(HINT_CELL, replace(opts, no_cache=True))
+        assert module is not None

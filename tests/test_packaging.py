@@ -132,18 +132,47 @@ def test_the_cuda_stack_is_an_extra_per_major_version(wheel):
     assert "Environment :: GPU :: NVIDIA CUDA :: 13" in classifiers
 
 
-def test_without_a_cuda_stack_the_first_build_says_what_to_install(tmp_path):
-    code = ("import sys\n"
+NO_STACK = ("import sys\n"
             "sys.modules['cuda.bindings'] = sys.modules['cuda.bindings.nvrtc'] = None\n"
             "import cudamagic\n"
             "try:\n"
             "    cudamagic.build('__global__ void k(int* x) { *x = 1; }', cache=sys.argv[1])\n"
-            "except cudamagic.CompileError as exc:\n"
+            "except cudamagic.ToolchainError as exc:\n"
             "    print(exc)\n")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], cwd=tmp_path,
+
+
+def _without_a_stack(tmp_path, path: str) -> str:
+    """What the first build says where cuda.bindings cannot be imported, cudamagic taken from
+    ``path`` (a checkout, or a folder a wheel was installed into)."""
+    out = subprocess.run([sys.executable, "-c", NO_STACK, str(tmp_path / "cache")], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                             filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+                             filter(None, [path, os.environ.get("PYTHONPATH")]))})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "NVRTC is not installed" in out.stdout
-    assert "cudamagic[cu13]" in out.stdout and "cudamagic[cu12]" in out.stdout
+    assert "NVRTC is not installed" in out.stdout, out.stdout
+    assert "cu13" in out.stdout and "cu12" in out.stdout
+    return out.stdout
+
+
+def test_without_a_cuda_stack_a_checkout_s_build_says_how_to_install_it_from_there(tmp_path):
+    """The toolchain's error, not the cell's: the advice is the checkout's own editable install
+    (cudamagic is on no index: pip install 'cudamagic[cu13]' would find nothing)."""
+    said = _without_a_stack(tmp_path, str(REPO))
+    assert f"pip install -e '{REPO}[cu13]'" in said or f"pip install -e {REPO}[cu13]" in said
+    assert "'cudamagic[cu13]'" not in said
+
+
+def test_without_a_cuda_stack_a_wheel_s_build_says_how_to_install_it_from_the_wheel(
+        wheel, tmp_path):
+    target = tmp_path / "site"
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                          str(target), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    said = _without_a_stack(tmp_path, str(target))
+    assert f"pip install '{wheel}[cu13]'" in said or f"pip install {wheel}[cu13]" in said, said
+    wheel.rename(wheel.with_suffix(".moved"))  # the wheel gone: the extra's own packages
+    try:
+        said = _without_a_stack(tmp_path, str(target))
+    finally:
+        wheel.with_suffix(".moved").rename(wheel)
+    assert "'cuda-bindings<14,>=13'" in said and "cupy-cuda13x" in said, said

@@ -97,9 +97,16 @@ def test_a_key_file_of_another_owner_is_refused(tmp_path):
     assert store is None and "owned by uid 65534" in why
 
 
-def _forge(kind: str, key: str, record: bytes, team_key: bytes) -> bytes:
+def _stored(store: RemoteStore, key: str) -> tuple[str, str]:
+    """The Redis name and variant of ``key``'s one record on the server."""
+    names = [n.decode() for n in store.raw.scan_iter(store.record_name(key, "*"))]
+    assert len(names) == 1, names
+    return names[0], names[0].rpartition(":")[2]
+
+
+def _forge(kind: str, key: str, variant: str, record: bytes, team_key: bytes) -> bytes:
     """A record changed the way an attacker who can write the server would change it."""
-    entry = verify(team_key, key, record)
+    entry = verify(team_key, key, record, variant)
     rec = decode_entry(entry, key)
     tag = record[len(RECORD_MAGIC):len(RECORD_MAGIC) + 32]
     if kind == "cubin":  # one byte of the CUBIN, the entry's own checksum left as it was
@@ -115,19 +122,21 @@ def _forge(kind: str, key: str, record: bytes, team_key: bytes) -> bytes:
     if kind == "tag":  # a valid entry, a tag that is not the team's
         return RECORD_MAGIC + os.urandom(32) + entry
     if kind == "other-key":  # signed properly, with another team's key
-        return sign(os.urandom(32), key, entry)
+        return sign(os.urandom(32), key, entry, variant)
+    if kind == "other-variant":  # the team's record, signed for another header state
+        return sign(team_key, key, entry, "0" * 32)
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["cubin", "map", "tag", "other-key"])
+@pytest.mark.parametrize("kind", ["cubin", "map", "tag", "other-key", "other-variant"])
 def test_a_forged_record_is_refused_and_never_served(tmp_path, server, key_file, kind):
     maker = _cache(tmp_path, "a", server.url, key_file)
     made = build(TEMPLATE, name_expressions=NAMES, cache=maker)
     maker.remote.flush()
-    redis_key = maker.remote.prefix + made.key
+    redis_key, variant = _stored(maker.remote, made.key)
     record = server.client().get(redis_key)
     team_key = key_file.read_bytes().strip()
-    server.client().set(redis_key, _forge(kind, made.key, record, team_key))
+    server.client().set(redis_key, _forge(kind, made.key, variant, record, team_key))
 
     victim = _cache(tmp_path, "b", server.url, key_file)
     with warnings.catch_warnings(record=True) as caught:
@@ -139,7 +148,7 @@ def test_a_forged_record_is_refused_and_never_served(tmp_path, server, key_file,
     assert sum("signature" in str(w.message) for w in caught) == 1  # said once
     victim.remote.flush()
     # deleted, and this machine's own record put in its place
-    assert verify(team_key, made.key, server.client().get(redis_key))
+    assert verify(team_key, made.key, server.client().get(redis_key), variant)
 
 
 def test_nothing_on_the_server_is_unpickled():
@@ -239,7 +248,7 @@ def test_two_machines_compiling_at_once_keep_one_record(tmp_path, server, key_fi
     sent = [c.remote.remote_stats() for c in caches]
     # the second compile found the first's record there (SET NX): one record, both correct
     assert sorted((s.sent, s.kept_theirs) for s in sent) == [(0, 1), (1, 0)]
-    assert len([k for k in server.client().scan_iter("cudamagic:*")]) == 1
+    assert len(list(server.client().scan_iter(caches[0].remote.record_name("*", "*")))) == 1
 
 
 def test_a_record_over_the_limit_is_not_sent(tmp_path, server, key_file):
@@ -536,6 +545,8 @@ import pytest
 from cudamagic.store.base import Refused
 from cudamagic.store.remote import RemoteStore, TIMEOUT_S
 
+from .redis_server import use_parser
+
 
 _HELLO = b"%1\r\n$5\r\nproto\r\n:3\r\n"  # a RESP3 HELLO reply redis-py 8 takes
 
@@ -615,10 +626,13 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("parser", ["python", "hiredis"])
 @pytest.mark.parametrize("name, reply, hello, gives", CASES, ids=[c[0] for c in CASES])
-def test_a_hostile_server_costs_one_bounded_delay_and_never_raises(name, reply, hello, gives):
+def test_a_hostile_server_costs_one_bounded_delay_and_never_raises(name, reply, hello, gives,
+                                                                   parser):
     server = ScriptedServer(reply, hello)
     store = RemoteStore(f"redis://127.0.0.1:{server.port}/0", b"k" * 32, max_record=1 << 20)
+    use_parser(store, parser)
     try:
         t = time.perf_counter()
         with warnings.catch_warnings(record=True) as said:
@@ -696,20 +710,31 @@ def real_server(tmp_path_factory):
     s.stop()
 
 
-@pytest.mark.parametrize("kind, put", TYPES, ids=[t[0] for t in TYPES])
+# where a key of another type stands: the record (its index field names it) or the index
+PLACES = [(kind, put, "record") for kind, put in TYPES] + [
+    (kind, put, "index") for kind, put in TYPES if kind != "hash"] + [
+    ("string", lambda r, k: r.set(k, b"x"), "index")]
+
+
+@pytest.mark.parametrize("kind, put, where", PLACES, ids=[f"{k} as {w}" for k, _, w in PLACES])
 def test_a_key_of_another_type_is_a_refused_record_not_a_failing_server(real_server, kind,
-                                                                        put):
+                                                                        put, where):
     store = RemoteStore(real_server.url, b"k" * 32)
     raw = real_server.client()
-    put(raw, store.prefix + kind)
+    key = f"{kind} as {where}"  # the server is the module's: one key per row
+    name = store.record_name(key) if where == "record" else store.index_name(key)
+    if where == "record":
+        assert store.save(key, b"entry")  # its index field names the record
+    raw.delete(name)
+    put(raw, name)
     try:
         with pytest.raises(Refused, match="another type"):
-            store.load(kind)
+            store.load(key)
         stats = store.remote_stats()
         assert stats.errors == 0 and stats.state.value == "on" and stats.refused == 1
-        assert not raw.exists(store.prefix + kind)  # deleted: the next compile's record fits
-        assert store.save(kind, b"entry")
-        assert store.load(kind) == b"entry"
+        assert not raw.exists(name)  # deleted: the next compile's record fits
+        assert store.save(key, b"entry")
+        assert store.load(key) == b"entry"
     finally:
         store.close()
 

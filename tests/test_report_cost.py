@@ -1,15 +1,11 @@
 """What showing a report costs on a cache hit: the timing and occupancy fold works out one table
 per distinct usage (its content the same as each kernel's own table), reads each kernel's own
-records only, and a hit cell after ``%load_ext`` imports nothing of cudamagic's."""
+records only (what a hit cell imports is tests/test_import_cost.py's)."""
 
 from __future__ import annotations
 
-import json
 import re
 import struct
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -111,37 +107,6 @@ def test_usage_reads_the_kernels_own_records_not_its_launch_needs(which, monkeyp
     got = {k.symbol: occ.usage_of(k).max_threads for k in read_cubin(data).kernels}
     assert got == expected
     assert which == 0 or (got["lb"], got["big"], got["none"]) == (192, 1024, None)
-
-
-_HIT_CELL = textwrap.dedent("""\
-    import json, sys
-    import cudamagic
-    from IPython.core.interactiveshell import InteractiveShell
-
-    ip = InteractiveShell.instance()
-    cudamagic.load_ipython_extension(ip)
-    ip.kernel = object()  # shown as in a notebook (the HTML and the fold), on comm's stand-in
-    before = set(sys.modules)
-    ip.run_cell_magic("cuda", "-n same<1> -n same<2>", sys.argv[1])
-    shown = ip.user_ns["cuda_module"].report
-    print(json.dumps({"hit": ip.user_ns["cuda_module"].hit, "imported": sorted(
-        m for m in set(sys.modules) - before if m.split(".")[0] == "cudamagic")}))
-""")
-
-
-def test_a_hit_cell_after_load_ext_imports_nothing_of_cudamagic(tmp_path):
-    """%load_ext imports what a cell needs; a hit in the first cell after it pays no import
-    (the fold's occupancy classes were one: ~2 ms of dataclass making)."""
-    env = {"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO),
-           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    runs = []
-    for _ in range(2):  # a miss fills the cache, then a fresh process hits
-        proc = subprocess.run([sys.executable, "-c", _HIT_CELL, _SOURCE], capture_output=True,
-                              text=True, env=env, cwd=tmp_path, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    assert [r["hit"] for r in runs] == [False, True]
-    assert runs[1]["imported"] == []
 
 
 def test_launch_needs_scan_code_only_where_a_grid_barrier_could_be(monkeypatch):

@@ -32,20 +32,19 @@ print(json.dumps({"hit": mod.hit, "kernels": len(mod), "modules": new}))
 """
 
 #: cudamagic's modules a hit imports: the entry, the CUBIN's tables (and the ELF format they
-#: are read by, toolchain.elf), the names, the records of
-#: the report, the launch's Kernel (not yet launched) and its parameter kinds (launch.params
-#: takes PTX's parameter types from toolchain.ptx), and cxx.kernel_names (the report's hint of
-#: a template kernel left without -n reads the cell's text on every build, a hit's too), and
-#: cudamagic.process (the registry every memoized function and fork hook registers with).
+#: are read by, toolchain.elf), the names, the records of the report, the Kernel class (not yet
+#: launched: its launcher, parameter table and argument packing come with its first call),
+#: cxx.kernel_names (the report's hint of a template kernel left without -n reads the cell's
+#: text on every build, a hit's too), and cudamagic.process (the registry every memoized
+#: function and fork hook registers with).
 HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
     | process cxx cxx.args cxx.compare cxx.display cxx.mangled cxx.parse cxx.pyname cxx.resolve
     cxx.signatures cxx.types errors explain files forksafe keys miss options toolkit units
-    launch launch.encode launch.extended launch.kernel launch.launcher launch.params
-    launch.support lineinfo module naming pipeline typed
+    launch launch.kernel launch.support lineinfo module naming pipeline typed
     store store.base store.cache store.connections store.disk store.entry store.limits
     store.memory store.state
-    toolchain toolchain.demangle toolchain.deps toolchain.driver toolchain.elf toolchain.image
-    toolchain.manifest toolchain.variables toolchain.ptx cxx.kernel_names
+    toolchain toolchain.demangle toolchain.driver toolchain.elf toolchain.image
+    toolchain.manifest toolchain.variables cxx.kernel_names
     view view.render view.report
     """.replace("|", "").split() + [""])
 
@@ -58,6 +57,9 @@ NEVER = ("cudamagic.toolchain.nvrtc", "cudamagic.toolchain.probe", "cudamagic.cx
          "cudamagic.launch.calls", "cudamagic.launch.capture", "cudamagic.view.debug",
          "cudamagic.view.bench", "cudamagic.view.shown", "cudamagic.view.widget",
          "cudamagic.store.remote", "cudamagic.magic", "cudamagic.info", "redis", "xml",
+         "cudamagic.toolchain.deps", "cudamagic.toolchain.ptx", "cudamagic.launch.launcher",
+         "cudamagic.launch.params", "cudamagic.launch.encode", "cudamagic.launch.extended",
+         "subprocess", "difflib", "decimal", "fractions",
          "IPython", "ipywidgets", "cupy", "cuda.bindings.nvrtc", "cuda.bindings.nvjitlink")
 
 

@@ -52,8 +52,8 @@ class _Steered(KernelCache):
         super().__init__(directory)
         self.steer = steer
 
-    def lookup(self, key):
-        return super().lookup(self.steer.get(key, key))
+    def lookup(self, key, check=None):
+        return super().lookup(self.steer.get(key, key), check)
 
 
 def _build(cell, cache, compiler):

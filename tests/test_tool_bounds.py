@@ -7,6 +7,7 @@ refuses.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -202,6 +203,30 @@ def test_the_childs_last_lines_say_how_much_came_before_what_was_kept(cut, first
 
 # --- the sanitizer's report ----------------------------------------------------------------------
 
+def _without_waiting(read, path, error: type) -> object:
+    """What ``read()`` returns or raises as ``error``, from a thread given 30 s; a read still
+    waiting then (on a FIFO at ``path``) is let go by a writer, and the test fails."""
+    import threading
+
+    got: list = []
+
+    def run():
+        try:
+            got.append(read())
+        except error as exc:
+            got.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(30)
+    if t.is_alive():
+        with open(path, "wb"):
+            pass
+        t.join(30)
+        pytest.fail(f"the read waited on {path}")
+    return got[0]
+
+
 def _report_in(tmp_path, kind: str):
     """A report path that is not the regular file the tool writes."""
     from .test_debug_tools import _report
@@ -229,26 +254,9 @@ def _report_in(tmp_path, kind: str):
 def test_a_report_that_is_no_file_the_tool_wrote_is_refused_at_once(tmp_path, kind, says):
     # before: a plain open(), so a FIFO in the report's place blocked read_xml for ever (other
     # untrusted files go through files.read_regular), and a link was followed
-    import threading
-
-    path = _report_in(tmp_path, kind)
-    got: list = []
-
-    def read():
-        try:
-            got.append(read_xml(path, SanitizerTool.MEMCHECK))
-        except SanitizerOutputError as exc:
-            got.append(exc)
-
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    t.join(30)
-    if t.is_alive():  # let it go: the FIFO gets a writer and ends
-        with open(path, "wb"):
-            pass
-        t.join(30)
-        pytest.fail(f"read_xml waited on {kind}")
-    assert isinstance(got[0], SanitizerOutputError) and says in str(got[0])
+    got = _without_waiting(lambda: read_xml(_report_in(tmp_path, kind), SanitizerTool.MEMCHECK),
+                           tmp_path / "report.xml", SanitizerOutputError)
+    assert isinstance(got, SanitizerOutputError) and says in str(got)
 
 
 def _parse_in_child(data: bytes, tmp_path) -> str:
@@ -290,3 +298,179 @@ def test_records_nested_in_records_are_read_in_linear_time(tmp_path, body, says)
     # 0.6 MB report of nested records did not finish in 30 s, while 64 MiB are accepted
     data = f"<ComputeSanitizerOutput>{body}</ComputeSanitizerOutput>".encode()
     assert _parse_in_child(data, tmp_path).startswith(says)
+
+
+# --- what the child is given and what it leaves --------------------------------------------------
+
+@pytest.mark.parametrize("name, value, reaches", [
+    ("CUDAMAGIC_REMOTE_CACHE", "redis://:s3cret@cache.example:6379/0", False),  # a password
+    ("CUDAMAGIC_REMOTE_PASSWORD_FILE", "/home/u/.cache-password", False),
+    ("CUDAMAGIC_EAGER_CONTEXT", "1", False),
+    ("CUDA_VISIBLE_DEVICES", "1", True),  # the device the notebook chose
+    ("LD_LIBRARY_PATH", "/opt/cuda/lib64", True),
+])
+def test_the_child_gets_the_notebooks_environment_without_cudamagics_settings(
+        monkeypatch, name, value, reaches):
+    # before: the whole environment, the team cache's address and password included
+    from cudamagic.launch.tool_run import _child_env
+
+    monkeypatch.setenv(name, value)
+    done = tools.run_child([sys.executable, "-c", "import os; print(repr(dict(os.environ)))"],
+                           env=_child_env(), timeout=60)
+    seen = eval(done.stdout)  # noqa: S307 - the repr of a dict of str the child printed
+    assert (seen.get(name) == value) is reaches
+
+
+_STAND_IN = """import json, os, sys
+def main(argv):
+    with open(os.path.join(argv[0], "seen.json"), "w") as f:
+        json.dump({"file": __file__, "path": sys.path, "argv": argv}, f)
+    return 0
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("entry", ["pkgs:1", "rel"], ids=["a colon", "relative"])
+def test_the_child_imports_from_the_notebooks_sys_path_as_it_is(tmp_path, monkeypatch, entry):
+    # before: PYTHONPATH joined from sys.path, so an entry holding ':' was cut in two, and a
+    # relative one was looked for in the child's own folder: what the notebook imports from
+    # there was not found (here a stand-in cudamagic.child that says where it ran from)
+    from cudamagic.launch.tool_run import LineinfoBuild, _child_env, write_run
+    from .test_debug_tools import _oob_capture
+
+    monkeypatch.chdir(tmp_path)
+    package = tmp_path / entry / "cudamagic"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "child.py").write_text(_STAND_IN)
+    monkeypatch.setattr(sys, "path", [entry, *sys.path])
+    folder = tmp_path / "run"
+    folder.mkdir()
+    argv = write_run(folder, _oob_capture(), LineinfoBuild(b""), 0)
+    done = tools.run_child(argv, env=_child_env(), cwd=folder, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((folder / "seen.json").read_text())
+    assert seen["file"] == str(package / "child.py")
+    assert seen["path"][0] == str(tmp_path / entry) and seen["argv"] == [str(folder), "0"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("[]", "not {"),
+    ('{"placed": 5}', "not {"),
+    ('{"placed": [], "error": 5}', "not {"),
+    ('{"placed": [[1, 2]]}', "[1, 2] is not three"),
+    ('{"placed": [["a", 4096, 16]]}', "is not three"),
+    ('{"placed": [[1.5, 4096, 16]]}', "is not three"),
+    ('{"placed": [[true, 4096, 16]]}', "is not three"),
+    ('{"placed": [[0, -1, 16]]}', "is not three"),
+    ('{"placed": [[0, 4096', "cannot be read as JSON"),
+    (b"\xff\xfe", "cannot be read as JSON"),
+    (None, "it is a FIFO"),
+])
+def test_a_malformed_placed_json_is_the_projects_error_saying_what(tmp_path, text, says):
+    # before: a raw AttributeError ([]) or ValueError ([[1, 2]]), a float or a bool taken as an
+    # address, a cut file read as no placements, and a FIFO waited on for ever
+    from cudamagic.errors import LaunchError
+    from cudamagic.launch.tool_run import read_placed
+
+    where = tmp_path / "placed.json"
+    if text is None:
+        os.mkfifo(where)
+    else:
+        where.write_bytes(text if isinstance(text, bytes) else text.encode())
+    got = _without_waiting(lambda: read_placed(tmp_path), where, LaunchError)
+    assert isinstance(got, LaunchError) and says in str(got) and str(where) in str(got)
+
+
+@pytest.mark.parametrize("text, want", [
+    ('{"placed": [[0, 4096, 16], [2, 8192, 0]], "error": ""}',
+     ([cap.Placement(0, 4096, 16), cap.Placement(2, 8192, 0)], "")),
+    ('{"placed": [], "error": "cuLaunchKernel failed"}', ([], "cuLaunchKernel failed")),
+    (None, ([], "")),  # the child ended before it wrote the file
+])
+def test_the_childs_placed_json_is_read(tmp_path, text, want):
+    from cudamagic.launch.tool_run import read_placed
+
+    if text is not None:
+        (tmp_path / "placed.json").write_text(text)
+    assert read_placed(tmp_path) == want
+
+
+# --- what a clean initcheck run could not see ----------------------------------------------------
+
+@pytest.mark.parametrize("tool, uninitialized, sizes, names", [
+    ("initcheck", (), (8, 4), "argument 0, x: float32[8]; argument 2, y: float32[4]"),
+    ("initcheck", (0,), (8, 4), "argument 2, y: float32[4]"),
+    ("initcheck", (0, 2), (8, 4), None),  # both left fresh: initcheck sees every such read
+    ("initcheck", (), (8, 0), "argument 0, x: float32[8]"),  # an empty array holds no bytes
+    ("memcheck", (), (8, 4), None),
+])
+def test_a_clean_initcheck_run_says_what_it_could_not_see_and_how_to(tool, uninitialized,
+                                                                     sizes, names):
+    # before: the arrays were copied into the child, so a read of memory the notebook never
+    # wrote was invisible there, and the clean result said only "no errors"
+    from cudamagic.launch.tool_run import SanitizeReport, copied_in
+    from cudamagic.view.debug import sanitize_html, sanitize_text
+
+    k = cudamagic.build('extern "C" __global__ void k(float* x, int n, float* y) {}',
+                        use_cache=False)["k"]
+    x, y = (_DeviceArray(np.zeros(n, np.float32)) for n in sizes)
+    c = cap.capture("k", k.params, (1,), (1,), (x, 3, y), copy=_host_copy,
+                    labels=("x", "n", "y"), uninitialized=uninitialized)
+    r = SanitizeReport(SanitizerTool.of(tool), "Version 2025.3.1", "k", c.grid, c.block,
+                       copied_in=copied_in(c))
+    text, page = sanitize_text(r), sanitize_html(r)
+    assert text.startswith(f"{tool}: no errors in k")
+    if names is None:
+        assert "not seen" not in text and "uninitialized=" not in page
+        return
+    copied = [i for i, n in ((0, sizes[0]), (2, sizes[1])) if n and i not in uninitialized]
+    given = f"({', '.join(map(str, copied))})" if len(copied) > 1 else str(copied[0])
+    assert f"not seen: a read of memory the notebook never wrote, in {names}:" in text
+    assert f"uninitialized={given}, or %cuda_sanitize --uninitialized " \
+           f"{','.join(map(str, copied))}" in text
+    assert f"uninitialized={given}" in page
+    assert all(a.contents == b"" for a in r.copied_in)  # the record keeps no array's bytes
+
+
+# --- cluster launches the CUBIN alone refuses ----------------------------------------------------
+
+CLUSTERS = r"""
+extern "C" __global__ void __cluster_dims__(2, 1, 1) paired(int* x, int n) { x[0] = n; }
+extern "C" __global__ void __cluster_dims__() any_cluster(int* x, int n) { x[0] = n; }
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster_cache(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("clusters")
+    cudamagic.build(CLUSTERS, [], arch="sm_90", cache=str(folder))
+    return str(folder)
+
+
+@pytest.mark.parametrize("name, grid, kw, says", [
+    ("paired", (3,), {}, r"the grid \(3, 1, 1\) is not a whole number of clusters of "
+                         r"\(2, 1, 1\) blocks \(its __cluster_dims__\)"),
+    ("paired", (4,), {"cluster": (4, 1, 1)}, r"cluster=\(4, 1, 1\), but the kernel was "
+                                             r"compiled with __cluster_dims__\(2, 1, 1\)"),
+    ("any_cluster", (4,), {}, r"compiled with __cluster_dims__\(\) and no shape: launch it "
+                              r"with cluster=\(x, y, z\)"),
+    ("any_cluster", (3,), {"cluster": 2}, r"clusters of \(2, 1, 1\) blocks \(the call's "
+                                          r"cluster\)"),
+    ("paired", (4,), {}, None),  # a launch the CUBIN takes: the device is asked
+    ("any_cluster", (4,), {"cluster": (2, 1, 1)}, None),
+], ids=["grid-3-of-pairs", "another-shape", "no-shape", "call-shape", "good", "good-shape"])
+def test_a_cluster_launch_the_cubin_refuses_is_an_argument_error_without_a_gpu(
+        monkeypatch, cluster_cache, name, grid, kw, says):
+    # before: the kernel's __cluster_dims__ (EIATTR_CTA_PER_CLUSTER, EIATTR_EXPLICIT_CLUSTER in
+    # its CUBIN) was checked after the device was asked, so without a GPU each of these said
+    # only NoDeviceError; here the GPU's absence is simulated, so a GPU machine runs it alike
+    from cudamagic.errors import ArgumentValueError, NoDeviceError
+    from cudamagic.toolchain import driver
+
+    monkeypatch.setattr(driver, "_init", lambda: "no GPU (simulated)")
+    kernel = cudamagic.build(CLUSTERS, [], arch="sm_90", cache=cluster_cache)[name]
+    with pytest.raises(NoDeviceError if says is None else ArgumentValueError,
+                       match=f"^{name}: .*{says}" if says else "simulated"):
+        kernel(grid, (32,), (None, 3), **kw)

@@ -22,7 +22,6 @@ Pure: no CUDA, no IPython.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -238,6 +237,8 @@ def template_instances(sigs: Signatures) -> tuple[list[Resolved], list[str]]:
 def similar_names(wanted: str, names: Sequence[str], labels: Sequence[str] | None = None,
             n: int = 3) -> tuple[str, ...]:
     """Up to ``n`` labels whose names are most like ``wanted`` (labels default to the names)."""
+    import difflib  # an error's suggestions: not a build's import
+
     labels = list(labels) if labels is not None else list(names)
     picked = difflib.get_close_matches(wanted, list(names), n=n, cutoff=0.4)
     out: list[str] = []

@@ -23,7 +23,8 @@ from ..toolchain.driver import ExtendedLaunch
 from ..toolchain.image import LaunchNeeds
 from .encode import show, check_dims
 
-__all__ = ["always_extended", "check_extended", "co_residency_error", "launch_extended"]
+__all__ = ["always_extended", "check_extended", "cluster_error", "co_residency_error",
+           "launch_extended"]
 
 Dims = tuple[int, int, int]
 
@@ -34,11 +35,12 @@ def always_extended(needs: LaunchNeeds) -> bool:
     return bool(needs.grid_sync) or needs.requires_cluster or needs.cluster_dims is not None
 
 
-def check_extended(name: str, cluster: Any, cooperative: Any, grid: Dims | None = None
-                   ) -> tuple[Dims | None, bool | None]:
+def check_extended(name: str, cluster: Any, cooperative: Any, grid: Dims | None = None,
+                   needs: LaunchNeeds = LaunchNeeds()) -> tuple[Dims | None, bool | None]:
     """A call's ``cluster`` (None, or 1 to 3 ints, each at least 1, that divide ``grid``) and
-    ``cooperative`` (None, True or False), checked before the device is asked (without a GPU
-    a bad cluster is said as such, not as no device).
+    ``cooperative`` (None, True or False), checked before the device is asked, against what
+    the CUBIN says of the kernel's clusters (``needs``) too: without a GPU a bad cluster is
+    said as such, not as no device.
 
     :raises ArgumentTypeError, ArgumentValueError: anything else.
     """
@@ -47,11 +49,31 @@ def check_extended(name: str, cluster: Any, cooperative: Any, grid: Dims | None 
                                 f"CUBIN says), got {type(cooperative).__name__} "
                                 f"{show(cooperative)}")
     dims = None if cluster is None else check_dims(name, "cluster", cluster)
-    if dims is not None and grid is not None:
-        error = _cluster_error(name, grid, dims, "the call's cluster")
+    if grid is not None:
+        error = cluster_error(name, needs, grid, dims)
         if error is not None:
             raise error
     return dims, cooperative
+
+
+def cluster_error(name: str, needs: LaunchNeeds, grid: Dims, cluster: Dims | None
+                  ) -> ArgumentValueError | None:
+    """Why the CUBIN's clusters refuse this grid and the call's ``cluster`` (checked), or None:
+    another shape than the kernel's ``__cluster_dims__``, none for a ``__cluster_dims__()``
+    kernel, or a grid that is no whole number of the clusters it launches in."""
+    compiled = needs.cluster_dims
+    if cluster is not None and compiled is not None and cluster != compiled:
+        return ArgumentValueError(f"{name}: cluster={cluster}, but the kernel was compiled with "
+                                  f"__cluster_dims__{compiled}: leave cluster out, or pass "
+                                  f"{compiled}")
+    if cluster is None and compiled is None and needs.requires_cluster:
+        return ArgumentValueError(f"{name}: the kernel was compiled with __cluster_dims__() and "
+                                  "no shape: launch it with cluster=(x, y, z)")
+    shape = cluster or compiled
+    if shape is None:
+        return None
+    return _cluster_error(name, grid, shape, "the call's cluster" if cluster
+                          else "its __cluster_dims__")
 
 
 def co_residency_error(name: str, grid: Dims, block: Dims, shared_mem: int, per_sm: int,
@@ -125,23 +147,13 @@ def launch_extended(name: str, needs: LaunchNeeds, hooks: Any, params: int,
     :raises LaunchError: a cooperative grid larger than the device holds at once; a device
         that cannot make the launch; the driver's refusal.
     """
-    grid, cluster = call.grid, call.cluster
+    cluster = call.cluster
     # a debug CUBIN whose grid sync cannot be told (grid_sync None) is launched as asked
     cooperative = bool(needs.grid_sync) if call.cooperative is None else call.cooperative
-    compiled = needs.cluster_dims
-    if cluster is not None and compiled is not None and cluster != compiled:
-        raise ArgumentValueError(f"{name}: cluster={cluster}, but the kernel was compiled with "
-                                 f"__cluster_dims__{compiled}: leave cluster out, or pass "
-                                 f"{compiled}")
-    if cluster is None and compiled is None and needs.requires_cluster:
-        raise ArgumentValueError(f"{name}: the kernel was compiled with __cluster_dims__() and "
-                                 "no shape: launch it with cluster=(x, y, z)")
-    shape = cluster or compiled
-    if shape is not None:
-        error = _cluster_error(name, grid, shape, "the call's cluster" if cluster
-                               else "its __cluster_dims__")
-        if error is not None:
-            raise error
+    # the launcher asked already, before the device; a direct call is checked here
+    error = cluster_error(name, needs, call.grid, cluster)
+    if error is not None:
+        raise error
     if cooperative or cluster is not None:
         _check_device(name, hooks, occupancy, fn, device, call, cooperative)
     hooks.launch_ex(fn, device, params, dataclasses.replace(call, cooperative=cooperative),

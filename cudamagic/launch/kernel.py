@@ -20,12 +20,11 @@ from ..cxx.resolve import ResolvedBy
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 from ..toolchain import driver
 from ..toolchain.image import KernelImage, KernelResources, LaunchNeeds
-from .launcher import (LAST_LAUNCH, SHARED_PER_BLOCK_DEFAULT, Launcher, LaunchHooks, NoSuchType, NullStream,
-                       generate_launcher)
-from .params import ParamSpec, param_specs
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:  # pragma: no cover  (the launch's modules: imported by the first call)
     from .attributes import KernelAttributes
+    from .launcher import Launcher, LaunchHooks
+    from .params import ParamSpec
 
 __all__ = ["Kernel", "KernelTools"]
 
@@ -159,6 +158,8 @@ class Kernel:
     def params(self) -> tuple[ParamSpec, ...] | None:
         """The parameter table (read from the CUBIN and the signature on first use, so a restore
         of many kernels parses only those that are called)."""
+        from .params import param_specs
+
         declared = getattr(self.binary, "declared", None) or {}
         return param_specs(self.image, self._signatures[self.symbol], declared.get(self.symbol))
 
@@ -183,6 +184,8 @@ class Kernel:
     def dynamic_shared_default(self) -> int:
         """Dynamic shared memory a launch may take before the kernel's limit must be raised: the
         driver's default of 48 KiB per block counts the static ``__shared__`` arrays too."""
+        from .launcher import SHARED_PER_BLOCK_DEFAULT
+
         static = self.resources.static_shared_bytes if self.resources is not None else 0
         return max(SHARED_PER_BLOCK_DEFAULT - static, 0)
 
@@ -360,6 +363,8 @@ class Kernel:
         if self.params is None:
             raise LaunchError(f"{self.name_expression}: the CUBIN carries no parameter records "
                               f"for {self.symbol}; cudamagic cannot pack its arguments safely")
+        from .launcher import generate_launcher
+
         sample = sample if isinstance(sample, (tuple, list)) else ()
         launcher = generate_launcher(self.name_expression, self.params, self._launch_hooks(),
                                      sample, shape, self.launch_needs, self.prints)
@@ -383,6 +388,8 @@ class Kernel:
     def _launch_hooks(self) -> LaunchHooks:
         """The device side of a launch: CuPy's types and calls where CuPy is imported (its typed
         ``cuLaunchKernel`` binding is the cheapest from Python), the driver module's otherwise."""
+        from .launcher import LaunchHooks, NoSuchType, NullStream
+
         cupy = sys.modules.get("cupy")
         fast = "cupy_backends.cuda.api.driver" in sys.modules
         return LaunchHooks(
@@ -407,6 +414,7 @@ class Kernel:
         except ContextPoisonedError as exc:  # the fault was an earlier launch's, likely the last
             if exc.repeated:
                 raise
+            from .launcher import LAST_LAUNCH
             from .tool_run import sanitize_hint
 
             raise ContextPoisonedError(f"{exc} {sanitize_hint(LAST_LAUNCH[0])}", exc.code,

@@ -209,6 +209,7 @@ def generate_launcher(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
     env = _launcher_globals(name, specs, hooks, buf)
     env["address"] = ctypes.addressof(ptrs)
     env["extended"] = functools.partial(launch_extended, name, needs, hooks, env["address"], {})
+    env["check_extended"] = functools.partial(check_extended, name, needs=needs)
     sample = tuple(sample) if len(sample) == len(specs) else (None,) * len(specs)
     tests, values, fmt, converted, pos = [], [], "<", [], 0
     for spec in sorted(specs, key=lambda s: s.offset):
@@ -238,7 +239,6 @@ def _launcher_globals(name: str, specs: Sequence[ParamSpec], hooks: LaunchHooks,
         "current_device": hooks.current_device, "current_stream": hooks.current_stream,
         "relaunch": hooks.relaunch, "ZERO": 0, "Extended": driver.ExtendedLaunch,
         "with_shared": functools.partial(_with_shared, name, hooks),
-        "check_extended": functools.partial(check_extended, name),
         "struct_error": struct.error, "dims": check_dims,
         "get_ident": _get_ident, "OWNER": _get_ident(), "other_thread": hooks.other_thread,
         "repack": functools.partial(_write, name, specs, buf=buf),

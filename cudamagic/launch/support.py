@@ -5,7 +5,7 @@ imports."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["LineinfoBuild", "DebugSupport"]
@@ -28,6 +28,8 @@ class LineinfoBuild:
         The file name NVRTC gave the source (``cell.cu``).
     lineinfo : bool
         The record's CUBIN has line information.
+    cubin : bytes
+        The record's CUBIN (what :meth:`cudamagic.Module.annotate` disassembles).
     """
 
     payload: bytes
@@ -35,6 +37,7 @@ class LineinfoBuild:
     line_offset: int = 0
     program: str = "cell.cu"
     lineinfo: bool = False
+    cubin: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import files
 from ..errors import ArgumentValueError, LaunchError, OptionError
 from ..toolchain import driver, tools
 from ..units import size_text
 from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, Space,
                                    read_xml, sanitizer_argv)
 from .calls import CallSyntax, read_calls, read_options
-from .capture import (ArgAddress, Capture, Placement, capture, check_launch, encode_capture,
-                      name_address, check_options, uninitialized_indices)
+from .capture import (ArgAddress, ArgKind, Capture, CapturedArg, Placement, capture,
+                      check_launch, encode_capture, name_address, check_options,
+                      uninitialized_indices)
 from .params import layout_error
 from .support import DebugSupport, LineinfoBuild
 
@@ -90,6 +92,9 @@ class SanitizeReport:
     total: int = 0
     lineinfo: bool = False
     failed: str = ""
+    #: The array arguments whose bytes the child was given (their contents left out): initcheck
+    #: takes them as written, so a read of memory the notebook never wrote there is not seen
+    copied_in: tuple[CapturedArg, ...] = ()
     #: Seconds the capture of the arguments and the child's run took
     capture_seconds: float = field(default=0.0, compare=False)
     child_seconds: float = field(default=0.0, compare=False)
@@ -127,6 +132,13 @@ def fold(findings: Sequence[Finding], build: LineinfoBuild, c: Capture,
             else None
         out.append(CellFinding(first, len(group), cell_line, text, place, peer_line, peer_text))
     return tuple(out)
+
+
+def copied_in(c: Capture) -> tuple[CapturedArg, ...]:
+    """The array arguments the child gets the notebook's bytes of (not ``uninitialized``, not
+    empty), without those bytes."""
+    return tuple(dataclasses.replace(a, contents=b"") for a in c.args
+                 if a.kind is ArgKind.ARRAY and a.copied and a.contents)
 
 
 def _check_tool(name: str, tool: Any) -> SanitizerTool:
@@ -176,28 +188,68 @@ def prepare_run(kernel: Any, grid: Any, block: Any, args: Sequence[Any],
     return c, build, device[0]
 
 
+#: the child's start: the notebook's sys.path, every entry as it is (PYTHONPATH cannot say one
+#: that holds os.pathsep), then :data:`CHILD_MODULE`'s main
+_BOOT = ("import json, os, sys\n"
+         "with open(os.path.join(sys.argv[1], 'path.json'), encoding='utf-8') as f:\n"
+         "    sys.path[:] = json.load(f)\n"
+         f"from {CHILD_MODULE} import main\n"
+         "sys.exit(main(sys.argv[1:]))\n")
+
+
 def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    env.pop("CUDAMAGIC_EAGER_CONTEXT", None)
-    return env
+    """The notebook's environment without cudamagic's own settings: the child compiles and
+    caches nothing, and the team cache's address holds its password
+    (``CUDAMAGIC_REMOTE_CACHE``)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CUDAMAGIC_")}
 
 
 def write_run(folder: Path, c: Capture, build: LineinfoBuild, device: int) -> list[str]:
-    """The child's files in ``folder``, and its command line."""
+    """The child's files in ``folder`` (the module, the capture, the notebook's sys.path,
+    each entry made absolute: the child runs in ``folder``), and its command line."""
     (folder / "module.bin").write_bytes(build.payload)
     (folder / "capture.bin").write_bytes(encode_capture(c))
-    return [sys.executable, "-m", CHILD_MODULE, os.fspath(folder), str(device)]
+    path = [os.path.abspath(p) for p in sys.path if isinstance(p, str)]
+    (folder / "path.json").write_text(json.dumps(path), encoding="utf-8")
+    return [sys.executable, "-c", _BOOT, os.fspath(folder), str(device)]
+
+
+#: the most bytes of placed.json read (the child writes three numbers per array argument)
+_MAX_PLACED = 1 << 20
 
 
 def read_placed(folder: Path) -> tuple[list[Placement], str]:
-    """Where the child put each array, and its own account of how it ended."""
+    """Where the child put each array, and its own account of how it ended (nothing where it
+    ended before it wrote them).
+
+    :raises LaunchError: the file is not what the child writes (it names what is wrong).
+    """
+    where = folder / "placed.json"
     try:
-        data = json.loads((folder / "placed.json").read_text())
-    except (OSError, ValueError):
+        data = json.loads(files.read_regular(where, max_size=_MAX_PLACED))
+    except FileNotFoundError:
         return [], ""
-    return [Placement(int(i), int(b), int(n)) for i, b, n in data.get("placed", [])], \
-        str(data.get("error", ""))
+    except files.FileRefused as exc:
+        raise _placed_error(where, f"it {exc.reason}") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
+        raise _placed_error(where, f"it cannot be read as JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("placed"), list) \
+            or not isinstance(data.get("error", ""), str):
+        raise _placed_error(where, 'not {"placed": [[index, address, bytes], ...], "error": '
+                                   'text}')
+    out = []
+    for row in data["placed"]:
+        if not (isinstance(row, list) and len(row) == 3
+                and all(type(n) is int and n >= 0 for n in row)):
+            raise _placed_error(where, f"the placement {str(row)[:80]} is not three "
+                                       "non-negative integers (index, address, bytes)")
+        out.append(Placement(*row))
+    return out, data.get("error", "")
+
+
+def _placed_error(where: Path, what: str) -> LaunchError:
+    return LaunchError(f"the tool run's child left {where} that is not what it writes ({what}): "
+                       "the run's result cannot be read; run it again")
 
 
 def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
@@ -239,7 +291,8 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
         (said or _tail(done, stderr=True) or f"the child exited with {done.returncode}")
     record = SanitizeReport(which, program.version, kernel.name_expression, c.grid, c.block,
                             findings=folded, total=len(findings), lineinfo=build.lineinfo,
-                            failed=failed, capture_seconds=t1 - t0, child_seconds=t2 - t1)
+                            failed=failed, copied_in=copied_in(c), capture_seconds=t1 - t0,
+                            child_seconds=t2 - t1)
     return _present(kernel, record)
 
 

@@ -21,10 +21,11 @@ with a warning.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from .limits import (DEFAULT_SIZE_LIMIT, MAX_SIZE, MIN_ENTRY_ROOM, checked_size,
 from .memory import MemoryStore
 from .state import MAX_FOLDERS, state
 from ..miss import HitKind, Miss, MissKind
+from ..toolchain.manifest import contents_digest
 from ..units import size_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -244,20 +246,37 @@ class KernelCache:
         found = self.lookup(key)
         return found.record, found.miss
 
-    def lookup(self, key: str) -> "Lookup":
+    def lookup(self, key: str, check: "Callable[[object], Miss | None] | None" = None
+               ) -> "Lookup":
         """The entry for ``key`` from the folder, else from the remote tier, and where it came
         from (the caller keeps a remote one in the folder once it serves: :meth:`keep`).
 
-        A bad entry (damaged, another key's, an older format, an untrusted or special file, a
-        remote record whose signature does not hold) is deleted here, or left where it cannot
-        be, and ``miss`` says so; the caller rebuilds.
+        ``check`` says why a stored header manifest does not hold here (None: it holds): a
+        folder's entry that does not hold is deleted and the remote tier asked (another
+        machine may have built the cell from these headers' contents), which serves the
+        newest build of ``key`` that holds. Without it, any entry serves. A bad entry
+        (damaged, another key's, an older format, an untrusted or special file, a remote
+        record whose signature does not hold) is deleted here, or left where it cannot be, and
+        ``miss`` says so; the caller rebuilds.
         """
         record, miss = self._local(key)
+        if record is not None and check is not None:
+            miss = check(record.manifest)
+            if miss is not None:
+                self.refuse(key, HitKind.LOCAL)
+                record = None
         if record is not None or self.remote is None:
             return Lookup(record, miss, HitKind.LOCAL if record is not None else None)
+        return self._lookup_remote(key, check, miss)
+
+    def _lookup_remote(self, key: str, check: "Callable[[object], Miss | None] | None",
+                       miss: Miss | None) -> "Lookup":
+        """The remote tier's part of :meth:`lookup`; ``miss`` is the folder's own reason,
+        kept where the tier has nothing to serve."""
+        assert self.remote is not None
         t = time.perf_counter()
         try:
-            value = self.remote.load(key)
+            found = self.remote.find(key, None if check is None else _holds(check))
         except Refused as exc:
             _warn_once("signature", self.remote.location, f"cudamagic: {exc} (remote cache "
                        f"{self.remote.location}, key {key[:12]}); it was deleted there and the "
@@ -265,15 +284,29 @@ class KernelCache:
                        "server changed them, or a machine signs with another team key")
             return Lookup(None, miss or Miss(MissKind.UNTRUSTED, str(exc)), None,
                           time.perf_counter() - t)
-        seconds = time.perf_counter() - t
-        if value is None:
+        seconds = found.seconds
+        if found.entry is None:
+            if miss is None and found.others:  # never "changed since the last compile" here
+                miss = Miss(MissKind.NO_ENTRY, "no cache entry for these headers' contents "
+                            f"(the team cache holds {found.others} build"
+                            f"{'s' if found.others > 1 else ''} of this cell that read other "
+                            "header contents)")
             return Lookup(None, miss, None, seconds)
         try:
-            return Lookup(decode_entry(value, key), miss, HitKind.REMOTE, seconds)
+            record = decode_entry(found.entry, key)
+            if contents_digest(record.manifest) != found.variant:
+                raise BadEntry("its manifest is not the one it was indexed by")
         except BadEntry as exc:  # signed by the team, yet not an entry this reader takes
             self.remote.unhit()
             return Lookup(None, miss or Miss(exc.kind, f"the remote record: {exc}"), None,
                           seconds)
+        # the same contents, yet stored with other times: the record's own is checked
+        if check is not None and _manifest_bytes(record.manifest) != found.manifest:
+            stale = check(record.manifest)
+            if stale is not None:
+                self.remote.unhit()
+                return Lookup(None, miss or stale, None, seconds)
+        return Lookup(record, miss, HitKind.REMOTE, seconds)
 
     def _local(self, key: str) -> tuple[EntryRecord | None, Miss | None]:
         try:
@@ -347,7 +380,8 @@ class KernelCache:
             record = replace(record, key=key)
         value = encode_entry(record)
         if share and self.remote is not None:
-            self.remote.share(key, value)
+            self.remote.share(key, value, contents_digest(record.manifest),
+                              _manifest_bytes(record.manifest))
         store = self._live()
         if not store.flush():  # the lookups' last-use times first: eviction goes by them
             return False  # they could not be written for CACHE_WAIT_S: the database is held
@@ -378,6 +412,9 @@ class KernelCache:
 
     def __len__(self) -> int:
         return self._use(self._live().__len__, default=0)
+
+    def __bool__(self) -> bool:
+        return True  # a cache is there whatever it holds: never a count of its entries
 
     def keys(self) -> Iterator[str]:
         """Every key."""
@@ -461,6 +498,23 @@ class Lookup:
     miss: Miss | None
     hit: HitKind | None
     remote_seconds: float = 0.0
+
+
+def _manifest_bytes(manifest: object) -> bytes:
+    """A manifest as the remote index holds it (JSON; :func:`_holds` reads it back)."""
+    return json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _holds(check: "Callable[[object], Miss | None]") -> "Callable[[bytes], bool]":
+    """Whether a manifest as the remote index holds it holds here (one that is no JSON never
+    does)."""
+    def holds(data: bytes) -> bool:
+        try:
+            manifest = json.loads(data)
+        except ValueError:
+            return False
+        return check(manifest) is None
+    return holds
 
 
 def _remote(remote: object) -> "tuple[RemoteStore | None, str | None]":
@@ -603,25 +657,3 @@ def reset() -> None:
     """Forget the default cache and the cache warnings already said (tests)."""
     state.reset()
 
-
-
-def open_default_ahead() -> bool:
-    """Open the default cache ahead of the first build (``%load_ext``), so that the first cell
-    finds it open; True when it is. A cache that says something on opening (a folder not to be
-    trusted, a damaged stored limit, a fall-back to memory) is closed again and left for the
-    first build to open, so that what it says reaches that build's report.
-
-    :raises CacheArgumentError: as :func:`default_cache`.
-    """
-    said = set(state.warned)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        cache = default_cache()
-    if not caught and cache.in_memory is None:
-        return True
-    with state.default_lock:
-        if state.default is cache:
-            state.default = state.default_spec = None
-    state.warned.intersection_update(said)
-    cache.close()
-    return False

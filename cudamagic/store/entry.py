@@ -27,7 +27,7 @@ from typing import Any
 from ..cxx.resolve import ResolvedBy
 from ..errors import CacheArgumentError
 from ..miss import MissKind
-from ..toolchain.ptx import GridSyncTable
+from ..toolchain.image import GridSyncTable
 from ..toolchain.variables import VarType
 
 __all__ = ["EntryRecord", "BadEntry", "TableRow", "encode_entry", "decode_entry", "entry_digest",
@@ -106,7 +106,7 @@ class EntryRecord:
         has none.
     grid_sync : GridSyncTable or None
         Which kernels synchronise the grid, as the PTX the CUBIN was compiled from says
-        (:class:`~cudamagic.toolchain.ptx.GridSyncTable`; stored as ``{"syncing": [symbol,
+        (:class:`~cudamagic.toolchain.image.GridSyncTable`; stored as ``{"syncing": [symbol,
         ...], "unknown": [symbol, ...]}``; every other kernel does not). None where no PTX
         was read (an entry written before the field, a CUBIN from elsewhere, a ``-dlto`` build
         whose CUBIN answered alone): the CUBIN's records decide.

@@ -17,12 +17,10 @@ written to cu++filt, which reads one name a line.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import enum
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +154,8 @@ class CuFilt(Demangler):
         # start overlaps the compile or the cache read
         # bytes, split at "\n" alone: text mode would also split at "\r", "\f" and the
         # other line ends Python knows, and misalign every name after one
+        import subprocess  # here: a hit whose entry holds the demangled names starts none
+
         proc = subprocess.Popen([self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL)
 
@@ -196,7 +196,9 @@ class LibStdCxx(Demangler):
         try:  # the usual soname first: find_library runs ldconfig in a subprocess (ms)
             lib = ctypes.CDLL("libstdc++.so.6")
         except OSError:
-            lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+            from ctypes.util import find_library  # imports subprocess: only where needed
+
+            lib = ctypes.CDLL(find_library("stdc++") or "libstdc++.so.6")
         self._cxa = getattr(lib, "__cxa_demangle")  # not self.__x: name mangling
         self._cxa.restype = ctypes.c_void_p
         self._cxa.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,

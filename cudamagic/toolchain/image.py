@@ -18,21 +18,16 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from typing import TYPE_CHECKING
-
 from ..errors import ImageError
 from ..forksafe import once
 from .elf import elf_header, section_header, section_headers
-
-if TYPE_CHECKING:  # pragma: no cover  (made by the pipeline from the PTX's answers)
-    from .ptx import GridSyncTable
 
 #: What every identifier the type probe adds to a compile begins with
 #: (:mod:`cudamagic.toolchain.probe`): a symbol holding it is the probe's, not the cell's.
 PROBE_MARK = "__cudamagic_"
 
-__all__ = ["Param", "KernelImage", "KernelResources", "LaunchNeeds", "GlobalImage", "CubinImage",
-           "read_cubin", "sm_of_flags", "elf_sm", "undefined_globals", "block_limits"]
+__all__ = ["Param", "KernelImage", "KernelResources", "LaunchNeeds", "GridSyncTable", "GlobalImage",
+           "CubinImage", "read_cubin", "sm_of_flags", "elf_sm", "undefined_globals", "block_limits"]
 
 _SHT_SYMTAB = 2
 _STT_OBJECT, _STT_FUNC = 1, 2
@@ -123,6 +118,43 @@ class KernelResources:
 
 
 @dataclass(frozen=True)
+class GridSyncTable:
+    """Which kernels of one CUBIN synchronise the grid, as the PTX it was compiled from says
+    (:func:`cudamagic.toolchain.ptx.grid_syncs`), for :class:`LaunchNeeds`; kept beside it.
+
+    Attributes
+    ----------
+    syncing : frozenset of str
+        The kernels that synchronise the grid.
+    unknown : frozenset of str
+        The kernels the PTX could not tell about (or did not hold: the device runtime's in a
+        linked CUBIN): their CUBIN's records decide. Every other kernel does not.
+    """
+
+    syncing: frozenset[str] = frozenset()
+    unknown: frozenset[str] = frozenset()
+
+    def of(self, symbol: str) -> bool | None:
+        """The kernel synchronises the grid; None where the PTX did not tell."""
+        return None if symbol in self.unknown else symbol in self.syncing
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"syncing": sorted(self.syncing), "unknown": sorted(self.unknown)}
+
+    @classmethod
+    def from_json(cls, value: object) -> "GridSyncTable":
+        """The table an entry stored.
+
+        :raises ValueError: not of the shape :meth:`to_json` gives.
+        """
+        if not isinstance(value, dict) or set(value) != {"syncing", "unknown"} or not all(
+                isinstance(v, list) and all(isinstance(s, str) for s in v)
+                for v in value.values()):
+            raise ValueError(f"not a grid-sync table: {value!r:.80}")
+        return cls(frozenset(value["syncing"]), frozenset(value["unknown"]))
+
+
+@dataclass(frozen=True)
 class LaunchNeeds:
     """How a kernel must be launched, as its CUBIN records it.
 
@@ -137,10 +169,10 @@ class LaunchNeeds:
         (EIATTR_COOP_GROUP_INSTR_OFFSETS, also present for ``this_thread_block().sync()``), and
         ``grid_group::sync`` traps (``__trap()``) when the grid was not launched cooperatively,
         which a block-level barrier never does. Where the PTX the CUBIN was compiled from was
-        read (a compile's, a PTX input's: :class:`~cudamagic.toolchain.ptx.GridSyncTable`), it
-        decides instead: the code reads the driver's grid workspace and can abort. None where
-        neither can tell: a debug (``-G``) CUBIN with cooperative-groups barriers and no PTX
-        read, whose unoptimised code keeps traps on paths an optimised build removes.
+        read (a compile's, a PTX input's: :class:`GridSyncTable`), it decides instead: the code
+        reads the driver's grid workspace and can abort. None where neither can tell: a debug
+        (``-G``) CUBIN with cooperative-groups barriers and no PTX read, whose unoptimised code
+        keeps traps on paths an optimised build removes.
     cluster_dims : tuple of int or None
         ``__cluster_dims__(x, y, z)`` as compiled (EIATTR_CTA_PER_CLUSTER); None without.
     requires_cluster : bool

@@ -17,7 +17,9 @@ handed back (:meth:`Manifest.restamped`) so that the next hit here takes the fas
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import time
 from stat import S_ISREG
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +27,8 @@ from typing import Any, TypedDict, cast
 
 from ..miss import Miss, MissKind
 
-__all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "MANIFEST_VERSION"]
+__all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "ManifestChecks",
+           "MANIFEST_VERSION", "contents_digest"]
 
 #: 3: paths by the folder they were found from (see the module), a sha256 for every header,
 #: the inode of every folder checked by time. Entries of version 2 are misses, rebuilt once.
@@ -397,6 +400,47 @@ class Manifest:
             if not os.path.isfile(path):
                 return (f"{path}, which __has_include found in the last compile, is gone")
         return None
+
+
+class ManifestChecks:
+    """The checks of stored manifests for one build (the folder's entry's, each remote build's
+    of its key): called with a stored manifest, why it does not hold here (None: it holds).
+    ``held`` is the last one that held, ``seconds`` what the checks took."""
+
+    def __init__(self, search: SearchPath) -> None:
+        self._search = search
+        self.held: Manifest | None = None
+        self.seconds = 0.0
+
+    def __call__(self, data: object) -> Miss | None:
+        t = time.perf_counter()
+        try:
+            manifest = Manifest.from_json(data, self._search)
+            miss = manifest.check()
+        except ValueError as exc:
+            miss = Miss(MissKind.FORMAT, str(exc))
+        self.seconds += time.perf_counter() - t
+        if miss is None:
+            self.held = manifest
+        return miss
+
+
+def contents_digest(data: object) -> str:
+    """What a stored manifest says the compile read, as a name (32 hex digits): its folders by
+    root, each header's name, size and sha256, the places that held no file and the names
+    ``__has_include`` found; not where or when it was made (times, inodes), so two machines
+    whose compiles read the same contents name them alike. Anything that is no manifest of
+    this version is named by all of it."""
+    if isinstance(data, dict) and data.get("version") == MANIFEST_VERSION:
+        try:
+            data = [data["version"], bool(data.get("complete")), data["folders"],
+                    [[i, n, s, h] for i, n, s, _m, _c, _ino, h in data["files"]],
+                    [[d, places] for d, _m, _ino, places in data["absent"]],
+                    [[d] for d, _m, _ino in data.get("watched", ())], data["present"]]
+        except (KeyError, TypeError, ValueError):
+            pass
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class _Elsewhere(Exception):

@@ -98,11 +98,13 @@ def _nvrtc():
     try:
         from cuda.bindings import nvrtc  # imported on first compile: it loads libnvrtc
     except ImportError as exc:  # the package was installed without a CUDA stack
-        raise CompileError(
+        from ..toolkit import install_command
+
+        raise ToolchainError(
             "NVRTC is not installed here (no cuda.bindings): cudamagic needs the CUDA stack of "
-            "your driver's major version beside it. Install it with the package: pip install "
-            "'cudamagic[cu13]' or 'cudamagic[cu12]' (from a checkout: pip install -e '.[cu13]'; "
-            "from a wheel: pip install 'cudamagic-VERSION-py3-none-any.whl[cu13]')") from exc
+            "your driver's major version beside it, its extra cu13 (a CUDA 13 driver) or cu12 "
+            f"(CUDA 12). From where this cudamagic came from: {install_command('cu13')}") \
+            from exc
     return nvrtc
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import CudaMagicError
 
-__all__ = ["Profile", "Stall", "HotLine", "Comparison", "ProfileReadError", "ncu_argv",
+__all__ = ["Profile", "Stall", "HotLine", "SourceCounters", "PcCounts", "Comparison", "ProfileReadError", "ncu_argv",
            "read_report", "profile_of", "METRICS"]
 
 #: what each figure is read from (ncu's metric names)
@@ -48,6 +48,16 @@ _STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 _STALL_SUFFIX = "_per_issue_active.ratio"
 # per-instruction counters, by preference: warp samples, then executed instructions
 _LINE_METRICS = ("smsp__pcsamp_sample_count", "inst_executed")
+# per-instruction counters beside the samples (ncu's SourceCounters section): executed warp
+# instructions, thread instructions predicated on, global accesses' L2 sectors (and the fewest
+# they could take), divergent branch targets; the stall reasons' samples share a prefix
+_PC_METRICS = {"executed": "inst_executed", "threads": "thread_inst_executed_true",
+               "sectors": "memory_l2_theoretical_sectors_global",
+               "ideal_sectors": "memory_l2_theoretical_sectors_global_ideal",
+               "divergent": "smsp__branch_targets_threads_divergent"}
+_PC_SAMPLES = "smsp__pcsamp_sample_count"
+_PC_STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
+_FUNCTION_PC = "launch__function_pcs"
 _SECTIONS = ("SpeedOfLight", "SpeedOfLight_RooflineChart", "Occupancy", "LaunchStats",
              "WarpStateStats", "SourceCounters", "MemoryWorkloadAnalysis")
 
@@ -75,6 +85,36 @@ class HotLine:
 
 
 @dataclass(frozen=True)
+class SourceCounters:
+    """ncu's source counters over some instructions (None: the report has no such counter).
+
+    ``samples`` are warp samples; ``stalls`` the samples stalled for each reason (non-zero
+    only); ``executed`` warp instructions run and ``threads`` the thread instructions of them
+    whose predicate was true (``threads / (32 * executed)`` is how full the warps ran);
+    ``sectors`` the L2 sectors the global accesses took and ``ideal_sectors`` the fewest they
+    could; ``divergent`` branch targets taken by part of a warp.
+    """
+
+    samples: int = 0
+    stalls: tuple[tuple[str, int], ...] = ()
+    executed: int | None = None
+    threads: int | None = None
+    sectors: int | None = None
+    ideal_sectors: int | None = None
+    divergent: int | None = None
+
+
+@dataclass(frozen=True)
+class PcCounts(SourceCounters):
+    """ncu's counters at one instruction: ``offset`` is its from the kernel's start
+    (nvdisasm's offsets), ``file`` and ``line`` ncu's source place for it."""
+
+    offset: int = 0
+    file: str = ""
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Profile:
     """One launch as Nsight Compute measured it (None: the report lacks that figure);
     ``occupancy_pct`` and ``limited_by`` are cudamagic's own occupancy for the launch's block
@@ -97,6 +137,9 @@ class Profile:
     limited_by: tuple[str, ...] = ()
     tool: str = ""
     seconds: float = field(default=0.0, compare=False)
+    #: the kernel's symbol (ncu's mangled name), and its counters per instruction
+    symbol: str = ""
+    pcs: tuple[PcCounts, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def intensity(self) -> float | None:
@@ -222,7 +265,50 @@ def profile_of(action: Any, *, label: str = "", source: str = "", line_offset: i
     return Profile(label=label or str(action.name()), kernel=str(action.name()), **figures,
                    flops=flops, stalls=tuple(stalls[:5]),
                    hot_lines=_hot_lines(action, source, line_offset, program), tool=tool,
-                   seconds=seconds)
+                   seconds=seconds, symbol=_mangled(action), pcs=pc_counts(action))
+
+
+def _mangled(action: Any) -> str:
+    """The launch's kernel by its symbol (an interface without name bases: its one name)."""
+    try:
+        return str(action.name(action.NameBase_MANGLED))
+    except (AttributeError, TypeError):
+        return str(action.name())
+
+
+def _per_pc(action: Any, name: str) -> dict[int, int]:
+    """A per-instruction metric as {pc: value}; empty where the report lacks it."""
+    metric = action.metric_by_name(name)
+    if metric is None or not metric.has_correlation_ids():
+        return {}
+    pcs = metric.correlation_ids()
+    return {int(pcs.as_uint64(i)): int(metric.as_uint64(i)) for i in range(metric.num_instances())}
+
+
+def pc_counts(action: Any) -> tuple[PcCounts, ...]:
+    """Every instruction ncu counted, by its offset from the kernel's start (the report's
+    function address, ``launch__function_pcs``; without it, the lowest PC counted), with its
+    samples, stall reasons and the source counters (:data:`_PC_METRICS`)."""
+    samples = _per_pc(action, _PC_SAMPLES)
+    figures = {key: _per_pc(action, name) for key, name in _PC_METRICS.items()}
+    stalls = {name[len(_PC_STALL_PREFIX):]: _per_pc(action, name)
+              for name in action.metric_names()
+              if name.startswith(_PC_STALL_PREFIX) and not name.endswith("_not_issued")}
+    every = set(samples).union(*figures.values())
+    if not every:
+        return ()
+    base = _per_pc(action, _FUNCTION_PC)  # one instance: the function's address
+    start = next(iter(base.values()), 0) or min(every)
+    out = []
+    for pc in sorted(every):
+        info = action.source_info(pc)
+        reasons = tuple((r, by_pc[pc]) for r, by_pc in stalls.items() if by_pc.get(pc))
+        out.append(PcCounts(offset=pc - start,
+                            file=str(info.file_name()) if info is not None else "",
+                            line=int(info.line()) if info is not None else 0,
+                            samples=samples.get(pc, 0), stalls=reasons,
+                            **{k: v.get(pc) for k, v in figures.items()}))
+    return tuple(out)
 
 
 def _hot_lines(action: Any, source: str, line_offset: int, program: str,

@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from .image import GridSyncTable
+
 __all__ = ["PtxType", "PtxParam", "entry_params", "grid_syncs", "GridSyncTable", "grid_sync_table",
            "SYSTEM_CALLS"]
 
@@ -218,43 +220,6 @@ def grid_syncs(ptx: bytes) -> dict[str, bool]:
         if known:
             answers[name.decode("utf-8", "replace")] = reads and aborts
     return answers
-
-
-@dataclass(frozen=True)
-class GridSyncTable:
-    """Which kernels of one CUBIN synchronise the grid, as the PTX it was compiled from says
-    (:func:`grid_syncs`), for :class:`~cudamagic.toolchain.image.LaunchNeeds`.
-
-    Attributes
-    ----------
-    syncing : frozenset of str
-        The kernels that synchronise the grid.
-    unknown : frozenset of str
-        The kernels the PTX could not tell about (or did not hold: the device runtime's in a
-        linked CUBIN): their CUBIN's records decide. Every other kernel does not.
-    """
-
-    syncing: frozenset[str] = frozenset()
-    unknown: frozenset[str] = frozenset()
-
-    def of(self, symbol: str) -> bool | None:
-        """The kernel synchronises the grid; None where the PTX did not tell."""
-        return None if symbol in self.unknown else symbol in self.syncing
-
-    def to_json(self) -> dict[str, list[str]]:
-        return {"syncing": sorted(self.syncing), "unknown": sorted(self.unknown)}
-
-    @classmethod
-    def from_json(cls, value: object) -> "GridSyncTable":
-        """The table an entry stored.
-
-        :raises ValueError: not of the shape :meth:`to_json` gives.
-        """
-        if not isinstance(value, dict) or set(value) != {"syncing", "unknown"} or not all(
-                isinstance(v, list) and all(isinstance(s, str) for s in v)
-                for v in value.values()):
-            raise ValueError(f"not a grid-sync table: {value!r:.80}")
-        return cls(frozenset(value["syncing"]), frozenset(value["unknown"]))
 
 
 def grid_sync_table(answers: Mapping[str, bool] | None, symbols: Iterable[str]

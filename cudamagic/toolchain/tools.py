@@ -33,12 +33,14 @@ class ToolKind(enum.Enum):
 
     SANITIZER = "compute-sanitizer"
     NCU = "ncu"
+    NVDISASM = "nvdisasm"  # reads a CUBIN's machine code and line table (module.annotate)
 
 
 class Found(enum.Enum):
     """Where a tool was found."""
 
     WHEEL = "the nvidia-cuda-sanitizer-api wheel"
+    NVDISASM_WHEEL = "the nvidia-cuda-nvdisasm wheel"
     CUDA_HOME = "CUDA_HOME/CUDA_PATH"
     PATH = "PATH"
     TOOLKIT = "/usr/local/cuda"
@@ -65,6 +67,9 @@ _INSTALL = {
     ToolKind.NCU: "Nsight Compute is not pip-installable: install the CUDA toolkit (it has "
                   "bin/ncu) or Nsight Compute from developer.nvidia.com/nsight-compute, then set "
                   "CUDA_HOME or put ncu on PATH",
+    ToolKind.NVDISASM: "pip install nvidia-cuda-nvdisasm (the annotate extra has it; "
+                       "nvidia-cuda-nvdisasm-cu12 for CUDA 12), or set CUDA_HOME to a CUDA "
+                       "toolkit",
 }
 
 
@@ -94,6 +99,15 @@ def _wheel_sanitizers() -> list[str]:
     return out
 
 
+def _wheel_programs(name: str) -> list[str]:
+    """``name`` in the ``bin`` folders of installed NVIDIA wheels (``nvidia/cu13/bin`` of the
+    CUDA 13 wheels, ``nvidia/cuda_nvdisasm/bin`` of CUDA 12's)."""
+    out = []
+    for base in sys.path:
+        out += sorted(glob.glob(os.path.join(base or ".", "nvidia", "*", "bin", name)))
+    return out
+
+
 def _homes() -> list[str]:
     return [h for h in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if h]
 
@@ -108,6 +122,9 @@ def _candidates(kind: ToolKind) -> list[tuple[str, Found]]:
         places += [(os.path.join(h, "compute-sanitizer", name), Found.CUDA_HOME) for h in homes]
         places += [(os.path.join(h, "bin", name), Found.CUDA_HOME) for h in homes]
         places += [(p, Found.WHEEL) for p in _wheel_sanitizers()]
+    elif kind is ToolKind.NVDISASM:
+        places += [(os.path.join(h, "bin", name), Found.CUDA_HOME) for h in homes]
+        places += [(p, Found.NVDISASM_WHEEL) for p in _wheel_programs(name)]
     else:
         places += [(os.path.join(h, "bin", name), Found.CUDA_HOME) for h in homes]
     on_path = shutil.which(name)
@@ -116,7 +133,7 @@ def _candidates(kind: ToolKind) -> list[tuple[str, Found]]:
     places.append((f"/usr/local/cuda/bin/{name}", Found.TOOLKIT))
     if kind is ToolKind.SANITIZER:
         places.append((f"/usr/local/cuda/compute-sanitizer/{name}", Found.TOOLKIT))
-    else:
+    elif kind is ToolKind.NCU:
         places += [(p, Found.NSIGHT) for p in sorted(
             glob.glob(f"/opt/nvidia/nsight-compute/*/{name}"), reverse=True)]
     return places
@@ -130,7 +147,10 @@ def _version(path: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.decode(errors="replace").splitlines()
-    versions = [ln.strip() for ln in lines if ln.strip().lower().startswith("version")]
+    # the Nsight tools say "Version 2025.3.1.0 ...", the compiler's "Cuda compilation tools,
+    # release 13.5, V13.5.37"
+    versions = [ln.strip() for ln in lines
+                if ln.strip().lower().startswith(("version", "cuda compilation tools"))]
     if done.returncode != 0 or not versions:
         return None
     return versions[0]

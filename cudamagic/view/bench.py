@@ -1,5 +1,6 @@
 """Views of occupancy tables and timing results: text for a terminal, HTML with an SVG plot for a
-notebook.
+notebook; the report's two folds (timing and occupancy, sanitize and profile), which a hit's
+report shows, so they import none of the debugging tools' records (view/debug.py words those).
 
 The plots are SVG written here (no plotting library is imported: ``%load_ext`` stays light, and
 the HTML is the same in JupyterLab, a static notebook viewer and a browser).
@@ -15,9 +16,10 @@ from typing import Any
 from ..units import size_text
 
 __all__ = ["occupancy_text", "occupancy_html", "timing_text", "timing_html", "svg_lines",
-           "svg_strips", "timing_fold"]
+           "svg_strips", "timing_fold", "debug_fold"]
 
-#: kernels the report's fold draws occupancy for (a module of more says how to see the rest)
+#: kernels the report's folds read: the timing fold draws their occupancy (a module of more says
+#: how to see the rest), the debugging fold asks whether each prints
 FOLD_KERNELS = 8
 
 #: block sizes the text view lists (the table has every multiple of 32)
@@ -363,3 +365,40 @@ def timing_fold(module: Any) -> str:
            "several side by side")
     return ('<details class="cudamagic-fold"><summary>timing and occupancy</summary>'
             f"{plot}<ul>{items}</ul><p><small>{html.escape(how)}</small></p></details>")
+
+
+def debug_fold(module: Any) -> str:
+    """The report's "sanitize and profile" fold: the calls that rerun the module's first kernel
+    under compute-sanitizer and Nsight Compute, and which of its first kernels print (their
+    output lands in the launching cell). Nothing is run, and no tool is looked for (the first
+    look runs the tool: ``%cuda_info`` does it)."""
+    esc = html.escape
+    names = [e[2] for e in _entries(module)]
+    if not names:
+        return ""
+    name = names[0]
+    printing = []
+    for label, _, python_name, _ in _entries(module)[:FOLD_KERNELS]:
+        try:
+            if module.kernels[label].prints:
+                printing.append(python_name)
+        except Exception:  # noqa: BLE001 - a kernel the CUBIN cannot describe: the launch says
+            pass
+    calls = [f"{name}.sanitize(grid, block, args)  # memcheck; tool='racecheck', "
+             "'initcheck', 'synccheck'",
+             f"%cuda_sanitize --tool racecheck {name}(grid, block, args)",
+             f"{name}.profile(grid, block, args)  # or %cuda_profile a(...); b(...)",
+             "%%cuda -a  # or module.annotate(profile=p): the machine code beside each line"]
+    said = ("<p>printf (and a failed assert's message) of "
+            + ", ".join(esc(n) for n in printing)
+            + " lands in the cell that launched it.</p>") if printing else ""
+    return ('<details class="cudamagic-fold cudamagic-debug"><summary>sanitize and profile'
+            f"</summary><pre>{esc(chr(10).join(calls))}</pre>{said}<p><small>Each reruns "
+            "the launch in a child process (the arrays copied); %cuda_info shows which "
+            "compute-sanitizer and ncu are installed. docs/debugging.md</small></p></details>")
+
+
+def _entries(module: Any) -> list:
+    kernels = module.kernels
+    return list(kernels.entries()) if hasattr(kernels, "entries") else \
+        [(k.name_expression, k.symbol, k.python_name, k.resolved_by) for k in kernels.values()]

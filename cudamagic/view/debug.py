@@ -14,11 +14,11 @@ from typing import Any
 from ..launch.tool_run import CellFinding, SanitizeReport, sanitize_hint
 from ..toolchain.driver import Sticky, lost_text
 from ..toolchain.profiler import Comparison, Profile
-from ..toolchain.sanitizer import PRINT_LIMIT, Access, FindingKind, Space
+from ..toolchain.sanitizer import PRINT_LIMIT, Access, FindingKind, SanitizerTool, Space
 from ..units import counted, size_text
 from .bench import COLOURS
 
-__all__ = ["DebugView", "present", "sanitize_text", "sanitize_html", "profile_text",
+__all__ = ["DebugView", "present", "sanitize_text", "sanitize_html", "initcheck_note", "profile_text",
            "profile_html", "roofline_svg", "crash_lines"]
 
 
@@ -97,7 +97,26 @@ def sanitize_text(r: SanitizeReport) -> str:
         lines += ["  " + ln for ln in r.failed.splitlines()]
     if r.findings and not r.lineinfo:
         lines.append("  (no line information: the CUBIN has none, so places are code offsets)")
+    note = initcheck_note(r)
+    if note:
+        lines += ["  " + ln for ln in note.splitlines()]
     return "\n".join(lines)
+
+
+def initcheck_note(r: SanitizeReport) -> str:
+    """What an initcheck run could not see, and how to see it: the arrays copied in from the
+    notebook are written memory in the child ("" for another tool, or none copied)."""
+    if r.tool is not SanitizerTool.INITCHECK or not r.copied_in:
+        return ""
+    args = "; ".join(a.describe() for a in r.copied_in)
+    indices = [str(a.index) for a in r.copied_in]
+    given = f"({', '.join(indices)})" if len(indices) > 1 else indices[0]
+    these, all_ = ("this array", "all of it") if len(indices) == 1 else \
+        ("these arrays", "all of them")
+    return (f"not seen: a read of memory the notebook never wrote, in {args}: the child got "
+            f"the notebook's bytes of {these}, so initcheck takes {all_} as written\n"
+            f"to see such reads, leave {these} as fresh memory (as cupy.empty gives it): "
+            f"uninitialized={given}, or %cuda_sanitize --uninitialized {','.join(indices)}")
 
 
 def sanitize_html(r: SanitizeReport) -> str:
@@ -110,6 +129,8 @@ def sanitize_html(r: SanitizeReport) -> str:
         more = "".join(f"<div><small>{esc(x.strip())}</small></div>" for x in rest)
         items.append(f"<li><b>{esc(first)}</b>{code}{more}</li>")
     failed = f"<pre>{esc(r.failed)}</pre>" if r.failed else ""
+    note = initcheck_note(r)
+    failed += "".join(f"<div><small>{esc(x)}</small></div>" for x in note.splitlines())
     cls = "cudamagic-fold cudamagic-sanitize" + (" clean" if r.clean else "")
     return (f'<details class="{cls}" open><summary>{esc(_head(r))}</summary>'
             f"<ul>{''.join(items)}</ul>{failed}</details>")
@@ -209,46 +230,6 @@ def profile_html(p: "Profile | Comparison") -> str:
     return (f'<details class="cudamagic-fold cudamagic-profile" open><summary>{esc(title)}'
             f"</summary><table><tr><th></th>{head}</tr>{body}</table>{hot}"
             f"{roofline_svg(profiles)}</details>")
-
-
-#: the kernels the report's debugging fold reads (whether each prints), as the timing fold does
-FOLD_KERNELS = 8
-
-
-def debug_fold(module: Any) -> str:
-    """The report's "sanitize and profile" fold: the calls that rerun the module's first kernel
-    under compute-sanitizer and Nsight Compute, and which of its first kernels print (their
-    output lands in the launching cell). Nothing is run, and no tool is looked for (the first
-    look runs the tool: ``%cuda_info`` does it)."""
-    esc = html.escape
-    names = [e[2] for e in _entries(module)]
-    if not names:
-        return ""
-    name = names[0]
-    printing = []
-    for label, _, python_name, _ in _entries(module)[:FOLD_KERNELS]:
-        try:
-            if module.kernels[label].prints:
-                printing.append(python_name)
-        except Exception:  # noqa: BLE001 - a kernel the CUBIN cannot describe: the launch says
-            pass
-    calls = [f"{name}.sanitize(grid, block, args)  # memcheck; tool='racecheck', "
-             "'initcheck', 'synccheck'",
-             f"%cuda_sanitize --tool racecheck {name}(grid, block, args)",
-             f"{name}.profile(grid, block, args)  # or %cuda_profile a(...); b(...)"]
-    said = ("<p>printf (and a failed assert's message) of "
-            + ", ".join(esc(n) for n in printing)
-            + " lands in the cell that launched it.</p>") if printing else ""
-    return ('<details class="cudamagic-fold cudamagic-debug"><summary>sanitize and profile'
-            f"</summary><pre>{esc(chr(10).join(calls))}</pre>{said}<p><small>Each reruns "
-            "the launch in a child process (the arrays copied); %cuda_info shows which "
-            "compute-sanitizer and ncu are installed. docs/debugging.md</small></p></details>")
-
-
-def _entries(module: Any) -> list:
-    kernels = module.kernels
-    return list(kernels.entries()) if hasattr(kernels, "entries") else \
-        [(k.name_expression, k.symbol, k.python_name, k.resolved_by) for k in kernels.values()]
 
 
 def crash_lines(code: Sticky, device: int, last: Any, first: bool = True) -> list[str]:

@@ -149,13 +149,14 @@ class RemoteCacheStats(_Record):
             f"skipped for {s.backoff_left:.0f} s more after: {s.last_error}"
         mean = s.lookup_seconds / s.lookups if s.lookups else 0.0
         return [("server", s.server), ("state", state),
-                ("lookups", f"{s.hits} hits, {s.misses} misses, {s.skipped} skipped"),
+                ("lookups", f"{s.hits} hits, {s.misses} misses, {s.skipped} skipped, "
+                            f"{s.slow} too slow for their size"),
                 ("bytes", f"{size_text(s.bytes_read)} read, {size_text(s.bytes_sent)} sent "
                           f"({s.sent} records; {s.kept_theirs} already there)"),
                 ("errors", f"{s.errors} (last: {s.last_error or '-'})"),
                 ("refused", f"{s.refused} records whose signature did not hold"),
                 ("not sent", f"{s.too_large} over the size limit, {s.dropped} with the queue "
-                             "full"),
+                             f"full, {s.writes_refused} refused by the server"),
                 ("latency", f"{duration_text(mean)} mean, {duration_text(s.slowest_seconds)} "
                             "slowest")]
 

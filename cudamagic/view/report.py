@@ -24,13 +24,13 @@ from ..cxx.resolve import ResolvedBy
 from ..miss import BuildOrigin, BuildPhase
 from ..forksafe import once
 from ..miss import HitKind, StoreOutcome, Stored
-from ..toolchain.pch import PchKind
 from ..units import counted, duration_text
 from .render import CELL_STYLE, TEXT_WIDTH, table_text, wrap_html
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..toolchain.image import GlobalImage, KernelImage
     from ..toolchain.link import CodeKind
+    from ..toolchain.pch import PchKind
 
 __all__ = ["Explanation", "KernelRow", "KernelRows", "BuildReport", "Badge", "Phase",
            "SHOWN_ROWS", "display_signature", "too_long_text", "render_text", "render_html", "text_head",
@@ -751,6 +751,8 @@ def stored_note(stored: Stored, wait_s: float) -> str | None:
 
 def pch_text(kind: PchKind, seconds: float, made_seconds: float) -> str:
     """What a miss's precompiled header did, in words (the report's ``headers`` fact)."""
+    from ..toolchain.pch import PchKind  # a miss's: a hit's report has no PCH fact
+
     if kind is PchKind.USED:
         return (f"from the precompiled header: {duration_text(seconds)} instead of "
                 f"{duration_text(made_seconds)} (the compile that parsed them)")

@@ -1,0 +1,101 @@
+"""``module.annotate()`` and ``%%cuda -a``: the cell's lines with the machine code of its
+``-lineinfo`` build (the one tool runs use, :mod:`.lineinfo`), read by nvdisasm, and the
+profiles given, as the view of :mod:`cudamagic.view.annotate`.
+
+The disassembly is made once per ``-lineinfo`` CUBIN and kept on the module: choosing another
+kernel, another grouping or adding a profile reads no code again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import ArgumentValueError, LaunchError
+from .launch.support import LineinfoBuild
+from .toolchain.annotation import annotate
+from .toolchain.image import has_line_info, read_cubin
+from .toolchain.profiler import Comparison, Profile
+from .toolchain.sass import FunctionCode, disassemble
+from .view.annotate import AnnotatedView, Grouping
+
+__all__ = ["annotate_module"]
+
+
+def _build(module: Any) -> LineinfoBuild:
+    """The module's ``-lineinfo`` build: its tool-run support's, else (a module from another
+    process) the module itself where its CUBIN has line information."""
+    support = getattr(module, "debug", None)
+    if support is not None:
+        return support.lineinfo()
+    if has_line_info(module.image):
+        return LineinfoBuild(b"", "", 0, "cell.cu", True, module.cubin)
+    raise LaunchError("this module has no -lineinfo build to annotate (it arrived from another "
+                      "process without one): annotate it where it was built")
+
+
+def _profiles(profile: Any) -> tuple[Profile, ...]:
+    """Profiles from what ``profile=`` takes: one, a view of one, a comparison, or several."""
+    if profile is None:
+        return ()
+    record = getattr(profile, "record", profile)
+    if isinstance(record, Profile):
+        return (record,)
+    if isinstance(record, Comparison):
+        return record.profiles
+    if isinstance(record, Sequence) and not isinstance(record, str):
+        return tuple(p for item in record for p in _profiles(item))
+    raise ArgumentValueError(f"profile={type(profile).__name__}: give what kernel.profile(...) "
+                             "returned, or a list of such profiles")
+
+
+def _symbols(module: Any, kernel: Any) -> dict[str, str]:
+    """symbol -> the name shown, for the kernel asked for (None: every kernel of the module)."""
+    kernels = module.kernels
+    rows = list(kernels.entries()) if hasattr(kernels, "entries") else \
+        [(k.name_expression, k.symbol) for k in kernels.values()]
+    every = {row[1]: row[0] for row in rows}
+    if kernel is None:
+        return every
+    symbol = getattr(kernel, "symbol", None)
+    if symbol is None:
+        try:
+            symbol = module[kernel].symbol
+        except (KeyError, TypeError):
+            raise ArgumentValueError(f"kernel={kernel!r:.80}: the module has no such kernel; it "
+                                     f"has {', '.join(sorted(every.values())[:8])}") from None
+    return {symbol: every.get(symbol, symbol)}
+
+
+def annotate_module(module: Any, kernel: Any = None, *, profile: Any = None,
+                    instances: "Grouping | str" = Grouping.TOGETHER) -> AnnotatedView:
+    """What :meth:`cudamagic.Module.annotate` returns (its docstring says the arguments).
+
+    :raises ArgumentValueError: a kernel the module lacks, a profile that is none, a grouping
+        that is neither.
+    :raises ToolMissingError: no nvdisasm.
+    """
+    grouping = Grouping.of(instances)
+    profiles = _profiles(profile)
+    wanted = _symbols(module, kernel)
+    build = _build(module)
+    functions = _code(module, build)
+    image = read_cubin(build.cubin)
+    held = set(image.symbols)
+    chosen = [f for f in functions if f.symbol in wanted]
+    resources = {f.symbol: image.kernel(f.symbol).resources for f in chosen if f.symbol in held}
+    record = annotate(chosen, build.source, line_offset=build.line_offset,
+                      program=build.program, names=wanted, resources=resources,
+                      profiles=profiles, arch=f"sm_{image.sm}" if image.sm else "",
+                      lineinfo=build.lineinfo)
+    return AnnotatedView(record, grouping)
+
+
+def _code(module: Any, build: LineinfoBuild) -> tuple[FunctionCode, ...]:
+    """The -lineinfo CUBIN's code, disassembled once per module."""
+    kept = getattr(module, "_annotated_code", None)
+    if kept is not None and kept[0] is build.cubin:
+        return kept[1]
+    functions = disassemble(build.cubin)
+    module._annotated_code = (build.cubin, functions)
+    return functions
