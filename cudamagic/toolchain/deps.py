@@ -39,12 +39,13 @@ missed. Pure apart from the file system: no CUDA.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISREG
 
@@ -221,8 +222,8 @@ def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
         if includer not in forms:
             forms[includer] = _include_forms(source if includer is None else None, includer, read)
         spelled = forms[includer]
-        places.update(_shadowing(path, _folder_of(includer), search,
-                                 lambda name: spelled.get(name) == {b"<"}))
+        places.update(place for name, place in _shadowing(path, _folder_of(includer), search)
+                      if name is None or spelled.get(name) != {b"<"})
     tested, unknown = _has_include_places(source, [p for p, _ in pairs], read)
     places |= tested
     found = {p: os.path.isfile(p) for p in places}  # NVRTC skips a folder; so does __has_include
@@ -501,17 +502,28 @@ def _include_forms(source: str | None, includer: str | None, read: _Read
     return forms
 
 
-def _shadowing(path: str, includer_folder: str, search: SearchPath,
-               angle_only: Callable[[str], bool] = lambda name: False) -> Iterable[str]:
-    """Places searched before the one where ``path`` was found.
+def _shadowing(path: str, includer_folder: str, search: SearchPath
+               ) -> tuple[tuple[str | None, str], ...]:
+    """Places searched before the one where ``path`` was found, each with the name its
+    includer spells to reach it through the includer's own folder (None: a place in a ``-I``
+    folder, which every include form searches).
 
     The search order of a quoted include is its includer's folder, then each ``-I``; an angle
-    include skips the first (``angle_only(name)``: the includer spells ``name`` only in angle
-    brackets, so NVRTC never looked in its folder for it). The trace does not say which
-    folder found it (where folders nest), so every reading is taken; the caller keeps the
-    places that held no file (a place that held one cannot have been passed over).
+    include skips the first (the caller drops such a place where the includer spells the name
+    only in angle brackets: NVRTC never looked in its folder for it). The trace does not say
+    which folder found it (where folders nest), so every reading is taken; the caller keeps
+    the places that held no file (a place that held one cannot have been passed over). Pure
+    string work, kept for the process (:func:`_places_before`): a CCCL cell's ~1 000
+    (header, includer) pairs are the same at every edit.
     """
-    folders = (includer_folder, *search.include_dirs)
+    return _places_before(path, includer_folder, search.cwd, search.include_dirs)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _places_before(path: str, includer_folder: str, cwd: str, include_dirs: tuple[str, ...]
+                   ) -> tuple[tuple[str | None, str], ...]:
+    folders = (includer_folder, *include_dirs)
+    out: list[tuple[str | None, str]] = []
     for k, folder in enumerate(folders):
         if folder:
             prefix = folder.rstrip("/") + "/"
@@ -523,9 +535,10 @@ def _shadowing(path: str, includer_folder: str, search: SearchPath,
         else:
             name = path
         for j, earlier in enumerate(folders[:k]):
-            if j == 0 and angle_only(name):
-                continue
-            yield search.absolute(os.path.join(earlier, name) if earlier else name)
+            place = os.path.join(earlier, name) if earlier else name
+            out.append((name if j == 0 else None,
+                        place if os.path.isabs(place) else os.path.join(cwd, place)))
+    return tuple(out)
 
 
 def _group_absent(places: Iterable[str], search: SearchPath) -> tuple[AbsentGroup, ...]:

@@ -16,6 +16,7 @@ handed back (:meth:`Manifest.restamped`) so that the next hit here takes the fas
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -93,7 +94,14 @@ class SearchPath:
 
     def is_versioned(self, path: str) -> bool:
         norm = os.path.normpath(path)
-        return any(norm.startswith(os.path.normpath(d) + os.sep) for d in self.versioned)
+        return any(norm.startswith(prefix) for prefix in self._versioned_prefixes)
+
+    @functools.cached_property
+    def _versioned_prefixes(self) -> tuple[str, ...]:
+        # normalized once per search, not once per question: a CCCL cell's manifest asks for
+        # each of its ~1 700 (header, includer) pairs (cached in the instance's own __dict__,
+        # which a frozen dataclass allows)
+        return tuple(os.path.normpath(d) + os.sep for d in self.versioned)
 
 
 @dataclass(frozen=True)
