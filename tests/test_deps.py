@@ -543,3 +543,59 @@ def test_the_listing_stops_at_its_limit_over_all_folders(tmp_path, monkeypatch):
     monkeypatch.setattr(deps, "LISTING_LIMIT", 3)
     search = deps.SearchPath(str(tmp_path / "a"), (str(tmp_path / "b"), str(tmp_path / "c")))
     assert list(deps.list_search_folders(search)) == [str(tmp_path / "a"), str(tmp_path / "c")]
+
+
+def _rewrite_keeping_times(path: Path, text: str) -> None:
+    """New content of the same size, the modification time put back (``cp -p``, an editor
+    that keeps times): only the change time says it changed."""
+    st = path.stat()
+    path.write_text(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _replace_keeping_times(path: Path, text: str) -> None:
+    """A new file renamed over it, of the same size and modification time (an atomic save)."""
+    st = path.stat()
+    new = path.with_name(path.name + ".new")
+    new.write_text(text)
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+    new.replace(path)
+
+
+@pytest.mark.parametrize("change", [_rewrite_keeping_times, _replace_keeping_times])
+def test_a_header_changed_between_misses_is_hashed_again_whatever_its_size_and_mtime(
+        tmp_path, monkeypatch, cache, change):
+    """A miss reuses the sha256 this process took of a header whose stat is unchanged
+    (deps._DIGESTS); a header rewritten between two edits of the cell with its size and
+    modification time kept must be hashed again: the entry must hold the new content's
+    digest, and a hit must serve the new CUBIN."""
+    import hashlib
+    import time
+
+    import cudamagic
+    from cudamagic.toolchain.manifest import Manifest
+
+    monkeypatch.chdir(tmp_path)
+    header = tmp_path / "v.h"
+    header.write_text("#define V 1\n")
+    time.sleep(2 * deps.RACY_NS / 1e9)  # settled: this process may keep its digest
+
+    def build(edit: int):
+        return cudamagic.build(f'#include "v.h"\n// edit {edit}\n' + KERN, cache=cache,
+                               base_dir=tmp_path)
+
+    first = build(1)
+    record, _ = cache.get(first.key)
+    kept = {Path(f.path).name: f.sha256 for f in Manifest.from_json(record.manifest).files}
+    assert kept["v.h"] == hashlib.sha256(b"#define V 1\n").hexdigest()
+    change(header, "#define V 7\n")
+    time.sleep(2 * deps.RACY_NS / 1e9)
+    second = build(2)  # an edit of the cell: a miss that reads v.h again
+    record, _ = cache.get(second.key)
+    kept = {Path(f.path).name: f.sha256 for f in Manifest.from_json(record.manifest).files}
+    assert kept["v.h"] == hashlib.sha256(b"#define V 7\n").hexdigest()
+    fresh = cudamagic.build(f'#include "v.h"\n// edit 2\n' + KERN, use_cache=False,
+                            base_dir=tmp_path)
+    assert second.cubin == fresh.cubin != first.cubin
+    again = build(2)
+    assert again.hit and again.cubin == fresh.cubin

@@ -238,32 +238,78 @@ def from_trace(opened: Sequence[tuple], search: SearchPath, source: str,
                     watched=watched, racy=doubts[0] if doubts else None, search=search)
 
 
+@dataclass(frozen=True)
+class _Scanned:
+    """What a file's text says that a manifest looks for (line splices joined), read once per
+    content: its ``__has_include`` tests (:data:`_HAS_INCLUDE`), whether one tests a name only a
+    macro spells, and its literal ``#include`` names (:data:`_LITERAL_INCLUDE`)."""
+
+    has_include: frozenset[tuple[bytes, bytes, bytes]]
+    macro_test: bool
+    includes: tuple[tuple[bytes, bytes], ...]
+
+    @classmethod
+    def of(cls, text: bytes) -> "_Scanned":
+        tests = b"has_include" in text or b"HAS_INCLUDE" in text
+        joined = _SPLICE_B.sub(b"", text) if tests or b"include" in text else text
+        return cls(frozenset(_HAS_INCLUDE.findall(joined)) if tests else frozenset(),
+                   bool(tests and _HAS_INCLUDE_MACRO.search(joined)),
+                   tuple(_LITERAL_INCLUDE.findall(joined)) if b"include" in text else ())
+
+
+#: What this process hashed and scanned, for the next miss that reads the same headers (a
+#: CCCL cell's ~600 at every edit): a path's sha256 under its stat (device, inode, size,
+#: modification and change times), kept only where neither time was within :data:`RACY_NS`
+#: of the read (a later write then moves the change time past the one kept, so an unchanged
+#: stat is unchanged content: ccache's rule), and each content's scan by its sha256. Bounded:
+#: both are emptied past :data:`_KNOWN_LIMIT` paths (a manifest keeps the scans it took).
+_DIGESTS: dict[str, tuple[tuple[int, int, int, int, int], str]] = {}
+_SCANS: dict[str, _Scanned] = {}
+_KNOWN_LIMIT = 50_000
+
+
 class _Read:
-    """The files a manifest looks at, each stat'ed and read once."""
+    """The files a manifest looks at, each stat'ed once, and read and hashed once unless this
+    process already hashed it as it is (:data:`_DIGESTS`)."""
 
     def __init__(self, search: SearchPath) -> None:
         self.search = search
         self.states: dict[str, HeaderState] = {}
         self.ids: set[tuple[int, int]] = set()  # (device, inode) of each file in ``states``
-        self._texts: dict[str, bytes | None] = {}
+        self._scans: dict[str, _Scanned] = {}  # of each file in ``states``
 
-    def text(self, full: str) -> bytes | None:
-        if full not in self._texts:
-            self._texts[full] = _read(full)
-        return self._texts[full]
+    def scanned(self, full: str) -> _Scanned | None:
+        """The scan of a file this manifest records (None where it cannot be read)."""
+        return self._scans.get(full) if self.state(full) is not None else None
 
     def state(self, full: str) -> HeaderState | None:
         """The file's state, recorded (None where it is not a file that can be read)."""
         if full in self.states:
             return self.states[full]
+        before = time.time_ns()
         try:
             st = os.stat(full)
         except (OSError, ValueError):
             return None
-        text = self.text(full)
-        if text is None or not S_ISREG(st.st_mode):
+        if not S_ISREG(st.st_mode):
             return None
-        digest = hashlib.sha256(text).hexdigest()  # versioned too: checked so elsewhere
+        stat = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = _DIGESTS.get(full)
+        scan = _SCANS.get(known[1]) if known is not None and known[0] == stat else None
+        if known is not None and scan is not None:
+            digest = known[1]
+        else:
+            text = _read(full)
+            if text is None:
+                return None
+            digest = hashlib.sha256(text).hexdigest()  # versioned too: checked so elsewhere
+            if len(_DIGESTS) >= _KNOWN_LIMIT:
+                _DIGESTS.clear()
+                _SCANS.clear()
+            scan = _SCANS.get(digest) or _SCANS.setdefault(digest, _Scanned.of(text))
+            if max(st.st_mtime_ns, st.st_ctime_ns) < before - RACY_NS:
+                _DIGESTS[full] = (stat, digest)
+        self._scans[full] = scan
         self.states[full] = HeaderState(full, st.st_size, st.st_mtime_ns, digest,
                                         st.st_ctime_ns, st.st_ino)
         self.ids.add((st.st_dev, st.st_ino))
@@ -286,14 +332,14 @@ def _skipped_links(source: str, pairs: Sequence[tuple[str, str | None]], read: _
     for path, _ in pairs:
         read.state(search.absolute(path))
     out: list[tuple[str, str | None]] = []
-    texts: list[tuple[str | None, bytes | None]] = [
-        (None, source.encode("utf-8", "surrogatepass"))]
-    texts += [(p, read.text(search.absolute(p))) for p, _ in pairs
+    scans: list[tuple[str | None, _Scanned | None]] = [
+        (None, _Scanned.of(source.encode("utf-8", "surrogatepass")))]
+    scans += [(p, read.scanned(search.absolute(p))) for p, _ in pairs
               if not search.is_versioned(search.absolute(p))]
-    for includer, text in texts:
-        if not text or b"include" not in text:
+    for includer, scan in scans:
+        if scan is None:
             continue
-        for quote, name in set(_LITERAL_INCLUDE.findall(_SPLICE_B.sub(b"", text))):
+        for quote, name in set(scan.includes):
             folders = ((_folder_of(includer),) if quote == b'"' else ()) + search.include_dirs
             spelled = _first_file(os.fsdecode(name), folders, search)
             if spelled is None:
@@ -423,21 +469,20 @@ def _has_include_places(source: str, opened: Sequence[str], read: _Read
     search = read.search
     places: set[str] = set()
     unknown: set[str] = set()
-    texts: list[tuple[str | None, bytes | None]] = [
-        (None, source.encode("utf-8", "surrogatepass"))]
-    texts += [(p, read.text(search.absolute(p))) for p in dict.fromkeys(opened)]
-    for path, text in texts:
-        if not text or (b"has_include" not in text and b"HAS_INCLUDE" not in text):
+    scans: list[tuple[str | None, _Scanned | None]] = [
+        (None, _Scanned.of(source.encode("utf-8", "surrogatepass")))]
+    scans += [(p, read.scanned(search.absolute(p))) for p in dict.fromkeys(opened)]
+    for path, scan in scans:  # (a name may be spelled across a line splice: joined there)
+        if scan is None or not (scan.has_include or scan.macro_test):
             continue
-        text = _SPLICE_B.sub(b"", text)  # a name may be spelled across a line splice
         first = [_folder_of(path)]
-        for quote, name, closed in set(_HAS_INCLUDE.findall(text)):
+        for quote, name, closed in scan.has_include:
             if not name or not closed:
                 continue
             for folder in (*(first if quote == b'"' else ()), *search.include_dirs):
                 rel = os.fsdecode(name)  # the name's own bytes, UTF-8 or not
                 places.add(search.absolute(os.path.join(folder, rel) if folder else rel))
-        if _HAS_INCLUDE_MACRO.search(text):
+        if scan.macro_test:
             unknown.update(search.absolute(f) if f else search.cwd
                            for f in (*first, *search.include_dirs))
     return places, unknown
@@ -490,15 +535,14 @@ def _include_forms(source: str | None, includer: str | None, read: _Read
     """The names the includer's literal ``#include`` lines spell, each with its forms (``<``,
     ``"``); a toolkit header's, or one that cannot be read, are not looked at (empty)."""
     if source is not None:
-        text: bytes | None = source.encode("utf-8", "surrogatepass")
+        scan: _Scanned | None = _Scanned.of(source.encode("utf-8", "surrogatepass"))
     else:
         assert includer is not None
         full = read.search.absolute(includer)
-        text = None if read.search.is_versioned(full) else read.text(full)
+        scan = None if read.search.is_versioned(full) else read.scanned(full)
     forms: dict[str, set[bytes]] = {}
-    if text and b"include" in text:
-        for quote, name in _LITERAL_INCLUDE.findall(_SPLICE_B.sub(b"", text)):
-            forms.setdefault(os.fsdecode(name), set()).add(quote)
+    for quote, name in scan.includes if scan is not None else ():
+        forms.setdefault(os.fsdecode(name), set()).add(quote)
     return forms
 
 
