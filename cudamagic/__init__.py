@@ -20,16 +20,17 @@ __all__ = ["build", "load_cubin", "gpu_available", "Module", "Kernel", "KernelCa
            "CudaMagicError", "OptionError", "SourceError", "CompileError", "LogError",
            "CompileInterrupted", "LinkError", "ToolchainError", "NameResolutionError",
            "ImageError", "CacheError", "CacheArgumentError", "LaunchError", "NoDeviceError",
-           "ContextPoisonedError", "ArgumentError", "ArgumentTypeError", "ArgumentValueError",
-           "OccupancyError", "DemangleError", "ToolMissingError", "ScratchError",
-           "SanitizerOutputError", "ProfileReadError",
+           "ForkedCudaError", "ContextPoisonedError", "ArgumentError", "ArgumentTypeError",
+           "ArgumentValueError", "OccupancyError", "DemangleError", "ToolMissingError",
+           "ScratchError", "SanitizerOutputError", "ProfileReadError",
            "CudaMagicWarning", "CacheWarning", "ShadowWarning", "InputWarning"]
 
 from .errors import (ArgumentError, ArgumentTypeError, ArgumentValueError, CacheArgumentError,
                      CacheError, CacheWarning, CompileError, CompileInterrupted,
-                     ContextPoisonedError, CudaMagicError, CudaMagicWarning, ImageError,
-                     InputWarning, LaunchError, LinkError, LogError, NameResolutionError,
-                     NoDeviceError, OptionError, ShadowWarning, SourceError, ToolchainError)
+                     ContextPoisonedError, CudaMagicError, CudaMagicWarning, ForkedCudaError,
+                     ImageError, InputWarning, LaunchError, LinkError, LogError,
+                     NameResolutionError, NoDeviceError, OptionError, ShadowWarning, SourceError,
+                     ToolchainError)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import KernelCache

@@ -138,6 +138,12 @@ class NoDeviceError(LaunchError):
     """No CUDA device or driver is available for a launch."""
 
 
+class ForkedCudaError(NoDeviceError):
+    """CUDA cannot be used in this process: it is a child forked after CUDA started in its
+    parent. Builds and cache hits still work; a launch needs a process started with
+    ``multiprocessing``'s ``spawn`` or ``forkserver`` method."""
+
+
 class ContextPoisonedError(LaunchError):
     """A kernel faulted; the CUDA context of this process can no longer be used.
 

@@ -61,10 +61,11 @@ Compiler = Callable[..., "CompileResult"]
 
 
 def default_arch() -> str:
-    """The current device's ``sm_XX``; :data:`~cudamagic.options.DEFAULT_ARCH` without a GPU."""
-    if not driver.available():
-        return DEFAULT_ARCH
-    return f"sm_{driver.device_sm(driver.current_device())}"
+    """The current device's ``sm_XX`` (:func:`~cudamagic.toolchain.driver.current_sm`: in a
+    child forked after CUDA started, its parent's); :data:`~cudamagic.options.DEFAULT_ARCH`
+    without a GPU."""
+    sm = driver.current_sm()
+    return DEFAULT_ARCH if sm is None else f"sm_{sm}"
 
 
 @dataclass(frozen=True)

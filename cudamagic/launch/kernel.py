@@ -10,11 +10,13 @@ from __future__ import annotations
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..forksafe import ForkSafeLock, once
+from ..process import at_fork
 from ..cxx import Signatures, with_void
 from ..cxx.resolve import ResolvedBy
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
@@ -32,6 +34,25 @@ _get_ident = threading.get_ident
 # guards a kernel's first handle per device and its first launcher; one for every kernel (each
 # is held for a dictionary update), so that a restore of 1000 kernels makes no lock per kernel
 _SETUP = ForkSafeLock()
+
+# the kernels that hold a handle or a launcher: what the driver and CuPy gave them in a parent
+# is nothing in a forked child (tests/test_fork_cuda.py)
+_launched: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child's kernels start as unlaunched: their handles and their launchers (which
+    hold CuPy's current-device call, an error of CuPy's in such a child) are dropped, so a
+    launch here asks the driver again, which says why it cannot (ForkedCudaError)."""
+    for kernel in list(_launched):
+        kernel._handles.clear()
+        kernel._shared_limit.clear()
+        kernel._launchers.clear()
+        kernel.__call__ = kernel._any_thread
+    _launched.clear()
+
+
+at_fork(__name__, "_launched", after_in_child=_after_fork_in_child)
 
 
 @dataclass(frozen=True)
@@ -203,6 +224,7 @@ class Kernel:
                 handle = self._handles.get(device)
                 if handle is None:
                     handle = self._handles[device] = library.kernel(self.symbol)
+                    _launched.add(self)
         return handle
 
     def function(self, device: int | None = None, context_ready: bool = False) -> int:
@@ -372,6 +394,7 @@ class Kernel:
             first = not self._launchers
             # by thread: a thread id reused after a thread ends takes over a dead thread's buffer
             self._launchers[_get_ident()] = launcher
+            _launched.add(self)
             if first:
                 self.__call__ = types.MethodType(launcher.run, self)
         return launcher

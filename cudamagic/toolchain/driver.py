@@ -18,9 +18,9 @@ import enum
 import sys
 from dataclasses import dataclass
 
-from ..process import InTest, cached, held
+from ..process import InTest, at_fork, cached, held
 from ..forksafe import ForkSafeLock
-from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
+from ..errors import ContextPoisonedError, ForkedCudaError, LaunchError, NoDeviceError
 
 __all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
            "launch", "fast_launch", "compute_capability", "sm_of", "device_sm", "driver_version", "device_name",
@@ -28,9 +28,10 @@ __all__ = ["check", "available", "device_count", "current_device", "ensure_conte
            "DeviceLimits", "device_limits", "max_active_blocks", "ExtendedLaunch", "launch_ex",
            "retain_primary", "mem_alloc", "mem_free", "copy_to_device", "copy_to_host",
            "synchronize", "Sticky", "sticky_of", "lost_contexts", "note_lost", "lost_text",
-           "first_telling"]
+           "first_telling", "forked_after_start", "current_sm"]
 
 _INVALID_CONTEXT = 201
+_NOT_INITIALIZED = 3  # CUDA_ERROR_NOT_INITIALIZED
 _CC_MAJOR, _CC_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR
 # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, _COOPERATIVE_LAUNCH, _CLUSTER_LAUNCH
 _SM_COUNT, _COOPERATIVE_LAUNCH, _CLUSTER_LAUNCH = 16, 95, 120
@@ -92,7 +93,15 @@ class _Driver:
     """``libcuda.so.1`` with the prototypes this module uses, each looked up once."""
 
     def __init__(self) -> None:
-        self._lib = ctypes.CDLL("libcuda.so.1")
+        self._lib: object = ctypes.CDLL("libcuda.so.1")
+
+    def refuse(self, why: str) -> None:
+        """Every call from now on raises :class:`~cudamagic.errors.ForkedCudaError` (a child
+        forked after CUDA started): the functions looked up are forgotten, so each lookup
+        comes to :class:`_Refused`; nothing is added to the calls of a process that may use
+        CUDA."""
+        self.__dict__.clear()
+        self._lib = _Refused(why)
 
     def __getattr__(self, name: str):
         fn = getattr(self._lib, name)
@@ -100,6 +109,17 @@ class _Driver:
         fn.restype = ctypes.c_int
         setattr(self, name, fn)
         return fn
+
+
+class _Refused:
+    """The driver library in a child forked after CUDA started in its parent: every function
+    looked up raises."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __getattr__(self, name: str):
+        raise ForkedCudaError(self.why)
 
 
 @cached(1)
@@ -112,7 +132,7 @@ def _error_name(status: int) -> tuple[str, str]:
     try:
         _lib().cuGetErrorName(status, ctypes.byref(name))
         _lib().cuGetErrorString(status, ctypes.byref(text))
-    except (OSError, AttributeError):  # pragma: no cover - no driver to ask
+    except (OSError, AttributeError, ForkedCudaError):  # pragma: no cover - no driver to ask
         pass
     return ((name.value or b"").decode() or f"CUresult {status}", (text.value or b"").decode())
 
@@ -151,7 +171,7 @@ def note_lost(code: Sticky, device: int | None = None) -> int:
         try:
             if _lib().cuCtxGetDevice(ctypes.byref(value)) == 0:
                 device = value.value
-        except OSError:  # pragma: no cover - no driver
+        except (OSError, ForkedCudaError):  # pragma: no cover - no driver, or not here
             pass
         if device < 0 and len(_primary) == 1:
             device = next(iter(_primary))
@@ -215,6 +235,10 @@ def check(status: int, what: str) -> None:
     """
     if status == 0:
         return
+    if int(status) == _NOT_INITIALIZED and _fork_child:
+        # a child whose cuInit passed though an ancestor had started CUDA: the driver says
+        # what FORKED says
+        raise ForkedCudaError(f"{what} failed with CUDA_ERROR_NOT_INITIALIZED: {FORKED}")
     name, text = _error_name(int(status))
     if int(status) in Sticky._value2member_map_:
         code = Sticky(int(status))
@@ -230,8 +254,49 @@ def check(status: int, what: str) -> None:
 
 
 _init_lock = ForkSafeLock()
-# filled once: why the driver is unavailable, or None
+# filled once: why the driver is unavailable, or None (None: CUDA started in this process, and
+# a child forked from now on cannot use it)
 _init_result: list[str | None] = held(__name__, "_init_result", [])
+
+#: Why a child forked after CUDA started in its parent cannot use CUDA. The driver's state does
+#: not survive a fork: in such a child its calls fail with CUDA_ERROR_NOT_INITIALIZED (CuPy's
+#: with cudaErrorInitializationError), seen on the GPU machine even after only a cache hit.
+FORKED = ("CUDA cannot be used in this process: it is a child forked after CUDA started in its "
+          "parent, and the CUDA driver does not survive a fork. Building kernels and serving "
+          "them from the cache work here; to launch them, start the worker processes with "
+          "multiprocessing's 'spawn' or 'forkserver' method "
+          "(multiprocessing.get_context('spawn'), or mp_context= for concurrent.futures), or "
+          "fork before the parent's first CUDA call")
+
+# this process is a forked child (of any parent); and, once CUDA is known to be unusable here
+# for that reason, FORKED
+_fork_child: list[bool] = []
+_refused: list[str] = []
+
+
+def _after_fork_in_child() -> None:
+    """The child of a fork: where CUDA had started in the parent, every driver call here is
+    refused with :data:`FORKED` (a grandchild inherits the refusal)."""
+    _fork_child[:] = [True]
+    if _init_result == [None]:  # the parent's cuInit succeeded
+        _init_result[:] = [FORKED]
+        _refused[:] = [FORKED]
+        _lib().refuse(FORKED)
+
+
+def _forget_fork() -> None:
+    _fork_child.clear()
+    _refused.clear()
+
+
+at_fork(__name__, "_refused", after_in_child=_after_fork_in_child, test=_forget_fork,
+        covers=("_fork_child",))
+
+
+def forked_after_start() -> bool:
+    """Whether this process is a child forked after CUDA started in its parent (which may
+    build and serve hits, but not launch)."""
+    return bool(_refused)
 
 
 def _init() -> str | None:
@@ -250,13 +315,17 @@ def _first_init() -> str | None:
         lib = _lib()
     except OSError as exc:
         return f"the CUDA driver library could not be loaded ({exc})"
-    status = lib.cuInit(0)
-    if status != 0:
-        return f"cuInit failed with {_error_name(status)[0]}"
     count = ctypes.c_int(0)
-    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
-        return "the CUDA driver reports no device"
-    return None
+    for what, call in (("cuInit", lambda: lib.cuInit(0)),
+                       ("cuDeviceGetCount", lambda: lib.cuDeviceGetCount(ctypes.byref(count)))):
+        status = call()
+        if status == _NOT_INITIALIZED and _fork_child:
+            # CUDA started in an ancestor through another library (CuPy): the driver says so
+            _refused[:] = [FORKED]
+            return FORKED
+        if status != 0:
+            return f"{what} failed with {_error_name(status)[0]}"
+    return None if count.value > 0 else "the CUDA driver reports no device"
 
 
 def available() -> bool:
@@ -266,6 +335,8 @@ def available() -> bool:
 
 def _require() -> _Driver:
     why = _init()
+    if _refused:
+        raise ForkedCudaError(_refused[0])
     if why is not None:
         raise NoDeviceError(f"no CUDA device is available: {why}. Compiling, caching and "
                             "name resolution work without one; launching a kernel needs a GPU.")
@@ -320,6 +391,22 @@ def sm_of(major: int, minor: int) -> int:
 def device_sm(device: int) -> int:
     """The SM number of a device (:func:`sm_of` its compute capability)."""
     return sm_of(*compute_capability(device))
+
+
+# the last answer of current_sm(), kept by a forked child
+_last_sm: list[int] = held(__name__, "_last_sm", [])
+
+
+def current_sm() -> int | None:
+    """The SM number of the current device; None without a GPU. In a child forked after CUDA
+    started in its parent, where the driver cannot be asked, the parent's last answer (None if
+    it never asked): the child's builds then hit the parent's entries."""
+    if not forked_after_start() and available():
+        _last_sm[:] = [device_sm(current_device())]
+        return _last_sm[0]
+    if forked_after_start() and _last_sm:  # (available() may have found it out just now)
+        return _last_sm[0]
+    return None
 
 
 def current_device() -> int:
