@@ -275,8 +275,11 @@ def _locked(folder: str) -> Iterator[None]:
 
 
 def _say_once(why: str, notes: list[str]) -> None:
-    if why not in _said:
-        _said.add(why)
+    """``why`` in ``notes`` where this process has not said it yet: told apart by its words
+    up to the first digit (a free-space count changes between two builds)."""
+    said = re.split(r"\d", why, maxsplit=1)[0]
+    if said not in _said:
+        _said.add(said)
         notes.append(why)
 
 
