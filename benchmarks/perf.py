@@ -1,7 +1,8 @@
 """Issue 21's table in one run, each figure against CuPy measured in the same run (alternated,
 medians): the warm ``%%cuda`` cell (warm_cell.py), the whole notebook with a launch cell, cell by
 cell (whole_notebook.py), the API restore in a fresh process, context made first (warm_restore.py),
-a fresh process with its imports (fresh_process.py), and ``%load_ext`` alone (startup.py).
+a fresh process with its imports (fresh_process.py), ``%load_ext`` alone (startup.py), and
+the first launch part by part (first_launch.py).
 
 Writes ``perf.json`` (every harness's results) and ``perf.md`` (their tables) into ``--out``,
 both rewritten after each part so that a run cut short keeps what it measured.
@@ -25,6 +26,7 @@ import time
 from typing import Callable
 
 import driver_start
+import first_launch
 import fresh_process
 import whole_notebook
 import startup
@@ -50,6 +52,8 @@ def parts(gpu: bool, quick: bool, reps: int) -> list[tuple[str, Callable[[], dic
          lambda r: r["table"]),
         ("%load_ext against IPython's start, and the first cell",
          lambda: startup.run(3 if quick else 7), startup.table),
+        ("the first launch, part by part, against CuPy's first call",
+         lambda: first_launch.run(1 if quick else 7, not gpu), first_launch.table),
     ]
     if gpu:
         out.insert(1, ("the driver's start in a fresh process (what %load_ext's thread does)",

@@ -78,7 +78,8 @@ def load_ipython_extension(ipython) -> None:
     done waits for the rest. ``CUDAMAGIC_EAGER_CONTEXT=0`` leaves the context to the first launch
     (a notebook that works on another device only, or never launches). Nothing else is imported
     or found here (issue 38): the pipeline, the cache, the toolkit's headers and the demangler
-    come with the first ``%%cuda`` cell, the launch code with the first launch, the debugging
+    come with the first ``%%cuda`` cell, the launch code with the first launch (or, with a GPU
+    and NumPy imported, in the driver thread once the context is made), the debugging
     and report views with the first cell that shows them (tests/test_import_cost.py holds the
     list of what ``%load_ext`` may import).
     """
@@ -120,6 +121,12 @@ def eager_context() -> bool:
 
 
 def _start_driver(eager: bool = True) -> None:
+    """The driver thread: ``cuInit`` and device 0's primary context; then, where NumPy is
+    already imported (CuPy imports it: a notebook that launches), the launch code, so that the
+    first launch does not import it (issue 38: most of a first call's time, docs/performance.md;
+    the thread runs while the notebook waits for its next cell, and imports no NumPy itself)."""
+    import sys
+
     from .toolchain import driver
 
     if not driver.available() or not eager:
@@ -127,4 +134,6 @@ def _start_driver(eager: bool = True) -> None:
     try:
         driver.retain_primary(0)
     except CudaMagicError:  # the first launch makes it and says what is wrong
-        pass
+        return
+    if "numpy" in sys.modules:
+        from .launch import launcher  # noqa: F401

@@ -143,3 +143,35 @@ def test_neither_imports(fresh, name):
     loaded = [m for m in fresh["load_ext"] + fresh["cell"]
               if m == name or m.startswith(name + ".")]
     assert not loaded, f"%load_ext or a hit cell imported {loaded}"
+
+
+WARM = textwrap.dedent("""
+    import json, sys, threading
+    if sys.argv[1] == "numpy":
+        import numpy  # noqa: F401  (CuPy's: a notebook that launches has it)
+    from IPython.core.interactiveshell import InteractiveShell
+    ip = InteractiveShell.instance()
+    from cudamagic.toolchain import driver
+    driver.available = lambda: sys.argv[2] == "gpu"
+    driver.retain_primary = lambda device: 1
+    ip.run_line_magic("load_ext", "cudamagic")
+    for t in threading.enumerate():
+        if t.name == "cudamagic-driver":
+            t.join(60)
+    print(json.dumps({m: m in sys.modules for m in ("numpy", "cudamagic.launch.launcher")}))
+""")
+
+
+@pytest.mark.parametrize("numpy, gpu, warmed", [("numpy", "gpu", True), ("numpy", "none", False),
+                                                ("bare", "gpu", False), ("bare", "none", False)])
+def test_the_driver_thread_imports_the_launch_code_where_a_launch_comes_next(numpy, gpu, warmed):
+    """With a GPU and NumPy imported (CuPy's), the driver thread imports the launch code once
+    the context is made, so the first launch does not (it was ~10 ms of it); it never imports
+    NumPy for that, and without a GPU it imports none."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get(
+        "PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", WARM, numpy, gpu], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen == {"numpy": numpy == "numpy", "cudamagic.launch.launcher": warmed}

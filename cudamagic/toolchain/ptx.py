@@ -23,6 +23,7 @@ import enum
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .image import GridSyncTable
 
@@ -69,9 +70,25 @@ class PtxParam:
         return self.type.width * self.count
 
 
-_COMMENT = re.compile(rb"//[^\n]*|/\*.*?\*/", re.S)
-_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$%][\w$%]*)\s*\(([^)]*)\)")
-_PARAM = re.compile(rb"^\.param((?:\s+\.\w+(?:\s+\d+)?)*?)\s+\.([a-z]\d+)\s+[A-Za-z_$%][\w$%]*"
+class _Pattern:
+    """A regular expression compiled on its first use: a first launch imports this module for
+    PTX's parameter types and reads no PTX (docs/performance.md has what its patterns cost)."""
+
+    __slots__ = ("_args", "_re")
+
+    def __init__(self, pattern: bytes, flags: int = 0) -> None:
+        self._args: tuple[bytes, int] = (pattern, flags)
+        self._re: re.Pattern[bytes] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._re is None:
+            self._re = re.compile(*self._args)
+        return getattr(self._re, name)
+
+
+_COMMENT = _Pattern(rb"//[^\n]*|/\*.*?\*/", re.S)
+_ENTRY = _Pattern(rb"\.entry\s+([A-Za-z_$%][\w$%]*)\s*\(([^)]*)\)")
+_PARAM = _Pattern(rb"^\.param((?:\s+\.\w+(?:\s+\d+)?)*?)\s+\.([a-z]\d+)\s+[A-Za-z_$%][\w$%]*"
                     rb"\s*(?:\[\s*(\d+)\s*\])?$")
 _TYPES = {t.value.encode(): t for t in PtxType}
 
@@ -104,21 +121,21 @@ def _params(body: bytes) -> tuple[PtxParam, ...] | None:
 SYSTEM_CALLS = frozenset((b"vprintf", b"malloc", b"free", b"__assertfail"))
 
 # a PTX comment or a quoted string (a -G or -lineinfo .file directive's path may hold "//")
-_COMMENT_OR_STRING = re.compile(rb'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"', re.S)
-_BRACE = re.compile(rb"[{}]")
+_COMMENT_OR_STRING = _Pattern(rb'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"', re.S)
+_BRACE = _Pattern(rb"[{}]")
 # a function's head: its linkage, .entry or .func, the return parameters, the name
-_FUNCTION = re.compile(rb"(?:^|\s)\.(entry|func)\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$%]*)")
-_WORKSPACE = re.compile(rb"%envreg[12](?![0-9])")
+_FUNCTION = _Pattern(rb"(?:^|\s)\.(entry|func)\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$%]*)")
+_WORKSPACE = _Pattern(rb"%envreg[12](?![0-9])")
 # an instruction word is found by its letters first (a pattern that starts with a literal is
 # searched fast), then checked to stand where an instruction starts: a trap (PTX's __trap())
-_TRAP = re.compile(rb"trap\s*;")
-_CALL = re.compile(rb"call(?:\.uni)?\s")
+_TRAP = _Pattern(rb"trap\s*;")
+_CALL = _Pattern(rb"call(?:\.uni)?\s")
 # what may stand before an instruction: a line's start, a statement's end, a label, then a
 # predicate; looked for in the few bytes before the word only (a long line costs no more)
-_STARTS = re.compile(rb"[\n;{}:]\s*(?:@!?%[\w$]+\s+)?\Z")
+_STARTS = _Pattern(rb"[\n;{}:]\s*(?:@!?%[\w$]+\s+)?\Z")
 _LOOK_BACK = 256
 # a call's target, after its return parameters: a register for an indirect call
-_TARGET = re.compile(rb"call(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$%][\w$%]*)")
+_TARGET = _Pattern(rb"call(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$%][\w$%]*)")
 _UNREAD = b"%unread"  # a call whose target this reader does not follow: an unknown callee
 
 
