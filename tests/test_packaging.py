@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import email
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,3 +177,60 @@ def test_without_a_cuda_stack_a_wheel_s_build_says_how_to_install_it_from_the_wh
     finally:
         wheel.with_suffix(".moved").rename(wheel)
     assert "'cuda-bindings<14,>=13'" in said and "cupy-cuda13x" in said, said
+
+
+def test_the_wheel_ships_its_licence(wheel):
+    meta = _metadata(wheel)
+    assert meta["License-Expression"] == "MIT" and meta.get_all("License-File") == ["LICENSE"]
+    with zipfile.ZipFile(wheel) as z:
+        shipped = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/licenses/LICENSE")))
+    assert shipped == (REPO / "LICENSE").read_bytes()
+    assert shipped.startswith(b"MIT License") and b"Copyright (c)" in shipped
+
+
+DOC = "share/doc/cudamagic"
+
+
+def test_a_wheel_s_reader_reaches_the_docs_the_quickstart_and_the_licence(wheel, tmp_path):
+    """Installed, the wheel lays the README out with its pages, pictures, the quickstart and the
+    licence, so that every link of the installed README resolves to a file there; and the
+    README the metadata carries says where they are."""
+    from .test_readme import LINK
+
+    prefix = tmp_path / "env"
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--prefix",
+                          str(prefix), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = prefix / DOC
+    readme = (doc / "README.md").read_text()
+    assert readme == (REPO / "README.md").read_text() == _metadata(wheel).get_payload()
+    links = {link.partition("#")[0] for link in LINK.findall(readme)
+             if not re.match(r"[a-z]+://", link)} - {""}
+    assert {"LICENSE", "notebooks/quickstart.ipynb", "docs/cache.md", "docs/img/occupancy.png"} \
+        <= links
+    missing = sorted(link for link in links if not (doc / link).is_file())
+    assert not missing, missing
+    assert all((doc / "docs" / p.name).is_file() for p in (REPO / "docs").glob("*.md"))
+    assert DOC in readme and (doc / "LICENSE").read_bytes() == (REPO / "LICENSE").read_bytes()
+
+
+def test_an_editable_install_gets_the_jupyterlab_extension_linked(tmp_path):
+    """pip install -e installs no data files; the README's scripts/link_labextension.py puts the
+    prebuilt extension where JupyterLab finds it, as JupyterLab itself then lists it."""
+    prefix = tmp_path / "env"
+    env = {**os.environ, "JUPYTER_PATH": str(prefix / "share" / "jupyter")}
+    listed = [sys.executable, "-m", "jupyterlab.labextensions", "list"]
+
+    def lists_it() -> bool:
+        out = subprocess.run(listed, capture_output=True, text=True, timeout=120, env=env)
+        return "cudamagic-jupyterlab" in out.stdout + out.stderr
+
+    assert not lists_it()
+    script = [sys.executable, str(REPO / "scripts" / "link_labextension.py"), "--prefix",
+              str(prefix)]
+    for _ in range(2):  # a second run finds its own link
+        run = subprocess.run(script, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+    link = prefix / "share" / "jupyter" / "labextensions" / "cudamagic-jupyterlab"
+    assert link.resolve() == (REPO / "labextension" / "prebuilt").resolve()
+    assert lists_it()
