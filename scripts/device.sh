@@ -9,7 +9,8 @@
 # (benchmarks/dask_ship.py), perf (benchmarks/perf.py: issue 21's table against CuPy, the
 # whole notebook cell by cell, the fresh process, the restore, the warm cell; $OUT/perf.md and
 # perf.json; about 7 minutes, run it alone), debug (tests/test_gpu_debug.py, issue 28's
-# must-show), fixtures (scripts/record_tool_fixtures.py: the tools' real outputs, copied to
+# must-show), imports (issue 38's import tests: %load_ext, the first hit cell, the API's hit,
+# the driver thread; GPU simulated both ways and real), fixtures (scripts/record_tool_fixtures.py: the tools' real outputs, copied to
 # $OUT/recorded to be committed into tests/fixtures/tools/recorded), edit_loop
 # (benchmarks/edit_loop.py --breakdown: issue 37's edited cells, cudamagic with and without the
 # PCH against CuPy; $OUT/edit_loop.md and edit_loop.json; about 5 minutes), or NAME for
@@ -33,6 +34,8 @@ for what in "${@:-gpu}"; do
     suite) python3 -m pytest -q -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log" ;;
     resolve) python3 -m pytest -q -s -p no:cacheprovider tests/test_resolution_property.py 2>&1 | tee "$OUT/resolve.log" ;;
     debug) python3 -m pytest -v -rs -p no:cacheprovider tests/test_gpu_debug.py 2>&1 | tee "$OUT/debug.log" ;;
+    imports) python3 -m pytest -v -rs -p no:cacheprovider tests/test_import_cost.py tests/test_startup.py \
+        tests/test_load_ext_start.py 2>&1 | tee "$OUT/imports.log" ;;
     fixtures) python3 scripts/record_tool_fixtures.py 2>&1 | tee "$OUT/fixtures.log"
         cp -r tests/fixtures/tools/recorded "$OUT/" ;;
     dask) python3 -m pytest -v -s -rs -p no:cacheprovider tests/test_dask.py 2>&1 | tee "$OUT/dask.log" ;;
