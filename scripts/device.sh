@@ -1,8 +1,8 @@
 #!/bin/bash
 # One GPU-machine run: the chosen steps in order, logs under $OUT.
-# Usage (device tool, carrying .whl made by ../shared/device/wheels.sh .whl [dask]):
+# Usage (device tool, carrying .whl, then .whl2, made by scripts/device_wheels.sh):
 #   bash scripts/device.sh [step...]
-# steps: gpu (the gpu-marked tests), suite (every test), resolve (the resolution property test
+# steps: install (only the wheels), gpu (the gpu-marked tests), suite (every test), resolve (the resolution property test
 # with cu++filt), notebook (the quickstart twice: a restart), cell (benchmarks/warm_cell.py,
 # quick), launch (benchmarks/launch_overhead.py), profile (benchmarks/profile_cell.py at 10 and
 # 1000 names), api (run_all.py --sections api), dask (tests/test_dask.py), ship
@@ -18,9 +18,15 @@
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+# every carried wheel folder (.whl, .whl2, ...: scripts/device_wheels.sh makes them) goes into
+# /tmp/site, which the machine keeps while it is warm: one call may carry .whl, the next .whl2
+for folder in .whl*/; do
+  [ -d "$folder" ] || continue
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$folder"*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+done
+[ -d /tmp/site/IPython ] || { echo "no carried wheels in /tmp/site: carry .whl (scripts/device_wheels.sh)"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
 export CUDAMAGIC_CACHE_DIR=/tmp/cudamagic-cache
 nvidia-smi -L
 # the copy here has no .git: the commit it was made from comes stamped (benchmarks/common.py's
@@ -30,6 +36,7 @@ python3 -c "import cuda.bindings, cupy, numpy; from cudamagic.toolchain import n
 for what in "${@:-gpu}"; do
   echo "=== $what $(date +%T)"
   case $what in
+    install) ls /tmp/site | wc -l ;;
     gpu) python3 -m pytest -m gpu -v -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
     suite) python3 -m pytest -q -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log" ;;
     resolve) python3 -m pytest -q -s -p no:cacheprovider tests/test_resolution_property.py 2>&1 | tee "$OUT/resolve.log" ;;

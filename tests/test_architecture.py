@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 import re
 import shutil
 import subprocess
@@ -18,13 +19,20 @@ import pytest
 
 from .conftest import REPO
 
-LINT = Path(sys.executable).with_name("lint-imports")
+# ``lint-imports`` run by this interpreter, so that it works wherever import-linter is importable
+# (a venv's bin/, or a --target folder on PYTHONPATH, as on the GPU machine, which has no script)
+LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
     """``lint-imports`` over the package under ``root`` with ``root``'s pyproject.toml."""
-    return subprocess.run([str(LINT), "--no-cache", "--no-logo", str(root / "pyproject.toml")],
-                          cwd=root, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+    import importlinter
+
+    where = Path(importlinter.__file__).resolve().parents[1]  # import-linter's and grimp's folder
+    return subprocess.run([sys.executable, "-c", LINT, "--no-cache", "--no-logo",
+                           str(root / "pyproject.toml")],
+                          cwd=root, env={"PATH": "/usr/bin:/bin",
+                                         "PYTHONPATH": os.pathsep.join([str(root), str(where)])},
                           capture_output=True, text=True, timeout=300)
 
 
