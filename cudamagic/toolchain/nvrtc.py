@@ -103,7 +103,7 @@ def _nvrtc():
         raise ToolchainError(
             "NVRTC is not installed here (no cuda.bindings): cudamagic needs the CUDA stack of "
             "your driver's major version beside it, its extra cu13 (a CUDA 13 driver) or cu12 "
-            f"(CUDA 12). From where this cudamagic came from: {install_command('cu13')}") \
+            f"(CUDA 12). Install it with: {install_command('cu13')}") \
             from exc
     return nvrtc
 
