@@ -91,6 +91,17 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
     return proc.stdout
 
 
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """This process as on a machine without a GPU, whatever this machine has: the driver's one
+    probe (``driver._init``, which every question of the package's about a device goes
+    through) answers that there is none. A test of the no-GPU behaviour takes it, so it passes
+    on a GPU machine too; what a GPU does instead is a ``gpu`` test's."""
+    from cudamagic.toolchain import driver
+
+    monkeypatch.setattr(driver, "_init", lambda: "no device here (the test simulates none)")
+
+
 def _gpu_reason() -> str | None:
     try:
         from cudamagic.toolchain import driver

@@ -117,7 +117,7 @@ ANONYMOUS = ("namespace { namespace b { __constant__ int a; } }\n"
              "namespace { __device__ float q[3]; }\n" + _USE.format("b::a + q[1]"))
 
 
-def test_a_variable_in_an_anonymous_namespace_has_one_name_and_is_found_without_it():
+def test_a_variable_in_an_anonymous_namespace_has_one_name_and_is_found_without_it(no_gpu):
     module = cudamagic.build(ANONYMOUS, arch="sm_90", use_cache=False)
     got = {v.cxx_name: (v.dtype, v.shape) for v in module.globals}
     assert got == {"(anonymous namespace)::b::a": ("int32", ()),
@@ -133,7 +133,7 @@ VARIABLE_TEMPLATE = ("namespace z { template <class T> __device__ T tv = T(3); }
                      + _USE.format("1.0f"))
 
 
-def test_a_variable_template_instance_is_a_name_expression(tmp_path):
+def test_a_variable_template_instance_is_a_name_expression(tmp_path, no_gpu):
     """-n "&z::tv<float>": NVRTC instantiates the variable; it is listed, reached by the
     expression with and without the &, and a hit restores it like a kernel."""
     cache = KernelCache(tmp_path / "cache")
@@ -168,7 +168,7 @@ def test_a_module_that_travels_keeps_its_variables_types():
     assert arrived.variable_expressions == {"&z::tv<float>": "_ZN1z2tvIfEE"}
 
 
-def test_get_global_names_what_there_is_and_needs_a_gpu():
+def test_get_global_names_what_there_is_and_needs_a_gpu(no_gpu):
     module = cudamagic.build(GLOBALS_SOURCE, arch="sm_90", use_cache=False)
     with pytest.raises(NameResolutionError, match="coeffs, limits"):
         module.get_global("coefs")

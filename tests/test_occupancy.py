@@ -382,7 +382,7 @@ def test_html_view_has_the_plot_and_the_table():
     assert "<table" in html and "shared memory" in html
 
 
-def test_a_terminal_shows_the_occupancy_table_not_the_record():
+def test_a_terminal_shows_the_occupancy_table_not_the_record(no_gpu):
     """IPython's text form of ``kernel.occupancy()`` (a terminal, a notebook's text/plain) is the
     table ``print()`` gives, not the dataclass's repr of every row."""
     from IPython.core.formatters import PlainTextFormatter
@@ -435,7 +435,7 @@ FORMS = {
 
 
 @pytest.mark.parametrize("form", list(FORMS))
-def test_the_forms_people_write_are_taken(typed_kernel, form):
+def test_the_forms_people_write_are_taken(no_gpu, typed_kernel, form):
     """Each raised TypeError, NumPy's ambiguous-truth ValueError, or said 'no table for
     sm_sm_90'."""
     ask, rows = FORMS[form]
@@ -443,7 +443,7 @@ def test_the_forms_people_write_are_taken(typed_kernel, form):
     assert [(r.block_size, r.dynamic_shared_bytes) for r in got.rows] == rows
 
 
-def test_max_dynamic_shared_is_the_limit_asked_about(typed_kernel):
+def test_max_dynamic_shared_is_the_limit_asked_about(no_gpu, typed_kernel):
     raised = typed_kernel.occupancy(128, dynamic_shared=65536).rows[0]
     left = typed_kernel.occupancy(128, dynamic_shared=65536, max_dynamic_shared=49152).rows[0]
     assert raised.active_blocks > 0 and left.active_blocks == 0
@@ -479,7 +479,7 @@ REFUSED = {
 
 
 @pytest.mark.parametrize("form", list(REFUSED))
-def test_forms_that_mean_nothing_are_refused_clearly(typed_kernel, form):
+def test_forms_that_mean_nothing_are_refused_clearly(no_gpu, typed_kernel, form):
     ask, words = REFUSED[form]
     with pytest.raises(OccupancyError, match=words):
         ask(typed_kernel)
@@ -496,14 +496,14 @@ ASKED = {
 
 
 @pytest.mark.parametrize("case", list(ASKED))
-def test_the_text_shows_every_block_size_asked(typed_kernel, case):
+def test_the_text_shows_every_block_size_asked(no_gpu, typed_kernel, case):
     asked, shown = ASKED[case]
     lines = str(typed_kernel.occupancy(asked)).splitlines()
     rows = lines[lines.index(next(x for x in lines if x.lstrip().startswith("block"))) + 1:]
     assert [r.split()[0] for r in rows] == shown, lines
 
 
-def test_a_default_sweep_stays_short_and_large_sizes_read_as_sizes(typed_kernel):
+def test_a_default_sweep_stays_short_and_large_sizes_read_as_sizes(no_gpu, typed_kernel):
     text = str(typed_kernel.occupancy(dynamic_shared=[0, 1 << 40]))
     assert "(every block size in .rows: 64 rows)" in text
     assert "dynamic shared 1.0 TiB: no block size launches" in text  # was "1073741824 KiB"

@@ -28,7 +28,6 @@ from cudamagic.errors import ArgumentTypeError, ArgumentValueError, NoDeviceErro
 from cudamagic.launch.encode import encode, pack_args
 from cudamagic.launch.kernel import Kernel
 from cudamagic.launch.params import SlotKind
-from cudamagic.toolchain import driver
 from cudamagic.toolchain.ptx import PtxParam, PtxType, entry_params
 
 from .conftest import FIXTURES
@@ -354,8 +353,6 @@ def test_an_extern_c_slot_takes_every_accepted_type_after_its_first_call(foreign
 # CuPy's RawKernel behaviours for code from other projects (issue 29 items 1-4; from test_parity_more.py):
 # everything up to the launch runs here, the launches with exact results are gpu-marked.
 
-no_gpu = pytest.mark.skipif(driver.available(), reason="this machine has a GPU")
-
 # ---- item 1: a kernel loaded from PTX takes Python numbers where PTX declares numbers ----
 
 PTX_SOURCE = r"""
@@ -435,7 +432,7 @@ def test_both_readings_of_an_unsigned_or_signed_32_bit_slot_pack_alike(ptx_modul
     assert pack_args("k", specs[3:4], [np.uint32(7)]) == [struct.pack("<I", 7)]
 
 
-@no_gpu
+@pytest.mark.usefixtures("no_gpu")  # the device check, as without a GPU
 def test_a_ptx_kernel_call_with_python_numbers_reaches_the_device_check(ptx_module):
     with pytest.raises(NoDeviceError):
         ptx_module["axpb"]((1,), (32,), (DeviceArray("f4"), DeviceArray("f4"),
@@ -519,7 +516,7 @@ def test_a_python_complex_for_a_float_pair_says_what_to_pass(complex_module):
         struct.pack("<ff", 1.0, 2.0)
 
 
-@no_gpu
+@pytest.mark.usefixtures("no_gpu")  # the device check, as without a GPU
 def test_a_complex_call_reaches_the_device_check(complex_module):
     with pytest.raises(NoDeviceError):
         complex_module["scale"]((1,), (1,), (2 + 3j, 1j, 1 + 0j, -1j, DeviceArray("c16")))
