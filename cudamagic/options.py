@@ -9,6 +9,7 @@ sets itself, are refused. Pure: no CUDA, no IPython.
 from __future__ import annotations
 
 import argparse
+import functools
 import keyword
 import os
 import re
@@ -454,6 +455,22 @@ def _unquoted(word: str) -> str:
     return "".join(a or b or c for a, b, c in _PART.findall(word))
 
 
+@functools.lru_cache(maxsize=1)
+def _flag_bundle() -> re.Pattern[str]:
+    """A word that is only this magic's value-less short flags (``-a``, ``-q``, ``-aq``)."""
+    flags = "".join(sorted(k[1] for k, a in magic_parser()._option_string_actions.items()
+                           if len(k) == 2 and k[0] == "-" and a.nargs == 0))
+    return re.compile(f"-[{re.escape(flags)}]+")
+
+
+def _misread_as_flags(word: str, bundles: re.Pattern[str]) -> bool:
+    """Whether argparse would read ``word`` as a value-less short flag and the rest of it as
+    more (``-arch=sm_80`` as ``-a`` then ``rch=sm_80``; ``-quiet``): a single-dash word of more
+    than two characters that starts with such a flag but is not a bundle of them."""
+    return (len(word) > 2 and word[0] == "-" and word[1] != "-"
+            and bundles.fullmatch(word[:2]) is not None and bundles.fullmatch(word) is None)
+
+
 def parse_magic_line(line: str) -> BuildOptions | None:
     """Parse a ``%%cuda`` line into :class:`BuildOptions` (None for ``-h``/``--help``).
 
@@ -468,10 +485,15 @@ def parse_magic_line(line: str) -> BuildOptions | None:
     # out here, because argparse's parsing grows with the square of the number of options
     joined: list[str] = []
     exprs: list[str] = []
+    stray: list[str] = []  # words argparse would misread as this magic's short flags
+    bundles = _flag_bundle()
     i = 0
     while i < len(tokens):
         tok = tokens[i]
-        if tok in ("-o", "--option", "-n", "--name-expression") and i + 1 < len(tokens):
+        if _misread_as_flags(tok, bundles):
+            stray.append(tok)  # "-arch=sm_80" is not -a with "rch=sm_80"
+            i += 1
+        elif tok in ("-o", "--option", "-n", "--name-expression") and i + 1 < len(tokens):
             if tok in ("-o", "--option"):
                 joined.append(f"--option={tokens[i + 1]}")
             else:
@@ -484,8 +506,8 @@ def parse_magic_line(line: str) -> BuildOptions | None:
             joined.append(tok)
             i += 1
     ns, extra = magic_parser().parse_known_args(joined)
-    if extra:
-        raise _unrecognized(extra, tokens)
+    if extra or stray:
+        raise _unrecognized(sorted(extra + stray, key=tokens.index), tokens)
     if ns.help:
         return None
     return BuildOptions(

@@ -239,6 +239,11 @@ HINTED = [
     ("--gpu-architecture=sm_80", ["--arch sm_80"]),
     ("-o --gpu-architecture=sm_80", ["--arch sm_80"]),
     ("-arch=compute_80", ["--arch sm_80"]),
+    # words that start with one of the line's value-less short flags (-a, -q, -h): argparse
+    # read "-arch=sm_80" as -a and "rch=sm_80" once %%cuda had -a
+    ("-a -arch=sm_80", ["--arch sm_80"]),
+    ("-q -std=c++20", ["--std c++20"]),
+    ("-aq -Xptxas -v", ["-o -Xptxas -o -v"]),
     ("-o -arch", ["--arch sm_90"]),
     ("-dlto --fmad=false", ["-o -dlto -o --fmad=false"]),
     ("-rdc=true", ["-o -rdc=true"]),
