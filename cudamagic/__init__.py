@@ -22,7 +22,7 @@ __all__ = ["build", "load_cubin", "gpu_available", "Module", "Kernel", "KernelCa
            "ImageError", "CacheError", "CacheArgumentError", "LaunchError", "NoDeviceError",
            "ForkedCudaError", "ContextPoisonedError", "ArgumentError", "ArgumentTypeError",
            "ArgumentValueError", "OccupancyError", "DemangleError", "ToolMissingError",
-           "ScratchError", "SanitizerOutputError", "ProfileReadError",
+           "ScratchError", "SanitizerOutputError", "ProfileReadError", "DisassemblyError",
            "CudaMagicWarning", "CacheWarning", "ShadowWarning", "InputWarning"]
 
 from .errors import (ArgumentError, ArgumentTypeError, ArgumentValueError, CacheArgumentError,
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .toolchain.occupancy import OccupancyError
     from .toolchain.profiler import ProfileReadError
     from .toolchain.sanitizer import SanitizerOutputError
+    from .toolchain.sass import DisassemblyError
     from .toolchain.tools import ScratchError, ToolMissingError
 
 # imported on first use: %load_ext and `import cudamagic` stay light
@@ -48,7 +49,8 @@ _LAZY = {"build": "pipeline", "load_cubin": "pipeline", "Module": "module", "Ker
          "KernelCache": "store", "gpu_available": "info",
          "OccupancyError": "toolchain.occupancy", "DemangleError": "toolchain.demangle",
          "ToolMissingError": "toolchain.tools", "ScratchError": "toolchain.tools",
-         "SanitizerOutputError": "toolchain.sanitizer", "ProfileReadError": "toolchain.profiler"}
+         "SanitizerOutputError": "toolchain.sanitizer", "ProfileReadError": "toolchain.profiler",
+         "DisassemblyError": "toolchain.sass"}
 
 
 def __getattr__(name: str) -> Any:
