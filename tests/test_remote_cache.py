@@ -621,7 +621,8 @@ CASES = [
     ("junk instead of RESP", _junk, _HELLO, None),
     ("a HELLO answered with junk", _junk, b"+OK\r\n", None),
     ("a HELLO answered with an error", _junk, b"-ERR unknown command\r\n", None),
-    ("a GET answered with a RESP3 map", _map, _HELLO, Refused),
+    # junk to redis-py's RESP2 parser (a failing server); hiredis reads a map either way
+    ("a GET answered with a RESP3 map", _map, _HELLO, "either"),
     ("no reply at all", _silent, _HELLO, None),
 ]
 
@@ -640,6 +641,11 @@ def test_a_hostile_server_costs_one_bounded_delay_and_never_raises(name, reply, 
             if gives is Refused:
                 with pytest.raises(Refused):
                     store.load("abc")
+            elif gives == "either":
+                try:
+                    assert store.load("abc") is None
+                except Refused:
+                    pass
             else:
                 assert store.load("abc") is None
         seconds = time.perf_counter() - t

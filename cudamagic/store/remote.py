@@ -371,7 +371,9 @@ class RemoteStore(Store):
                 self._client = redis.Redis.from_url(
                     self.url, password=self._password, socket_timeout=self.timeout,
                     socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
-                    retry_on_timeout=False, health_check_interval=0)
+                    retry_on_timeout=False, health_check_interval=0,
+                    protocol=2)  # RESP2: every server takes it (redis-py 8 asks HELLO 3,
+                # which a server older than 6 refuses: no connection at all)
                 pool = self._client.connection_pool
                 pool.connection_class = bounded(pool.connection_class, self.timeout,
                                                  1 / MIN_RATE, self.max_record + _REPLY_SLACK)
