@@ -663,6 +663,35 @@ def test_a_hostile_server_costs_one_bounded_delay_and_never_raises(name, reply, 
         server.close()
 
 
+def _megabytes(conn, end):  # declares 90 TB, sends 8 MiB as fast as it can, then holds
+    conn.sendall(b"$99999999999999\r\n")
+    for _ in range(128):
+        conn.sendall(b"x" * (1 << 16))
+    time.sleep(max(0.0, end - time.monotonic()))
+
+
+@pytest.mark.parametrize("parser", ["python", "hiredis"])
+def test_the_byte_budget_bounds_the_whole_reply_not_each_read(parser):
+    """With a time bound far off (2 s), a reply past its byte budget (1 MiB of record and
+    1 MiB of slack) is cut by its size: at about 2 MiB, at once, however small each read."""
+    server = ScriptedServer(_megabytes)
+    store = RemoteStore(f"redis://127.0.0.1:{server.port}/0", b"k" * 32, max_record=1 << 20,
+                        timeout=2.0)
+    use_parser(store, parser)
+    try:
+        t = time.perf_counter()
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            assert store.load("abc") is None
+        seconds = time.perf_counter() - t
+        stats = store.remote_stats()
+        assert seconds < 1.0, f"{seconds:.2f} s: cut by the time bound, not the size"
+        assert stats.errors == 1 and stats.state.value == "backing-off"
+    finally:
+        store.close()
+        server.close()
+
+
 # a URL as people write it: the tier on or off, never raising, the password never shown
 URLS = [
     ("redis://:sekrit@127.0.0.1:1/0", True),

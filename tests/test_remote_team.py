@@ -128,6 +128,27 @@ def test_a_record_moved_to_another_variant_or_key_is_refused(server):
     assert store.remote_stats().refused == 2 and store.remote_stats().errors == 0
 
 
+def test_a_valid_record_moved_to_another_key_is_neither_served_nor_kept(server):
+    """The record's tag covers its cache key: a record of one cell copied under another cell's
+    name (same variant, that cell's own index field intact) is refused, counted and deleted,
+    and the cell's index field goes with it."""
+    from cudamagic.store.base import Refused
+
+    store = RemoteStore(server.url, TEAM_KEY)
+    raw = server.client()
+    v = "c" * 32
+    store.save("cell", b"entry of cell", v, b"{}")
+    store.save("other", b"entry of other", v, b"{}")
+    raw.set(store.record_name("other", v), raw.get(store.record_name("cell", v)))
+    with pytest.raises(Refused, match="signature"):
+        store.find("other", lambda m: True)
+    assert not raw.exists(store.record_name("other", v))
+    assert v.encode() not in raw.hkeys(store.index_name("other"))
+    assert store.load("cell") == b"entry of cell"  # the record it came from still serves
+    assert store.load("other") is None  # a plain miss now: rebuilt and sent again
+    assert store.remote_stats().refused == 1 and store.remote_stats().errors == 0
+
+
 # --- 2. large records over a slow link ---------------------------------------------------
 
 BIG = 12 << 20
@@ -216,6 +237,9 @@ PASSWORDS = [
     ("redis://:ab?cd/efgh@127.0.0.1:1/0", "ab?cd/efgh"),
     ("redis://:pa#ss/wxyz@127.0.0.1:1/0", "pa#ss/wxyz"),
     ("redis://user:s3cr@t!x@127.0.0.1:1/0", "s3cr@t!x"),
+    ("redis://:abc@def/ghij@127.0.0.1:1/0", "abc@def/ghij"),
+    ("redis://user:abc@def?ghij#klmn@127.0.0.1:1/0", "abc@def?ghij#klmn"),
+    ("redis://:abc@def:uvwx@127.0.0.1:1/0", "abc@def:uvwx"),
     ("redis://:Zm9vYmFy%2Fc2Vy@127.0.0.1:1/0", "Zm9vYmFy%2Fc2Vy"),
     ("redis://127.0.0.1:1/0?password=Zm9v/YmFy+c2Vr=&db=0", "Zm9v/YmFy+c2Vr="),
     ("redis://127.0.0.1:1/0?db=x&password=qwe/rty", "qwe/rty"),
