@@ -36,9 +36,11 @@ def answers(typed: TypedCompile, image: CubinImage, sigs: Signatures, fallback: 
             ) -> tuple[Signatures, ProbeAnswers]:
     """The signatures with each ``extern "C"`` kernel's parameter types where the probe said
     them, and everything the probe said."""
-    untyped = sigs.untyped()
-    from .toolchain.probe import read_answers
+    from .toolchain.probe import ProbeAnswers, read_answers
 
+    if not typed.probes:  # nothing was asked: no symbol to demangle (a CCCL CUBIN has hundreds)
+        return sigs, ProbeAnswers()
+    untyped = sigs.untyped()
     said = read_answers(typed.probes, typed.lowered, _demangle(fallback),
                         [g.name for g in image.globals], untyped)
     return sigs.with_texts(dict(said.functions)), said

@@ -325,3 +325,22 @@ def test_a_compile_error_lists_its_errors_by_cell_line_and_name_expression():
     assert info.value.errors[:1] == (LogError(line=11),)
     assert LogError(line=13) in info.value.errors
     assert LogError(expression="t<nope>") in info.value.errors
+
+
+@pytest.mark.parametrize("cell, names", [
+    ("template <int N> __global__ void k(float* x) { x[0] = N; }\n", ["k<1>"]),
+    ("__global__ void plain(float* x) { x[0] = 1; }\n", []),
+])
+def test_a_cell_the_probe_asks_nothing_about_demangles_nothing_for_it(cell, names, monkeypatch):
+    """A miss whose cell declares no variable and no extern "C" kernel asks the probe nothing,
+    so the probe's answers demangle none of the CUBIN's symbols (a CCCL cell's are hundreds:
+    9 ms of each edit's miss on the CUB cell): the demangler the answers use is never called."""
+    import cudamagic.typed as typed
+
+    class Refusing:
+        def demangle(self, symbols):
+            raise AssertionError(f"the probe's answers demangled {len(symbols)} symbols")
+
+    monkeypatch.setattr(typed, "concrete_demangler", lambda: Refusing())
+    module = cudamagic.build(cell, names, use_cache=False)
+    assert len(module.kernels) == 1

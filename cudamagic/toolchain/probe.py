@@ -167,6 +167,8 @@ def read_answers(probes: Sequence[Probe], lowered: Mapping[str, str],
     entity's demangled name is the symbol's); an answer that names no symbol of the CUBIN, or
     names the probe's fallback, is no answer."""
     asked = [p for p in probes if p.type_expr in lowered and p.entity_expr in lowered]
+    if not asked:
+        return ProbeAnswers()
     symbols = [*globals_, *kernels]
     texts = demangle([*(lowered[p.type_expr] for p in asked),
                       *(lowered[p.entity_expr] for p in asked), *symbols])
