@@ -228,6 +228,40 @@ def test_a_full_server_refuses_a_write_and_goes_on_serving(tmp_path, key_file):
         server.stop()
 
 
+def test_one_warning_per_outage_and_another_after_a_recovery(server):
+    """docs/cache.md: a failing server is skipped with one warning, not one per cell; a call
+    after the back-off that fails again is the same outage (no second warning); a good call
+    ends the outage, so the next failure warns again."""
+    store = RemoteStore(server.url, TEAM_KEY, backoff=0.05)
+    said: list[str] = []
+
+    def lookup(after_backoff: bool = True) -> None:
+        while after_backoff and store.remote_stats().state is not RemoteState.ON:
+            time.sleep(0.01)  # the back-off's end, polled: no call is skipped
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            store.load("k")
+        said.extend(str(w.message) for w in caught if "remote cache" in str(w.message))
+
+    try:
+        lookup()
+        assert said == []  # a good call
+        server.pause()
+        lookup()
+        assert len(said) == 1  # the outage: said
+        lookup()
+        assert len(said) == 1 and store.remote_stats().errors == 2  # still down: not again
+        server.resume()
+        lookup()
+        assert len(said) == 1 and store.remote_stats().errors == 2  # recovered
+        server.pause()
+        lookup()
+        assert len(said) == 2 and store.remote_stats().errors == 3  # a second outage: said
+    finally:
+        server.resume()
+        store.close()
+
+
 # --- 4. passwords --------------------------------------------------------------------------
 
 # (URL, its password): '/', '?', '#' and '@' as base64 and people write them, raw and encoded
