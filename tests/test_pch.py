@@ -471,3 +471,13 @@ def test_a_cub_cell(lib, cache):
         assert _code(m) == _code(_plain(edit, ())), kinds
     assert kinds[1:] == [PchKind.MADE, PchKind.USED]
     assert kinds[0] in (PchKind.HEAP, PchKind.MADE)  # HEAP where the heap had not been raised
+
+
+def test_an_option_nvrtc_refuses_is_said_without_the_pchs_own(lib, cache):
+    _build(cache, _source())  # the PCH made: the next compile is given -use-pch
+    for _ in range(2):  # to use it, then (its options differ) to make one
+        with pytest.raises(OptionError) as refused:
+            _build(cache, _source(), BASE + ("-bogus-option",))
+        assert "-bogus-option" in str(refused.value)
+        assert "-use-pch" not in str(refused.value) and "-create-pch" not in str(refused.value)
+        assert "-diag-suppress" not in str(refused.value)

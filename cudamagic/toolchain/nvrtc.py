@@ -343,6 +343,7 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
     nvrtc = _nvrtc()
     ptx = None
     made = None
+    given = options  # what the message names: the PCH's options are the package's own
     if pch is not None:
         options = [*options, *pch.options()]
         if pch.create:
@@ -359,7 +360,7 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
             made, log = read_outcome(nvrtc, prog, pch, log)
         if status == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
             raise OptionError("NVRTC refused an option; the options passed were: "
-                              + " ".join(options) + (f"\n{log}" if log else ""),
+                              + " ".join(given) + (f"\n{log}" if log else ""),
                               refused=tuple(options))
         if int(status) != 0:
             text = rewrite_log(log, program_name, name_expressions, line_offset, source)
