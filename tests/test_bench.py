@@ -422,10 +422,7 @@ def real_kernel(tmp_path_factory):
 
 @pytest.mark.parametrize("case", list(REFUSED_LAUNCHES))
 def test_a_launch_the_kernel_refuses_is_said_before_the_gpu_is_asked_for(real_kernel, case,
-                                                                          monkeypatch):
-    from cudamagic.toolchain import driver
-
-    monkeypatch.setattr(driver, "available", lambda: False)  # as on a machine without a GPU
+                                                                          no_gpu):
     line, error, words = REFUSED_LAUNCHES[case]
     with pytest.raises(error, match=words):
         run_line(line, {"k": real_kernel})
@@ -433,10 +430,7 @@ def test_a_launch_the_kernel_refuses_is_said_before_the_gpu_is_asked_for(real_ke
         run_line("k(1, 32, (None, 4))", {"k": real_kernel})
 
 
-def test_kernel_bench_checks_its_launch_first(real_kernel, monkeypatch):
-    from cudamagic.toolchain import driver
-
-    monkeypatch.setattr(driver, "available", lambda: False)
+def test_kernel_bench_checks_its_launch_first(real_kernel, no_gpu):
     with pytest.raises(ArgumentTypeError, match="takes 2 arguments"):
         real_kernel.bench(1, 32, (None,))
 

@@ -1226,11 +1226,8 @@ CLUSTER_CALLS = {
 
 
 @pytest.mark.parametrize("case", list(CLUSTER_CALLS))
-def test_cluster_argument_errors_come_before_the_device_question(tmp_path, monkeypatch, case):
+def test_cluster_argument_errors_come_before_the_device_question(tmp_path, no_gpu, case):
     """A cluster that does not divide the grid was said only as NoDeviceError without a GPU."""
-    from cudamagic.toolchain import driver
-
-    monkeypatch.setattr(driver, "available", lambda: False)
     (grid, cluster), error, words = CLUSTER_CALLS[case]
     k = cudamagic.build('extern "C" __global__ void k(int n) {}\n', cache=tmp_path)["k"]
     with pytest.raises(error, match=words):

@@ -18,6 +18,7 @@ import ctypes
 import itertools
 import json
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -229,8 +230,24 @@ def _generated_usages(seed: int, n: int) -> list[KernelUsage]:
     return usages
 
 
+def _header_version() -> int:
+    """``CUDART_VERSION`` of the toolkit whose calculator header is compiled (13050: 13.5)."""
+    text = (_header_dir() / "cuda_runtime_api.h").read_text(errors="replace")
+    return int(re.search(r"#define\s+CUDART_VERSION\s+(\d+)", text).group(1))
+
+
+# an architecture whose rules changed in the calculator header -> (the CUDART_VERSION of the
+# header the table follows, what changed): an older header is not the table's oracle there
+# (the H200's 13.0 header disagreed on sm_103)
+NEWER_RULES = {103: (13050, "13.5's header counts one named barrier per resident block on "
+                            "sm_10x past sm_100 (cudaOccMaxBlocksPerSMBlockBarrierLimit)")}
+
+
 @pytest.mark.parametrize("sm", occ.known_archs())
 def test_arithmetic_matches_the_calculator_header(calculator, sm):
+    if sm in NEWER_RULES and _header_version() < NEWER_RULES[sm][0]:
+        pytest.skip(f"the calculator header here is CUDART_VERSION {_header_version()}; the "
+                    f"sm_{sm} table follows {NEWER_RULES[sm][0]}'s: {NEWER_RULES[sm][1]}")
     rng = random.Random(sm)
     blocks = [32, 64, 96, 128, 160, 256, 384, 512, 640, 768, 1024, 1, 33, 1000]
     dyns = [0, 1, 1000, 8 * KIB, 40 * KIB, 64 * KIB, 99 * KIB, 160 * KIB, 227 * KIB]
