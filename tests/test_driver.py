@@ -133,3 +133,50 @@ def test_a_compute_capability_is_one_sm_number_everywhere(monkeypatch, major, mi
     assert driver.device_sm(0) == sm
     assert pipeline.default_arch() == f"sm_{sm}"
     assert dict(info.environment_info().fields)["device 0"] == f"Stand-in GPU (sm_{sm})"
+
+
+class CUDARuntimeError(Exception):
+    """A stand-in named as CuPy's, carrying the runtime's number as ``.status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"cudaError {status}")
+        self.status = status
+
+
+class CUresult(int):
+    """A stand-in named as cuda.bindings' driver status enum (an int subclass)."""
+
+
+def _chained(inner: BaseException, explicit: bool) -> BaseException:
+    """``inner`` under a RuntimeError: by ``raise ... from`` or raised while handling it."""
+    try:
+        try:
+            raise inner
+        except BaseException as exc:
+            if explicit:
+                raise RuntimeError("wrapped") from exc
+            raise RuntimeError("while handling")  # noqa: B904 - the implicit chain on purpose
+    except RuntimeError as outer:
+        return outer
+
+
+# (what was raised, the sticky error it carries: None where the context is not lost)
+STICKY_CASES = [
+    ("CuPy 700", lambda: CUDARuntimeError(700), driver.Sticky.ILLEGAL_ADDRESS),
+    ("CuPy 701 out of resources", lambda: CUDARuntimeError(701), None),
+    ("CuPy 2 out of memory", lambda: CUDARuntimeError(2), None),
+    ("bindings 716", lambda: RuntimeError(CUresult(716)), driver.Sticky.MISALIGNED_ADDRESS),
+    ("bindings 701", lambda: RuntimeError(CUresult(701)), None),
+    ("explicit cause 710", lambda: _chained(CUDARuntimeError(710), True), driver.Sticky.ASSERT),
+    ("implicit context 710", lambda: _chained(CUDARuntimeError(710), False),
+     driver.Sticky.ASSERT),
+    ("implicit context 701", lambda: _chained(CUDARuntimeError(701), False), None),
+]
+
+
+@pytest.mark.parametrize("name, raised, sticky", STICKY_CASES, ids=[c[0] for c in STICKY_CASES])
+def test_sticky_of_tells_a_lost_context_from_a_failed_call(name, raised, sticky):
+    """Only a sticky error (the context lost) is one, and it is found through an explicit
+    cause and through an implicit context alike: a 701 (too many resources asked for a
+    launch) leaves the context usable."""
+    assert driver.sticky_of(raised()) is sticky
