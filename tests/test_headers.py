@@ -252,6 +252,21 @@ def test_ndebug_turns_assert_off_and_an_assert_stays_in_the_code_without_it():
                                   options=["-DNDEBUG"], use_cache=False).kernels
 
 
+@pytest.mark.parametrize("header", ["cassert", "assert.h"])
+@pytest.mark.parametrize("first, second", [("#define NDEBUG", "#undef NDEBUG"),
+                                           ("#undef NDEBUG", "#define NDEBUG")])
+def test_each_inclusion_of_cassert_follows_ndebug_as_it_is_then(header, first, second):
+    """Included twice with NDEBUG changed between, assert() is what the second inclusion
+    says: on (an undeclared name in it is an error) or off (not compiled)."""
+    cell = (f"{first}\n#include <{header}>\n{second}\n#include <{header}>\n"
+            'extern "C" __global__ void k(float* x) { assert(undeclared_name == 1); }\n')
+    if second.startswith("#undef"):
+        with pytest.raises(CompileError, match="undeclared_name"):
+            cudamagic.build(cell, use_cache=False)
+    else:
+        assert "k" in cudamagic.build(cell, use_cache=False).kernels
+
+
 def test_a_hit_checks_the_standard_headers_it_read(tmp_path, monkeypatch):
     """The standard headers a compile read are in its manifest like the toolkit's: one edited
     (a copy of the folder stands in for the installed one) makes the next build a miss."""
