@@ -38,7 +38,19 @@ for what in "${@:-gpu}"; do
   case $what in
     install) ls /tmp/site | wc -l ;;
     gpu) python3 -m pytest -m gpu -v -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
-    suite) python3 -m pytest -q -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log" ;;
+    suite) # the whole suite: with pytest-xdist carried, 12 workers over every file but those
+        # that fork, time or bound memory (SERIAL), which then run alone
+        SERIAL="test_compile_thread test_fork_locks test_store_fork test_fork_cuda test_store_lock
+          test_nvrtc_trace test_compile_interrupts test_fatbin test_bench test_gpu_bench
+          test_launch_overhead test_perf_harness test_browser test_browser_bench test_browser_debug"
+        skip=(); alone=()
+        for f in $SERIAL; do [ -f "tests/$f.py" ] && skip+=(--ignore "tests/$f.py") && alone+=("tests/$f.py"); done
+        if python3 -c "import xdist" 2>/dev/null; then
+          python3 -m pytest -q -rs -p no:cacheprovider -n 12 "${skip[@]}" tests 2>&1 | tee "$OUT/suite.log"
+          python3 -m pytest -q -rs -p no:cacheprovider "${alone[@]}" 2>&1 | tee "$OUT/suite-serial.log"
+        else
+          python3 -m pytest -q -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log"
+        fi ;;
     resolve) python3 -m pytest -q -s -p no:cacheprovider tests/test_resolution_property.py 2>&1 | tee "$OUT/resolve.log" ;;
     debug) python3 -m pytest -v -rs -p no:cacheprovider tests/test_gpu_debug.py 2>&1 | tee "$OUT/debug.log" ;;
     imports) python3 -m pytest -v -rs -p no:cacheprovider tests/test_import_cost.py tests/test_startup.py \
