@@ -378,6 +378,20 @@ extern "C" __global__ void through_a_call(int v) { say(v); }
                                            "through_a_call": True}
 
 
+def test_an_assert_only_kernel_prints_so_its_message_is_flushed_with_its_cell(tmp_path):
+    """A failing assert() writes its message to the device's output buffer as printf does:
+    a kernel whose only output is an assert, directly or through a call, prints."""
+    src = """#include <cassert>
+__device__ __noinline__ void check(int v) { assert(v > 0); }
+extern "C" __global__ void asserts(int v) { assert(v > 0); }
+extern "C" __global__ void asserts_through_a_call(int v) { check(v); }
+extern "C" __global__ void asserts_nothing(int* x, int v) { x[0] = v; }
+"""
+    m = cudamagic.build(src, cache=str(tmp_path))
+    assert {k: m[k].prints for k in m} == {"asserts": True, "asserts_through_a_call": True,
+                                           "asserts_nothing": False}
+
+
 class _DeviceArray:
     """A stand-in for a device array (the GPU is the part that cannot run here): host memory
     behind a __cuda_array_interface__, its address the host buffer's."""
