@@ -150,3 +150,47 @@ def test_the_package_makes_no_lock_a_child_could_inherit_held():
              for p in PACKAGE.rglob("*.py") if p.name != "forksafe.py"
              for line in p.read_text().splitlines() if made.search(line)]
     assert set(found) <= RENEWED, sorted(set(found) - RENEWED)
+
+
+class _Refused(Exception):
+    """What the section under test raises instead of calling its library."""
+
+
+def _refused(section) -> None:
+    with pytest.raises(_Refused, match="forked while"):
+        section.check()
+
+
+@pytest.mark.parametrize("child_first", [False, True], ids=["forks before its first call",
+                                                            "forks after being refused"])
+def test_a_child_of_a_child_forked_inside_a_native_section_is_refused_too(child_first):
+    """A fork while another thread is inside a native library's call leaves its lock held in
+    the child; the child's own fork (before or after its first call) has that lock held too,
+    so the grandchild's first call is refused as well, not left waiting."""
+    from cudamagic.forksafe import NativeSection
+
+    native = threading.Lock()  # the library's own lock, held by the call inside at the fork
+    section = NativeSection("lib", lambda: (native.acquire(), native.release()), 0.2,
+                            _Refused)
+    inside, release = threading.Event(), threading.Event()
+
+    def call():
+        with section, native:
+            inside.set()
+            release.wait(CHILD_S)
+
+    def child():
+        if child_first:
+            _refused(section)
+        assert _in_child(lambda: _refused(section)) == "ok"
+        _refused(section)
+
+    t = threading.Thread(target=call)
+    t.start()
+    inside.wait(5)
+    try:
+        assert _in_child(child) == "ok"
+    finally:
+        release.set()
+        t.join()
+    section.check()  # the parent's own calls go on
