@@ -474,3 +474,32 @@ def test_a_cluster_launch_the_cubin_refuses_is_an_argument_error_without_a_gpu(
     with pytest.raises(NoDeviceError if says is None else ArgumentValueError,
                        match=f"^{name}: .*{says}" if says else "simulated"):
         kernel(grid, (32,), (None, 3), **kw)
+
+
+@pytest.mark.parametrize("how", ["fstat", "stat"])
+def test_a_report_that_grows_after_its_size_check_is_read_to_that_size_only(tmp_path,
+                                                                           monkeypatch, how):
+    """The size checked is the size read: a report that grows once its size was taken (the
+    tool still writing, or anyone else) is read to that size, never whole."""
+    from .test_debug_tools import _report
+
+    path = tmp_path / "report.xml"
+    path.write_bytes(_report("oob_write"))
+    expected = read_xml(path, SanitizerTool.MEMCHECK)
+    assert expected  # the recorded report has findings
+    inode = path.stat().st_ino
+    real = getattr(os, how)
+    grown = []
+
+    def then_grow(where, *args, **kw):
+        st = real(where, *args, **kw)
+        if st.st_ino == inode and not grown:
+            grown.append(True)
+            with open(path, "ab") as f:  # past the root element: no XML a reader would take
+                f.write(b"<not-xml" * (1 << 17))
+        return st
+
+    monkeypatch.setattr(os, how, then_grow)
+    assert read_xml(path, SanitizerTool.MEMCHECK) == expected
+    if how == "fstat":
+        assert grown  # the size was taken from the open file
