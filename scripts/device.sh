@@ -9,7 +9,9 @@
 # (benchmarks/dask_ship.py), perf (benchmarks/perf.py: issue 21's table against CuPy, the
 # whole notebook cell by cell, the fresh process, the restore, the warm cell; $OUT/perf.md and
 # perf.json; about 7 minutes, run it alone), debug (tests/test_gpu_debug.py, issue 28's
-# must-show), imports (issue 38's import tests: %load_ext, the first hit cell, the API's hit,
+# must-show), annotate (tests/test_gpu_annotate.py: the profiled kernels' samples on the
+# annotated lines, $OUT/annotate.png, the second sanitize's time; with tests/test_annotate.py and
+# tests/test_warm_child.py), imports (issue 38's import tests: %load_ext, the first hit cell, the API's hit,
 # the driver thread; GPU simulated both ways and real), fixtures (scripts/record_tool_fixtures.py: the tools' real outputs, copied to
 # $OUT/recorded to be committed into tests/fixtures/tools/recorded), edit_loop
 # (benchmarks/edit_loop.py --breakdown: issue 37's edited cells, cudamagic with and without the
@@ -55,6 +57,8 @@ for what in "${@:-gpu}"; do
     debug) python3 -m pytest -v -rs -p no:cacheprovider tests/test_gpu_debug.py 2>&1 | tee "$OUT/debug.log" ;;
     imports) python3 -m pytest -v -rs -p no:cacheprovider tests/test_import_cost.py tests/test_startup.py \
         tests/test_load_ext_start.py 2>&1 | tee "$OUT/imports.log" ;;
+    annotate) python3 -m pytest -v -s -rs -p no:cacheprovider tests/test_gpu_annotate.py \
+                  tests/test_annotate.py tests/test_warm_child.py 2>&1 | tee "$OUT/annotate.log" ;;
     fixtures) python3 scripts/record_tool_fixtures.py 2>&1 | tee "$OUT/fixtures.log"
         cp -r tests/fixtures/tools/recorded "$OUT/" ;;
     remote) # the team cache (issue 39): carry .whlr too (the redis-server wheel, a hiredis

@@ -38,6 +38,7 @@ from .capture import (ArgAddress, ArgKind, Capture, CapturedArg, Placement, capt
                       check_launch, encode_capture, name_address, check_options,
                       uninitialized_indices)
 from .params import layout_error
+from . import warm
 from .support import DebugSupport, LineinfoBuild
 
 __all__ = ["LineinfoBuild", "DebugSupport", "CellFinding", "SanitizeReport", "sanitize",
@@ -209,9 +210,12 @@ def write_run(folder: Path, c: Capture, build: LineinfoBuild, device: int) -> li
     each entry made absolute: the child runs in ``folder``), and its command line."""
     (folder / "module.bin").write_bytes(build.payload)
     (folder / "capture.bin").write_bytes(encode_capture(c))
-    path = [os.path.abspath(p) for p in sys.path if isinstance(p, str)]
-    (folder / "path.json").write_text(json.dumps(path), encoding="utf-8")
+    (folder / "path.json").write_text(json.dumps(_child_path()), encoding="utf-8")
     return [sys.executable, "-c", _BOOT, os.fspath(folder), str(device)]
+
+
+def _child_path() -> list[str]:
+    return [os.path.abspath(p) for p in sys.path if isinstance(p, str)]
 
 
 #: the most bytes of placed.json read (the child writes three numbers per array argument)
@@ -270,12 +274,15 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
                                    uninitialized=uninitialized)
     program = tools.require(tools.ToolKind.SANITIZER)
     t1 = time.perf_counter()
-    folder = tools.scratch_folder()
+    env, path = _child_env(), _child_path()
+    kind, key = f"sanitize {which.value}", warm.interpreter_key(env, path, program.path)
+    ready = warm.take(kind, key)  # the child the last run of this tool left waiting
+    folder = ready.folder if ready is not None else tools.scratch_folder()
     try:
         child = write_run(folder, c, build, device)
         report = folder / "report.xml"
-        done = tools.run_child(sanitizer_argv(program.path, which, report, child),
-                               env=_child_env(), cwd=folder)
+        done = ready.go(device) if ready is not None else tools.run_child(
+            sanitizer_argv(program.path, which, report, child), env=env, cwd=folder)
         t2 = time.perf_counter()
         try:
             findings = read_xml(report, which)
@@ -286,6 +293,10 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
             shutil.copyfile(report, save_report)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    warm.keep(kind, key, lambda f: sanitizer_argv(
+        program.path, which, f / "report.xml",
+        [sys.executable, "-c", warm.warm_boot(CHILD_MODULE), os.fspath(f), str(os.getpid())]),
+        env, path)
     folded = fold(findings, build, c, placed)
     failed = "" if folded or (done.returncode == 0 and not said) else \
         (said or _tail(done, stderr=True) or f"the child exited with {done.returncode}")

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..process import held
 from ..errors import CudaMagicError
 
-__all__ = ["ToolKind", "Found", "Tool", "Missing", "ToolMissingError", "find", "look", "require",
+__all__ = ["wait_child", "stop_child", "ToolKind", "Found", "Tool", "Missing", "ToolMissingError", "find", "look", "require",
            "ChildResult", "run_child", "TAIL_BYTES", "ScratchError", "scratch_folder"]
 
 
@@ -251,19 +251,31 @@ def run_child(argv: Sequence[str], env: Mapping[str, str] | None = None,
     :raises subprocess.TimeoutExpired: the child ran past ``timeout`` seconds.
     """
     started = time.perf_counter()
-    deadline = time.monotonic() + timeout
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=dict(env) if env is not None else None,
                             cwd=cwd, start_new_session=True)
+    return wait_child(proc, timeout, started, keep)
+
+
+def wait_child(proc: subprocess.Popen, timeout: float = CHILD_TIMEOUT_S,
+               started: float | None = None, keep: int = TAIL_BYTES) -> ChildResult:
+    """:func:`run_child`'s wait, for a child started with its stdout and stderr piped (a
+    warm child, :mod:`cudamagic.launch.warm`): ``started`` is when its time began (now where
+    None).
+
+    :raises subprocess.TimeoutExpired: the child ran past ``timeout`` seconds.
+    """
+    started = time.perf_counter() if started is None else started
+    deadline = time.monotonic() + timeout
     out, err = _Tail(keep), _Tail(keep)
     try:
         _read_until_exit(proc, {proc.stdout: out, proc.stderr: err}, deadline)
         proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
     except subprocess.TimeoutExpired:
-        _stop(proc)
-        raise subprocess.TimeoutExpired(list(argv), timeout) from None
+        stop_child(proc)
+        raise subprocess.TimeoutExpired(proc.args, timeout) from None
     except BaseException:  # Ctrl-C: the whole group goes, then it is raised
-        _stop(proc)
+        stop_child(proc)
         raise
     finally:
         for pipe in (proc.stdout, proc.stderr):
@@ -303,7 +315,7 @@ def _read_until_exit(proc: subprocess.Popen, tails: dict, deadline: float) -> No
                     sel.unregister(key.fileobj)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_child(proc: subprocess.Popen) -> None:
     """Kill the child's process group and reap the child (a killed process ends at once; its
     pipes are not waited for)."""
     try:
