@@ -41,10 +41,15 @@ def _argv(hold=None):
 
 
 def _cold(build, c):
+    import shutil
+
     folder = tools.scratch_folder()
-    done = tools.run_child(tool_run.write_run(folder, c, build, 0), env=tool_run._child_env(),
-                           cwd=folder)
-    return done.returncode, tool_run.read_placed(folder)
+    try:
+        done = tools.run_child(tool_run.write_run(folder, c, build, 0),
+                               env=tool_run._child_env(), cwd=folder)
+        return done.returncode, tool_run.read_placed(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _wait_reading(child, timeout=120.0):
@@ -87,6 +92,7 @@ def test_a_warm_child_ends_as_a_cold_one_whenever_its_go_comes(run, tmp_path, go
         _wait_reading(child)  # its imports done, reading the FIFO
         done = child.go(0)
     placed = tool_run.read_placed(child.folder)
+    child.stop()  # its folder, as a run removes it
     assert (done.returncode, placed) == _cold(build, c)
     assert done.returncode == 3 and "no CUDA device" in placed[1]
 
@@ -101,8 +107,10 @@ def test_a_warm_child_serves_only_the_settings_it_was_started_with(run):
     assert first.proc.poll() is not None and not first.folder.exists()
     assert warm.take("sanitize memcheck", _key()) is None  # and not kept
     warm.keep("sanitize memcheck", _key(), _argv(), env, path)
-    assert warm.take("sanitize memcheck", _key()) is not None
+    taken = warm.take("sanitize memcheck", _key())
+    assert taken is not None
     assert warm.take("sanitize memcheck", _key()) is None  # taken once
+    taken.stop()  # a run would have used it, and removed its folder
 
 
 def test_a_stopped_warm_child_runs_nothing_and_leaves_no_folder(run, tmp_path):
