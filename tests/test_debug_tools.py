@@ -203,6 +203,29 @@ def test_findings_fold_by_kind_and_line_and_map_to_the_cell():
     assert "15 360 bytes past the end of argument 0, x: float32[256]" in sanitize_html(report)
 
 
+def test_race_findings_fold_by_both_their_accesses():
+    """The recorded racecheck report (write at line 3 against a read at line 4, and the
+    reverse) with one hazard more: the same write against another write of line 3. Each of
+    the three is its own item, each naming its own other access and line."""
+    race = next(p for p in PLANTED if p.name == "race")
+    findings = list(parse_xml(_report("race"), SanitizerTool.RACECHECK))
+    war = next(f for f in findings if f.line == 3)
+    findings.append(dataclasses.replace(war, peer=dataclasses.replace(war.peer, line=3,
+                                                                      access=Access.WRITE)))
+    build = LineinfoBuild(b"", race.source, LINE_OFFSET, "cell.cu", True)
+    folded = fold(findings, build, _oob_capture(), [])
+    got = {(cf.cell_line, cf.finding.access, cf.peer_line, cf.finding.peer.access): cf.count
+           for cf in folded}
+    line3, line4 = 3 + LINE_OFFSET, 4 + LINE_OFFSET
+    assert got == {(line3, Access.WRITE, line4, Access.READ): 744,
+                   (line4, Access.READ, line3, Access.WRITE): 256,
+                   (line3, Access.WRITE, line3, Access.WRITE): 1}
+    text = sanitize_text(SanitizeReport(SanitizerTool.RACECHECK, "Version 1", "race",
+                                        (1, 1, 1), (256, 1, 1), folded, len(findings), True))
+    assert f"against a read at cell line {line4}" in text
+    assert text.count(f"against a write at cell line {line3}") == 2
+
+
 @pytest.mark.parametrize("space, named", [
     (Space.GLOBAL, True), (Space.UNKNOWN, True), (Space.SHARED, False), (Space.LOCAL, False)])
 def test_only_a_global_address_is_named_against_the_arguments(space, named):
