@@ -297,6 +297,34 @@ def test_a_damaged_capture_is_refused():
             cap.decode_capture(bad)
 
 
+# (what changes argument 0, a float32 (3, 4) array of 48 bytes, in an otherwise whole record;
+# whether its 48 bytes still are what its shape, strides and dtype cover)
+_COVER_ROWS = {
+    "as captured": ({}, True),
+    "a larger shape": ({"shape": (4, 4)}, False),
+    "a smaller shape": ({"shape": (2, 4)}, False),
+    "wider strides": ({"strides": (32, 4)}, False),
+    "a wider dtype": ({"dtype": "<f8", "strides": (32, 8)}, False),
+    "a narrower dtype": ({"dtype": "<f2", "strides": (8, 2)}, False),
+    "a transposed view of the same bytes": ({"shape": (4, 3), "strides": (4, 16)}, True),
+}
+
+
+@pytest.mark.parametrize("row", list(_COVER_ROWS))
+def test_a_capture_whose_bytes_are_not_what_its_array_covers_is_refused(row):
+    """Each array's bytes are checked against what its shape, strides and dtype cover: a
+    record saying a (4, 4) array with 48 bytes would have the child read past them."""
+    change, whole = _COVER_ROWS[row]
+    c = _capture_of_every_kind()
+    a = dataclasses.replace(c.args[0], **change)
+    data = cap.encode_capture(dataclasses.replace(c, args=(a,) + c.args[1:]))
+    if whole:
+        assert cap.decode_capture(data).args[0] == a
+    else:
+        with pytest.raises(ValueError, match="argument 0's bytes"):
+            cap.decode_capture(data)
+
+
 def test_the_child_rebuilds_each_array_in_its_own_buffer_and_points_the_slots_there():
     c = _capture_of_every_kind()
     memory: dict[int, bytearray] = {}
