@@ -23,7 +23,7 @@ mkdir -p "$OUT"
 # every carried wheel folder (.whl, .whl2, ...: scripts/device_wheels.sh makes them) goes into
 # /tmp/site, which the machine keeps while it is warm: one call may carry .whl, the next .whl2
 for folder in .whl*/; do
-  [ -d "$folder" ] || continue
+  [ -d "$folder" ] && [ "$folder" != .whlr/ ] || continue  # .whlr: the remote step unpacks it
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site "$folder"*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 done
