@@ -9,7 +9,6 @@ sets itself, are refused. Pure: no CUDA, no IPython.
 from __future__ import annotations
 
 import argparse
-import functools
 import keyword
 import os
 import re
@@ -455,7 +454,7 @@ def _unquoted(word: str) -> str:
     return "".join(a or b or c for a, b, c in _PART.findall(word))
 
 
-@functools.lru_cache(maxsize=1)
+@cached(1, test=InTest.KEPT)  # read off the parser, which never changes
 def _flag_bundle() -> re.Pattern[str]:
     """A word that is only this magic's value-less short flags (``-a``, ``-q``, ``-aq``)."""
     flags = "".join(sorted(k[1] for k, a in magic_parser()._option_string_actions.items()

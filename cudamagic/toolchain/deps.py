@@ -39,7 +39,6 @@ missed. Pure apart from the file system: no CUDA.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -49,6 +48,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISREG
 
+from ..process import InTest, cached, held
 from .manifest import AbsentGroup, HeaderState, Manifest, SearchPath
 
 __all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "reads_no_file", "trace_headers", "from_trace", "from_scan",
@@ -263,8 +263,10 @@ class _Scanned:
 #: of the read (a later write then moves the change time past the one kept, so an unchanged
 #: stat is unchanged content: ccache's rule), and each content's scan by its sha256. Bounded:
 #: both are emptied past :data:`_KNOWN_LIMIT` paths (a manifest keeps the scans it took).
-_DIGESTS: dict[str, tuple[tuple[int, int, int, int, int], str]] = {}
-_SCANS: dict[str, _Scanned] = {}
+# a child keeps them (the files are the same files); a test's reset forgets them
+_DIGESTS: dict[str, tuple[tuple[int, int, int, int, int], str]] = held(
+    __name__, "_DIGESTS", {})
+_SCANS: dict[str, _Scanned] = held(__name__, "_SCANS", {})
 _KNOWN_LIMIT = 50_000
 
 
@@ -563,7 +565,7 @@ def _shadowing(path: str, includer_folder: str, search: SearchPath
     return _places_before(path, includer_folder, search.cwd, search.include_dirs)
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@cached(1 << 16, test=InTest.KEPT)  # string work alone: the same answer in every process
 def _places_before(path: str, includer_folder: str, cwd: str, include_dirs: tuple[str, ...]
                    ) -> tuple[tuple[str | None, str], ...]:
     folders = (includer_folder, *include_dirs)
