@@ -223,8 +223,11 @@ def test_a_wheel_s_reader_reaches_the_docs_the_quickstart_and_the_licence(wheel,
     from .test_readme import LINK
 
     prefix = tmp_path / "env"
-    run = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--prefix",
-                          str(prefix), str(wheel)], capture_output=True, text=True, timeout=300)
+    # --ignore-installed: with --prefix alone pip uninstalls the cudamagic of the environment
+    # running the tests (the editable install), and every later fresh interpreter lacks it
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
+                          "--ignore-installed", "--prefix", str(prefix), str(wheel)],
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     doc = prefix / DOC
     readme = (doc / "README.md").read_text()
