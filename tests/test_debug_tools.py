@@ -45,6 +45,7 @@ def _report(name: str) -> bytes:
 def test_the_wheels_compute_sanitizer_is_found_with_its_version(monkeypatch):
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no toolkit's on it (a GPU machine has one)
     tool = tools.look(tools.ToolKind.SANITIZER)
     assert isinstance(tool, tools.Tool), tool
     assert tool.found is tools.Found.WHEEL

@@ -21,7 +21,10 @@ CELL = 'extern "C" __global__ void f(float* x, int n) { x[0] = n; }\n'
 
 
 @pytest.fixture
-def run(tmp_path):
+def run(tmp_path, monkeypatch):
+    # the children see no GPU on any machine (on a GPU machine the cell's launch would run):
+    # the absence simulated, not assumed
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     m = cudamagic.build(CELL, cache=str(tmp_path / "cache"))
     c = cap.Capture("f", (1, 1, 1), (1, 1, 1), 0, (
         cap.CapturedArg(0, cap.ArgKind.BYTES, bytes(8), "float*", "x"),
