@@ -206,3 +206,34 @@ def test_on_a_gpu_a_child_forked_after_cuda_started_builds_hits_and_is_refused_a
         assert "'spawn' or 'forkserver'" in said[launch][1]
     assert said["gpu_available"] is False
     assert said["parent x"] == REAL[case], said
+
+
+_IMPORTED_AFTER = r"""
+import json, os
+from cudamagic.toolchain import driver
+from tests.stand_in_driver import StandInCuda, install
+
+install(StandInCuda(cc=(8, 6), started=True))  # another library (CuPy) started CUDA
+r, w = os.pipe()
+if os.fork() == 0:
+    driver._forget_fork()  # as where cudamagic's driver module is first imported after the fork
+    try:
+        driver.device_sm(0)
+        said = ["ok"]
+    except Exception as exc:
+        said = [type(exc).__name__, str(exc)]
+    os.write(w, json.dumps(said).encode())
+    os._exit(0)
+os.close(w)
+os.wait()
+print(os.read(r, 4096).decode())
+"""
+
+
+def test_a_child_whose_driver_module_came_after_the_fork_is_told_about_the_fork():
+    """On the H200, a child of a parent that had only used CuPy (cudamagic's driver module not
+    yet imported, so no fork hook of ours ran) got NoDeviceError 'cuInit failed with
+    CUDA_ERROR_NOT_INITIALIZED'; cuInit answers that only in such a child: ForkedCudaError."""
+    said = json.loads(run_python(_IMPORTED_AFTER).strip().splitlines()[-1])
+    assert said[0] == "ForkedCudaError", said
+    assert "'spawn' or 'forkserver'" in said[1]

@@ -319,8 +319,11 @@ def _first_init() -> str | None:
     for what, call in (("cuInit", lambda: lib.cuInit(0)),
                        ("cuDeviceGetCount", lambda: lib.cuDeviceGetCount(ctypes.byref(count)))):
         status = call()
-        if status == _NOT_INITIALIZED and _fork_child:
-            # CUDA started in an ancestor through another library (CuPy): the driver says so
+        if status == _NOT_INITIALIZED and (_fork_child or what == "cuInit"):
+            # CUDA started in an ancestor through another library (CuPy): the driver says so.
+            # cuInit itself answers NOT_INITIALIZED only there, also where this module was first
+            # imported after the fork (no fork hook of ours ran: seen on the H200, a child of a
+            # parent that had only used CuPy)
             _refused[:] = [FORKED]
             return FORKED
         if status != 0:
