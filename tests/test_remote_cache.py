@@ -185,7 +185,9 @@ def _venv_like(root: Path) -> Path:
     distributions' metadata names."""
     import nvidia
 
-    real = Path(list(nvidia.__path__)[0])
+    # the portion of the nvidia namespace that holds the headers (on the GPU machine the first
+    # is the carried wheels' folder, which has none)
+    real = next(Path(p) for p in nvidia.__path__ if (Path(p) / "cu13" / "include").is_dir())
     site = root / "lib" / "python3.11" / "site-packages"
     cu = site / "nvidia" / "cu13"
     cu.mkdir(parents=True)
