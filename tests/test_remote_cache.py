@@ -553,6 +553,24 @@ from .redis_server import use_parser
 _HELLO = b"%1\r\n$5\r\nproto\r\n:3\r\n"  # a RESP3 HELLO reply redis-py 8 takes
 
 
+def _commands(data: bytes) -> tuple[list[bytes], bytes]:
+    """The names of the whole RESP commands (arrays of bulk strings) at the start of ``data``,
+    upper case, and the bytes after them (a command not yet whole)."""
+    names: list[bytes] = []
+    while data.startswith(b"*") and b"\r\n" in data:
+        head, _, rest = data.partition(b"\r\n")
+        args: list[bytes] = []
+        for _ in range(int(head[1:])):
+            size, sep, rest = rest.partition(b"\r\n")
+            if not sep or len(rest) < int(size[1:]) + 2:
+                return names, data
+            args.append(rest[:int(size[1:])])
+            rest = rest[int(size[1:]) + 2:]
+        names.append(args[0].upper() if args else b"")
+        data = rest
+    return names, data
+
+
 class ScriptedServer:
     """A loopback server answering the handshake as Redis does and GET with ``reply(conn)``;
     it stops writing after ``limit_s`` seconds (so a test of the old code fails, not hangs)."""
@@ -574,14 +592,20 @@ class ScriptedServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        """Each command answered on its own: the client pipelines some (two CLIENT SETINFO in
+        one send), and one answer for two left it waiting for the second until its timeout."""
+        pending = b""
         try:
             while request := conn.recv(1 << 16):
-                if b"HELLO" in request:
-                    conn.sendall(self.hello)
-                elif b"GET" in request:
-                    self.reply(conn, time.monotonic() + 3.0)
-                else:
-                    conn.sendall(b"+OK\r\n")
+                pending += request
+                commands, pending = _commands(pending)
+                for name in commands:
+                    if name == b"HELLO":
+                        conn.sendall(self.hello)
+                    elif b"GET" in name:  # GET, HGETALL: the lookup's reads
+                        self.reply(conn, time.monotonic() + 3.0)
+                    else:
+                        conn.sendall(b"+OK\r\n")
         except OSError:
             pass
         finally:
