@@ -14,6 +14,22 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 
 
+def settled(path: Path) -> None:
+    """``path`` as a file written a while ago: its modification time put 5 s back, and its
+    change time (which cannot be set) left more than the window in which a compile doubts what
+    it read (deps.RACY_NS) behind, waited for on the clock, not guessed. A header written just
+    before a build is rightly not cached; a test about anything else settles it first."""
+    import time
+
+    from cudamagic.toolchain.deps import RACY_NS
+
+    past = time.time() - 5
+    os.utime(path, (past, past))
+    ready = os.stat(path).st_ctime_ns + 3 * RACY_NS
+    while time.time_ns() < ready:
+        time.sleep(0.005)
+
+
 @dataclass(frozen=True)
 class FixtureRow:
     """One row of demangle_fixtures.tsv: read off the GPU machine (CUDA 13.0)."""
