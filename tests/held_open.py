@@ -37,6 +37,7 @@ class HeldOpen:
         self.path.write_text(text)
         self._arrived = threading.Event()
         self._previous = signal.signal(signal.SIGIO, lambda *_: self._arrived.set())
+        self._handling = True
         self._fd: int | None = os.open(self.path, os.O_WRONLY)
         try:
             fcntl.fcntl(self._fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
@@ -48,12 +49,19 @@ class HeldOpen:
         """Whether an open of the file arrived (and waits) within ``timeout`` seconds."""
         return self._arrived.wait(timeout)
 
+    def let_go(self) -> None:
+        """Give the lease up from any thread: the waiting open goes on. Idempotent. The SIGIO
+        handler stays until :meth:`release` (the main thread's to call)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor ends its lease
+
     def release(self) -> None:
-        """Give the lease up: the waiting open goes on. Idempotent."""
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor ends its lease
-            self._fd = None
+        """Give the lease up and put the SIGIO handler back (on the main thread). Idempotent."""
+        self.let_go()
+        if self._handling:
             signal.signal(signal.SIGIO, self._previous)
+            self._handling = False
 
     def __enter__(self) -> "HeldOpen":
         return self
