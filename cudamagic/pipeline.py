@@ -283,6 +283,9 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
         return _compile(ctx, pending, miss)
 
 
+#: Why a compile whose trace NVRTC broke is not cached (said as "not cached: ...")
+_BROKEN_TRACE = ("NVRTC's list of the headers it read is broken in this process since a compile "
+                 "failed inside a header (restart the kernel to cache again)")
 _INCOMPLETE = ("NVRTC wrote no list of the headers it read (an NVRTC older than 12.8, or no "
                "room for its trace in /dev/shm or the temporary folder), so the cache follows "
                "quoted includes only: after editing a header included another way, rebuild "
@@ -503,6 +506,8 @@ def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
     if result.trace is not None:
         return from_trace([*from_pch, *trace_headers(result.trace)], ctx.search, ctx.source,
                           started_ns, listed)
+    if result.trace_broken:  # what it read is not known: not stored (docs/cache.md)
+        return Manifest(complete=False, racy=_BROKEN_TRACE, search=ctx.search)
     ctx.notes.append(_INCOMPLETE)
     return from_scan(ctx.source, ctx.search, started_ns, listed=listed)
 

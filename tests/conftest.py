@@ -107,6 +107,48 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
     return proc.stdout
 
 
+def _trace_broken() -> bool:
+    from cudamagic.toolchain.nvrtc import compile_cubin
+
+    try:
+        return compile_cubin("__global__ void k() {}\n", [], ["-arch=sm_90"]).trace_broken
+    except Exception:  # noqa: BLE001 - NVRTC not usable here: nothing to say of its trace
+        return False
+
+
+@pytest.fixture(autouse=True)
+def nvrtc_trace_kept():
+    """A test that fails a compile inside a header breaks NVRTC's trace for the rest of its
+    process (docs/cache.md, 'A trace NVRTC breaks'), and the tests after it would see caching
+    off and no precompiled header, whatever their own code. After a test in which a compile
+    failed, one small compile asks whether the trace is still whole; where this test broke
+    it, the test errors, naming the cause: such a compile belongs in a child process
+    (tests/test_headers.py's run_python)."""
+    from cudamagic import errors
+
+    failed: list[int] = []
+    real = errors.CompileError.__init__
+
+    def counted(self, *args, **kwargs):
+        failed.append(1)
+        real(self, *args, **kwargs)
+
+    errors.CompileError.__init__ = counted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        errors.CompileError.__init__ = real  # type: ignore[method-assign]
+    if failed and "cudamagic.toolchain.nvrtc" in sys.modules and not _broken_before[0]:
+        if _trace_broken():
+            _broken_before[0] = True
+            pytest.fail("this test failed a compile inside a header in the test process, which "
+                        "breaks NVRTC's trace for every later test: run that compile in a child "
+                        "(run_python)", pytrace=False)
+
+
+_broken_before = [False]  # said once: the tests after the first that broke it see it broken
+
+
 @pytest.fixture
 def no_gpu(monkeypatch):
     """This process as on a machine without a GPU, whatever this machine has: the driver's one

@@ -599,3 +599,77 @@ def test_a_header_changed_between_misses_is_hashed_again_whatever_its_size_and_m
     assert second.cubin == fresh.cubin != first.cubin
     again = build(2)
     assert again.hit and again.cubin == fresh.cubin
+
+
+_BROKEN_TRACE_CHILD = r"""
+import os, sys, warnings
+import cudamagic
+from cudamagic.errors import CompileError
+from cudamagic.toolchain.nvrtc import compile_cubin
+warnings.simplefilter("ignore")
+folder, cache = sys.argv[1], sys.argv[2]
+os.chdir(folder)
+body = '__global__ void k(int* p) { p[0] = A + B + C + %d; }\n'
+cells = {"cell": '#include "a.h"\n#include "c.h"\n' + body,  # the PCH holds both headers
+         # the PCH holds <a.h>; <c.h> comes after it (NVRTC opens it in each compile)
+         "angle": '#include <a.h>\n__device__ int after;\n#include <c.h>\n' + body,
+         "other": '#include "c.h"\n#include "a.h"\n' + body}  # no PCH before the break
+
+
+def build(name, n):
+    return cudamagic.build(cells[name] % n, cache=cache, options=["-Ilib"])
+
+
+def pch(m):
+    return m.report.pch is not None and m.report.pch[0].value
+
+
+def said(m):
+    return any("broken in this process" in w for w in m.report.warnings)
+
+
+print("before:", pch(build("cell", 1)), pch(build("angle", 1)))
+try:
+    cudamagic.build('#include "bad.h"\n__global__ void k() {}\n', cache=cache,
+                    options=["-Ilib"])
+except CompileError as exc:
+    print("failed:", "missing.h" in str(exc))
+print("broken:", compile_cubin("__global__ void z() {}\n", [], ["-arch=sm_90"]).trace_broken)
+for name in cells:
+    m = build(name, 2)
+    print(f"{name}:", pch(m), said(m))
+print("hits:", *(build(name, 2).hit for name in cells))
+with open("lib/c.h", "w") as f:  # a header a broken trace leaves out
+    f.write("#pragma once\n#define C 4\n")  # the same size
+past = os.stat("lib/b.h").st_mtime
+os.utime("lib/c.h", (past, past))
+print("edited:", *(build(name, 2).hit for name in cells))
+"""
+
+
+def test_a_trace_nvrtc_broke_is_not_taken_as_the_list_of_headers(tmp_path):
+    """After a compile fails inside a header, NVRTC's traces leave headers out (docs/cache.md,
+    'A trace NVRTC breaks'): real NVRTC, in a child. A precompiled header made before still
+    serves its header set, and its record lists its headers: such a build is cached. A build
+    whose trace is broken (a header opened after the PCH's part, or another header set) is not
+    cached, says why, and makes no precompiled header; an edit of a header a broken trace
+    leaves out is a miss for every cell."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    _write(lib, {"a.h": '#pragma once\n#include "b.h"\n#define A 1\n',
+                 "b.h": "#pragma once\n#define B 2\n", "c.h": "#pragma once\n#define C 3\n",
+                 "bad.h": '#pragma once\n#include "missing.h"\n'})
+    for f in lib.iterdir():
+        past = f.stat().st_mtime - 5
+        os.utime(f, (past, past))
+    code = _BROKEN_TRACE_CHILD.replace("sys.argv[1]", repr(str(tmp_path))).replace(
+        "sys.argv[2]", repr(str(tmp_path / "cache")))
+    out = run_python(code, timeout=240).strip().splitlines()
+    assert out[:2] == ["before: made made", "failed: True"], out
+    # NVRTC 13.5 breaks it; where an NVRTC does not, every build is cached as usual
+    if out[2] == "broken: True":
+        assert out[3:] == ["cell: used False", "angle: used True", "other: False True",
+                           "hits: True False False", "edited: False False False"], out
+    else:
+        assert out[3:] == ["cell: used False", "angle: used False", "other: made False",
+                           "hits: True True True", "edited: False False False"], out

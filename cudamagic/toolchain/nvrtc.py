@@ -69,6 +69,9 @@ class CompileResult:
     trace: bytes | None = None
     grid_sync: dict[str, bool] | None = None
     pch: PchOutcome | None = None
+    #: NVRTC wrote a trace that lacks its front end's event (:func:`whole_trace`): ``trace``
+    #: is None, and the headers read are not known from it
+    trace_broken: bool = False
 
 
 def _probe() -> None:
@@ -192,7 +195,28 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
         _traced_compile, source, tuple(name_expressions), tuple(options), program_name,
         line_offset, trace, pch)
     syncs = None if ptx is None else grid_syncs(ptx)  # read outside NVRTC's lock
-    return CompileResult(cubin, lowered, log, time.perf_counter() - start, traced, syncs, made)
+    broken = traced is not None and not whole_trace(traced)
+    return CompileResult(cubin, lowered, log, time.perf_counter() - start,
+                         None if broken else traced, syncs, made, trace_broken=broken)
+
+
+#: The event of the compile's front end in NVRTC's trace (every header event nests in it), as
+#: its name field gives it (a header's name in a detail field does not match)
+_FRONT_END_EVENT = re.compile(rb'"name"\s*:\s*"CUDA C\+\+ Front-End"')
+
+
+def whole_trace(trace: bytes) -> bool:
+    """Whether NVRTC's trace of a compile is whole: it has the front end's event.
+
+    Once a compile has failed with a catastrophic error while inside a header (an
+    ``#include`` that finds nothing or a folder, an ``#error``, the include depth limit or
+    too many errors, in a header the cell or a pre-include brought in), NVRTC 13.5's trace of
+    every later compile in the process lacks the front end's event and the events of the
+    builtin header and of the cell's first include, while other headers are still named: such
+    a trace names only some of the headers read, and a manifest made from it would miss an
+    edit of the rest.
+    """
+    return _FRONT_END_EVENT.search(trace) is not None
 
 
 def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
