@@ -284,8 +284,9 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
 
 
 #: Why a compile whose trace NVRTC broke is not cached (said as "not cached: ...")
-_BROKEN_TRACE = ("NVRTC's list of the headers it read is broken in this process since a compile "
-                 "failed inside a header (restart the kernel to cache again)")
+_BROKEN_TRACE = ("the headers it read are not known (NVRTC's list of them is broken in this "
+                 "process since a compile failed inside a header: restart the kernel, or the "
+                 "process, to cache again)")
 _INCOMPLETE = ("NVRTC wrote no list of the headers it read (an NVRTC older than 12.8, or no "
                "room for its trace in /dev/shm or the temporary folder), so the cache follows "
                "quoted includes only: after editing a header included another way, rebuild "
