@@ -389,7 +389,8 @@ def magic_parser() -> argparse.ArgumentParser:
     p.add_argument("--std", default=DEFAULT_STD, metavar="c++NN",
                    help=f"C++ dialect (default {DEFAULT_STD})")
     p.add_argument("-I", action=_InOrder, const="-I", metavar="DIR", dest="options",
-                   help="add a header folder (repeatable; relative to the notebook's folder)")
+                   help="add a header folder (repeatable; relative to the kernel's current "
+                        "folder, which %%cd moves)")
     p.add_argument("-D", action=_InOrder, const="-D", metavar="NAME[=VAL]", dest="options",
                    help="define a macro (repeatable)")
     p.add_argument("-U", action=_InOrder, const="-U", metavar="NAME", dest="options",
