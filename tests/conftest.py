@@ -107,7 +107,9 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
     return proc.stdout
 
 
-def _trace_broken() -> bool:
+def trace_broken() -> bool:
+    """Whether NVRTC's trace is broken in this process (one small traced compile asks; False
+    where NVRTC cannot be used here)."""
     from cudamagic.toolchain.nvrtc import compile_cubin
 
     try:
@@ -119,7 +121,7 @@ def _trace_broken() -> bool:
 @pytest.fixture(autouse=True)
 def nvrtc_trace_kept():
     """A test that fails a compile inside a header breaks NVRTC's trace for the rest of its
-    process (docs/cache.md, 'A trace NVRTC breaks'), and the tests after it would see caching
+    process (docs/cache.md, 'After a compile fails inside a header'), and the tests after it would see caching
     off and no precompiled header, whatever their own code. After a test in which a compile
     failed, one small compile asks whether the trace is still whole; where this test broke
     it, the test errors, naming the cause: such a compile belongs in a child process
@@ -139,7 +141,7 @@ def nvrtc_trace_kept():
     finally:
         errors.CompileError.__init__ = real  # type: ignore[method-assign]
     if failed and "cudamagic.toolchain.nvrtc" in sys.modules and not _broken_before[0]:
-        if _trace_broken():
+        if trace_broken():
             _broken_before[0] = True
             pytest.fail("this test failed a compile inside a header in the test process, which "
                         "breaks NVRTC's trace for every later test: run that compile in a child "

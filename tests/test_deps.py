@@ -649,7 +649,7 @@ print("edited:", *(build(name, 2).hit for name in cells))
 
 def test_a_trace_nvrtc_broke_is_not_taken_as_the_list_of_headers(tmp_path):
     """After a compile fails inside a header, NVRTC's traces leave headers out (docs/cache.md,
-    'A trace NVRTC breaks'): real NVRTC, in a child. A precompiled header made before still
+    'After a compile fails inside a header'): real NVRTC, in a child. A precompiled header made before still
     serves its header set, and its record lists its headers: such a build is cached. A build
     whose trace is broken (a header opened after the PCH's part, or another header set) is not
     cached, says why, and makes no precompiled header; an edit of a header a broken trace

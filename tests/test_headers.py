@@ -85,7 +85,7 @@ def test_header_compiles_from_the_wheels(header):
 @pytest.mark.parametrize("header", sorted(FAILS))
 def test_header_that_cannot_compile_names_what_to_use(header):
     """In a child: a compile that fails inside a header (cub/cub.cuh's own includes) breaks
-    NVRTC's trace for the rest of its process (docs/cache.md, 'A trace NVRTC breaks')."""
+    NVRTC's trace for the rest of its process (docs/cache.md, 'After a compile fails inside a header')."""
     message = _failed_in_child(f"_cell({header!r})", arch="sm_90", options=["-std=c++17"])
     assert "hint: " in message and FAILS[header] in message, message[-600:]
 
@@ -222,7 +222,7 @@ def test_all_of_them_together_under_using_namespace_std():
 ])
 def test_turned_off_they_are_not_found_and_the_error_says_how_to_turn_them_on(header, wanted):
     """In a child: thrust/complex.h fails inside a header it includes, which breaks NVRTC's
-    trace for the rest of its process (docs/cache.md, 'A trace NVRTC breaks')."""
+    trace for the rest of its process (docs/cache.md, 'After a compile fails inside a header')."""
     said = _failed_in_child(f"_std_cell({header!r}, MATRIX[{header!r}])", std_headers=False)
     assert "hint: " in said and wanted in said, said[-600:]
 

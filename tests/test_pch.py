@@ -27,7 +27,7 @@ from cudamagic.toolchain.elf import elf_section
 from cudamagic.toolchain.image import read_cubin
 from cudamagic.toolchain.pch import PchKind
 
-from .conftest import REPO, settled
+from .conftest import REPO, settled, trace_broken
 
 pytestmark = pytest.mark.skipif(not pch.supported(), reason="this NVRTC makes no PCH (< 12.8)")
 
@@ -74,15 +74,11 @@ BASE = ("-Iover", "-Ilib")
 
 def _trace_is_whole() -> None:
     """These tests need NVRTC's list of the headers it read: an earlier test of this process
-    that failed a compile inside a header a header included broke it (docs/cache.md, 'A trace
-    NVRTC breaks'), which is said here rather than as a mystery further on."""
-    from cudamagic.toolchain.nvrtc import compile_cubin
-
-    probe = compile_cubin("__global__ void k() {}\n", [], ["-arch=sm_90"])
-    assert not probe.trace_broken, (
+    that failed a compile inside a header broke it (docs/cache.md, 'After a compile fails
+    inside a header'), which is said here rather than as a mystery further on."""
+    assert not trace_broken(), (
         "NVRTC's trace is broken in this process: an earlier test failed a compile inside a "
-        "header that a header included; run that compile in a child (tests/test_headers.py "
-        "does)")
+        "header; run that compile in a child (tests/test_headers.py does)")
 
 
 def _write(path: Path, text: str) -> None:
