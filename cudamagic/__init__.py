@@ -79,20 +79,43 @@ def load_ipython_extension(ipython) -> None:
     interpreter free, so the notebook goes on meanwhile); a launch that comes before they are
     done waits for the rest. ``CUDAMAGIC_EAGER_CONTEXT=0`` leaves the context to the first launch
     (a notebook that works on another device only, or never launches). Nothing else is imported
-    or found here (issue 38): the pipeline, the cache, the toolkit's headers and the demangler
-    come with the first ``%%cuda`` cell, the launch code with the first launch (or, with a GPU
-    and NumPy imported, in the driver thread once the context is made), the debugging
-    and report views with the first cell that shows them (tests/test_import_cost.py holds the
-    list of what ``%load_ext`` may import).
+    or found here (issue 38; tests/test_import_cost.py holds the list of what ``%load_ext`` may
+    import): once the cell that ran it has finished, a second thread imports what a ``%%cuda``
+    cell's hit needs, the pipeline, the cache and the report (:data:`cudamagic.magic.HIT_PATH`),
+    while the notebook waits for its next cell; the toolkit's headers and the demangler are
+    found by the first ``%%cuda`` cell, the launch code comes with the first launch (or, with
+    a GPU and NumPy imported, in the driver thread once the context is made), the debugging
+    views with the first cell that shows them.
     """
     import threading
 
+    from .process import at_fork
+
     # first: the driver's start is the longest part of a restarted notebook's way to a launch
-    threading.Thread(target=_start_driver, args=(eager_context(),), name=DRIVER_THREAD,
-                     daemon=True).start()
+    _DRIVER[0] = threading.Thread(target=_start_driver, args=(eager_context(),),
+                                  name=DRIVER_THREAD, daemon=True)
+    # a fork waits for the thread (bounded): a child must not inherit an import of the launch
+    # code that the thread held (it would wait for it for ever)
+    at_fork(__name__, "_DRIVER", before=_wait_for_driver,
+            after_in_child=lambda: _DRIVER.__setitem__(0, None))
+    _DRIVER[0].start()
     from .magic import CudaMagics
 
     ipython.register_magics(CudaMagics)
+
+
+#: the driver thread, once ``%load_ext`` has started it in this process
+_DRIVER: list[Any] = [None]
+#: the longest a fork waits for the driver thread
+FORK_WAIT_S = 10.0
+
+
+def _wait_for_driver() -> None:
+    import threading
+
+    thread = _DRIVER[0]
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(FORK_WAIT_S)
 
 
 #: set to ``0`` to keep ``%load_ext`` from making device 0's primary context ahead of a launch

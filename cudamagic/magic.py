@@ -27,6 +27,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from .forksafe import ForkSafeLock
 from .errors import OptionError
 from .options import DEFAULT_MODULE, PROGRAM_NAME, magic_help, parse_magic_line
+from .process import at_fork
 from .units import counted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -237,6 +238,95 @@ def _flush_device_output(result: Any = None) -> None:
     sys.stderr.flush()
 
 
+#: what a ``%%cuda`` cell's hit imports, the report's folds included: the warm-up imports them
+#: (tests/test_import_cost.py: after it, a hit cell imports nothing)
+HIT_PATH = ("cudamagic.miss", "cudamagic.pipeline", "cudamagic.explain", "cudamagic.info",
+            "cudamagic.toolchain.occupancy", "cudamagic.view.bench", "cudamagic.view.widget",
+            "comm")
+
+#: the name of the warm-up's thread (tests and benchmarks watch for it)
+WARM_THREAD = "cudamagic-warm"
+
+
+class _Warmup:
+    """The first ``%%cuda`` cell's imports, done while the notebook waits for it (issue 38).
+
+    ``%load_ext`` imports only what registers the magics; the pipeline, the cache and the
+    report (:data:`HIT_PATH`: most of a first hit cell, docs/performance.md) would come with
+    the first ``%%cuda`` cell. Once the cell that ran ``%load_ext`` has finished (IPython's
+    ``post_run_cell``, once), a background thread imports them, so that cell pays nothing for
+    them and the user's next cell finds them done. A ``%%cuda`` cell that comes before the
+    thread is done waits for it (its report counts the wait as imports): never two imports of
+    the package at once. A fork waits for it first (a child must not inherit an import that a
+    thread of its parent held), at most :attr:`FORK_WAIT_S`.
+    """
+
+    FORK_WAIT_S = 10.0
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self._lock = ForkSafeLock()
+
+    def start(self) -> None:
+        """Start the warm-up thread, unless it was started before in this process."""
+        with self._lock:
+            if self.thread is not None:
+                return
+            self.thread = threading.Thread(target=self._run, name=WARM_THREAD, daemon=True)
+            self.thread.start()
+
+    @staticmethod
+    def _run() -> None:
+        import importlib
+
+        for name in HIT_PATH:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the cell's own import says what is wrong
+                return
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the thread, where one runs (not from the thread itself)."""
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def forget(self) -> None:
+        """A forked child's side: its parent's thread is not its own."""
+        self.thread = None
+
+
+_WARMUP = _Warmup()
+at_fork(__name__, "_WARMUP", before=lambda: _WARMUP.wait(_Warmup.FORK_WAIT_S),
+        after_in_child=_WARMUP.forget, test=_WARMUP.forget)
+
+
+def _install_warmup(shell: Any) -> None:
+    """Start the warm-up after the cell that loads the extension (a shell without IPython's
+    events, or a process where it ran already, gets none)."""
+    events = getattr(shell, "events", None)
+    if events is None or _WARMUP.thread is not None:
+        return
+    hook = _WarmupHook()
+    if not any(isinstance(f, _WarmupHook) for f in events.callbacks.get("post_run_cell", ())):
+        events.register("post_run_cell", hook)
+        hook.events = events
+
+
+class _WarmupHook:
+    """``post_run_cell``, once: start the warm-up and unregister."""
+
+    events: Any = None
+
+    def __call__(self, result: Any = None) -> None:
+        if self.events is not None:
+            try:
+                self.events.unregister("post_run_cell", self)
+            except ValueError:
+                pass
+        _WARMUP.start()
+
+
 def _bodiless_cuda_cell(lines: list[str]) -> list[str]:
     """IPython's input transformer for a cell that is a ``%%cuda`` line alone: give it an empty
     line as its body, so that the magic answers (``-h`` the help; otherwise that the cell holds no
@@ -256,6 +346,7 @@ class CudaMagics(Magics):
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell, **kwargs)
         install_debug_hooks(shell)
+        _install_warmup(shell)
         cleanup = getattr(shell, "input_transformers_cleanup", None)
         if cleanup is not None and _bodiless_cuda_cell not in cleanup:
             cleanup.append(_bodiless_cuda_cell)
@@ -270,8 +361,9 @@ class CudaMagics(Magics):
             print("%%cuda is a cell magic: its line holds the options and the cell below it "
                   "the CUDA C++.\n\n" + (CudaMagics.cuda.__doc__ or ""))
             return
+        _WARMUP.wait()  # the warm-up's imports, where it runs: the ones below are then done
         from .miss import BuildPhase
-        from .pipeline import build_module  # imported by %load_ext already: a dict lookup
+        from .pipeline import build_module
 
         t = time.perf_counter()
         imports = t - started

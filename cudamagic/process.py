@@ -126,9 +126,17 @@ def reset_for_tests() -> None:
 
 
 def _before_fork() -> None:
-    for piece in reversed(list(_pieces)):
-        if piece.before is not None:
-            piece.before()
+    # a before hook may let a module be imported that registers a piece of its own (the
+    # warm-up's wait lets its thread import the cache's modules): its hook runs too, after
+    ran: set[tuple[str, str]] = set()
+    while True:
+        todo = [p for p in reversed(list(_pieces))
+                if p.before is not None and (p.module, p.name) not in ran]
+        if not todo:
+            return
+        for piece in todo:
+            ran.add((piece.module, piece.name))
+            piece.before()  # type: ignore[misc]
 
 
 def _after_fork_in_parent() -> None:

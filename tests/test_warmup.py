@@ -1,0 +1,190 @@
+"""The warm-up after ``%load_ext`` (issue 38): once the cell that loaded the extension has
+finished, a background thread imports what a ``%%cuda`` cell's hit imports, so the user's first
+``%%cuda`` cell pays nothing for them (docs/performance.md, "Start-up").
+
+Each case runs in a fresh interpreter on a real IPython ``InteractiveShell``, the GPU simulated
+present (the driver's answers replaced, as tests/test_import_cost.py does), with a cache a first
+process filled. A race is made to happen, never waited for: a module on the warm-up's list holds
+its import until the other side has arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from .conftest import run_python
+
+SOURCE = "template <int N> __global__ void k(float* x, int n) { if (n > N) x[N] += 1.f; }\n"
+
+PRELUDE = textwrap.dedent("""
+    import json, os, sys, threading, time
+    from IPython.core.interactiveshell import InteractiveShell
+    ip = InteractiveShell.instance()
+    ip.kernel = object()  # shown as in a notebook: the HTML, the folds
+    from cudamagic.toolchain import driver
+    driver.available = lambda: True
+    driver.retain_primary = lambda device: 1
+    driver.current_device = lambda: 0
+    driver.device_sm = lambda device: 90
+    SOURCE = %r
+
+    def warm_thread():
+        return next((t for t in threading.enumerate() if t.name == "cudamagic-warm"), None)
+
+    def cuda_cell():
+        ip.run_cell("%%%%cuda -n k<1> -n k<2>\\n" + SOURCE)
+        return ip.user_ns["cuda_module"]
+""" % SOURCE)
+
+
+def _fill(cache) -> None:
+    """A first process compiles the cell (a miss), so the cases' cells are hits."""
+    out = run_python(PRELUDE + textwrap.dedent("""
+        ip.run_line_magic("load_ext", "cudamagic")
+        print(json.dumps({"hit": cuda_cell().hit}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    assert json.loads(out.strip().splitlines()[-1]) == {"hit": False}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("warmup") / "cache"
+    _fill(folder)
+    return folder
+
+
+def test_after_the_load_ext_cell_a_hit_cell_imports_nothing(cache):
+    """The cell that runs ``%load_ext`` imports only the magics (its own list is
+    tests/test_import_cost.py's); after it the warm-up imports the hit path, and the first
+    ``%%cuda`` cell, a hit, imports no module and reports no import time."""
+    out = run_python(PRELUDE + textwrap.dedent("""
+        before = set(sys.modules)
+        ip.run_cell("%load_ext cudamagic")
+        thread = warm_thread()
+        started = thread is not None
+        thread.join(120)
+        warmed = set(sys.modules)
+        module = cuda_cell()
+        phases = {p.name: s for p, s in module.report.timings.items()}
+        print(json.dumps({"started": started, "hit": module.hit,
+                          "warmed": "cudamagic.pipeline" in warmed - before,
+                          "cell": sorted(set(sys.modules) - warmed),
+                          "imports_ms": phases.get("IMPORTS", 0.0) * 1e3}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["started"] and got["hit"] and got["warmed"], got
+    assert got["cell"] == [], f"the first hit cell imported {got['cell']}: add them to " \
+                              "cudamagic.magic.HIT_PATH (what the warm-up imports)"
+    assert got["imports_ms"] < 5, got
+
+
+def test_a_load_ext_by_line_magic_starts_no_thread_and_its_cell_imports_as_before(cache):
+    """``run_line_magic`` (a script, no cell) runs no ``post_run_cell``: no warm-up, and the
+    ``%%cuda`` cell imports its own modules; the next cell does not start one either."""
+    out = run_python(PRELUDE + textwrap.dedent("""
+        ip.run_line_magic("load_ext", "cudamagic")
+        none_yet = warm_thread() is None
+        before = set(sys.modules)
+        module = cuda_cell()
+        print(json.dumps({"none": none_yet, "hit": module.hit,
+                          "imported": "cudamagic.pipeline" in set(sys.modules) - before,
+                          "after": warm_thread() is None}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got == {"none": True, "hit": True, "imported": True, "after": True}
+
+
+#: a module the warm-up imports (put on its list by the case) that holds its import, with its
+#: import lock taken, until the case's other side has arrived
+HOLD = textwrap.dedent("""
+    import builtins
+    builtins.HELD_IN_IMPORT.set()
+    builtins.RELEASE_IMPORT.wait(60)
+""")
+
+
+def _holding(tmp_path) -> str:
+    (tmp_path / "cm_hold.py").write_text(HOLD)
+    return textwrap.dedent(f"""
+        import builtins
+        sys.path.insert(0, {str(tmp_path)!r})
+        builtins.HELD_IN_IMPORT, builtins.RELEASE_IMPORT = threading.Event(), threading.Event()
+        from cudamagic import magic
+        magic.HIT_PATH = ("cudamagic.miss", "cm_hold", *magic.HIT_PATH[1:])
+    """)
+
+
+def test_a_cuda_cell_sent_during_the_warm_up_waits_for_it_and_is_served(cache, tmp_path):
+    """A ``%%cuda`` cell that comes while the warm-up is importing (Run All) waits for the
+    thread, never importing the package beside it, and is served; its report counts the wait
+    as imports."""
+    out = run_python(PRELUDE + _holding(tmp_path) + textwrap.dedent("""
+        from cudamagic import magic
+        waiting = threading.Event()
+        real_wait = magic._WARMUP.wait
+        def wait(timeout=None):
+            waiting.set()
+            real_wait(timeout)
+        magic._WARMUP.wait = wait
+        ip.run_cell("%load_ext cudamagic")
+        assert builtins.HELD_IN_IMPORT.wait(60)
+        def release():
+            waiting.wait(60)       # the cell has arrived at the warm-up and waits for it
+            time.sleep(0.05)       # the hold is what the report's imports time must show
+            builtins.RELEASE_IMPORT.set()
+        threading.Thread(target=release).start()
+        pipeline_before = "cudamagic.pipeline" in sys.modules
+        module = cuda_cell()
+        phases = {p.name: s for p, s in module.report.timings.items()}
+        print(json.dumps({"pipeline_before": pipeline_before, "waited": waiting.is_set(),
+                          "hit": module.hit, "imports_ms": phases.get("IMPORTS", 0.0) * 1e3,
+                          "done": not magic._WARMUP.thread.is_alive()}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["waited"] and got["hit"] and got["done"] and not got["pipeline_before"], got
+    assert got["imports_ms"] >= 50, got
+
+
+def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import(cache, tmp_path):
+    """``os.fork`` while the warm-up holds an import (``multiprocessing``'s default start on
+    Linux before Python 3.14): the fork waits for the thread first, so the child does not
+    inherit an import lock a thread of its parent held, and imports and builds there."""
+    out = run_python(PRELUDE + _holding(tmp_path) + textwrap.dedent("""
+        from cudamagic import magic
+        forking = threading.Event()
+        real_wait = magic._WARMUP.wait
+        def wait(timeout=None):
+            forking.set()
+            real_wait(timeout)
+        magic._WARMUP.wait = wait
+        ip.run_cell("%load_ext cudamagic")
+        assert builtins.HELD_IN_IMPORT.wait(60)
+        def release():
+            forking.wait(60)       # the fork has come to the warm-up and waits for it
+            builtins.RELEASE_IMPORT.set()
+        threading.Thread(target=release).start()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                import cm_hold, cudamagic.pipeline  # noqa: F401 - where the lock was held
+                code = 0 if cuda_cell().hit else 3
+            except BaseException:
+                code = 4
+            os._exit(code)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.02)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            status = -1
+        print(json.dumps({"waited": forking.is_set(), "child": status}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got == {"waited": True, "child": 0}, got
