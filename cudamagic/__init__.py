@@ -89,33 +89,14 @@ def load_ipython_extension(ipython) -> None:
     """
     import threading
 
-    from .process import at_fork
-
     # first: the driver's start is the longest part of a restarted notebook's way to a launch
-    _DRIVER[0] = threading.Thread(target=_start_driver, args=(eager_context(),),
-                                  name=DRIVER_THREAD, daemon=True)
-    # a fork waits for the thread (bounded): a child must not inherit an import of the launch
-    # code that the thread held (it would wait for it for ever)
-    at_fork(__name__, "_DRIVER", before=_wait_for_driver,
-            after_in_child=lambda: _DRIVER.__setitem__(0, None))
-    _DRIVER[0].start()
-    from .magic import CudaMagics
+    driver = threading.Thread(target=_start_driver, args=(eager_context(),),
+                              name=DRIVER_THREAD, daemon=True)
+    driver.start()
+    from .magic import CudaMagics, note_driver_thread
 
+    note_driver_thread(driver)  # a fork waits for it
     ipython.register_magics(CudaMagics)
-
-
-#: the driver thread, once ``%load_ext`` has started it in this process
-_DRIVER: list[Any] = [None]
-#: the longest a fork waits for the driver thread
-FORK_WAIT_S = 10.0
-
-
-def _wait_for_driver() -> None:
-    import threading
-
-    thread = _DRIVER[0]
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(FORK_WAIT_S)
 
 
 #: set to ``0`` to keep ``%load_ext`` from making device 0's primary context ahead of a launch

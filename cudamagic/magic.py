@@ -297,8 +297,33 @@ class _Warmup:
 
 
 _WARMUP = _Warmup()
-at_fork(__name__, "_WARMUP", before=lambda: _WARMUP.wait(_Warmup.FORK_WAIT_S),
-        after_in_child=_WARMUP.forget, test=_WARMUP.forget)
+
+
+#: the driver thread ``%load_ext`` started last in this process (cudamagic.load_ipython_extension)
+_DRIVER: list[threading.Thread | None] = [None]
+
+
+def note_driver_thread(thread: threading.Thread) -> None:
+    """Keep ``%load_ext``'s driver thread, which a fork waits for (bounded, as for the
+    warm-up): a child must not inherit an import of the launch code that the thread held."""
+    _DRIVER[0] = thread
+
+
+def _wait_for_threads() -> None:
+    """Before a fork: the warm-up's thread and the driver's, each at most FORK_WAIT_S."""
+    _WARMUP.wait(_Warmup.FORK_WAIT_S)
+    thread = _DRIVER[0]
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(_Warmup.FORK_WAIT_S)
+
+
+def _forget_threads() -> None:
+    _WARMUP.forget()
+    _DRIVER[0] = None
+
+
+at_fork(__name__, "_WARMUP", before=_wait_for_threads, after_in_child=_forget_threads,
+        test=_forget_threads, covers=("_DRIVER",))
 
 
 def _install_warmup(shell: Any) -> None:

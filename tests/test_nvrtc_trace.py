@@ -49,16 +49,21 @@ STRACE = _strace_works()
 _UNLINKED = re.compile(r'^(?P<pid>\d+)\s+unlink(?:at)?\((?:AT_FDCWD, )?"(?P<path>[^"]*)".*= 0')
 
 
+#: the front end's anonymous temporary file: edg.XXXXXX (NVRTC 13.5), edg0_PID (13.0)
+_EDG_TEMP = re.compile(r"edg(\.|\d+_\d+$)")
+
+
 def _written(log: Path) -> list[str]:
     """The paths a strace log shows created, opened for writing, renamed or linked; an
     anonymous file excepted, which NVRTC's front end makes while it writes a precompiled
-    header (``TMPDIR/edg.XXXXXX``, created and unlinked at once, as tmpfile() makes one)."""
+    header or, in NVRTC 13.0, compiles (``TMPDIR/edg.XXXXXX`` in 13.5, ``TMPDIR/edg0_PID`` in
+    13.0: created and unlinked at once, as tmpfile() makes one)."""
     out = []
     lines = log.read_text(errors="replace").splitlines()
     unlinked = {(m.group("pid"), m.group("path")) for m in map(_UNLINKED.match, lines) if m}
     for line in lines:
         m = _WRITES.match(line)
-        if m and os.path.basename(m.group("path")).startswith("edg.") \
+        if m and _EDG_TEMP.match(os.path.basename(m.group("path"))) \
                 and (line.split()[0], m.group("path")) in unlinked:
             continue
         if not m or int(m.group("ret")) < 0:

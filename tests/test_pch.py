@@ -458,16 +458,17 @@ CUB = ("#include <cub/block/block_reduce.cuh>\n__global__ void k(float* o) {{ ty
 
 def test_a_cub_cell(lib, cache):
     """NVRTC 13.5's default heap (256 MiB) is too small for CUB's PCH (335 MB): the first
-    compile says so, the next makes it (once), the edit after starts from it; every CUBIN's
-    kernel code is a plain compile's."""
+    compile says so, the next makes it (once), the edit after starts from it. NVRTC 13.0's
+    heap holds it at once (the H200's): the first compile makes it and both edits use it.
+    Every CUBIN's kernel code is a plain compile's."""
     kinds = []
     for _ in range(3):
         edit = CUB.format(n=_RUN + next(_count))
         m = _build(cache, edit, ())
         kinds.append(_kind(m))
         assert _code(m) == _code(_plain(edit, ())), kinds
-    assert kinds[1:] == [PchKind.MADE, PchKind.USED]
-    assert kinds[0] in (PchKind.HEAP, PchKind.MADE)  # HEAP where the heap had not been raised
+    assert kinds in ([PchKind.HEAP, PchKind.MADE, PchKind.USED],
+                     [PchKind.MADE, PchKind.USED, PchKind.USED]), kinds
 
 
 def test_an_option_nvrtc_refuses_is_said_without_the_pchs_own(lib, cache):

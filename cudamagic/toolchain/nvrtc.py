@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import signal
 import shutil
 import threading
 import time
@@ -26,6 +27,7 @@ from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
 from .pch import CANNOT_OPEN, PchKind, PchOutcome, PchPlan, raise_heap, read_outcome
 from .ptx import grid_syncs
+from .signals import POLL_S, kept
 from .tracefolder import compile_folder
 
 __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version", "nvrtc_identity",
@@ -241,26 +243,50 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
 
     def run() -> None:
         try:
+            _block_signals()
             box["value"] = fn(*args)
         except BaseException as exc:  # handed to the caller, which raises it
             box["error"] = exc
         finally:
             done.set()
 
-    _start_with_stack(run)
     interrupted: KeyboardInterrupt | None = None
-    # an Event, not join(): a join that Ctrl-C interrupts can leave is_alive() False while
-    # the thread still runs
-    while not done.is_set():
-        try:
-            done.wait()
-        except KeyboardInterrupt as exc:
-            interrupted = exc
+    kept.enter()  # NVRTC 13.0 replaces SIGINT's and SIGTERM's handlers: put back while it runs
+    try:
+        _start_with_stack(run)
+        # an Event, not join(): a join that Ctrl-C interrupts can leave is_alive() False while
+        # the thread still runs
+        while not done.is_set():
+            try:
+                if not done.wait(POLL_S):
+                    kept.restore()
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+    finally:
+        kept.leave()
     if interrupted is not None:
         raise interrupted
     if "error" in box:
         raise box.pop("error")
     return box["value"]
+
+
+#: the asynchronous signals the compile thread blocks: the kernel then delivers them to another
+#: thread. One delivered to the compile thread interrupts the system call NVRTC is in: an
+#: ``open()`` of a header that waits (a FUSE or NFS folder, a file under a lease) fails with
+#: EINTR, which NVRTC 13.0 takes as a catastrophic error and ends the whole process (exit 4,
+#: nothing said). Python runs its handlers on the main thread whichever thread received one.
+_ASYNC_SIGNALS = tuple(getattr(signal, n) for n in (
+    "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGCHLD",
+    "SIGIO", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGURG", "SIGCONT", "SIGTSTP", "SIGTTIN",
+    "SIGTTOU") if hasattr(signal, n))
+
+
+def _block_signals() -> None:
+    """Block :data:`_ASYNC_SIGNALS` on the calling thread (the compile thread; where the
+    platform has no ``pthread_sigmask``, nothing)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
 
 
 #: The stack of the compile thread. NVRTC's front end recurses once per level of a template

@@ -1,0 +1,131 @@
+"""The process's SIGINT and SIGTERM handlers, kept as they were while NVRTC compiles.
+
+NVRTC 13.0's front end installs handlers of its own for SIGINT and SIGTERM, for the whole
+process, while a compile runs, and puts the previous ones back when it ends: a Ctrl-C (Jupyter's
+"Interrupt the kernel" sends SIGINT) during the compile then ends the whole process with exit
+status 4, saying nothing, instead of raising ``KeyboardInterrupt``. What it puts back also has
+other flags (``SA_RESTART`` added): a blocking read that Ctrl-C should interrupt is restarted
+instead. (NVRTC 13.5 installs none. Seen with ``sigaction`` during a compile held at a header's
+open, tests/test_nvrtc_trace.py.)
+
+:class:`KeptHandlers` takes the handlers' exact records (``sigaction``) when the first compile of
+the process's current ones starts, and puts them back whenever they differ: at once where it is
+polled (the caller's thread, while it waits for the compile thread, every
+:data:`POLL_S`), and when the last compile ends. What is left: a signal that comes in the
+first :data:`POLL_S` of a compile, before the handlers are put back, meets NVRTC's.
+
+Linux only (the record's layout is glibc's); elsewhere nothing is done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import sys
+from typing import Any
+
+from ..forksafe import ForkSafeLock
+from ..process import at_fork
+
+__all__ = ["KeptHandlers", "POLL_S", "kept"]
+
+#: how often the waiting caller looks at the handlers
+POLL_S = 0.001
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: the flag the C library adds to every handler it installs (its return trampoline)
+_SA_RESTORER = 0x04000000
+
+
+class _Sigaction(ctypes.Structure):
+    """glibc's ``struct sigaction`` (x86-64 and aarch64 Linux)."""
+
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16),
+                ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+
+class KeptHandlers:
+    """Counts the compiles running; holds the handlers as the first found them."""
+
+    def __init__(self) -> None:
+        self._lock = ForkSafeLock()
+        self._running = 0
+        self._saved: dict[int, bytes] = {}
+        self._libc: Any = None
+        if sys.platform.startswith("linux"):
+            try:
+                self._libc = ctypes.CDLL(None, use_errno=True)
+                self._libc.sigaction  # noqa: B018 - the symbol must be there
+            except (OSError, AttributeError):
+                self._libc = None
+
+    @staticmethod
+    def _same(a: bytes | None, b: bytes) -> bool:
+        """Whether two records set the same handler: its address, its flags but the C
+        library's own ``SA_RESTORER``, and the kernel's part of the mask (the first word; glibc
+        leaves the rest of the record's mask as the buffer held it)."""
+        if a is None:
+            return False
+        x, y = _Sigaction.from_buffer_copy(a), _Sigaction.from_buffer_copy(b)
+        return (x.handler, x.flags & ~_SA_RESTORER, x.mask[0]) == \
+            (y.handler, y.flags & ~_SA_RESTORER, y.mask[0])
+
+    def _read(self, sig: int) -> bytes | None:
+        record = _Sigaction()
+        if self._libc.sigaction(int(sig), None, ctypes.byref(record)) != 0:
+            return None
+        return bytes(record)
+
+    def _write(self, sig: int, raw: bytes) -> None:
+        record = _Sigaction.from_buffer_copy(raw)
+        self._libc.sigaction(int(sig), ctypes.byref(record), None)
+
+    def enter(self) -> None:
+        """A compile starts: the first takes the handlers' records."""
+        if self._libc is None:
+            return
+        with self._lock:
+            if self._running == 0:
+                self._saved = {}
+                for sig in _SIGNALS:
+                    raw = self._read(sig)
+                    if raw is not None:
+                        self._saved[sig] = raw
+            self._running += 1
+
+    def restore(self) -> bool:
+        """Put back each handler that differs from its record; whether one did."""
+        if self._libc is None or not self._saved:
+            return False
+        changed = False
+        for sig, raw in self._saved.items():
+            if not self._same(self._read(sig), raw):
+                self._write(sig, raw)
+                changed = True
+        return changed
+
+    def leave(self) -> None:
+        """A compile has ended: put the handlers back (NVRTC's own restore changed their
+        flags); the last one forgets the records."""
+        if self._libc is None:
+            return
+        with self._lock:
+            self.restore()
+            self._running -= 1
+            if self._running == 0:
+                self._saved = {}
+
+    def forget(self) -> None:
+        """A forked child: no compile of its parent's runs there."""
+        self._running = 0
+        self._saved = {}
+
+
+kept = KeptHandlers()
+
+
+def _after_fork_in_child() -> None:
+    kept.forget()
+
+
+at_fork(__name__, "kept", after_in_child=_after_fork_in_child, test=kept.forget)
