@@ -152,15 +152,21 @@ def project_commit(root: Path = REPO) -> str:
                              text=True, cwd=root, timeout=10).stdout.strip()
     except OSError:  # no git on this machine
         top = ""
-    if top and os.path.realpath(top) == os.path.realpath(root):
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=root, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "cudamagic"],
-                               capture_output=True, text=True, cwd=root, timeout=10).stdout
-        return f"{commit}{', uncommitted changes' if dirty.strip() else ''}; {tree}"
     stamp = os.environ.get(COMMIT_ENV, "").strip()
     if not stamp and (root / COMMIT_FILE).is_file():
         stamp = (root / COMMIT_FILE).read_text().strip()
+    if top and os.path.realpath(top) == os.path.realpath(root):
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=root, timeout=10).stdout.strip()
+        head_tree = subprocess.run(["git", "rev-parse", "HEAD:cudamagic"], capture_output=True,
+                                   text=True, cwd=root, timeout=10).stdout.strip()
+        if head_tree[:12] == package_tree(root / "cudamagic")[:12]:
+            return f"{commit}; {tree}"
+        # the GPU machine's copy is a work tree at an older commit with this one's files over
+        # it: the stamp made where the copy was made names the commit
+        if stamp:
+            return f"{stamp} (stamped; git's HEAD here {commit} has another cudamagic); {tree}"
+        return f"{commit}, uncommitted changes; {tree}"
     return f"{stamp + ' (stamped, no .git)' if stamp else 'unknown (no .git)'}; {tree}"
 
 

@@ -305,8 +305,20 @@ _DRIVER: list[threading.Thread | None] = [None]
 
 def note_driver_thread(thread: threading.Thread) -> None:
     """Keep ``%load_ext``'s driver thread, which a fork waits for (bounded, as for the
-    warm-up): a child must not inherit an import of the launch code that the thread held."""
+    warm-up): a child must not inherit an import of the launch code that the thread held; and
+    so does the interpreter's exit: a process that ends while the thread is inside the driver
+    (making the context takes about 0.1 s) ended with a failing status, its work done."""
+    import atexit
+
+    if _DRIVER[0] is None:
+        atexit.register(_join_driver_at_exit)
     _DRIVER[0] = thread
+
+
+def _join_driver_at_exit() -> None:
+    thread = _DRIVER[0]
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(_Warmup.FORK_WAIT_S)
 
 
 def _wait_for_threads() -> None:

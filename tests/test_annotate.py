@@ -10,6 +10,7 @@ and padding must add up to its code section's size in the ELF.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -104,7 +105,8 @@ def _json_lines(cubin: bytes) -> dict[str, list[tuple[str, int | None, str]]]:
         rows = []
         for i in fn["sass-instructions"]:
             if "source-line" in i:
-                place = (files[i["source-file-id"]], i["source-line"])
+                # the file as NVRTC named it: 13.5 the bare name, 13.0 with the current folder
+                place = (os.path.basename(files[i["source-file-id"]]), i["source-line"])
             rows.append((*place, i["opcode"]))
         out[fn["function-name"]] = rows
     return out

@@ -680,7 +680,10 @@ def test_a_hostile_server_costs_one_bounded_delay_and_never_raises(name, reply, 
         if gives is None:
             stats = store.remote_stats()
             assert stats.errors == 1 and stats.state.value == "backing-off"
-            assert len(said) == 1
+            # one warning of the package's (a library's own, such as a DeprecationWarning
+            # another Python or hiredis version says, is not the store's to count)
+            ours = [w for w in said if issubclass(w.category, CacheWarning)]
+            assert len(ours) == 1, [f"{w.category.__name__}: {w.message}" for w in said]
             t = time.perf_counter()
             assert store.load("abc") is None  # skipped, at once
             assert time.perf_counter() - t < 0.01

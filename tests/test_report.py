@@ -502,15 +502,39 @@ def test_a_report_of_many_kernels_shows_resources_for_the_rows_it_shows(tmp_path
     cache.close()
 
 
-def test_a_kernel_s_signature_is_the_one_its_report_row_shows():
+class _CuFiltTexts:
+    """cu++filt's texts for the cell below, as the CUDA 13.0 toolkit's gave them on the GPU
+    machine (``T1`` for a template's parameters, a space before ``*``): a machine with the
+    toolkit demangles with it (toolchain/demangle.py's default)."""
+
+    name = "cu++filt"
+    placeholders = True
+    TEXTS = {"_Z5plainPi": "plain(int *)", "_Z5saxpyIfEvT_PS0_": "void saxpy<float>(T1, T1 *)"}
+
+    def demangle(self, symbols):
+        return [self.TEXTS.get(s, s) for s in symbols]
+
+    def start(self):
+        from cudamagic.toolchain.demangle import Pending
+
+        return Pending(self.demangle)
+
+
+@pytest.mark.parametrize("cufilt", [False, True], ids=["libstdc++", "cu++filt"])
+def test_a_kernel_s_signature_is_the_one_its_report_row_shows(cufilt):
     """With its void return: the extern "C" kernel's parameter types as the compiler declared
-    them, a plain C++ kernel's and a template's."""
-    import cudamagic
+    them, a plain C++ kernel's and a template's; with cu++filt's texts too (the GPU machine's
+    demangler: the kernel said ``T1`` where its row said ``float``)."""
+    from cudamagic.options import BuildOptions
+    from cudamagic.pipeline import build_module
 
     source = ('extern "C" __global__ void fill(float* x, float v, int n) { if (n) x[0] = v; }\n'
               "__global__ void plain(int* p) { *p = 1; }\n"
               "template <class T> __global__ void saxpy(T a, T* x) { x[0] *= a; }\n")
-    module = cudamagic.build(source, ["saxpy<float>", "plain"], use_cache=False)
+    module = build_module(source, BuildOptions(name_expressions=("saxpy<float>", "plain"),
+                                               no_cache=True),
+                          demangler=_CuFiltTexts() if cufilt else None)
+    assert module.report.demangler == ("cu++filt" if cufilt else module.report.demangler)
     rows = {r.python_name: r.signature for r in module.report.rows}
     assert rows == {k.python_name: k.signature for k in module.kernels.values()}
     assert module["fill"].signature == "void fill(float*, float, int)"

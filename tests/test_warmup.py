@@ -188,3 +188,26 @@ def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import(cache, t
     """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
     got = json.loads(out.strip().splitlines()[-1])
     assert got == {"waited": True, "child": 0}, got
+
+
+def test_the_interpreter_exit_waits_for_the_driver_thread(tmp_path):
+    """A script that loads the extension and ends at once (a short notebook run by nbclient,
+    a benchmark's child) must not end while the driver thread is inside the driver: the GPU
+    machine's such child ended with a failing status, its work done. Here the thread is held
+    inside a stand-in for the context's making until the main thread has reached its end."""
+    marker = tmp_path / "context-made"
+    out = run_python(PRELUDE + textwrap.dedent(f"""
+        import atexit
+        ending = threading.Event()
+        def retain(device):
+            ending.wait(30)   # inside the driver when the interpreter begins to exit
+            time.sleep(0.2)
+            open({str(marker)!r}, "w").close()
+            return 1
+        driver.retain_primary = retain
+        ip.run_line_magic("load_ext", "cudamagic")
+        atexit.register(ending.set)  # after %load_ext's: the exit's first step lets it go
+        print("done")
+    """), env={"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.strip().splitlines()[-1] == "done"
+    assert marker.exists(), "the process ended while the driver thread was inside the driver"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..forksafe import ForkSafeLock, once
 from ..process import at_fork
-from ..cxx import Signatures, with_void
+from ..cxx import Signatures, tidy_name, with_void
 from ..cxx.resolve import ResolvedBy
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
 from ..toolchain import driver
@@ -156,8 +156,20 @@ class Kernel:
     def signature(self) -> str:
         """The signature with its ``void`` return, as the build's report shows it
         (``void fill(float*, float, int)``; the symbol itself where the demangled name was too
-        long to keep)."""
-        return self.demangled if self.name_too_long else with_void(self.demangled)
+        long to keep): concrete types where the demangler named template parameters ``T1``...
+        (cu++filt's; libstdc++'s demangling in this process gives them, as for the report's
+        row), library-internal namespaces left out."""
+        if self.name_too_long:
+            return self.demangled
+        text = self.demangled
+        if self._signatures.placeholders and self.symbol.startswith("_Z"):
+            from ..toolchain.demangle import concrete_demangler
+
+            concrete = concrete_demangler()
+            found = concrete.demangle([self.symbol])[0] if concrete is not None else None
+            if found is not None and found != self.symbol:
+                text = found
+        return with_void(tidy_name(text) if "(" in text else text)
 
     @property
     def demangled(self) -> str:
