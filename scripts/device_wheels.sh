@@ -27,7 +27,7 @@ get .whl diskcache ipython ipython_pygments_lexers traitlets decorator jedi pars
   nvidia-cuda-sanitizer-api
 # the rest of the test extra: Nsight Compute's report reader, the checkers, the disassemblers,
 # crt/, hiredis, hypothesis (about 40 MB)
-get .whl2 ncu-report mypy librt mypy_extensions typing_extensions pathspec import-linter grimp click \
+get .whl2 ncu-report mypy ast-serialize librt mypy_extensions typing_extensions pathspec import-linter grimp click \
   rich markdown-it-py mdurl nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm nvidia-cuda-crt hiredis \
   hypothesis sortedcontainers attrs
 du -sh .whl .whl2

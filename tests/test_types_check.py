@@ -19,6 +19,8 @@ def _mypy(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 def test_mypy_finds_no_error_in_the_package():
-    run = _mypy("cudamagic")  # its incremental cache (.mypy_cache) makes a second run quick
+    # its incremental cache (.mypy_cache) makes a second run quick; a crash of mypy's own
+    # shows its traceback (the GPU machine's copy lacked mypy 2's ast-serialize: INTERNAL ERROR)
+    run = _mypy("--show-traceback", "cudamagic")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Success: no issues found" in run.stdout

@@ -295,7 +295,8 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
         shutil.rmtree(folder, ignore_errors=True)
     warm.keep(kind, key, lambda f: sanitizer_argv(
         program.path, which, f / "report.xml",
-        [sys.executable, "-c", warm.warm_boot(CHILD_MODULE), os.fspath(f), str(os.getpid())]),
+        [sys.executable, "-c", warm.warm_boot(CHILD_MODULE), os.fspath(f), str(os.getpid()),
+         str(device)]),
         env, path)
     folded = fold(findings, build, c, placed)
     failed = "" if folded or (done.returncode == 0 and not said) else \

@@ -4,7 +4,10 @@ standard input; the next run writes its files into the child's folder and sends 
 and the child runs them as a cold one would (:mod:`cudamagic.child`).
 
 The isolation is a cold child's: a process of its own, started fresh (never forked from the
-notebook, whose CUDA state a fork would copy), which touches CUDA only after the go. One warm
+notebook, whose CUDA state a fork would copy). It makes its context ahead, under its tool, on
+the device of the run that started it (the most of a cold child's time after its imports: a
+context under compute-sanitizer); a go for another device makes that one's too. While it waits
+it holds that context's device memory (about 0.5 GiB on an H200). One warm
 child per kind of run (tool and program, the interpreter, its ``sys.path`` and environment):
 one made for other settings is stopped, not used. A warm child whose standard input closes (the
 notebook ended, or it was stopped) exits without running anything.
@@ -33,7 +36,7 @@ _PRELOAD = ("cudamagic.child", "cudamagic.module", "cudamagic.launch.capture",
 
 
 def warm_boot(child_module: str) -> str:
-    """The warm child's start (``FOLDER OWNER``): the notebook's sys.path from
+    """The warm child's start (``FOLDER OWNER [DEVICE]``): the notebook's sys.path from
     FOLDER/path.json, the child's imports, then the device read from the FOLDER/go FIFO (an
     empty line: exit, nothing run; so too once the process OWNER is gone). A FIFO, not stdin:
     a tool need not hand its target its own stdin."""
@@ -43,6 +46,12 @@ def warm_boot(child_module: str) -> str:
             "    sys.path[:] = json.load(f)\n"
             f"for name in {_PRELOAD!r}:\n"
             "    importlib.import_module(name)\n"
+            "if len(sys.argv) > 3:  # the device of the run before: its context made ahead\n"
+            "    try:\n"
+            "        from cudamagic.toolchain import driver\n"
+            "        driver.ensure_context(int(sys.argv[3]))\n"
+            "    except Exception:  # the run's own context says what is wrong\n"
+            "        pass\n"
             "fifo = os.path.join(folder, 'go')\n"
             "fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)\n"
             "keep = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # no EOF while none writes\n"
@@ -94,7 +103,7 @@ class WarmChild:
             os.close(self.fifo)
 
     def stop(self) -> None:
-        """End it without a run (its group killed: it has touched no GPU), its folder removed.
+        """End it without a run (its group killed: it has launched nothing), its folder removed.
         Only the process that started it stops it (a fork forgets its parent's)."""
         if os.getpid() != self.owner:
             return
