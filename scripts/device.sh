@@ -2,7 +2,8 @@
 # One GPU-machine run: the chosen steps in order, logs under $OUT.
 # Usage (device tool, carrying .whl, then .whl2, made by scripts/device_wheels.sh):
 #   bash scripts/device.sh [step...]
-# steps: install (only the wheels), gpu (the gpu-marked tests), suite (every test), resolve (the resolution property test
+# steps: install (only the wheels), gpu (the gpu-marked tests), suite (every test), tests (the
+# files in $TESTS), resolve (the resolution property test
 # with cu++filt), notebook (the quickstart twice: a restart), cell (benchmarks/warm_cell.py,
 # quick), launch (benchmarks/launch_overhead.py), profile (benchmarks/profile_cell.py at 10 and
 # 1000 names), api (run_all.py --sections api), dask (tests/test_dask.py), ship
@@ -57,6 +58,8 @@ for what in "${@:-gpu}"; do
         else
           python3 -m pytest -q -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/suite.log"
         fi ;;
+    tests) # the test files named in $TESTS (space-separated), serially
+        python3 -m pytest -q -rs -p no:cacheprovider ${TESTS:-tests} 2>&1 | tee "$OUT/tests.log" ;;
     resolve) python3 -m pytest -q -s -p no:cacheprovider tests/test_resolution_property.py 2>&1 | tee "$OUT/resolve.log" ;;
     debug) python3 -m pytest -v -rs -p no:cacheprovider tests/test_gpu_debug.py 2>&1 | tee "$OUT/debug.log" ;;
     imports) python3 -m pytest -v -rs -p no:cacheprovider tests/test_import_cost.py tests/test_startup.py \
