@@ -479,3 +479,24 @@ def test_an_option_nvrtc_refuses_is_said_without_the_pchs_own(lib, cache):
         assert "-bogus-option" in str(refused.value)
         assert "-use-pch" not in str(refused.value) and "-create-pch" not in str(refused.value)
         assert "-diag-suppress" not in str(refused.value)
+
+
+@pytest.mark.parametrize("own_line", [False, True], ids=["probe only", "the cell's own #line"])
+def test_a_cell_the_type_probe_asks_about_keeps_its_precompiled_header(lib, cache, own_line):
+    """An extern "C" kernel makes the type probe ask for its parameters' types, in text added
+    after the cell. Its ``#line`` directive (always written before) made NVRTC warn "PCH
+    creation disabled because #line directive encountered" in the cell's log, at a line past
+    the cell's end, while the report said the PCH was kept (it was: NVRTC makes it up to the
+    directive). Now the probe writes one only where the cell has a ``#line`` of its own, and
+    NVRTC's warning about its PCH is not the cell's; the edits use the PCH either way."""
+    line = '#line 40 "cell.cu"\n' if own_line else ""
+    kinds, logs = [], []
+    for _ in range(3):
+        src = _source() + line + 'extern "C" __global__ void fill(float* x, int n) ' \
+            f'{{ if (n) x[0] = {_RUN + next(_count)}; }}\n'
+        m = _build(cache, src)
+        kinds.append(_kind(m))
+        logs.append(m.report.log)
+        assert "float*" in m["fill"].signature  # the probe answered
+    assert kinds[-1] is PchKind.USED, kinds
+    assert not any("20283" in log for log in logs), logs

@@ -78,8 +78,9 @@ DEFAULT_HEAP = 256 << 20
 #: NVRTC's own words about PCH files, which are this module's to act on, never the cell's: an
 #: option set or directive prefix the PCH was not made with (629, 630), a file of another
 #: NVRTC or none (626), one cut short (2226), a heap too small to make one (639), one made by
-#: another process or before the heap was resized (20282)
-SUPPRESSED = "-diag-suppress=626,629,630,639,2226,20282"
+#: another process or before the heap was resized (20282), a #line that keeps one from being
+#: made past it (20283: the cell's own; what became of the PCH is read from NVRTC, not its log)
+SUPPRESSED = "-diag-suppress=626,629,630,639,2226,20282,20283"
 FORMAT = 1
 _RECORD_MAX = 64 << 20  # a CCCL cell's record is some hundred KB
 _STALE_TMP_S = 3600.0  # a private file older than this was left by a process that died

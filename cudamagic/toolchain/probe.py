@@ -259,10 +259,13 @@ def typed_compile(compiler: Callable[..., CompileResult], source: str,
     compiles = 0
     while True:
         exprs = [*name_expressions, *(e for p in probes for e in (p.type_expr, p.entity_expr))]
+        # a #line only where the cell has one of its own: any #line in the program keeps
+        # NVRTC from making a precompiled header ("PCH creation disabled because #line
+        # directive encountered"), and without the cell's the probe's lines follow its own
+        resume = (source.count("\n") + 4, str(kwargs.get("program_name", "cell.cu"))) \
+            if _LINE_DIRECTIVE.search(source) else None
         text, owners = probe_source([p.candidate for p in probes], _words(name_expressions),
-                                    (source.count("\n") + 4,
-                                     str(kwargs.get("program_name", "cell.cu")))) \
-            if probes else ("", {})
+                                    resume) if probes else ("", {})
         compiles += 1
         try:
             result = compiler(source + text, exprs, options, line_offset=line_offset, **kwargs)
@@ -283,6 +286,9 @@ def typed_compile(compiler: Callable[..., CompileResult], source: str,
         return TypedCompile(dataclasses.replace(result, lowered=own), tuple(probes),
                             probe_lowered, compiles)
 
+
+#: a ``#line`` directive, or the preprocessor's own line marker (``# 12 "file"``)
+_LINE_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(line\b|\d)", re.MULTILINE)
 
 _ELEVATING = ("-Werror", "--Werror", "--warning-as-error", "-diag-error", "--diag-error",
               "-diag_error", "--diag_error")
