@@ -307,7 +307,7 @@ def note_driver_thread(thread: threading.Thread) -> None:
     """Keep ``%load_ext``'s driver thread, which a fork waits for (bounded, as for the
     warm-up): a child must not inherit an import of the launch code that the thread held; and
     so does the interpreter's exit: a process that ends while the thread is inside the driver
-    (making the context takes about 0.1 s) ended with a failing status, its work done."""
+    (making the context, docs/performance.md) ended with a failing status, its work done."""
     import atexit
 
     if _DRIVER[0] is None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ContextManager
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
                   stored_signatures, symbol_record)
 from .cxx.resolve import Resolution, ResolvedBy, template_instances
-from .errors import (CompileError, CompileInterrupted, CudaMagicError, ImageError,
+from .errors import (CompileError, CudaMagicError, ImageError,
                      InputWarning, NameResolutionError, OptionError, SourceError)
 from .files import read_cubin_arg
 from .keys import cache_key
@@ -45,8 +44,7 @@ from .toolchain.image import read_cubin
 from .toolchain.manifest import Manifest, ManifestChecks, SearchPath
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
-from .view.report import (BuildReport, KernelRow, KernelRows, stored_note, stored_text,
-                          too_long_text)
+from .view.report import BuildReport, KernelRow, KernelRows, stored_note, too_long_text
 
 if TYPE_CHECKING:  # pragma: no cover  (the compile's records: a hit never imports them)
     from .precompiled import PchUse
@@ -370,58 +368,21 @@ def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
                    variables=(stored_types(record.variables), var_exprs), hit=hit)
 
 
-class _Interrupts:
-    """Ctrl-C held back from a compile's start to its stored entry: NVRTC cannot be stopped
-    inside a compile (Python sees the signal only once it returns), and what follows it (the
-    nvJitLink link, the manifest, the type-reading compile, the store) would lose a finished
-    compile if it were interrupted; so the build runs to its end and its result is kept, and
-    the interrupt is raised after that (:meth:`raise_if_asked`). Only where Ctrl-C would raise
-    KeyboardInterrupt (Python's own handler, on the main thread: IPython's during a cell); an
-    ignored signal or a handler of the program's own is left alone."""
-
-    def __init__(self) -> None:
-        self.asked = False
-        self._previous: Any = None
-
-    def __enter__(self) -> "_Interrupts":
-        import signal  # a compile's: a hit holds nothing
-        if threading.current_thread() is threading.main_thread() \
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._hold)
-        return self
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        self.asked = True
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            import signal
-            signal.signal(signal.SIGINT, self._previous)
-
-    def raise_if_asked(self, seconds: float, kept: Stored) -> None:
-        """Raise the held interrupt, saying what became of the compile's result.
-
-        :raises CompileInterrupted: Ctrl-C came during the build (a KeyboardInterrupt).
-        """
-        if self.asked:
-            raise CompileInterrupted(f"compiling {PROGRAM_NAME} was interrupted after "
-                                    f"{seconds:.1f} s; a compile cannot be stopped half way, "
-                                    f"so the build ran to its end: {stored_text(kept)}")
-
-
 def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
     """The miss: compile, assemble from NVRTC's exact map, store with the manifest; Ctrl-C
-    from the compile's start to the stored entry is raised after it (:class:`_Interrupts`)."""
+    from the compile's start to the stored entry is raised after it (:class:`~cudamagic.interrupts.Interrupts`)."""
     t = time.perf_counter()
     _check_arch(ctx.arch)  # the first in a process loads NVRTC (its own phase in the report)
     t = ctx.lap(BuildPhase.NVRTC, t)
-    with _Interrupts() as interrupts:
+    from .interrupts import Interrupts  # a miss's: a hit holds no interrupt
+
+    with Interrupts() as interrupts:
         try:
             module, kept = _compile_held(ctx, pending, miss, t)
         except CudaMagicError:
-            interrupts.raise_if_asked(time.perf_counter() - t, Stored(StoreOutcome.FAILED))
+            interrupts.raise_if_asked(t, Stored(StoreOutcome.FAILED))
             raise
-    interrupts.raise_if_asked(time.perf_counter() - t, kept)
+    interrupts.raise_if_asked(t, kept)
     return module
 
 

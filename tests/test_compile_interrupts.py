@@ -3,6 +3,7 @@ the interrupt is raised after the entry is stored, and the next run is a hit."""
 
 from __future__ import annotations
 
+import re
 import signal
 
 import pytest
@@ -37,13 +38,24 @@ def _interrupting(real):
     return call
 
 
+#: what the interrupt says: when it came into the build, the build's whole time, what was kept
+SAID = re.compile(r"interrupted (\d+\.\d) s into the build; .* ran to its end \((\d+\.\d) s\): "
+                  r".*next run is a hit")
+
+
 @pytest.mark.parametrize("step", list(STEPS))
-def test_ctrl_c_at_each_step_keeps_the_finished_build(step, cache, compiler, monkeypatch):
+def test_ctrl_c_at_each_step_keeps_the_finished_build(step, cache, compiler, monkeypatch,
+                                                      capsys):
+    """The interrupt is said at once on stderr (the build goes on), and raised after the
+    build, saying when it came (never after the build's end) and that the result was kept."""
     owner, name, options = STEPS[step]
     monkeypatch.setattr(owner, name, _interrupting(getattr(owner, name)))
     opts = options_from_args(options)
-    with pytest.raises(KeyboardInterrupt, match="interrupted after .* next run is a hit"):
+    with pytest.raises(KeyboardInterrupt) as raised:
         build_module(SOURCE, opts, cache=cache, compiler=compiler)
+    said = SAID.search(str(raised.value))
+    assert said and float(said.group(1)) <= float(said.group(2)), str(raised.value)
+    assert capsys.readouterr().err.count("interrupt received") == 1
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
     monkeypatch.undo()
     again = build_module(SOURCE, opts, cache=cache, compiler=compiler)
@@ -104,15 +116,18 @@ def test_what_became_of_the_entry_is_an_outcome_the_view_words(case, cache, comp
         build_module(SOURCE, options_from_args([], **options), cache=cache,
                      compiler=_interrupting(compiler))
     assert [s.outcome for s in seen] == [StoreOutcome[outcome]]
-    assert str(raised.value).endswith(f"ran to its end: {words}")
+    assert re.search(r"ran to its end \(\d+\.\d s\): " + re.escape(words) + "$", str(raised.value))
     assert bool(list(cache.keys())) is (outcome == "KEPT")
 
 
 def test_a_reworded_outcome_changes_nothing_but_the_words(cache, compiler, monkeypatch):
     """The pipeline decides by the outcome: with the view's sentence reworded the entry is still
     kept (the next run is a hit) and the interrupt carries the new words."""
-    monkeypatch.setattr(pipeline, "stored_text", lambda stored: f"reworded {stored.outcome.name}")
-    with pytest.raises(KeyboardInterrupt, match="ran to its end: reworded KEPT$"):
+    from cudamagic import interrupts
+
+    monkeypatch.setattr(interrupts, "stored_text",
+                        lambda stored: f"reworded {stored.outcome.name}")
+    with pytest.raises(KeyboardInterrupt, match=r"ran to its end \(\d+\.\d s\): reworded KEPT$"):
         build_module(SOURCE, options_from_args([]), cache=cache,
                      compiler=_interrupting(compiler))
     monkeypatch.undo()
