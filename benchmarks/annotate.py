@@ -25,7 +25,12 @@ def cell(kernels: int) -> str:
 
 
 def main() -> None:
-    kernels = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kernels", nargs="?", type=int, default=1000,
+                    help="kernels in the cell (default 1000)")
+    kernels = ap.parse_args().kernels
     source = cell(kernels)
     with tempfile.TemporaryDirectory() as folder:
         t = time.perf_counter()

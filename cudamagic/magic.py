@@ -425,8 +425,13 @@ class CudaMagics(Magics):
         t = time.perf_counter()
         said += self._push(opts.module, module)
         phases[BuildPhase.PUSH] = time.perf_counter() - t
+        annotation = None
+        if opts.annotate:
+            t = time.perf_counter()
+            annotation = module.annotate()
+            phases[BuildPhase.ANNOTATE] = time.perf_counter() - t
         self._show(module, module.report.with_warnings(tuple(said)).with_timings(phases),
-                   started, opts.quiet, annotation=module.annotate() if opts.annotate else None)
+                   started, opts.quiet, annotation=annotation)
 
     cuda.__doc__ = magic_help()
 

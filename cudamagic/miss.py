@@ -101,6 +101,7 @@ class BuildPhase(WordEnum):
     HISTORY = "history"
     PUSH = "push"
     RESOURCES = "resources"
+    ANNOTATE = "annotate"    # %%cuda -a: the -lineinfo build and its machine code by line
     DISPLAY = "display"
     TOTAL = "total"          # the build's own time, start to end
 

@@ -354,5 +354,7 @@ def test_cuda_dash_a_shows_the_annotation_after_the_report(notebook, tmp_path, m
     else:
         out = capsys.readouterr().out
         assert out.count("machine code by cell line") == 1  # the -a cell's, not the other's
+        # its -lineinfo build and nvdisasm are a phase of the cell's time, not "other"
+        assert out.count("annotated source (-lineinfo build, nvdisasm)") == 1, out
         line = next(ln for ln in out.splitlines() if "__syncthreads();" in ln)
         assert line.split()[0] == "5"  # the cell's own line: 4 of the source, below %%cuda

@@ -328,6 +328,7 @@ _PHASES = {
     BuildPhase.RESOLVE: "resolve names", BuildPhase.STORE: "cache store",
     BuildPhase.HISTORY: "cell history", BuildPhase.PUSH: "names into the notebook",
     BuildPhase.RESOURCES: "registers and memory (read off the CUBIN)",
+    BuildPhase.ANNOTATE: "annotated source (-lineinfo build, nvdisasm)",
     BuildPhase.DISPLAY: "display (render)",
 }
 _COLUMNS = ("Python name", "name expression", "symbol", "signature", "resolved by")
