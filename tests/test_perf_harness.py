@@ -198,5 +198,12 @@ def test_a_copy_without_git_never_prints_the_commit_of_a_repository_around_it(be
     assert common.package_tree(copy / "cudamagic") == tree
     assert common.project_commit(copy) == f"{ours}; cudamagic tree {tree[:12]}"
     (copy / "cudamagic" / "errors.py").write_text("# changed\n")
+    # files over an older commit's work tree (the GPU machine's copy): the stamp made where the
+    # copy was made names them, and git's HEAD is said to be another's
+    changed = common.project_commit(copy)
+    assert changed.startswith(f"def5678 (stamped; git's HEAD here {ours} has another "
+                              "cudamagic); ") and tree[:12] not in changed, changed
+    monkeypatch.delenv(common.COMMIT_ENV)
+    (copy / common.COMMIT_FILE).unlink()
     changed = common.project_commit(copy)
     assert changed.startswith(f"{ours}, uncommitted changes; ") and tree[:12] not in changed

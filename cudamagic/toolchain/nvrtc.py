@@ -27,7 +27,7 @@ from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
 from .pch import CANNOT_OPEN, PchKind, PchOutcome, PchPlan, raise_heap, read_outcome
 from .ptx import grid_syncs
-from .signals import POLL_S, kept
+from .signals import POLL_EARLY_S, POLL_S, kept
 from .tracefolder import compile_folder
 
 __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version", "nvrtc_identity",
@@ -251,6 +251,7 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
             done.set()
 
     interrupted: KeyboardInterrupt | None = None
+    started = time.perf_counter()
     kept.enter()  # NVRTC 13.0 replaces SIGINT's and SIGTERM's handlers: put back while it runs
     try:
         _start_with_stack(run)
@@ -258,7 +259,10 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
         # the thread still runs
         while not done.is_set():
             try:
-                if not done.wait(POLL_S):
+                # NVRTC puts its handlers at the compile's start: looked for every POLL_S
+                # then, later ten times less often
+                early = time.perf_counter() - started < POLL_EARLY_S
+                if not done.wait(POLL_S if early else 10 * POLL_S):
                     kept.restore()
             except KeyboardInterrupt as exc:
                 interrupted = exc

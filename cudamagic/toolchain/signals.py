@@ -9,10 +9,11 @@ instead. (NVRTC 13.5 installs none. Seen with ``sigaction`` during a compile hel
 open, tests/test_nvrtc_trace.py.)
 
 :class:`KeptHandlers` takes the handlers' exact records (``sigaction``) when the first compile of
-the process's current ones starts, and puts them back whenever they differ: at once where it is
-polled (the caller's thread, while it waits for the compile thread, every
-:data:`POLL_S`), and when the last compile ends. What is left: a signal that comes in the
-first :data:`POLL_S` of a compile, before the handlers are put back, meets NVRTC's.
+the process's current ones starts, and puts them back whenever they differ: where it is polled
+(the caller's thread, while it waits for the compile thread: every :data:`POLL_S` in the
+compile's first :data:`POLL_EARLY_S`, when NVRTC puts its own, ten times less often after), and
+when the last compile ends. What is left: a signal that comes between NVRTC's putting its
+handlers and the next poll meets NVRTC's.
 
 Linux only (the record's layout is glibc's); elsewhere nothing is done.
 """
@@ -27,10 +28,12 @@ from typing import Any
 from ..forksafe import ForkSafeLock
 from ..process import at_fork
 
-__all__ = ["KeptHandlers", "POLL_S", "kept"]
+__all__ = ["KeptHandlers", "POLL_EARLY_S", "POLL_S", "kept"]
 
-#: how often the waiting caller looks at the handlers
+#: how often the waiting caller looks at the handlers in a compile's first POLL_EARLY_S (NVRTC
+#: puts its own at the start), ten times less often after
 POLL_S = 0.001
+POLL_EARLY_S = 0.1
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: the flag the C library adds to every handler it installs (its return trampoline)
