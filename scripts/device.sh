@@ -32,7 +32,7 @@ for folder in .whl*/; do
       --target "/tmp/site/${folder%/}" "$folder"*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 done
 SITES=$(ls -d /tmp/site/.whl* 2>/dev/null | paste -sd: -)
-[ -d /tmp/site/.whl/IPython ] || { echo "no carried wheels in /tmp/site/.whl: carry .whl (scripts/device_wheels.sh)"; exit 1; }
+ls -d /tmp/site/.whl*/IPython >/dev/null 2>&1 || { echo "no carried wheels in /tmp/site: carry .whl (scripts/device_wheels.sh)"; exit 1; }
 export PYTHONPATH=$SITES:$PWD PYTHONUNBUFFERED=1 PATH=$(ls -d /tmp/site/.whl*/bin 2>/dev/null | paste -sd: -):$PATH
 export CUDAMAGIC_CACHE_DIR=/tmp/cudamagic-cache
 nvidia-smi -L
