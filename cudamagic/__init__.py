@@ -90,12 +90,19 @@ def load_ipython_extension(ipython) -> None:
     import threading
 
     # first: the driver's start is the longest part of a restarted notebook's way to a launch
-    driver = threading.Thread(target=_start_driver, args=(eager_context(),),
-                              name=DRIVER_THREAD, daemon=True)
-    driver.start()
+    done = threading.Event()
+    eager = eager_context()
+
+    def run() -> None:
+        try:
+            _start_driver(eager)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=DRIVER_THREAD, daemon=True).start()
     from .magic import CudaMagics, note_driver_thread
 
-    note_driver_thread(driver)  # a fork waits for it
+    note_driver_thread(done)  # a fork, and the interpreter's exit, wait for it
     ipython.register_magics(CudaMagics)
 
 

@@ -265,6 +265,9 @@ class _Warmup:
 
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
+        # set when the thread's work ends: waited on, never join(), which a Ctrl-C can leave
+        # saying the thread ended while it still imports (CPython issue 45274)
+        self.done = threading.Event()
         self._lock = ForkSafeLock()
 
     def start(self) -> None:
@@ -272,61 +275,80 @@ class _Warmup:
         with self._lock:
             if self.thread is not None:
                 return
-            self.thread = threading.Thread(target=self._run, name=WARM_THREAD, daemon=True)
+            self.thread = threading.Thread(target=self._run, args=(self.done,),
+                                           name=WARM_THREAD, daemon=True)
             self.thread.start()
 
     @staticmethod
-    def _run() -> None:
+    def _run(done: threading.Event) -> None:
         import importlib
 
-        for name in HIT_PATH:
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - the cell's own import says what is wrong
-                return
+        try:
+            for name in HIT_PATH:
+                try:
+                    importlib.import_module(name)
+                except Exception:  # noqa: BLE001 - the cell's own import says what is wrong
+                    return
+        finally:
+            done.set()
 
     def wait(self, timeout: float | None = None) -> None:
-        """Wait for the thread, where one runs (not from the thread itself)."""
-        thread = self.thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        """Wait for the thread's work, where one runs (not from the thread itself)."""
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.done.wait(timeout)
 
     def forget(self) -> None:
         """A forked child's side: its parent's thread is not its own."""
         self.thread = None
+        self.done = threading.Event()
 
 
 _WARMUP = _Warmup()
 
 
-#: the driver thread ``%load_ext`` started last in this process (cudamagic.load_ipython_extension)
-_DRIVER: list[threading.Thread | None] = [None]
+#: set when the driver thread ``%load_ext`` started last in this process has ended (its Event:
+#: cudamagic.load_ipython_extension)
+_DRIVER: list[threading.Event | None] = [None]
 
 
-def note_driver_thread(thread: threading.Thread) -> None:
-    """Keep ``%load_ext``'s driver thread, which a fork waits for (bounded, as for the
-    warm-up): a child must not inherit an import of the launch code that the thread held; and
-    so does the interpreter's exit: a process that ends while the thread is inside the driver
-    (making the context, docs/performance.md) ended with a failing status, its work done."""
+def note_driver_thread(done: threading.Event) -> None:
+    """Keep the Event of ``%load_ext``'s driver thread, which a fork waits for (bounded, as for
+    the warm-up): a child must not inherit an import of the launch code that the thread held;
+    and so does the interpreter's exit: a process that ends while the thread is inside the
+    driver (making the context, docs/performance.md) ended with a failing status, its work
+    done."""
     import atexit
 
     if _DRIVER[0] is None:
         atexit.register(_join_driver_at_exit)
-    _DRIVER[0] = thread
+    _DRIVER[0] = done
 
 
 def _join_driver_at_exit() -> None:
-    thread = _DRIVER[0]
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(_Warmup.FORK_WAIT_S)
+    done = _DRIVER[0]
+    if done is not None:
+        done.wait(_Warmup.FORK_WAIT_S)
 
 
 def _wait_for_threads() -> None:
-    """Before a fork: the warm-up's thread and the driver's, each at most FORK_WAIT_S."""
-    _WARMUP.wait(_Warmup.FORK_WAIT_S)
-    thread = _DRIVER[0]
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(_Warmup.FORK_WAIT_S)
+    """Before a fork: the warm-up's work and the driver thread's, each at most FORK_WAIT_S.
+    A Ctrl-C meanwhile does not cut the wait short (the child would inherit a held import, and
+    CPython drops what a fork's hook raises): it is said on stderr."""
+    deadline = time.monotonic() + _Warmup.FORK_WAIT_S
+    waits = [lambda t: _WARMUP.wait(t), lambda t: _DRIVER[0].wait(t) if _DRIVER[0] else None]
+    for wait in waits:
+        while True:
+            try:
+                wait(max(0.0, deadline - time.monotonic()))
+                break
+            except KeyboardInterrupt:
+                print(FORK_WAIT_INTERRUPTED, file=sys.stderr, flush=True)
+
+
+#: said when Ctrl-C comes while a fork waits for the threads
+FORK_WAIT_INTERRUPTED = ("cudamagic: Ctrl-C while a fork waited for cudamagic's background "
+                         "imports: the fork waits on (a child must not inherit an import held "
+                         "half done); Python drops an interrupt during a fork")
 
 
 def _forget_threads() -> None:

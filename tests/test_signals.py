@@ -40,19 +40,24 @@ except LeaseUnavailable as exc:
     print("skip:", exc)
     sys.exit(0)
 python_int, python_term = record(signal.SIGINT), record(signal.SIGTERM)
-foreign = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda sig: os._exit(4))  # NVRTC 13.0's own end
 seen = {}
+def nvrtc_code():
+    # an address in NVRTC's library (the keeper undoes only handlers there): never called,
+    # the handlers are put back before the Ctrl-C is sent
+    path = next(line.split()[-1] for line in open("/proc/self/maps") if "libnvrtc.so" in line)
+    return ctypes.cast(ctypes.CDLL(path).nvrtcVersion, ctypes.c_void_p).value
 def nvrtc_like():
     if not held.opened(60):
         return
     for sig in (signal.SIGINT, signal.SIGTERM):   # as NVRTC 13.0 does, SA_RESTART and all
         r = signals._Sigaction()
-        r.handler = ctypes.cast(foreign, ctypes.c_void_p).value
+        r.handler = nvrtc_code()
         r.flags = 0x10000000
         libc.sigaction(sig, ctypes.byref(r), None)
     deadline = time.monotonic() + 20
-    while record(signal.SIGINT) != python_int and time.monotonic() < deadline:
-        time.sleep(0.001)   # the package puts Python's back: only then the Ctrl-C
+    while (record(signal.SIGINT), record(signal.SIGTERM)) != (python_int, python_term) \
+            and time.monotonic() < deadline:
+        time.sleep(0.001)   # the package puts both back: only then the Ctrl-C
     seen["put back"] = record(signal.SIGINT) == python_int and record(signal.SIGTERM) == python_term
     if seen["put back"]:
         os.kill(os.getpid(), signal.SIGINT)
@@ -74,3 +79,95 @@ def test_a_ctrl_c_during_a_compile_whose_nvrtc_took_the_handlers_is_raised(tmp_p
     if out.startswith("skip:"):
         pytest.skip(f"the compile is held with a file lease: {out}")
     assert out == "interrupted True True True", out
+
+
+PROGRAMS_OWN = r"""
+import ctypes, json, os, signal, sys, threading
+from cudamagic.toolchain import signals
+from cudamagic.toolchain.nvrtc import compile_cubin
+from tests.held_open import HeldOpen, LeaseUnavailable
+
+libc = ctypes.CDLL(None, use_errno=True)
+def record(sig):
+    r = signals._Sigaction()
+    libc.sigaction(sig, None, ctypes.byref(r))
+    return (r.handler, r.flags & ~0x04000000, r.mask[0])
+
+folder, case = sys.argv[1], sys.argv[2]
+try:
+    held = HeldOpen(os.path.join(folder, "held.h"))
+except LeaseUnavailable as exc:
+    print("skip:", exc)
+    sys.exit(0)
+if case == "Python's again, after ignored":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # ipykernel between cells: the keeper's record
+worker = threading.Thread(target=compile_cubin, args=(
+    '#include "held.h"\n__global__ void k() {}\n', [], ["-arch=sm_90", "-I" + folder]))
+worker.start()          # a compile on another thread (a build in a thread, a Dask task)
+assert held.opened(60)  # it runs: the keeper has its records
+sig = signal.SIGTERM if case == "a handler of its own" else signal.SIGINT
+if case == "a handler of its own":
+    signal.signal(sig, lambda *a: print("handled"))
+elif case == "ignored":
+    signal.signal(sig, signal.SIG_IGN)   # what ipykernel does between cells
+elif case == "Python's again, after ignored":
+    signal.signal(sig, signal.default_int_handler)  # and back for the next cell
+else:
+    signal.signal(sig, signal.SIG_DFL)
+set_here = record(sig)
+held.let_go()
+worker.join(120)
+held.release()
+print(json.dumps({"kept": record(sig) == set_here}))
+"""
+
+
+@pytest.mark.parametrize("case", ["a handler of its own", "ignored", "default",
+                                  "Python's again, after ignored"])
+def test_the_programs_own_handler_change_during_a_compile_is_kept(tmp_path, case):
+    """The keeper undoes NVRTC's handlers only: a handler the program sets while a compile
+    runs on another thread stays (it undid them all, on any NVRTC: a SIGTERM handler never
+    ran, and ipykernel's SIGINT, ignored between cells, stayed ignored in the next cell)."""
+    code = PROGRAMS_OWN.replace("sys.argv[1], sys.argv[2]", f"{str(tmp_path)!r}, {case!r}")
+    out = run_python(code, timeout=120).strip()
+    if out.startswith("skip:"):
+        pytest.skip(f"the compile is held with a file lease: {out}")
+    assert out.splitlines()[-1] == '{"kept": true}', out
+
+
+HANDLER_RAISES = r"""
+import os, signal, sys, threading
+from cudamagic.toolchain.nvrtc import compile_cubin
+from tests.held_open import HeldOpen, LeaseUnavailable
+
+folder = sys.argv[1]
+try:
+    held = HeldOpen(os.path.join(folder, "held.h"))
+except LeaseUnavailable as exc:
+    print("skip:", exc)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # a clean exit on SIGTERM
+def terminate():
+    if held.opened(60):
+        os.kill(os.getpid(), signal.SIGTERM)
+        threading.Event().wait(0.2)   # the handler has raised by now, or never will
+    held.let_go()
+threading.Thread(target=terminate, daemon=True).start()
+try:
+    compile_cubin('#include "held.h"\n__global__ void k() {}\n', [], ["-arch=sm_90", "-I" + folder])
+    print("not raised")
+except SystemExit:
+    alive = [t.name for t in threading.enumerate() if t.name == "cudamagic-nvrtc"]
+    print("raised after the compile", alive)
+held.release()
+"""
+
+
+def test_what_a_handler_raises_during_a_compile_comes_after_it(tmp_path):
+    """``sys.exit()`` in a SIGTERM handler (or a SIGALRM timeout's exception) while NVRTC
+    compiles: raised once the compile has returned, as Ctrl-C is, never leaving NVRTC running
+    behind an interpreter that ends (under NVRTC 13.0 that ended in a segfault)."""
+    out = run_python(HANDLER_RAISES.replace("sys.argv[1]", repr(str(tmp_path))), timeout=120)
+    if out.startswith("skip:"):
+        pytest.skip(f"the compile is held with a file lease: {out}")
+    assert out.strip().splitlines()[-1] == "raised after the compile []", out

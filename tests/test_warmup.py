@@ -141,7 +141,7 @@ def test_a_cuda_cell_sent_during_the_warm_up_waits_for_it_and_is_served(cache, t
         phases = {p.name: s for p, s in module.report.timings.items()}
         print(json.dumps({"pipeline_before": pipeline_before, "waited": waiting.is_set(),
                           "hit": module.hit, "imports_ms": phases.get("IMPORTS", 0.0) * 1e3,
-                          "done": not magic._WARMUP.thread.is_alive()}))
+                          "done": magic._WARMUP.done.is_set()}))
     """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
     got = json.loads(out.strip().splitlines()[-1])
     assert got["waited"] and got["hit"] and got["done"] and not got["pipeline_before"], got
@@ -211,3 +211,60 @@ def test_the_interpreter_exit_waits_for_the_driver_thread(tmp_path):
     """), env={"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
     assert out.strip().splitlines()[-1] == "done"
     assert marker.exists(), "the process ended while the driver thread was inside the driver"
+
+
+@pytest.mark.parametrize("where", ["the cell's wait", "the fork's wait"])
+def test_a_ctrl_c_while_waiting_for_the_warm_up_leaves_a_later_fork_safe(cache, tmp_path, where):
+    """Ctrl-C while a %%cuda cell waits for the held warm-up (a join() interrupted so can say the
+    thread ended while it still imports: CPython issue 45274), or while a fork waits for it
+    (CPython drops what a fork's hook raises): the fork still waits, and the child can import
+    what the warm-up was importing."""
+    out = run_python(PRELUDE + _holding(tmp_path) + textwrap.dedent(f"""
+        import signal
+        from cudamagic import magic
+        arrived = threading.Event()
+        real_wait = magic._WARMUP.wait
+        def wait(timeout=None):
+            arrived.set()
+            real_wait(timeout)
+        magic._WARMUP.wait = wait
+        ip.run_cell("%load_ext cudamagic")
+        assert builtins.HELD_IN_IMPORT.wait(60)
+        where = {where!r}
+        def interrupt(then_release):
+            arrived.wait(60)
+            arrived.clear()
+            os.kill(os.getpid(), signal.SIGINT)
+            if then_release:
+                builtins.RELEASE_IMPORT.set()
+        if where == "the cell's wait":
+            threading.Thread(target=interrupt, args=(False,)).start()
+            try:
+                magic._WARMUP.wait()   # as the cell does
+            except KeyboardInterrupt:
+                print("cell interrupted", flush=True)
+            threading.Thread(target=lambda: (arrived.wait(60), builtins.RELEASE_IMPORT.set())
+                             ).start()
+        else:
+            threading.Thread(target=interrupt, args=(True,)).start()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                import cm_hold, cudamagic.pipeline  # noqa: F401 - where the lock was held
+                code = 0
+            except BaseException:
+                code = 4
+            os._exit(code)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.02)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            status = -1
+        print(json.dumps({{"child": status}}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    assert json.loads(out.strip().splitlines()[-1]) == {"child": 0}, out

@@ -250,7 +250,7 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
         finally:
             done.set()
 
-    interrupted: KeyboardInterrupt | None = None
+    interrupted: BaseException | None = None
     started = time.perf_counter()
     kept.enter()  # NVRTC 13.0 replaces SIGINT's and SIGTERM's handlers: put back while it runs
     try:
@@ -264,8 +264,11 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
                 early = time.perf_counter() - started < POLL_EARLY_S
                 if not done.wait(POLL_S if early else 10 * POLL_S):
                     kept.restore()
-            except KeyboardInterrupt as exc:
-                interrupted = exc
+            # Ctrl-C, or what a handler of the program's raised (sys.exit() in a SIGTERM
+            # handler, a SIGALRM timeout): raised once NVRTC has returned, never leaving it
+            # running behind an interpreter that ends
+            except BaseException as exc:  # noqa: BLE001 - raised below
+                interrupted = interrupted or exc
     finally:
         kept.leave()
     if interrupted is not None:

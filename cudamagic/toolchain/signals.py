@@ -9,11 +9,14 @@ instead. (NVRTC 13.5 installs none. Seen with ``sigaction`` during a compile hel
 open, tests/test_nvrtc_trace.py.)
 
 :class:`KeptHandlers` takes the handlers' exact records (``sigaction``) when the first compile of
-the process's current ones starts, and puts them back whenever they differ: where it is polled
+the process's current ones starts, and undoes NVRTC's changes only (a handler whose code lies in
+NVRTC's library, or NVRTC's flags on the program's handler; a change the program makes meanwhile
+is kept and becomes the record): where it is polled
 (the caller's thread, while it waits for the compile thread: every :data:`POLL_S` in the
 compile's first :data:`POLL_EARLY_S`, when NVRTC puts its own, ten times less often after), and
 when the last compile ends. What is left: a signal that comes between NVRTC's putting its
-handlers and the next poll meets NVRTC's.
+handlers and the next poll meets NVRTC's; the poll needs the interpreter, so a C call that holds
+it for long (a large sort on the main thread) widens that window.
 
 Linux only (the record's layout is glibc's); elsewhere nothing is done.
 """
@@ -21,6 +24,7 @@ Linux only (the record's layout is glibc's); elsewhere nothing is done.
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import sys
 from typing import Any
@@ -47,20 +51,56 @@ class _Sigaction(ctypes.Structure):
                 ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
 
 
+class _DlInfo(ctypes.Structure):
+    """glibc's ``Dl_info``: which loaded file an address lies in."""
+
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+
 class KeptHandlers:
-    """Counts the compiles running; holds the handlers as the first found them."""
+    """Counts the compiles running; holds the handlers as the program last set them.
+
+    Only NVRTC's handlers are undone: a handler whose code lies in NVRTC's library
+    (``dladdr``), or the program's own handler with the flags NVRTC's restore gave it. A change
+    the program makes while a compile runs (ipykernel sets SIGINT ignored between cells and
+    back for each; a handler of the program's own) is kept, and becomes the record.
+    """
 
     def __init__(self) -> None:
         self._lock = ForkSafeLock()
         self._running = 0
         self._saved: dict[int, bytes] = {}
+        self._replaced: dict[int, bytes] = {}
         self._libc: Any = None
+        self._dladdr: Any = None
+        self._nvrtc_code: dict[int, bool] = {}
         if sys.platform.startswith("linux"):
             try:
                 self._libc = ctypes.CDLL(None, use_errno=True)
                 self._libc.sigaction  # noqa: B018 - the symbol must be there
             except (OSError, AttributeError):
                 self._libc = None
+            for lib in (self._libc, "libdl.so.2"):
+                try:
+                    found = (lib if not isinstance(lib, str) else ctypes.CDLL(lib)).dladdr
+                except (OSError, AttributeError):
+                    continue
+                found.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+                self._dladdr = found
+                break
+
+    def _is_nvrtcs(self, address: int | None) -> bool:
+        """Whether ``address`` (a handler) is code of NVRTC's library."""
+        if not address or self._dladdr is None:
+            return False
+        known = self._nvrtc_code.get(address)
+        if known is None:
+            info = _DlInfo()
+            name: bytes = info.fname or b"" if self._dladdr(address, ctypes.byref(info)) else b""
+            known = b"libnvrtc" in os.path.basename(name)
+            self._nvrtc_code[address] = known
+        return known
 
     @staticmethod
     def _same(a: bytes | None, b: bytes) -> bool:
@@ -97,31 +137,52 @@ class KeptHandlers:
             self._running += 1
 
     def restore(self) -> bool:
-        """Put back each handler that differs from its record; whether one did."""
+        """Undo NVRTC's change of each handler (see the class); whether one was undone."""
         if self._libc is None or not self._saved:
             return False
         changed = False
-        for sig, raw in self._saved.items():
-            if not self._same(self._read(sig), raw):
-                self._write(sig, raw)
-                changed = True
+        with self._lock:
+            for sig, raw in list(self._saved.items()):
+                now = self._read(sig)
+                if now is None or self._same(now, raw):
+                    continue
+                handler = _Sigaction.from_buffer_copy(now).handler
+                replaced = self._replaced.get(sig)
+                if self._is_nvrtcs(handler) or \
+                        handler == _Sigaction.from_buffer_copy(raw).handler:
+                    self._replaced.setdefault(sig, raw)  # what NVRTC saved, to put back
+                    self._write(sig, raw)
+                    changed = True
+                elif replaced is not None and \
+                        handler == _Sigaction.from_buffer_copy(replaced).handler:
+                    # NVRTC, ending, put back what it had replaced, over a change the program
+                    # made meanwhile (the record): the program's stays
+                    self._write(sig, raw)
+                    changed = True
+                else:  # the program's own change: kept, and the record from now on
+                    self._saved[sig] = now
         return changed
 
     def leave(self) -> None:
-        """A compile has ended: put the handlers back (NVRTC's own restore changed their
-        flags); the last one forgets the records."""
+        """A compile has ended: undo what NVRTC left (its own restore changes the flags); the
+        last one forgets the records."""
         if self._libc is None:
             return
-        with self._lock:
+        try:
             self.restore()
-            self._running -= 1
-            if self._running == 0:
-                self._saved = {}
+        finally:
+            with self._lock:
+                self._running -= 1
+                if self._running <= 0:
+                    self._running = 0
+                    self._saved = {}
+                    self._replaced = {}
 
     def forget(self) -> None:
         """A forked child: no compile of its parent's runs there."""
         self._running = 0
         self._saved = {}
+        self._replaced = {}
 
 
 kept = KeptHandlers()
