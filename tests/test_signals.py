@@ -18,6 +18,23 @@ import pytest
 
 from .conftest import run_python
 
+#: the children's held compile: a header under a lease in the test's folder, or a skip
+FOLDER_HELD = r"""folder = sys.argv[1]
+try:
+    held = HeldOpen(os.path.join(folder, "held.h"))
+except LeaseUnavailable as exc:
+    print("skip:", exc)
+    sys.exit(0)"""
+
+
+def _child(code: str, folder, *args: str) -> str:
+    """One of the children below, its held compile in ``folder``; its stdout, stripped."""
+    code = code.replace("FOLDER_HELD", FOLDER_HELD).replace("sys.argv[1]", repr(str(folder)))
+    for i, a in enumerate(args, start=2):
+        code = code.replace(f"sys.argv[{i}]", repr(a))
+    return run_python(code, timeout=120).strip()
+
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's sigaction")
 
 CHILD = r"""
@@ -33,12 +50,7 @@ def record(sig):
     return (r.handler, r.flags & ~0x04000000, r.mask[0])  # SA_RESTORER: the C library's;
     # the mask's first word is the kernel's (glibc leaves the rest as the buffer held it)
 
-folder = sys.argv[1]
-try:
-    held = HeldOpen(os.path.join(folder, "held.h"))
-except LeaseUnavailable as exc:
-    print("skip:", exc)
-    sys.exit(0)
+FOLDER_HELD
 python_int, python_term = record(signal.SIGINT), record(signal.SIGTERM)
 seen = {}
 def nvrtc_code():
@@ -75,7 +87,7 @@ print(outcome, seen.get("put back"),
 
 
 def test_a_ctrl_c_during_a_compile_whose_nvrtc_took_the_handlers_is_raised(tmp_path):
-    out = run_python(CHILD.replace("sys.argv[1]", repr(str(tmp_path))), timeout=120).strip()
+    out = _child(CHILD, tmp_path)
     if out.startswith("skip:"):
         pytest.skip(f"the compile is held with a file lease: {out}")
     assert out == "interrupted True True True", out
@@ -93,12 +105,8 @@ def record(sig):
     libc.sigaction(sig, None, ctypes.byref(r))
     return (r.handler, r.flags & ~0x04000000, r.mask[0])
 
-folder, case = sys.argv[1], sys.argv[2]
-try:
-    held = HeldOpen(os.path.join(folder, "held.h"))
-except LeaseUnavailable as exc:
-    print("skip:", exc)
-    sys.exit(0)
+case = sys.argv[2]
+FOLDER_HELD
 if case == "Python's again, after ignored":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ipykernel between cells: the keeper's record
 worker = threading.Thread(target=compile_cubin, args=(
@@ -128,8 +136,7 @@ def test_the_programs_own_handler_change_during_a_compile_is_kept(tmp_path, case
     """The keeper undoes NVRTC's handlers only: a handler the program sets while a compile
     runs on another thread stays (it undid them all, on any NVRTC: a SIGTERM handler never
     ran, and ipykernel's SIGINT, ignored between cells, stayed ignored in the next cell)."""
-    code = PROGRAMS_OWN.replace("sys.argv[1], sys.argv[2]", f"{str(tmp_path)!r}, {case!r}")
-    out = run_python(code, timeout=120).strip()
+    out = _child(PROGRAMS_OWN, tmp_path, case)
     if out.startswith("skip:"):
         pytest.skip(f"the compile is held with a file lease: {out}")
     assert out.splitlines()[-1] == '{"kept": true}', out
@@ -140,12 +147,7 @@ import os, signal, sys, threading
 from cudamagic.toolchain.nvrtc import compile_cubin
 from tests.held_open import HeldOpen, LeaseUnavailable
 
-folder = sys.argv[1]
-try:
-    held = HeldOpen(os.path.join(folder, "held.h"))
-except LeaseUnavailable as exc:
-    print("skip:", exc)
-    sys.exit(0)
+FOLDER_HELD
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # a clean exit on SIGTERM
 def terminate():
     if held.opened(60):
@@ -167,7 +169,7 @@ def test_what_a_handler_raises_during_a_compile_comes_after_it(tmp_path):
     """``sys.exit()`` in a SIGTERM handler (or a SIGALRM timeout's exception) while NVRTC
     compiles: raised once the compile has returned, as Ctrl-C is, never leaving NVRTC running
     behind an interpreter that ends (under NVRTC 13.0 that ended in a segfault)."""
-    out = run_python(HANDLER_RAISES.replace("sys.argv[1]", repr(str(tmp_path))), timeout=120)
+    out = _child(HANDLER_RAISES, tmp_path)
     if out.startswith("skip:"):
         pytest.skip(f"the compile is held with a file lease: {out}")
     assert out.strip().splitlines()[-1] == "raised after the compile []", out

@@ -37,6 +37,26 @@ PRELUDE = textwrap.dedent("""
     def cuda_cell():
         ip.run_cell("%%%%cuda -n k<1> -n k<2>\\n" + SOURCE)
         return ip.user_ns["cuda_module"]
+
+    def fork_and_reap(in_child):
+        # in_child() in a forked child (its exit status; 4 where it raised); -1: still running
+        # after 60 s (hung), killed
+        pid = os.fork()
+        if pid == 0:
+            try:
+                code = in_child()
+            except BaseException:
+                code = 4
+            os._exit(code)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            time.sleep(0.02)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        return -1
 """ % SOURCE)
 
 
@@ -114,6 +134,14 @@ def _holding(tmp_path) -> str:
         builtins.HELD_IN_IMPORT, builtins.RELEASE_IMPORT = threading.Event(), threading.Event()
         from cudamagic import magic
         magic.HIT_PATH = ("cudamagic.miss", "cm_hold", *magic.HIT_PATH[1:])
+        arrived = threading.Event()  # set when a wait for the warm-up (a cell's, a fork's) starts
+        real_wait = magic._WARMUP.wait
+        def wait(timeout=None):
+            arrived.set()
+            real_wait(timeout)
+        magic._WARMUP.wait = wait
+        ip.run_cell("%load_ext cudamagic")
+        assert builtins.HELD_IN_IMPORT.wait(60)  # the warm-up holds an import
     """)
 
 
@@ -122,24 +150,15 @@ def test_a_cuda_cell_sent_during_the_warm_up_waits_for_it_and_is_served(cache, t
     thread, never importing the package beside it, and is served; its report counts the wait
     as imports."""
     out = run_python(PRELUDE + _holding(tmp_path) + textwrap.dedent("""
-        from cudamagic import magic
-        waiting = threading.Event()
-        real_wait = magic._WARMUP.wait
-        def wait(timeout=None):
-            waiting.set()
-            real_wait(timeout)
-        magic._WARMUP.wait = wait
-        ip.run_cell("%load_ext cudamagic")
-        assert builtins.HELD_IN_IMPORT.wait(60)
         def release():
-            waiting.wait(60)       # the cell has arrived at the warm-up and waits for it
+            arrived.wait(60)       # the cell has arrived at the warm-up and waits for it
             time.sleep(0.05)       # the hold is what the report's imports time must show
             builtins.RELEASE_IMPORT.set()
         threading.Thread(target=release).start()
         pipeline_before = "cudamagic.pipeline" in sys.modules
         module = cuda_cell()
         phases = {p.name: s for p, s in module.report.timings.items()}
-        print(json.dumps({"pipeline_before": pipeline_before, "waited": waiting.is_set(),
+        print(json.dumps({"pipeline_before": pipeline_before, "waited": arrived.is_set(),
                           "hit": module.hit, "imports_ms": phases.get("IMPORTS", 0.0) * 1e3,
                           "done": magic._WARMUP.done.is_set()}))
     """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
@@ -153,38 +172,15 @@ def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import(cache, t
     Linux before Python 3.14): the fork waits for the thread first, so the child does not
     inherit an import lock a thread of its parent held, and imports and builds there."""
     out = run_python(PRELUDE + _holding(tmp_path) + textwrap.dedent("""
-        from cudamagic import magic
-        forking = threading.Event()
-        real_wait = magic._WARMUP.wait
-        def wait(timeout=None):
-            forking.set()
-            real_wait(timeout)
-        magic._WARMUP.wait = wait
-        ip.run_cell("%load_ext cudamagic")
-        assert builtins.HELD_IN_IMPORT.wait(60)
         def release():
-            forking.wait(60)       # the fork has come to the warm-up and waits for it
+            arrived.wait(60)       # the fork has come to the warm-up and waits for it
             builtins.RELEASE_IMPORT.set()
         threading.Thread(target=release).start()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                import cm_hold, cudamagic.pipeline  # noqa: F401 - where the lock was held
-                code = 0 if cuda_cell().hit else 3
-            except BaseException:
-                code = 4
-            os._exit(code)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.02)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            status = -1
-        print(json.dumps({"waited": forking.is_set(), "child": status}))
+        def in_child():
+            import cm_hold, cudamagic.pipeline  # noqa: F401 - where the lock was held
+            return 0 if cuda_cell().hit else 3
+        status = fork_and_reap(in_child)
+        print(json.dumps({"waited": arrived.is_set(), "child": status}))
     """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
     got = json.loads(out.strip().splitlines()[-1])
     assert got == {"waited": True, "child": 0}, got
@@ -221,15 +217,6 @@ def test_a_ctrl_c_while_waiting_for_the_warm_up_leaves_a_later_fork_safe(cache, 
     what the warm-up was importing."""
     out = run_python(PRELUDE + _holding(tmp_path) + textwrap.dedent(f"""
         import signal
-        from cudamagic import magic
-        arrived = threading.Event()
-        real_wait = magic._WARMUP.wait
-        def wait(timeout=None):
-            arrived.set()
-            real_wait(timeout)
-        magic._WARMUP.wait = wait
-        ip.run_cell("%load_ext cudamagic")
-        assert builtins.HELD_IN_IMPORT.wait(60)
         where = {where!r}
         def interrupt(then_release):
             arrived.wait(60)
@@ -247,24 +234,9 @@ def test_a_ctrl_c_while_waiting_for_the_warm_up_leaves_a_later_fork_safe(cache, 
                              ).start()
         else:
             threading.Thread(target=interrupt, args=(True,)).start()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                import cm_hold, cudamagic.pipeline  # noqa: F401 - where the lock was held
-                code = 0
-            except BaseException:
-                code = 4
-            os._exit(code)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.02)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            status = -1
-        print(json.dumps({{"child": status}}))
+        def in_child():
+            import cm_hold, cudamagic.pipeline  # noqa: F401 - where the lock was held
+            return 0
+        print(json.dumps({{"child": fork_and_reap(in_child)}}))
     """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
     assert json.loads(out.strip().splitlines()[-1]) == {"child": 0}, out
