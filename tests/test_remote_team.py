@@ -128,6 +128,23 @@ def test_a_record_moved_to_another_variant_or_key_is_refused(server):
     assert store.remote_stats().refused == 2 and store.remote_stats().errors == 0
 
 
+def test_an_index_filled_with_junk_costs_a_lookup_a_few_calls(server):
+    """20 000 fields of junk written into a cell's index (a hostile or broken writer): one
+    lookup serves the valid variant and deletes the junk in a few HDELs (it sent one per field:
+    40 000 round trips, 2.3 s on loopback, minutes over a network)."""
+    store = RemoteStore(server.url, TEAM_KEY)
+    raw = server.client()
+    store.save("cell", b"entry A", "a" * 32, b"{}")
+    index = store.index_name("cell")
+    for at in range(0, 20_000, 2_000):
+        raw.hset(index, mapping={f"junk{i}": b"x" for i in range(at, at + 2_000)})
+    raw.config_resetstat()
+    assert store.load("cell") == b"entry A"
+    hdel = raw.info("commandstats").get("cmdstat_hdel", {}).get("calls", 0)
+    assert 1 <= hdel <= 5, hdel
+    assert raw.hkeys(index) == [b"a" * 32]
+
+
 def test_a_valid_record_moved_to_another_key_is_neither_served_nor_kept(server):
     """The record's tag covers its cache key: a record of one cell copied under another cell's
     name (same variant, that cell's own index field intact) is refused, counted and deleted,
@@ -279,6 +296,9 @@ PASSWORDS = [
     ("redis://127.0.0.1:1/0?db=x&password=qwe/rty", "qwe/rty"),
     ("unix:///tmp/none.sock?password=Zm9v/YmFy", "Zm9v/YmFy"),
     ("http://:Zm9v/YmFy@host/", "Zm9v/YmFy"),
+    # a query's password holding "@" (redis-py takes it): it passed for a user part's end
+    ("redis://127.0.0.1:1/0?password=ab@cdefgh1234", "ab@cdefgh1234"),
+    ("redis://:abcd@127.0.0.1:1/0?password=wxyz@qrst", "wxyz@qrst"),
 ]
 
 

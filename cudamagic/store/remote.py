@@ -103,6 +103,9 @@ _REPLY_SLACK = 1 << 20
 _NAME = re.compile(r"[0-9a-f]{1,64}")
 
 
+#: index fields deleted per HDEL (refused ones: a filled index is cleared in few calls)
+_HDEL_BATCH = 4096
+
 class RemoteState(str, enum.Enum):
     """Where the tier stands."""
 
@@ -495,6 +498,7 @@ class RemoteStore(Store):
             self._call(lambda r: r.delete(index), write=True)
             items = {}
         variants: list[tuple[float, str, bytes]] = []
+        refused: list[Any] = []
         for field, item in items.items():
             try:
                 variant = field.decode("ascii") if isinstance(field, bytes) else str(field)
@@ -508,7 +512,12 @@ class RemoteStore(Store):
             except (Refused, UnicodeDecodeError) as exc:
                 refusal = str(exc) if isinstance(exc, Refused) else "a variant that is not one"
                 self._count("refused")
-                self._call(lambda r: r.hdel(index, field), write=True)
+                refused.append(field)
+        # the refused fields go in a few commands, not one round trip each: an index a
+        # server was filled with costs its lookup a bounded number of calls
+        for at in range(0, len(refused), _HDEL_BATCH):
+            batch = refused[at:at + _HDEL_BATCH]
+            self._call(lambda r: r.hdel(index, *batch), write=True)
         return sorted(variants, reverse=True), refusal
 
     def _looked(self, seconds: float) -> None:

@@ -44,6 +44,14 @@ def shown_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return "(a URL that is not one)" if "@" in url or "password" in url.lower() else url
+    # the query's password first, to the end: one holding "@" would pass for the end of a
+    # user part
+    rest = re.sub(r"(?i)([?&;]password=).*", r"\1***", rest, flags=re.S)
+    if "@" not in rest:  # no user part left: a netloc that is no host:port is a password's start
+        netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        if ":" in netloc and not netloc.rpartition(":")[2].isdigit() \
+                and not netloc.endswith("]"):  # [::1], an IPv6 host without a port
+            rest = "***" + rest[len(netloc):]
     user, at, rest = rest.rpartition("@")
     if at:
         name, colon, _ = user.partition(":")
