@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+# A shell without job control starts a background command (`nohup .ci/run &`) with SIGINT
+# ignored, and Python then leaves it so: the tests that deliver Ctrl-C to themselves
+# (test_compile_interrupts, test_compiler, test_debug_tools) would see nothing. They test what
+# a user's notebook or terminal has, Python's own handler.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
