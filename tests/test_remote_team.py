@@ -205,6 +205,44 @@ def test_a_large_record_over_a_slow_link_is_read_and_a_too_slow_one_costs_its_lo
         proxy.close()
 
 
+def test_a_too_slow_reply_leaves_another_threads_lookup_alone(server):
+    """A reply given up on one thread drops that thread's connection only: another thread's,
+    held in the middle of its lookup (checked out of its pool, connected), stays connected and
+    its lookup is served; the tier stays on (the whole client was closed before: the other
+    thread's command failed, and the breaker opened for 30 s)."""
+    import threading
+
+    RemoteStore(server.url, TEAM_KEY, timeout=10).save("big", b"B" * BIG)
+    RemoteStore(server.url, TEAM_KEY).save("small", b"s" * 4096)
+    proxy = ThrottlingProxy(server.port, rate=2 << 20)
+    store = RemoteStore(proxy.url, TEAM_KEY)
+    held, slow_done, seen = threading.Event(), threading.Event(), {}
+
+    def other() -> None:
+        conn = store.raw.connection_pool.get_connection("GET")
+        conn.connect()
+        held.set()  # in flight: its connection is out of the pool
+        slow_done.wait(30)
+        seen["connected"] = conn._sock is not None
+        store.raw.connection_pool.release(conn)
+        seen["served"] = store.load("small") == b"s" * 4096
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        assert held.wait(30)
+        assert store.load("big") is None  # too slow for its size: given up
+        slow_done.set()
+        thread.join(30)
+        stats = store.remote_stats()
+        assert seen == {"connected": True, "served": True}, seen
+        assert (stats.slow, stats.errors, stats.state) == (1, 0, RemoteState.ON), stats
+    finally:
+        slow_done.set()
+        store.close()
+        proxy.close()
+
+
 # --- 3. a full server ----------------------------------------------------------------------
 
 

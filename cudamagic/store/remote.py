@@ -103,6 +103,13 @@ _REPLY_SLACK = 1 << 20
 _NAME = re.compile(r"[0-9a-f]{1,64}")
 
 
+
+def _close(client: Any) -> None:
+    try:
+        client.close()
+    except Exception:  # noqa: BLE001 - a broken connection may fail to close
+        pass
+
 #: index fields deleted per HDEL (refused ones: a filled index is cleared in few calls)
 _HDEL_BATCH = 4096
 
@@ -347,7 +354,10 @@ class RemoteStore(Store):
         self._breaker = _Breaker(backoff)
         self._lock = ForkSafeLock()
         self._counts: dict[str, float] = dict.fromkeys(_COUNTS, 0)
-        self._client: Any = None
+        # one client per thread (each its own connection pool): a reply given up on one
+        # thread drops that thread's connection only, never another's in flight
+        self._local = threading.local()
+        self._clients: list[Any] = []
         self._queue: queue.Queue[tuple[str, bytes, str, bytes]] = queue.Queue(queue_size)
         self._thread: threading.Thread | None = None
         _stores.add(self)
@@ -365,22 +375,25 @@ class RemoteStore(Store):
     # --- the connection --------------------------------------------------------------------
 
     def _redis(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                import redis
-                from redis.backoff import NoBackoff
-                from redis.retry import Retry
+        client = getattr(self._local, "client", None)
+        if client is None:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
 
-                self._client = redis.Redis.from_url(
-                    self.url, password=self._password, socket_timeout=self.timeout,
-                    socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
-                    retry_on_timeout=False, health_check_interval=0,
-                    protocol=2)  # RESP2: every server takes it (redis-py 8 asks HELLO 3,
-                # which a server older than 6 refuses: no connection at all)
-                pool = self._client.connection_pool
-                pool.connection_class = bounded(pool.connection_class, self.timeout,
-                                                 1 / MIN_RATE, self.max_record + _REPLY_SLACK)
-            return self._client
+            client = redis.Redis.from_url(
+                self.url, password=self._password, socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
+                retry_on_timeout=False, health_check_interval=0,
+                protocol=2)  # RESP2: every server takes it (redis-py 8 asks HELLO 3,
+            # which a server older than 6 refuses: no connection at all)
+            pool = client.connection_pool
+            pool.connection_class = bounded(pool.connection_class, self.timeout,
+                                            1 / MIN_RATE, self.max_record + _REPLY_SLACK)
+            with self._lock:
+                self._clients.append(client)
+            self._local.client = client
+        return client
 
     def _call(self, what: Callable[[Any], Any], default: Any = None, *,
               write: bool = False) -> Any:
@@ -419,13 +432,15 @@ class RemoteStore(Store):
         return result
 
     def _drop_connection(self) -> None:
-        with self._lock:
-            client, self._client = self._client, None
+        """Close this thread's client (its connections: one may hold the rest of a reply that
+        must not be read later); other threads' are left alone."""
+        client = getattr(self._local, "client", None)
+        self._local.client = None
         if client is not None:
-            try:
-                client.close()
-            except Exception:  # noqa: BLE001 - a broken connection may fail to close
-                pass
+            with self._lock:
+                if client in self._clients:
+                    self._clients.remove(client)
+            _close(client)
 
     def _count(self, name: str, n: float = 1) -> None:
         with self._lock:
@@ -687,7 +702,11 @@ class RemoteStore(Store):
         return 0
 
     def close(self) -> None:
-        self._drop_connection()
+        with self._lock:
+            clients, self._clients = self._clients, []
+        self._local = threading.local()
+        for client in clients:
+            _close(client)
 
     @property
     def raw(self) -> Any:
@@ -709,7 +728,8 @@ class RemoteStore(Store):
         (``%cuda_cache remote`` shows this process's; the breaker stays: the same server)."""
         self._lock = ForkSafeLock()
         self._counts = dict.fromkeys(_COUNTS, 0)
-        self._client = None  # the parent's socket: never used here
+        self._local = threading.local()  # the parent's sockets: never used here
+        self._clients = []
         self._queue = queue.Queue(self.queue_size)
         self._thread = None
 
