@@ -162,13 +162,10 @@ class Kernel:
         if self.name_too_long:
             return self.demangled
         text = self.demangled
-        if self._signatures.placeholders and self.symbol.startswith("_Z"):
-            from ..toolchain.demangle import concrete_demangler
+        if self._signatures.placeholders:
+            from ..toolchain.demangle import concrete_text
 
-            concrete = concrete_demangler()
-            found = concrete.demangle([self.symbol])[0] if concrete is not None else None
-            if found is not None and found != self.symbol:
-                text = found
+            text = concrete_text(self.symbol) or text
         return with_void(tidy_name(text) if "(" in text else text)
 
     @property

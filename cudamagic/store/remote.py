@@ -102,16 +102,17 @@ _MAX_SECRET = 4096
 _REPLY_SLACK = 1 << 20
 _NAME = re.compile(r"[0-9a-f]{1,64}")
 
+#: index fields deleted per HDEL (refused ones: a filled index is cleared in few calls)
+_HDEL_BATCH = 4096
 
 
 def _close(client: Any) -> None:
+    """Close a client's connections (a broken one may fail to close: nothing to do then)."""
     try:
         client.close()
     except Exception:  # noqa: BLE001 - a broken connection may fail to close
         pass
 
-#: index fields deleted per HDEL (refused ones: a filled index is cleared in few calls)
-_HDEL_BATCH = 4096
 
 class RemoteState(str, enum.Enum):
     """Where the tier stands."""

@@ -243,6 +243,15 @@ def concrete_demangler() -> "LibStdCxx | None":
         return None
 
 
+def concrete_text(symbol: str) -> str | None:
+    """``symbol`` demangled with concrete parameter types (libstdc++'s, in process), where a
+    text with cu++filt's placeholders ``T1``... is to be shown; None where that demangler is not
+    there, the symbol is not mangled, or it gives the symbol back."""
+    concrete = concrete_demangler() if symbol.startswith("_Z") else None
+    text = concrete.demangle([symbol])[0] if concrete is not None else None
+    return None if text is None or text == symbol else text
+
+
 @cached(1)
 def default_demangler() -> Demangler:
     """cu++filt when it is found, else libstdc++ (looked up once per process)."""

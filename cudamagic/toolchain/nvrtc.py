@@ -11,8 +11,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import signal
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -279,10 +279,10 @@ def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
 
 
 #: the asynchronous signals the compile thread blocks: the kernel then delivers them to another
-#: thread. One delivered to the compile thread interrupts the system call NVRTC is in: an
-#: ``open()`` of a header that waits (a FUSE or NFS folder, a file under a lease) fails with
-#: EINTR, which NVRTC 13.0 takes as a catastrophic error and ends the whole process (exit 4,
-#: nothing said). Python runs its handlers on the main thread whichever thread received one.
+#: thread, so none interrupts a system call NVRTC is in (an ``open()`` of a header that waits,
+#: on a FUSE or NFS folder, would fail with EINTR) nor runs NVRTC 13.0's own handler on its
+#: thread (toolchain/signals.py). Python runs its handlers on the main thread whichever thread
+#: received one.
 _ASYNC_SIGNALS = tuple(getattr(signal, n) for n in (
     "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGCHLD",
     "SIGIO", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGURG", "SIGCONT", "SIGTSTP", "SIGTTIN",

@@ -205,12 +205,11 @@ class KernelRow:
         them off cu++filt's text: docs/performance.md)."""
         if self.too_long:
             return too_long_text(self.symbol)
-        if self.placeholders and self.symbol.startswith("_Z"):
-            from ..toolchain.demangle import concrete_demangler
+        if self.placeholders:
+            from ..toolchain.demangle import concrete_text
 
-            concrete = concrete_demangler()
-            text = concrete.demangle([self.symbol])[0] if concrete is not None else None
-            if text is not None and text != self.symbol:
+            text = concrete_text(self.symbol)
+            if text is not None:
                 return display_signature(text, False, self.param_sizes)
         return display_signature(self.demangled, self.placeholders, self.param_sizes)
 
