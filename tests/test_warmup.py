@@ -101,6 +101,40 @@ def test_after_the_load_ext_cell_a_hit_cell_imports_nothing(cache):
     assert got["imports_ms"] < 5, got
 
 
+def test_after_the_warm_up_a_hit_cell_makes_none_of_the_first_use_work(cache):
+    """What a process's first hit would do once (the magic line's parser, regular expressions,
+    a library loaded for the demangler) the warm-up did: the first ``%%cuda`` cell, a hit,
+    compiles no expression, builds no parser and loads no library from cudamagic's code."""
+    out = run_python(PRELUDE + textwrap.dedent("""
+        import argparse, ctypes, re._compiler
+        ip.run_cell("%load_ext cudamagic")
+        warm_thread().join(120)
+        made = []
+
+        def spy(kind, real):
+            def call(*args, **kwargs):
+                frame = sys._getframe(1)  # the nearest caller outside the library doing it
+                while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] \\
+                        in ("re", "argparse", "ctypes", "functools"):
+                    frame = frame.f_back
+                where = frame.f_globals.get("__name__", "") if frame is not None else ""
+                if where.startswith("cudamagic"):
+                    made.append(f"{kind} in {where}.{frame.f_code.co_name}")
+                return real(*args, **kwargs)
+            return call
+
+        re._compiler.compile = spy("expression", re._compiler.compile)
+        argparse.ArgumentParser.__init__ = spy("parser", argparse.ArgumentParser.__init__)
+        ctypes.CDLL.__init__ = spy("library", ctypes.CDLL.__init__)
+        module = cuda_cell()
+        print(json.dumps({"hit": module.hit, "made": made}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["hit"], got
+    assert got["made"] == [], f"the first hit cell did first-use work the warm-up could do " \
+                              f"(cudamagic.magic._first_use): {got['made']}"
+
+
 def test_a_load_ext_by_line_magic_starts_no_thread_and_its_cell_imports_as_before(cache):
     """``run_line_magic`` (a script, no cell) runs no ``post_run_cell``: no warm-up, and the
     ``%%cuda`` cell imports its own modules; the next cell does not start one either."""
