@@ -82,8 +82,9 @@ def load_ipython_extension(ipython) -> None:
     or found here (issue 38; tests/test_import_cost.py holds the list of what ``%load_ext`` may
     import): once the cell that ran it has finished, a second thread imports what a ``%%cuda``
     cell's hit needs, the pipeline, the cache and the report (:data:`cudamagic.magic.HIT_PATH`),
-    while the notebook waits for its next cell; the toolkit's headers and the demangler are
-    found by the first ``%%cuda`` cell, the launch code comes with the first launch (or, with
+    and does the first hit's work that depends on nothing the notebook may change (the magic
+    line's parser, regular expressions, libstdc++ loaded), while the notebook waits for its
+    next cell; the toolkit's headers and cu++filt are found by the first ``%%cuda`` cell, the launch code comes with the first launch (or, with
     a GPU and NumPy imported, in the driver thread once the context is made), the debugging
     views with the first cell that shows them.
     """

@@ -250,21 +250,19 @@ _WARM_SOURCE = "template <int N> __global__ void k(float* x) { x[N] = 0.f; }\n"
 
 def _first_use() -> None:
     """What a process's first hit does once and keeps, done by the warm-up after its imports
-    (a first cell paid about 3 ms for it, docs/performance.md): the magic line's parser and
-    its expressions, the hints' expressions, the toolkit's folders, the demanglers (cu++filt
-    looked up, libstdc++ loaded). Each is the same call a cell makes, on a sample: nothing
-    is written, no cache is opened, no driver is asked."""
+    (docs/performance.md): the magic line's parser and its expressions, the hints' and
+    ``--arch``'s expressions, libstdc++ loaded for the report's demangled texts. Each is the
+    same call a cell makes, on a sample, and depends on nothing the notebook may change
+    afterwards: the toolkit's folders and cu++filt, which follow ``CUDA_HOME``, ``PATH`` and
+    the installed packages, are still looked up by the first ``%%cuda`` cell. Nothing is
+    written, no cache is opened, no driver is asked."""
     from .cxx.kernel_names import template_kernels
     from .options import normalize_arch, parse_magic_line
-    from .toolchain.demangle import concrete_demangler, default_demangler
-    from .toolkit import std_header_dirs, toolkit
+    from .toolchain.demangle import concrete_demangler
 
     parse_magic_line("-q -n k<1>")
     normalize_arch("sm_90")
     template_kernels(_WARM_SOURCE)
-    toolkit()
-    std_header_dirs()
-    default_demangler()
     concrete_demangler()
 
 
@@ -320,10 +318,12 @@ class _Warmup:
         finally:
             done.set()
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Wait for the thread's work, where one runs (not from the thread itself)."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the thread's work, where one runs (not from the thread itself); False where
+        it is still running after ``timeout``."""
         if self.thread is not None and self.thread is not threading.current_thread():
-            self.done.wait(timeout)
+            return self.done.wait(timeout)
+        return True
 
     def forget(self) -> None:
         """A forked child's side: its parent's thread is not its own."""
@@ -363,15 +363,23 @@ def _wait_for_threads() -> None:
     A Ctrl-C meanwhile does not cut the wait short (the child would inherit a held import, and
     CPython drops what a fork's hook raises): it is said on stderr."""
     deadline = time.monotonic() + _Warmup.FORK_WAIT_S
-    waits = [lambda t: _WARMUP.wait(t), lambda t: _DRIVER[0].wait(t) if _DRIVER[0] else None]
-    for wait in waits:
+    waits = [("the warm-up", lambda t: _WARMUP.wait(t)),
+             ("the driver thread", lambda t: _DRIVER[0].wait(t) if _DRIVER[0] else True)]
+    for what, wait in waits:
         while True:
             try:
-                wait(max(0.0, deadline - time.monotonic()))
+                if not wait(max(0.0, deadline - time.monotonic())):
+                    print(FORK_WAIT_EXPIRED.format(what, _Warmup.FORK_WAIT_S), file=sys.stderr,
+                          flush=True)
                 break
             except KeyboardInterrupt:
                 print(FORK_WAIT_INTERRUPTED, file=sys.stderr, flush=True)
 
+
+#: said when a fork has waited its most for a thread that is still running
+FORK_WAIT_EXPIRED = ("cudamagic: a fork waited {1:g} s for {0} of cudamagic, which is still "
+                     "running (an import or a file system that does not answer?); the child is "
+                     "made now, and may hang if it imports what that thread holds")
 
 #: said when Ctrl-C comes while a fork waits for the threads
 FORK_WAIT_INTERRUPTED = ("cudamagic: Ctrl-C while a fork waited for cudamagic's background "

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import stat
 
-from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt
+import pytest
+
+from cudamagic.toolchain.demangle import CuFilt, DemangleError, LibStdCxx, find_cufilt
 
 from .conftest import FIXTURES, fixture_rows
 
@@ -50,6 +52,16 @@ def test_cufilt_is_found_through_cuda_home(tmp_path, monkeypatch):
     assert find_cufilt() == path
 
 
+def test_a_cufilt_gone_since_it_was_found_is_said_as_such(tmp_path):
+    """cu++filt is looked up once per process: where it has gone since (its folder removed,
+    PATH changed to another toolkit), a build says so and how to look again, not a raw
+    FileNotFoundError from subprocess."""
+    path = _stand_in_cufilt(tmp_path)
+    os.remove(path)
+    with pytest.raises(DemangleError, match=r"could not be started .*restart the kernel"):
+        CuFilt(path).demangle(["_Z1kv"])
+
+
 # --- bounded demangling (issue 17, group 4): adversarial sizes in time and memory -------------
 
 import json  # noqa: E402
@@ -58,13 +70,10 @@ import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
-import pytest  # noqa: E402
-
 from cudamagic.cxx.mangled import Unreadable, demangled_bound  # noqa: E402
 from cudamagic.toolchain.demangle import TEXT_LIMIT, Plan, plan  # noqa: E402
 
 from .conftest import run_python  # noqa: E402
-import pytest
 from cudamagic.pipeline import build_module, options_from_args
 from cudamagic.toolchain.demangle import LibStdCxx
 

@@ -11,6 +11,7 @@ its import until the other side has arrived.
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -172,7 +173,7 @@ def _holding(tmp_path) -> str:
         real_wait = magic._WARMUP.wait
         def wait(timeout=None):
             arrived.set()
-            real_wait(timeout)
+            return real_wait(timeout)
         magic._WARMUP.wait = wait
         ip.run_cell("%load_ext cudamagic")
         assert builtins.HELD_IN_IMPORT.wait(60)  # the warm-up holds an import
@@ -218,6 +219,77 @@ def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import(cache, t
     """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
     got = json.loads(out.strip().splitlines()[-1])
     assert got == {"waited": True, "child": 0}, got
+
+
+def test_a_fork_that_waited_its_most_for_the_warm_up_says_so(cache, tmp_path):
+    """A warm-up that does not end (an import from a file system that does not answer) holds a
+    fork at most ``FORK_WAIT_S``; the fork then goes on and says on stderr that the thread is
+    still running, rather than leaving a silent pause."""
+    out = run_python(PRELUDE + _holding(tmp_path) + textwrap.dedent("""
+        import io
+        magic._Warmup.FORK_WAIT_S = 0.3
+        real_stderr, sys.stderr = sys.stderr, io.StringIO()
+        status = fork_and_reap(lambda: 0)
+        said, sys.stderr = sys.stderr.getvalue(), real_stderr
+        builtins.RELEASE_IMPORT.set()
+        magic._WARMUP.done.wait(60)
+        real_stderr, sys.stderr = sys.stderr, io.StringIO()
+        again = fork_and_reap(lambda: 0)  # the warm-up has ended: nothing to say
+        quiet, sys.stderr = sys.stderr.getvalue(), real_stderr
+        print(json.dumps({"child": status, "said": said, "again": again, "quiet": quiet}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["child"] == 0 and got["again"] == 0, got
+    assert "waited 0.3 s for the warm-up of cudamagic, which is still running" in got["said"], got
+    assert got["quiet"] == "", got
+
+
+#: what a notebook may change after ``%load_ext`` and before its first ``%%cuda`` cell, and how
+#: that cell shows it was seen (the warm-up must not have looked these up for it)
+SEEN_BY_THE_FIRST_CELL = {
+    # a toolkit named by $CUDA_HOME: its cuda_fp16.h is the one the cell includes (#error else)
+    "CUDA_HOME": ("os.environ['CUDA_HOME'] = HOME",
+                  "#include <cuda_fp16.h>\n#ifndef STAND_IN_TOOLKIT\n#error another toolkit\n"
+                  "#endif\n__global__ void k(float* x) { x[0] = 1.f; }\n",
+                  "ok", True),
+    # cu++filt put on PATH: the cell's miss demangles with that one
+    "PATH": ("os.environ['PATH'] = HOME + '/bin' + os.pathsep + os.environ['PATH']",
+             "__global__ void k(float* x) { x[0] = 1.f; }\n",
+             "cufilt", "{home}/bin/cu++filt"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(SEEN_BY_THE_FIRST_CELL))
+def test_what_the_notebook_changes_after_load_ext_its_first_cell_sees(tmp_path, change):
+    """The warm-up does only what depends on nothing a notebook may change: the toolkit's
+    folders and cu++filt (``CUDA_HOME``, ``PATH``, the installed packages) are looked up by
+    the first ``%%cuda`` cell, so a change made between ``%load_ext`` and it is seen (a
+    warm-up that looked them up served the other toolkit, keyed as the other toolkit)."""
+    home = tmp_path / "toolkit"
+    (home / "include").mkdir(parents=True)
+    (home / "include" / "cuda_fp16.h").write_text("#define STAND_IN_TOOLKIT 1\n")
+    (home / "version.json").write_text('{"cuda": {"version": "99.0"}}')
+    (home / "bin").mkdir()
+    cufilt = home / "bin" / "cu++filt"
+    cufilt.write_text("#!/bin/sh\nexec cat\n")  # names as they are: enough to resolve by
+    cufilt.chmod(0o755)
+    step, source, field, seen = SEEN_BY_THE_FIRST_CELL[change]
+    out = run_python(PRELUDE + textwrap.dedent(f"""
+        HOME = {str(home)!r}
+        for var in ("CUDA_HOME", "CUDA_PATH"):  # the GPU machine's name its toolkit
+            os.environ.pop(var, None)
+        ip.run_cell("%load_ext cudamagic")
+        warm_thread().join(120)
+        {step}
+        result = ip.run_cell("%%cuda -n k\\n" + {source!r})
+        module = ip.user_ns.get("cuda_module")
+        from cudamagic.toolchain.demangle import default_demangler
+        print(json.dumps({{"ok": result.success, "error": repr(result.error_in_exec)[:400],
+                          "cufilt": getattr(default_demangler(), "path", None)}}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got[field] == (seen.format(home=home) if isinstance(seen, str) else seen), got
+    assert got["ok"], got
 
 
 def test_the_interpreter_exit_waits_for_the_driver_thread(tmp_path):

@@ -156,8 +156,14 @@ class CuFilt(Demangler):
         # other line ends Python knows, and misalign every name after one
         import subprocess  # here: a hit whose entry holds the demangled names starts none
 
-        proc = subprocess.Popen([self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
+        try:
+            proc = subprocess.Popen([self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL)
+        except OSError as exc:  # gone or no longer runnable since it was found
+            raise DemangleError(f"{self.path} could not be started ({exc.strerror or exc}): "
+                                "cu++filt is looked up once per process, at its first build; "
+                                "restart the kernel to look for it again (without it, "
+                                "libstdc++ demangles)") from None
 
         def batch(symbols: Sequence[str]) -> list[str]:
             # every symbol here passed plan(): mangling characters only, so one line each
@@ -256,7 +262,8 @@ def concrete_text(symbol: str) -> str | None:
 def default_demangler() -> Demangler:
     """cu++filt when it is found, else libstdc++ (looked up once per process)."""
     path = find_cufilt()
-    return CuFilt(path) if path else LibStdCxx()
+    # without cu++filt, libstdc++: the one the report's texts loaded already, where it did
+    return CuFilt(path) if path else (concrete_demangler() or LibStdCxx())
 
 
 def variable_texts(symbols: Sequence[str], *, may_start: bool) -> dict[str, str | None]:
