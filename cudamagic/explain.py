@@ -76,18 +76,21 @@ class CellBuild:
     #: The kernels' symbols in the CUBIN (what tells cells apart where the shell gives no id);
     #: None in a record written before they were kept.
     kernels: tuple[str, ...] | None = ()
+    #: Why the build was not cached, as its report said ("not cached: ..."); "" where it was.
+    unstored: str = ""
 
     @classmethod
     def of(cls, *, key: str, source: str, names: tuple[str, ...], std: str,
            options: tuple[str, ...], arch: str, nvrtc: str, toolkit: str,
-           line_offset: int = 0, kernels: tuple[str, ...] = ()) -> "CellBuild":
+           line_offset: int = 0, kernels: tuple[str, ...] = (),
+           unstored: str = "") -> "CellBuild":
         """The record of a build from its inputs (the source kept only up to
         :data:`MAX_SOURCE` characters)."""
         return cls(key=key,
                    source_sha=hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
                    source=source if len(source) <= MAX_SOURCE else None, names=tuple(names),
                    std=std, options=tuple(options), arch=arch, nvrtc=nvrtc, toolkit=toolkit,
-                   line_offset=line_offset, kernels=tuple(kernels))
+                   line_offset=line_offset, kernels=tuple(kernels), unstored=unstored)
 
     @classmethod
     def from_json(cls, data: object) -> "CellBuild | None":
@@ -99,8 +102,9 @@ class CellBuild:
             texts = [data[k] for k in ("key", "source_sha", "std", "arch", "nvrtc", "toolkit")]
             kept = data.get("kernels")
             lists = [data["names"], data["options"], [] if kept is None else kept]
+            unstored = data.get("unstored", "")  # not in a record written before it was kept
             if not (type(offset) is int and 0 <= offset < 1 << 31  # not a bool, not a float
-                    and all(isinstance(t, str) for t in texts)
+                    and all(isinstance(t, str) for t in (*texts, unstored))
                     and all(isinstance(x, list) and all(isinstance(i, str) for i in x)
                             for x in lists)):
                 return None
@@ -108,7 +112,7 @@ class CellBuild:
                        source=data["source"] if isinstance(data["source"], str)
                        else None, names=tuple(lists[0]), std=texts[2], options=tuple(lists[1]),
                        arch=texts[3], nvrtc=texts[4], toolkit=texts[5], line_offset=int(offset),
-                       kernels=None if kept is None else tuple(lists[2]))
+                       kernels=None if kept is None else tuple(lists[2]), unstored=unstored)
         except (KeyError, TypeError):
             return None
 
@@ -401,6 +405,10 @@ def explain(last: CellBuild | None, now: CellBuild, miss: Miss | None,
             return Explanation((said.kind,), (describe(said),))
         if last is None:
             return Explanation((ChangeKind.FIRST,), (f"first build of {where}",))
+        if last.unstored:  # never kept: not an entry the cache lost
+            return Explanation((ChangeKind.NOT_STORED,), (
+                f"{where} was built with these same inputs before, and that build was "
+                f"{last.unstored}",))
         return Explanation((ChangeKind.EVICTED,), (
             f"{where} was built with these same inputs before, but the cache no longer holds "
             "the entry (evicted to stay under the size limit, or cleared)",))

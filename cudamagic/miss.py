@@ -127,6 +127,8 @@ class ChangeKind(str, enum.Enum):
     TOOLKIT = "toolkit"
     #: The same inputs were built before; the cache no longer holds the entry.
     EVICTED = "evicted"
+    #: The same inputs were built before, and that build was not cached (its note says why).
+    NOT_STORED = "not stored"
     #: The key changed although none of the inputs compared did.
     OTHER = "other"
 

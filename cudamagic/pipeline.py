@@ -453,7 +453,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                          grid_sync=binary.image.grid_sync)
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
-                   variables=(dict(said.variables), var_exprs)), kept
+                   variables=(dict(said.variables), var_exprs), stored=kept), kept
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
@@ -550,9 +550,9 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
             miss: Miss | None, record: EntryRecord, linked: bool = False,
             loaded: "fatbin.Loaded | None" = None,
             variables: "tuple[dict[str, VarType], dict[str, str]] | None" = None,
-            hit: HitKind | None = None) -> Module:
+            hit: HitKind | None = None, stored: Stored | None = None) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
-    that the next miss can say what changed)."""
+    that the next miss can say what changed, or that it was not cached: ``stored``)."""
     from .explain import CellBuild, describe, note_build
 
     t = time.perf_counter()
@@ -560,7 +560,8 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         ctx.store, ctx.key, lambda: CellBuild.of(
             key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
             options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
-            line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries())),
+            line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries()),
+            unstored=(stored_note(stored, CACHE_WAIT_S) or "") if stored else ""),
             origin=origin, miss=miss, folder=ctx.search.cwd,
             module=ctx.opts.module, cell=ctx.settings.cell)
     ctx.lap(BuildPhase.HISTORY, t)

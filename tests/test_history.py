@@ -225,6 +225,35 @@ def test_an_evicted_entry_and_a_changed_header(where, tmp_path):
     assert "scale.h changed since the last compile" in again.report.why
 
 
+def test_a_build_that_was_not_cached_is_not_called_evicted(where, monkeypatch):
+    """A build whose entry was not kept (here: another process held the database past the
+    store's wait; also a compile whose list of headers NVRTC broke): the next run of the same
+    inputs misses, and says that build was not cached and why, not that the cache lost it."""
+    real_put = cudamagic.KernelCache.put
+    monkeypatch.setattr(cudamagic.KernelCache, "put", lambda self, key, record: False)
+    first = _build(SRC, where)
+    assert first.report.explanation.kinds == ("first",)
+    monkeypatch.setattr(cudamagic.KernelCache, "put", real_put)
+    again = _build(SRC, where)
+    assert again.report.explanation.kinds == (ChangeKind.NOT_STORED,), again.report.why
+    assert "built with these same inputs before, and that build was not cached: another " \
+           "process kept the cache's database locked" in again.report.why
+    cudamagic.KernelCache(where).clear()  # kept this time: an absence now is an eviction
+    assert _build(SRC, where).report.explanation.kinds == (ChangeKind.EVICTED,)
+
+
+def test_why_a_build_was_not_cached_survives_the_record_s_round_trip():
+    record = CellBuild.of(key="k", source=SRC, names=("saxpy<float>",), std="c++17",
+                          options=(), arch="sm_90", nvrtc="n", toolkit="t",
+                          unstored="not cached: why")
+    from dataclasses import asdict
+    data = json.loads(json.dumps(asdict(record)))  # as the history file holds it
+    assert CellBuild.from_json(data) == record
+    old = {k: v for k, v in data.items() if k != "unstored"}  # written before it was kept
+    assert CellBuild.from_json(old).unstored == ""
+    assert CellBuild.from_json({**old, "unstored": 3}) is None
+
+
 def test_cells_sharing_a_module_name_are_told_apart(where):
     """Notebook cells often all use the default module name: a miss is compared with the
     closest of the cell's remembered builds, not merely the last one."""
