@@ -234,6 +234,12 @@ for i in range(40):
     c.put(f"k{{i}}", EntryRecord(cubin=os.urandom(1000), lowered=None))
 c.close()
 again = KernelCache({str(folder)!r})   # its own files still pass its checks
+# a build that includes a header: its precompiled header and the cell's history as well
+import cudamagic
+os.chdir({str(tmp_path)!r})
+open("h.cuh", "w").write("#pragma once\\n#define V 1\\n")
+cudamagic.build('#include "h.cuh"\\n__global__ void k(float* y) {{ y[0] = V; }}\\n',
+                cache={str(folder)!r})
 print(json.dumps({{"memory": again.in_memory,
                    "hits": sum(again.get(f"k{{i}}")[0] is not None for i in range(40))}}))
 """
@@ -242,6 +248,7 @@ print(json.dumps({{"memory": again.in_memory,
                    for p in folder.rglob("*") if p.lstat().st_mode & 0o077)
     assert not loose, f"open to the group or others: {loose[:6]}"
     assert any(p.is_dir() for p in folder.iterdir()) and (folder / "cache.db").exists()
+    assert {"pch", "history"} <= {p.name for p in folder.iterdir()}, list(folder.iterdir())
     assert out == {"memory": None, "hits": 40}
 
 

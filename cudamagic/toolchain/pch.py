@@ -392,7 +392,8 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
     tmp = os.path.join(folder, "tmp")
     set_key, key = key, _own(key)
     try:
-        os.makedirs(tmp, mode=0o700, exist_ok=True)
+        for made in (folder, tmp):  # each 700: makedirs gives its mode to the last one only
+            os.makedirs(made, mode=0o700, exist_ok=True)
         with _locked(folder):
             record = _valid(folder, key, search)
             if record is None:
