@@ -242,6 +242,19 @@ def test_every_phase_has_its_label_and_a_misspelled_one_is_refused():
         make().with_timings(dispaly=0.002)
 
 
+def test_docs_report_names_every_phase_as_the_report_does():
+    """docs/report.md lists the time line's phases by the words the report shows (a new user
+    met "NVRTC start" and "list of headers read" in a report and nowhere in the docs)."""
+    from pathlib import Path
+
+    from cudamagic.view.report import _PHASES
+
+    doc = " ".join((Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+                   .split())  # the words, whatever the line breaks
+    missing = [label for label in _PHASES.values() if f"*{label}*" not in doc]
+    assert not missing, f"docs/report.md's time line does not name: {missing}"
+
+
 def test_cache_stats_show_small_sizes_in_their_unit():
     stats = CacheStats("/c", 1, 40 << 10, 1 << 30, 0, 0)
     assert "size: 40.0 KiB of 1.0 GiB" in stats.text()
