@@ -1,7 +1,9 @@
 """The project's error hierarchy.
 
 Every error says what went wrong, where, and what to do. In IPython the errors render without a
-Python traceback (``_render_traceback_``): the message is the useful part, the stack is noise.
+Python traceback (``_render_traceback_``): the message is the useful part, cudamagic's and the
+shell's frames are noise; only the user's own frames are added, where there is more than the
+cell's top level (a kernel called inside a helper).
 """
 
 from __future__ import annotations
@@ -38,9 +40,39 @@ class CudaMagicError(Exception):
     """Base class of every error cudamagic raises on purpose."""
 
     def _render_traceback_(self) -> list[str]:
-        """Lines IPython shows instead of a traceback."""
-        return [f"{type(self).__name__}: {line}" if i == 0 else line
-                for i, line in enumerate(str(self).splitlines() or [""])]
+        """Lines IPython shows instead of a traceback: the message, and where the user's own
+        code was when the error came through a function of theirs (a kernel called with bad
+        arguments inside a helper: without it, nothing says which call)."""
+        lines = [f"{type(self).__name__}: {line}" if i == 0 else line
+                 for i, line in enumerate(str(self).splitlines() or [""])]
+        return lines + _callers(self.__traceback__)
+
+
+#: the packages whose frames are not the user's: this one, and the shell's that runs a cell
+_NOT_THE_USERS = ("cudamagic", "IPython", "ipykernel")
+
+
+def _callers(tb: object) -> list[str]:
+    """The user's frames of a traceback, as Python prints them, where more than the cell's own
+    top level is among them (an error raised by a call written in the cell needs none)."""
+    import os
+    import sys
+    import traceback
+
+    if tb is None:
+        return []
+    roots = tuple(os.path.dirname(getattr(sys.modules.get(name), "__file__", "") or "") + os.sep
+                  for name in _NOT_THE_USERS if name in sys.modules)
+    try:
+        frames = [f for f in traceback.extract_tb(tb)  # type: ignore[arg-type]
+                  if not f.filename.startswith(roots)  # nor a generated launcher's, nor
+                  and not f.filename.startswith(("<cudamagic", "<decorator-gen-"))]  # a magic's
+    except Exception:  # noqa: BLE001 - the message is what matters; its frames are a help
+        return []
+    if not frames or (len(frames) == 1 and frames[0].name == "<module>"):
+        return []
+    return ["Where your code was (most recent call last):",
+            *"".join(traceback.format_list(frames[-8:])).rstrip("\n").splitlines()]
 
 
 class OptionError(CudaMagicError, ValueError):
