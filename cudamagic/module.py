@@ -319,11 +319,17 @@ class Module(Mapping[str, Kernel]):
         held = sorted(self.kernels)
         near = similar_names(expr, held)
         more = len(held) - SHOWN_NAMES
+        # another instance of a template the module holds: a -n compiles it, a lookup cannot
+        template = expr.split("<", 1)[0].strip() if "<" in expr else ""
+        other = template and any(h.split("<", 1)[0].strip() == template for h in held)
         raise NameResolutionError(
             f"this module holds no kernel named {expr!r:.200} (lookups take the exact name "
             f"expression given with -n). It holds: {', '.join(held[:SHOWN_NAMES]) or 'nothing'}"
             + (f" and {more} more (module.keys())" if more > 0 else "")
-            + (f". Closest: {', '.join(near)}" if near else ""))
+            + (f". Closest: {', '.join(near)}" if near else "")
+            + (f". A template is compiled for the instances named only: add -n {expr!r:.200} "
+               f"to the cell's line (name_expressions in build()) to compile this one"
+               if other else ""))
 
     def __contains__(self, expr: object) -> bool:
         """Whether ``module[expr]`` gives a kernel (a Mapping's answer: False, never an

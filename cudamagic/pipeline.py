@@ -546,6 +546,17 @@ def _image(binary: Binary, symbol: str) -> Any:
         return None
 
 
+def _cell_build(ctx: BuildContext, kernels: KernelTable, stored: Stored | None) -> Any:
+    """The build's record in its cell's history (:class:`~cudamagic.explain.CellBuild`)."""
+    from .explain import CellBuild
+
+    return CellBuild.of(
+        key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
+        options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
+        line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries()),
+        unstored=(stored_note(stored, CACHE_WAIT_S) or "") if stored else "")
+
+
 def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: BuildOrigin,
             miss: Miss | None, record: EntryRecord, linked: bool = False,
             loaded: "fatbin.Loaded | None" = None,
@@ -553,17 +564,12 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
             hit: HitKind | None = None, stored: Stored | None = None) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
     that the next miss can say what changed, or that it was not cached: ``stored``)."""
-    from .explain import CellBuild, describe, note_build
+    from .explain import describe, note_build
 
     t = time.perf_counter()
     explanation = None if origin is BuildOrigin.CUBIN else note_build(
-        ctx.store, ctx.key, lambda: CellBuild.of(
-            key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
-            options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
-            line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries()),
-            unstored=(stored_note(stored, CACHE_WAIT_S) or "") if stored else ""),
-            origin=origin, miss=miss, folder=ctx.search.cwd,
-            module=ctx.opts.module, cell=ctx.settings.cell)
+        ctx.store, ctx.key, lambda: _cell_build(ctx, kernels, stored), origin=origin,
+        miss=miss, folder=ctx.search.cwd, module=ctx.opts.module, cell=ctx.settings.cell)
     ctx.lap(BuildPhase.HISTORY, t)
     ctx.timings[BuildPhase.TOTAL] = time.perf_counter() - ctx.started
 

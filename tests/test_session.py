@@ -145,6 +145,11 @@ def test_unknown_lookup_lists_what_the_module_holds(cache):
         mod["saxpy<flaot>"]
     assert "saxpy<float>" in str(err.value) and "Closest" in str(err.value)
     assert set(mod.kernels) == {"saxpy<float>", "saxpy<double>", "fill"}
+    with pytest.raises(NameResolutionError, match=r"add -n 'saxpy<int>' to the cell's line"):
+        mod["saxpy<int>"]  # an instance not named: how to get it, not only what is there
+    with pytest.raises(NameResolutionError) as err:
+        mod["scale<int>"]  # no template of that name here: nothing to add
+    assert "add -n" not in str(err.value)
 
 
 def test_failed_compile_leaves_no_entry(cache):
