@@ -193,6 +193,16 @@ def test_cache_listing_text():
     assert empty.text().endswith("(none)")
 
 
+def test_cache_listing_names_in_natural_order_and_bounded():
+    """An entry of 1000 instances lists its first few, k<2> before k<10>, and how many more
+    (a new user's: one line of 1000 names sorted as strings, k<0>, k<10>, k<100>...)."""
+    from cudamagic.store.cache import EntryInfo
+
+    names = tuple(f"k<{i}>" for i in (10, 2, 1000, 0, 1, 3, 20, 100, 4, 5, 6, 7))
+    row = CacheListing((EntryInfo("ab" * 32, 2048, 1.7e9, 1.7e9, names, True),)).table()[0]
+    assert row[-1] == "k<0>, k<1>, k<2>, k<3>, k<4>, k<5>, k<6>, k<7> and 4 more"
+
+
 # --- numbers as people read them (issue 20, item 10) -----------------------------------------
 
 @pytest.mark.parametrize("n, shown", [

@@ -4,6 +4,7 @@ frozen record with a text view (a terminal, ``str()``) and an HTML table (a note
 from __future__ import annotations
 
 import html
+import re
 import time as _time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -169,10 +170,21 @@ class CacheListing(_Record):
     title = "cudamagic cache entries (newest first)"
     columns = ("key", "size", "created", "last used", "name expressions")
 
+    #: name expressions shown per entry (an entry of 1000 instances is one line, not 1000 names)
+    shown_names = 8
+
     def table(self) -> list[tuple[str, ...]]:
         return [(e.key[:12], f"{e.size / 1024:.1f} KiB", _when(e.created), _when(e.last_used),
-                 ", ".join(e.name_expressions) if e.readable else "(unreadable: rebuilt on use)")
+                 self._names(e.name_expressions) if e.readable
+                 else "(unreadable: rebuilt on use)")
                 for e in self.entries]
+
+    def _names(self, names: tuple[str, ...]) -> str:
+        """The entry's name expressions in natural order (k<2> before k<10>), the first few."""
+        ordered = sorted(names, key=lambda n: [(0, int(p), "") if p.isdigit() else (1, 0, p)
+                                               for p in re.split(r"(\d+)", n)])
+        more = len(ordered) - self.shown_names
+        return ", ".join(ordered[:self.shown_names]) + (f" and {more} more" if more > 0 else "")
 
 
 @dataclass(frozen=True, repr=False)
