@@ -82,9 +82,10 @@ def load_ipython_extension(ipython) -> None:
     or found here (issue 38; tests/test_import_cost.py holds the list of what ``%load_ext`` may
     import): once the cell that ran it has finished, a second thread imports what a ``%%cuda``
     cell's hit needs, the pipeline, the cache and the report (:data:`cudamagic.magic.HIT_PATH`),
-    and does the first hit's work that depends on nothing the notebook may change (the magic
-    line's parser, regular expressions, libstdc++ loaded), while the notebook waits for its
-    next cell; the toolkit's headers and cu++filt are found by the first ``%%cuda`` cell, the launch code comes with the first launch (or, with
+    and does the first hit's once-per-process work (the magic line's parser, regular
+    expressions, the toolkit's folders and the demangler, which a later cell looks up again
+    where ``$CUDA_HOME``, ``$CUDA_PATH``, ``$PATH`` or ``sys.path`` changed), while the notebook
+    waits for its next cell; the launch code comes with the first launch (or, with
     a GPU and NumPy imported, in the driver thread once the context is made), the debugging
     views with the first cell that shows them.
     """

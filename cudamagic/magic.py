@@ -251,19 +251,21 @@ _WARM_SOURCE = "template <int N> __global__ void k(float* x) { x[N] = 0.f; }\n"
 def _first_use() -> None:
     """What a process's first hit does once and keeps, done by the warm-up after its imports
     (docs/performance.md): the magic line's parser and its expressions, the hints' and
-    ``--arch``'s expressions, libstdc++ loaded for the report's demangled texts. Each is the
-    same call a cell makes, on a sample, and depends on nothing the notebook may change
-    afterwards: the toolkit's folders and cu++filt, which follow ``CUDA_HOME``, ``PATH`` and
-    the installed packages, are still looked up by the first ``%%cuda`` cell. Nothing is
-    written, no cache is opened, no driver is asked."""
+    ``--arch``'s expressions, the toolkit's folders, cu++filt looked up and libstdc++ loaded.
+    Each is the same call a cell makes, on a sample. The toolkit and cu++filt follow
+    ``CUDA_HOME``, ``PATH`` and ``sys.path``: where a cell changes them afterwards, the next
+    ``%%cuda`` cell looks again. Nothing is written, no cache is opened, no driver is asked."""
     from .cxx.kernel_names import template_kernels
     from .options import normalize_arch, parse_magic_line
-    from .toolchain.demangle import concrete_demangler
+    from .toolchain.demangle import concrete_demangler, default_demangler
+    from .toolkit import toolkit
 
     parse_magic_line("-q -n k<1>")
     normalize_arch("sm_90")
     template_kernels(_WARM_SOURCE)
     concrete_demangler()
+    default_demangler()
+    toolkit()
 
 
 #: the name of the warm-up's thread (tests and benchmarks watch for it)

@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,9 +95,16 @@ def _include_dirs(cupy: Path | None, nvidia: Path | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(d) for d in dirs))
 
 
-@cached(1)
 def toolkit() -> Toolkit:
-    """The toolkit of this process (looked up once)."""
+    """The toolkit of this process: looked up once, and again where what names it changed
+    since (``$CUDA_HOME``, ``$CUDA_PATH``, ``sys.path``: a notebook that sets them after
+    ``%load_ext``, whose warm-up looked it up, gets the toolkit they name)."""
+    return _toolkit_for(tuple(os.environ.get(v) for v in _HOME_VARS), tuple(sys.path))
+
+
+@cached(1)
+def _toolkit_for(homes: tuple[str | None, ...], path: tuple[str, ...]) -> Toolkit:
+    """:func:`toolkit` for these values of the variables and this ``sys.path``."""
     cupy, nvidia = _package_dir("cupy"), _package_dir("nvidia")
     dists: list[str] = []
     for site in sorted({d.parent for d in (cupy, nvidia) if d is not None}):

@@ -170,7 +170,7 @@ def test_a_tests_reset_empties_what_it_says_and_keeps_the_rest():
     primary = dict(driver._primary)
     process.reset_for_tests()
     assert driver._lost == {} and driver._told == set() and launcher.LAST_LAUNCH == [None]
-    assert toolkit.toolkit.cache_info().currsize == 0 and explain._histories == {}
+    assert toolkit._toolkit_for.cache_info().currsize == 0 and explain._histories == {}
     assert lock in forksafe._all and driver._primary == primary  # kept: live objects
     by_name = {(p.module, p.name): p for p in process.pieces()}
     assert by_name["cudamagic.toolchain.driver", "_primary"].in_test is InTest.KEPT

@@ -252,6 +252,11 @@ SEEN_BY_THE_FIRST_CELL = {
                   "#include <cuda_fp16.h>\n#ifndef STAND_IN_TOOLKIT\n#error another toolkit\n"
                   "#endif\n__global__ void k(float* x) { x[0] = 1.f; }\n",
                   "ok", True),
+    # a newer CUDA wheel's folder put first on sys.path (as %pip install --target would)
+    "sys.path": ("sys.path.insert(0, HOME + '/wheel')",
+                 "#include <cuda_fp16.h>\n#ifndef STAND_IN_TOOLKIT\n#error another toolkit\n"
+                 "#endif\n__global__ void k(float* x) { x[0] = 1.f; }\n",
+                 "ok", True),
     # cu++filt put on PATH: the cell's miss demangles with that one
     "PATH": ("os.environ['PATH'] = HOME + '/bin' + os.pathsep + os.environ['PATH']",
              "__global__ void k(float* x) { x[0] = 1.f; }\n",
@@ -269,6 +274,9 @@ def test_what_the_notebook_changes_after_load_ext_its_first_cell_sees(tmp_path, 
     (home / "include").mkdir(parents=True)
     (home / "include" / "cuda_fp16.h").write_text("#define STAND_IN_TOOLKIT 1\n")
     (home / "version.json").write_text('{"cuda": {"version": "99.0"}}')
+    wheel = home / "wheel" / "nvidia" / "cu99" / "include"  # a namespace package's folder
+    wheel.mkdir(parents=True)
+    (wheel / "cuda_fp16.h").write_text("#define STAND_IN_TOOLKIT 1\n")
     (home / "bin").mkdir()
     cufilt = home / "bin" / "cu++filt"
     cufilt.write_text("#!/bin/sh\nexec cat\n")  # names as they are: enough to resolve by

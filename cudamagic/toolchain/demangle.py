@@ -258,9 +258,15 @@ def concrete_text(symbol: str) -> str | None:
     return None if text is None or text == symbol else text
 
 
-@cached(1)
 def default_demangler() -> Demangler:
-    """cu++filt when it is found, else libstdc++ (looked up once per process)."""
+    """cu++filt when it is found, else libstdc++: looked up once, and again where what it is
+    found by changed since (``$CUDA_HOME``, ``$CUDA_PATH``, ``$PATH``)."""
+    return _demangler_for(*(os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH", "PATH")))
+
+
+@cached(1)
+def _demangler_for(home: str | None, cuda_path: str | None, path: str | None) -> Demangler:
+    """:func:`default_demangler` for these values of the variables."""
     path = find_cufilt()
     # without cu++filt, libstdc++: the one the report's texts loaded already, where it did
     return CuFilt(path) if path else (concrete_demangler() or LibStdCxx())
