@@ -58,7 +58,7 @@ def test_a_cufilt_gone_since_it_was_found_is_said_as_such(tmp_path):
     FileNotFoundError from subprocess."""
     path = _stand_in_cufilt(tmp_path)
     os.remove(path)
-    with pytest.raises(DemangleError, match=r"could not be started .*restart the kernel"):
+    with pytest.raises(DemangleError, match=r"could not be started .*\$PATH change.*restart the kernel"):
         CuFilt(path).demangle(["_Z1kv"])
 
 

@@ -161,8 +161,9 @@ class CuFilt(Demangler):
                                     stderr=subprocess.DEVNULL)
         except OSError as exc:  # gone or no longer runnable since it was found
             raise DemangleError(f"{self.path} could not be started ({exc.strerror or exc}): "
-                                "cu++filt is looked up once per process, at its first build; "
-                                "restart the kernel to look for it again (without it, "
+                                "it was found earlier, and cu++filt is looked up again only "
+                                "where $CUDA_HOME, $CUDA_PATH or $PATH change; fix one of them "
+                                "or restart the kernel to look for it again (without cu++filt, "
                                 "libstdc++ demangles)") from None
 
         def batch(symbols: Sequence[str]) -> list[str]:
