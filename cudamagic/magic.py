@@ -421,6 +421,8 @@ class _WarmupHook:
                 self.events.unregister("post_run_cell", self)
             except ValueError:
                 pass
+        if all(name in sys.modules for name in HIT_PATH):
+            return  # a cell did it all already (a %load_ext run without a cell of its own)
         _WARMUP.start()
 
 

@@ -79,7 +79,8 @@ def _package_dir(name: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _include_dirs(cupy: Path | None, nvidia: Path | None) -> tuple[str, ...]:
+def _include_dirs(cupy: Path | None, nvidia: Path | None,
+                  homes: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
     dirs: list[Path] = []
     if cupy:
         inc = cupy / "_core" / "include"
@@ -87,7 +88,7 @@ def _include_dirs(cupy: Path | None, nvidia: Path | None) -> tuple[str, ...]:
         dirs += [inc, cccl / "libcudacxx", cccl / "cub", cccl / "thrust"]
     dirs = [d for d in dirs if d.is_dir()]
     # one toolkit header folder: the first that has cuda_fp16.h (two would shadow each other)
-    toolkits = [Path(os.environ[v]) / "include" for v in _HOME_VARS if os.environ.get(v)]
+    toolkits = [Path(home) / "include" for _, home in homes]
     if nvidia:
         toolkits += sorted(nvidia.glob("cu*/include"), reverse=True)
     toolkits.append(Path("/usr/local/cuda/include"))
@@ -97,14 +98,35 @@ def _include_dirs(cupy: Path | None, nvidia: Path | None) -> tuple[str, ...]:
 
 def toolkit() -> Toolkit:
     """The toolkit of this process: looked up once, and again where what names it changed
-    since (``$CUDA_HOME``, ``$CUDA_PATH``, ``sys.path``: a notebook that sets them after
-    ``%load_ext``, whose warm-up looked it up, gets the toolkit they name)."""
-    return _toolkit_for(tuple(os.environ.get(v) for v in _HOME_VARS), tuple(sys.path))
+    since: ``$CUDA_HOME``, ``$CUDA_PATH`` (relative ones from the working folder), the folders
+    of ``sys.path`` and their modification times (``%pip install`` into one changes it). A
+    notebook that changes them after ``%load_ext``, whose warm-up looked it up, gets the
+    toolkit they name."""
+    homes = tuple((v, os.path.abspath(os.environ[v])) for v in _HOME_VARS if os.environ.get(v))
+    return _toolkit_for(homes, _search_folders())
+
+
+def _search_folders() -> tuple[tuple[str, int | None], ...]:
+    """``sys.path`` as absolute folders (``""`` and relative entries from the working folder),
+    each with its modification time (None: none there); entries that are no text are left
+    out, as the import system skips them."""
+    out = []
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            continue
+        try:
+            folder = os.path.abspath(entry or os.curdir)
+            out.append((folder, os.stat(folder).st_mtime_ns))
+        except (OSError, ValueError):  # gone, or a name with a NUL
+            out.append((entry, None))
+    return tuple(out)
 
 
 @cached(1)
-def _toolkit_for(homes: tuple[str | None, ...], path: tuple[str, ...]) -> Toolkit:
-    """:func:`toolkit` for these values of the variables and this ``sys.path``."""
+def _toolkit_for(homes: tuple[tuple[str, str], ...],
+                 folders: tuple[tuple[str, int | None], ...]) -> Toolkit:
+    """:func:`toolkit` for these toolkit folders (``(variable, absolute folder)``) and this
+    state of ``sys.path``'s folders (the key; the packages are found by the import system)."""
     cupy, nvidia = _package_dir("cupy"), _package_dir("nvidia")
     dists: list[str] = []
     for site in sorted({d.parent for d in (cupy, nvidia) if d is not None}):
@@ -113,22 +135,22 @@ def _toolkit_for(homes: tuple[str | None, ...], path: tuple[str, ...]) -> Toolki
                             if n.endswith(".dist-info") and n.startswith(_DISTS))
         except OSError:
             continue
-    homes = []
-    for var in _HOME_VARS:
-        version = Path(os.environ.get(var) or "/nonexistent", "version.json")
-        if os.environ.get(var) and version.is_file():
-            homes.append(f"{var}:" + hashlib.sha256(version.read_bytes()).hexdigest()[:16])
-    dirs = _include_dirs(cupy, nvidia)
+    named = []
+    for var, home in homes:
+        version = Path(home, "version.json")
+        if version.is_file():
+            named.append(f"{var}:" + hashlib.sha256(version.read_bytes()).hexdigest()[:16])
+    dirs = _include_dirs(cupy, nvidia, homes)
     sites = [str(d.parent) for d in (cupy, nvidia) if d is not None]
     # a version is a version in whichever folder it is installed (a venv over another's)
-    return Toolkit(dirs, tuple(sorted(set(dists))), tuple(homes),
-                   tuple(_name(d, sites) for d in dirs))
+    return Toolkit(dirs, tuple(sorted(set(dists))), tuple(named),
+                   tuple(_name(d, sites, homes) for d in dirs))
 
 
-def _name(folder: str, sites: list[str]) -> str:
+def _name(folder: str, sites: list[str], homes: tuple[tuple[str, str], ...]) -> str:
     """The name of a toolkit folder that travels (see :attr:`Toolkit.names`)."""
-    homes = [(f"${v}", os.environ[v]) for v in _HOME_VARS if os.environ.get(v)]
-    for label, base in [*(("site-packages", s) for s in sites), *homes]:
+    for label, base in [*(("site-packages", s) for s in sites),
+                        *((f"${var}", home) for var, home in homes)]:
         base = base.rstrip("/")
         if folder.startswith(base + "/"):
             return f"{label}/{folder[len(base) + 1:]}"

@@ -244,36 +244,45 @@ def test_a_fork_that_waited_its_most_for_the_warm_up_says_so(cache, tmp_path):
     assert got["quiet"] == "", got
 
 
-#: what a notebook may change after ``%load_ext`` and before its first ``%%cuda`` cell, and how
-#: that cell shows it was seen (the warm-up must not have looked these up for it)
+#: what a notebook may change after ``%load_ext`` (whose warm-up looked up the toolkit and
+#: cu++filt) and before its first ``%%cuda`` cell: (what was so before ``%load_ext``, the change,
+#: the cell's source, what shows it was seen: a field of the child's answer and its value)
+_NEEDS_STAND_IN = ("#include <cuda_fp16.h>\n#ifndef STAND_IN_TOOLKIT\n#error another toolkit\n"
+                   "#endif\n__global__ void k(float* x) { x[0] = 1.f; }\n")
+_PLAIN = "__global__ void k(float* x) { x[0] = 1.f; }\n"
 SEEN_BY_THE_FIRST_CELL = {
     # a toolkit named by $CUDA_HOME: its cuda_fp16.h is the one the cell includes (#error else)
-    "CUDA_HOME": ("os.environ['CUDA_HOME'] = HOME",
-                  "#include <cuda_fp16.h>\n#ifndef STAND_IN_TOOLKIT\n#error another toolkit\n"
-                  "#endif\n__global__ void k(float* x) { x[0] = 1.f; }\n",
-                  "ok", True),
+    "CUDA_HOME": ("", "os.environ['CUDA_HOME'] = HOME", _NEEDS_STAND_IN, "ok", True),
+    # a relative $CUDA_HOME, and %cd to the folder it names from
+    "CUDA_HOME relative, then %cd": ("os.chdir(HOME + '/elsewhere'); "
+                                     "os.environ['CUDA_HOME'] = 'toolkit'",
+                                     "os.chdir(HOME + '/..')", _NEEDS_STAND_IN, "ok", True),
     # a newer CUDA wheel's folder put first on sys.path (as %pip install --target would)
-    "sys.path": ("sys.path.insert(0, HOME + '/wheel')",
-                 "#include <cuda_fp16.h>\n#ifndef STAND_IN_TOOLKIT\n#error another toolkit\n"
-                 "#endif\n__global__ void k(float* x) { x[0] = 1.f; }\n",
-                 "ok", True),
+    "sys.path": ("", "sys.path.insert(0, HOME + '/wheel')", _NEEDS_STAND_IN, "ok", True),
+    # a wheel installed into a folder already on sys.path (%pip install into the venv)
+    "an install into a sys.path folder": (
+        "os.makedirs(HOME + '/site'); sys.path.insert(0, HOME + '/site')",
+        "shutil.copytree(HOME + '/wheel/nvidia', HOME + '/site/nvidia')", _NEEDS_STAND_IN,
+        "ok", True),
+    # an entry that is no text (Python's imports skip it): every cell still builds
+    "a list in sys.path": ("", "sys.path.append(['../lib'])", _PLAIN, "ok", True),
     # cu++filt put on PATH: the cell's miss demangles with that one
-    "PATH": ("os.environ['PATH'] = HOME + '/bin' + os.pathsep + os.environ['PATH']",
-             "__global__ void k(float* x) { x[0] = 1.f; }\n",
+    "PATH": ("", "os.environ['PATH'] = HOME + '/bin' + os.pathsep + os.environ['PATH']", _PLAIN,
              "cufilt", "{home}/bin/cu++filt"),
 }
 
 
 @pytest.mark.parametrize("change", sorted(SEEN_BY_THE_FIRST_CELL))
 def test_what_the_notebook_changes_after_load_ext_its_first_cell_sees(tmp_path, change):
-    """The warm-up does only what depends on nothing a notebook may change: the toolkit's
-    folders and cu++filt (``CUDA_HOME``, ``PATH``, the installed packages) are looked up by
-    the first ``%%cuda`` cell, so a change made between ``%load_ext`` and it is seen (a
-    warm-up that looked them up served the other toolkit, keyed as the other toolkit)."""
+    """The warm-up looks up the toolkit's folders and cu++filt, which follow ``CUDA_HOME``,
+    ``PATH``, ``sys.path``, the installed packages and the working folder: a change made
+    between ``%load_ext`` and the first ``%%cuda`` cell is seen by that cell (a warm-up whose
+    answers were kept for the process served the other toolkit, keyed as the other toolkit)."""
     home = tmp_path / "toolkit"
     (home / "include").mkdir(parents=True)
     (home / "include" / "cuda_fp16.h").write_text("#define STAND_IN_TOOLKIT 1\n")
     (home / "version.json").write_text('{"cuda": {"version": "99.0"}}')
+    (home / "elsewhere").mkdir()
     wheel = home / "wheel" / "nvidia" / "cu99" / "include"  # a namespace package's folder
     wheel.mkdir(parents=True)
     (wheel / "cuda_fp16.h").write_text("#define STAND_IN_TOOLKIT 1\n")
@@ -281,16 +290,17 @@ def test_what_the_notebook_changes_after_load_ext_its_first_cell_sees(tmp_path, 
     cufilt = home / "bin" / "cu++filt"
     cufilt.write_text("#!/bin/sh\nexec cat\n")  # names as they are: enough to resolve by
     cufilt.chmod(0o755)
-    step, source, field, seen = SEEN_BY_THE_FIRST_CELL[change]
+    before, step, source, field, seen = SEEN_BY_THE_FIRST_CELL[change]
     out = run_python(PRELUDE + textwrap.dedent(f"""
+        import shutil
         HOME = {str(home)!r}
         for var in ("CUDA_HOME", "CUDA_PATH"):  # the GPU machine's name its toolkit
             os.environ.pop(var, None)
+        {before}
         ip.run_cell("%load_ext cudamagic")
         warm_thread().join(120)
         {step}
         result = ip.run_cell("%%cuda -n k\\n" + {source!r})
-        module = ip.user_ns.get("cuda_module")
         from cudamagic.toolchain.demangle import default_demangler
         print(json.dumps({{"ok": result.success, "error": repr(result.error_in_exec)[:400],
                           "cufilt": getattr(default_demangler(), "path", None)}}))
@@ -298,6 +308,27 @@ def test_what_the_notebook_changes_after_load_ext_its_first_cell_sees(tmp_path, 
     got = json.loads(out.strip().splitlines()[-1])
     assert got[field] == (seen.format(home=home) if isinstance(seen, str) else seen), got
     assert got["ok"], got
+
+
+def test_the_lookups_take_the_values_they_are_kept_by(tmp_path, monkeypatch):
+    """The toolkit and cu++filt are kept by the values of what names them and found from
+    those values, not from the environment read again (which another cell may have changed
+    meanwhile: an answer kept under one value but made from another)."""
+    from cudamagic import toolkit as tk
+    from cudamagic.toolchain.demangle import find_cufilt
+
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda_fp16.h").write_text("")
+    (tmp_path / "version.json").write_text("{}")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "cu++filt").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "cu++filt").chmod(0o755)
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)  # the environment names none now
+    found = tk._toolkit_for((("CUDA_HOME", str(tmp_path)),), ())
+    assert str(tmp_path / "include") in found.include_dirs, found
+    assert [h.split(":")[0] for h in found.cuda_homes] == ["CUDA_HOME"], found
+    assert find_cufilt((str(tmp_path), None, "")) == str(tmp_path / "bin" / "cu++filt")
 
 
 def test_the_interpreter_exit_waits_for_the_driver_thread(tmp_path):

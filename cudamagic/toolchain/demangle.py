@@ -227,15 +227,19 @@ class LibStdCxx(Demangler):
             self._free(ptr)
 
 
-def find_cufilt() -> str | None:
-    """Path of cu++filt: $CUDA_HOME/bin, $CUDA_PATH/bin, $PATH, then /usr/local/cuda/bin."""
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
+_CUFILT_VARS = ("CUDA_HOME", "CUDA_PATH", "PATH")
+
+
+def find_cufilt(env: "tuple[str | None, str | None, str | None] | None" = None) -> str | None:
+    """Path of cu++filt: $CUDA_HOME/bin, $CUDA_PATH/bin, $PATH, then /usr/local/cuda/bin
+    (``env``: those three variables' values, default the environment's)."""
+    home, cuda_path, path = env or tuple(os.environ.get(v) for v in _CUFILT_VARS)
+    for root in (home, cuda_path):
         if root and os.access(Path(root, "bin", "cu++filt"), os.X_OK):
-            return str(Path(root, "bin", "cu++filt"))
-    found = shutil.which("cu++filt")
+            return os.path.abspath(Path(root, "bin", "cu++filt"))
+    found = shutil.which("cu++filt", path=path)
     if found:
-        return found
+        return os.path.abspath(found)  # a relative $PATH entry: from this working folder
     fallback = Path("/usr/local/cuda/bin/cu++filt")
     return str(fallback) if os.access(fallback, os.X_OK) else None
 
@@ -261,14 +265,15 @@ def concrete_text(symbol: str) -> str | None:
 
 def default_demangler() -> Demangler:
     """cu++filt when it is found, else libstdc++: looked up once, and again where what it is
-    found by changed since (``$CUDA_HOME``, ``$CUDA_PATH``, ``$PATH``)."""
-    return _demangler_for(*(os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH", "PATH")))
+    found by changed since (``$CUDA_HOME``, ``$CUDA_PATH``, ``$PATH``, and the working folder,
+    from which relative ones are taken)."""
+    return _demangler_for(tuple(os.environ.get(v) for v in _CUFILT_VARS), os.getcwd())
 
 
 @cached(1)
-def _demangler_for(home: str | None, cuda_path: str | None, path: str | None) -> Demangler:
-    """:func:`default_demangler` for these values of the variables."""
-    path = find_cufilt()
+def _demangler_for(env: tuple[str | None, ...], cwd: str) -> Demangler:
+    """:func:`default_demangler` for these values of the variables (``cwd``: the key only)."""
+    path = find_cufilt(env)  # type: ignore[arg-type]
     # without cu++filt, libstdc++: the one the report's texts loaded already, where it did
     return CuFilt(path) if path else (concrete_demangler() or LibStdCxx())
 
