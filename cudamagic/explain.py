@@ -28,7 +28,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,8 @@ class CellBuild:
                    source_sha=hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
                    source=source if len(source) <= MAX_SOURCE else None, names=tuple(names),
                    std=std, options=tuple(options), arch=arch, nvrtc=nvrtc, toolkit=toolkit,
-                   line_offset=line_offset, kernels=tuple(kernels), unstored=unstored)
+                   line_offset=line_offset, kernels=tuple(kernels),
+                   unstored=_capped(unstored))
 
     @classmethod
     def from_json(cls, data: object) -> "CellBuild | None":
@@ -112,9 +113,24 @@ class CellBuild:
                        source=data["source"] if isinstance(data["source"], str)
                        else None, names=tuple(lists[0]), std=texts[2], options=tuple(lists[1]),
                        arch=texts[3], nvrtc=texts[4], toolkit=texts[5], line_offset=int(offset),
-                       kernels=None if kept is None else tuple(lists[2]), unstored=unstored)
+                       kernels=None if kept is None else tuple(lists[2]),
+                       unstored=_capped(unstored))
         except (KeyError, TypeError):
             return None
+
+
+def _settled(builds: tuple[CellBuild, ...]) -> frozenset[str]:
+    """The keys a hit needs not write about: the builds kept as cached (a hit on a key whose
+    record says "not cached" writes it as cached: another process stored it since)."""
+    return frozenset(b.key for b in builds if not b.unstored)
+
+
+#: the longest "not cached" note a record keeps (a note is a sentence; a file's may be anything)
+MAX_NOTE = 1000
+
+
+def _capped(note: str) -> str:
+    return note if len(note) <= MAX_NOTE else note[:MAX_NOTE] + "..."
 
 
 @cached(256, test=InTest.KEPT)
@@ -156,7 +172,8 @@ class History:
         return os.path.join(self.folder, f"{cell}.json")
 
     def knows(self, cell: str, key: str) -> bool:
-        """Whether this process has seen ``key`` among the cell's builds (no file access)."""
+        """Whether this process has seen ``key`` among the cell's builds, as cached (no file
+        access)."""
         return key in self._known.get(cell, ())
 
     def recall(self, cell: str) -> tuple[CellBuild, ...]:
@@ -164,7 +181,7 @@ class History:
         if self.folder is None:
             return self._memory.get(cell, ())
         builds = self._read(self._path(cell))
-        self._known[cell] = frozenset(b.key for b in builds)
+        self._known[cell] = _settled(builds)
         return builds
 
     def _read(self, path: str) -> tuple[CellBuild, ...]:
@@ -203,7 +220,7 @@ class History:
                               separators=(",", ":"))
                 os.replace(tmp, path)
                 tmp = None
-                self._known[cell] = frozenset(b.key for b in builds)
+                self._known[cell] = _settled(builds)
                 if new_cell:
                     self._prune()
             except OSError:
@@ -468,8 +485,12 @@ def note_build(store: Any, key: str, build: Callable[[], CellBuild], *, origin: 
     if origin is BuildOrigin.CACHE and hist.knows(where, key):
         return None  # the warm path: a dictionary lookup
     builds = hist.recall(where)
-    if origin is BuildOrigin.CACHE and any(b.key == key for b in builds):
-        return None
+    if origin is BuildOrigin.CACHE:
+        said = next((b for b in builds if b.key == key), None)
+        if said is not None and said.unstored:  # a hit: the entry is cached now after all
+            hist.remember(where, replace(said, unstored=""), builds)
+        if said is not None:
+            return None
     now = build()
     out = None
     if origin is BuildOrigin.COMPILED:

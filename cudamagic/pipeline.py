@@ -44,7 +44,8 @@ from .toolchain.image import read_cubin
 from .toolchain.manifest import Manifest, ManifestChecks, SearchPath
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
-from .view.report import BuildReport, KernelRow, KernelRows, stored_note, too_long_text
+from .view.report import (BuildReport, KernelRow, KernelRows, not_cached, stored_note,
+                          too_long_text)
 
 if TYPE_CHECKING:  # pragma: no cover  (the compile's records: a hit never imports them)
     from .precompiled import PchUse
@@ -554,7 +555,7 @@ def _cell_build(ctx: BuildContext, kernels: KernelTable, stored: Stored | None) 
         key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
         options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
         line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries()),
-        unstored=(stored_note(stored, CACHE_WAIT_S) or "") if stored else "")
+        unstored=(not_cached(stored, CACHE_WAIT_S) or "") if stored else "")
 
 
 def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: BuildOrigin,

@@ -240,6 +240,26 @@ def test_a_build_that_was_not_cached_is_not_called_evicted(where, monkeypatch):
            "process kept the cache's database locked" in again.report.why
     cudamagic.KernelCache(where).clear()  # kept this time: an absence now is an eviction
     assert _build(SRC, where).report.explanation.kinds == (ChangeKind.EVICTED,)
+    assert "the next run compiles again" not in again.report.why  # said of that build, then
+
+
+def test_a_hit_after_another_cell_cached_the_entry_forgets_not_cached(where, monkeypatch,
+                                                                      tmp_path):
+    """A build not cached, then the same inputs cached by another cell (another folder here;
+    another notebook alike), then this cell a hit: its history now holds the build as cached,
+    so after the cache is cleared its miss is an eviction, not "that build was not cached"."""
+    real_put = cudamagic.KernelCache.put
+    monkeypatch.setattr(cudamagic.KernelCache, "put", lambda self, key, record: False)
+    _build(SRC, where)  # this cell: not cached
+    monkeypatch.setattr(cudamagic.KernelCache, "put", real_put)
+    here = os.getcwd()
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    assert not _build(SRC, where).hit  # another cell compiles the same inputs and keeps them
+    monkeypatch.chdir(here)
+    assert _build(SRC, where).hit  # this cell: a hit
+    cudamagic.KernelCache(where).clear()
+    assert _build(SRC, where).report.explanation.kinds == (ChangeKind.EVICTED,)
 
 
 def test_why_a_build_was_not_cached_survives_the_record_s_round_trip():
@@ -252,6 +272,8 @@ def test_why_a_build_was_not_cached_survives_the_record_s_round_trip():
     old = {k: v for k, v in data.items() if k != "unstored"}  # written before it was kept
     assert CellBuild.from_json(old).unstored == ""
     assert CellBuild.from_json({**old, "unstored": 3}) is None
+    huge = CellBuild.from_json({**old, "unstored": "x" * 10**6})  # a file's may be anything
+    assert len(huge.unstored) <= H.MAX_NOTE + 3
 
 
 def test_cells_sharing_a_module_name_are_told_apart(where):

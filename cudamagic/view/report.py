@@ -740,12 +740,18 @@ def stored_text(stored: Stored) -> str:
 def stored_note(stored: Stored, wait_s: float) -> str | None:
     """The build's note where its entry could have been kept and was not, else None
     (``wait_s``: how long a store waits for the cache's database)."""
+    why = not_cached(stored, wait_s)
+    return None if why is None else f"{why}; the next run compiles again"
+
+
+def not_cached(stored: Stored, wait_s: float) -> str | None:
+    """Why the build's entry was not kept ("not cached: ..."), where it could have been; else
+    None. The cell's history keeps it, for the next run of the same inputs to say."""
     if stored.outcome is StoreOutcome.RACY:
-        return (f"not cached: {stored.detail}, so its text cannot be tied to this CUBIN; the "
-                "next run compiles again")
+        return f"not cached: {stored.detail}, so its text cannot be tied to this CUBIN"
     if stored.outcome is StoreOutcome.BUSY:
         return (f"not cached: another process kept the cache's database locked for over "
-                f"{wait_s:g} s; the next run compiles again")
+                f"{wait_s:g} s")
     return None
 
 
