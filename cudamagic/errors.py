@@ -42,9 +42,13 @@ class CudaMagicError(Exception):
     def _render_traceback_(self) -> list[str]:
         """Lines IPython shows instead of a traceback: the message, and where the user's own
         code was when the error came through a function of theirs (a kernel called with bad
-        arguments inside a helper: without it, nothing says which call)."""
+        arguments inside a helper: without it, nothing says which call). Never raises."""
+        try:
+            text = str(self)
+        except Exception as exc:  # noqa: BLE001 - a subclass whose message fails to make
+            text = f"(its message could not be made: {type(exc).__name__})"
         lines = [f"{type(self).__name__}: {line}" if i == 0 else line
-                 for i, line in enumerate(str(self).splitlines() or [""])]
+                 for i, line in enumerate(text.splitlines() or [""])]
         return lines + _callers(self.__traceback__)
 
 
@@ -61,18 +65,21 @@ def _callers(tb: object) -> list[str]:
 
     if tb is None:
         return []
-    roots = tuple(os.path.dirname(getattr(sys.modules.get(name), "__file__", "") or "") + os.sep
-                  for name in _NOT_THE_USERS if name in sys.modules)
     try:
+        roots = tuple(os.path.dirname(getattr(sys.modules.get(name), "__file__", "") or "")
+                      + os.sep for name in _NOT_THE_USERS if name in sys.modules)
+        # and Python's own library (a kernel called from a thread pool's worker)
+        roots += (os.path.dirname(os.__file__) + os.sep,)
         frames = [f for f in traceback.extract_tb(tb)  # type: ignore[arg-type]
                   if not f.filename.startswith(roots)  # nor a generated launcher's, nor
                   and not f.filename.startswith(("<cudamagic", "<decorator-gen-"))]  # a magic's
+        if not frames or (len(frames) == 1 and frames[0].name == "<module>"):
+            return []
+        shown = "".join(traceback.format_list(frames[-8:])).rstrip("\n").splitlines()
     except Exception:  # noqa: BLE001 - the message is what matters; its frames are a help
         return []
-    if not frames or (len(frames) == 1 and frames[0].name == "<module>"):
-        return []
     return ["Where your code was (most recent call last):",
-            *"".join(traceback.format_list(frames[-8:])).rstrip("\n").splitlines()]
+            *(line if len(line) <= 300 else line[:300] + "..." for line in shown)]
 
 
 class OptionError(CudaMagicError, ValueError):

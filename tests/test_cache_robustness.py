@@ -224,6 +224,8 @@ def test_folder_is_created_owner_only(tmp_path):
 def test_everything_inside_is_owner_only_under_umask_002(tmp_path):
     folder = tmp_path / "cache"
     folder.mkdir(mode=0o755)  # a folder the user made: trusted (only its owner writes it)
+    (folder / "pch").mkdir()
+    (folder / "pch").chmod(0o775)  # as an older version left it under umask 002
     code = f"""
 import json, os
 os.umask(0o002)   # a shared-group setup: files 664 and folders 775 unless made otherwise

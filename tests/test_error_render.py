@@ -36,6 +36,17 @@ CASES = {
                               ["CompileError: NVRTC could not compile", ", in f",
                                "Where your code was"],
                               ["pipeline.py", "interactiveshell"]),
+    "a call from a thread pool": (["from concurrent.futures import ThreadPoolExecutor\n"
+                                   "def work(y): return tmul_float((1,), (32,), (y, 2.0))\n"
+                                   "with ThreadPoolExecutor(1) as pool:\n"
+                                   "    pool.submit(work, None).result()"],
+                                  ["ArgumentTypeError: tmul<float> takes 3 arguments",
+                                   ", in work"],
+                                  ["concurrent/futures", "threading.py"]),
+    "a very long line": (["def far(y): " + "0 or " * 20000 + "tmul_float((1,), (32,), (y,))\n"
+                          "far(None)"],
+                         ["ArgumentTypeError", ", in far", "..."],
+                         ["0 or " * 100]),
 }
 
 
@@ -59,3 +70,15 @@ def test_an_error_shows_its_message_and_where_the_users_code_was(case, tmp_path)
         assert words in shown_text, shown_text
     for words in hidden:
         assert words not in shown_text, shown_text
+
+
+def test_rendering_never_raises():
+    """An error whose message cannot be made (a subclass of the user's) still renders."""
+    from cudamagic.errors import CudaMagicError
+
+    class Odd(CudaMagicError):
+        def __str__(self):
+            raise RuntimeError("no")
+
+    lines = Odd()._render_traceback_()
+    assert lines[0].startswith("Odd: (its message could not be made: RuntimeError)"), lines

@@ -203,6 +203,20 @@ def test_cache_listing_names_in_natural_order_and_bounded():
     assert row[-1] == "k<0>, k<1>, k<2>, k<3>, k<4>, k<5>, k<6>, k<7> and 4 more"
 
 
+@pytest.mark.parametrize("names, first", [
+    (("k<" + "0" * 4400 + "1>", "k<2>"), "k<" + "0" * 4400 + "1>"),  # past int()'s digit limit
+    (("k<1/*1\u00b22*/>", "k<1>"), "k<1/*1"),  # '²': a digit to str.isdigit, not to int()
+    (("k<007>", "k<10>", "k<8>"), "k<007>"),  # leading zeros: the value orders
+])
+def test_cache_listing_orders_any_name_nvrtc_takes(names, first):
+    """Names NVRTC compiles (a template argument of 4 400 digits, a comment holding a
+    superscript digit) are listed, never a ValueError in place of the whole listing."""
+    from cudamagic.store.cache import EntryInfo
+
+    row = CacheListing((EntryInfo("ab" * 32, 2048, 1.7e9, 1.7e9, names, True),)).table()[0]
+    assert row[-1].startswith(first[:40]), row[-1][:80]
+
+
 # --- numbers as people read them (issue 20, item 10) -----------------------------------------
 
 @pytest.mark.parametrize("n, shown", [

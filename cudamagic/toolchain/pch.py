@@ -50,6 +50,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -394,6 +395,9 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
     try:
         for made in (folder, tmp):  # each 700: makedirs gives its mode to the last one only
             os.makedirs(made, mode=0o700, exist_ok=True)
+            st = os.lstat(made)  # one an older version left open to its group: closed
+            if st.st_mode & 0o077 and st.st_uid == os.geteuid() and stat.S_ISDIR(st.st_mode):
+                os.chmod(made, 0o700)
         with _locked(folder):
             record = _valid(folder, key, search)
             if record is None:

@@ -162,6 +162,22 @@ class RemoteCacheStats(_Record):
                             "slowest")]
 
 
+_DIGITS = re.compile(r"([0-9]+)")  # ASCII digits only: int() is never asked of a name
+
+
+def _natural(name: str) -> list[tuple[int, int, str]]:
+    """A name's sort key: runs of digits by their value (compared as text by length once
+    leading zeros are dropped: no int() of 4 000 digits), the rest as text."""
+    key = []
+    for i, part in enumerate(_DIGITS.split(name)):
+        if i % 2:
+            digits = part.lstrip("0") or "0"
+            key.append((0, len(digits), digits))
+        elif part:
+            key.append((1, 0, part))
+    return key
+
+
 @dataclass(frozen=True, repr=False)
 class CacheListing(_Record):
     """``%cuda_cache list``: entries, newest first."""
@@ -181,8 +197,7 @@ class CacheListing(_Record):
 
     def _names(self, names: tuple[str, ...]) -> str:
         """The entry's name expressions in natural order (k<2> before k<10>), the first few."""
-        ordered = sorted(names, key=lambda n: [(0, int(p), "") if p.isdigit() else (1, 0, p)
-                                               for p in re.split(r"(\d+)", n)])
+        ordered = sorted(names, key=_natural)
         more = len(ordered) - self.shown_names
         return ", ".join(ordered[:self.shown_names]) + (f" and {more} more" if more > 0 else "")
 
