@@ -110,7 +110,7 @@ def _search_folders() -> tuple[tuple[str, int | None], ...]:
     """``sys.path`` as absolute folders (``""`` and relative entries from the working folder),
     each with its modification time (None: none there); entries that are no text are left
     out, as the import system skips them."""
-    out = []
+    out: list[tuple[str, int | None]] = []
     for entry in sys.path:
         if not isinstance(entry, str):
             continue
