@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import operator
 import struct
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -71,8 +70,6 @@ def device_runtime_kernels(symbols: Sequence[str]) -> frozenset[str]:
     if DEVRT_KERNEL not in "\0".join(symbols):
         return frozenset()
     return frozenset(s for s in symbols if from_device_runtime(s))
-
-
 
 
 @dataclass(frozen=True)
@@ -471,11 +468,9 @@ class _Elf:
         if sec is None:
             return out
         data = _section_bytes(self.data, sec)
-        # nearly always every record is (symbol, value): 12 bytes, three little-endian words
-        # (format | attribute << 8 | size << 16, symbol, value), read as three columns of ints
-        # (no tuple per record: 1000 kernels' records were 4 500 of them at once, 5 of the
-        # garbage collector's passes in a hit cell)
-        if len(data) % 12 == 0 and sys.byteorder == "little":
+        # nearly always (symbol, value) records of 12 bytes: (fmt | attr << 8 | size << 16,
+        # symbol, value) as columns of ints, no tuple per record (as globals() reads words)
+        if len(data) % 12 == 0:
             words = memoryview(data).cast("I")
             heads = words[0::3].tolist()
             if all(h & 0xFF == _EIFMT_SVAL and h >> 16 == 8 for h in heads):
