@@ -40,6 +40,12 @@ def fork_one(i):
     pid = os.fork()
     if pid == 0:
         code = 0
+        # a child still here near its deadline writes where each of its threads is (the
+        # test shows it for a hung one: a CI run had one hang, cause unknown)
+        import faulthandler
+        global STACKS
+        STACKS = open(os.path.join(os.path.dirname(folder), f"child-{i}.stack"), "w")
+        faulthandler.dump_traceback_later(CHILD_S - 3, exit=False, file=STACKS)
         try:
             child(i)
         except BaseException as exc:
@@ -125,13 +131,20 @@ def _run(code: str, folder, forks: int) -> dict:
 def test_300_forks_right_after_hits_leave_no_child_hung(tmp_path):
     result = _run(AFTER_HITS, tmp_path / "cache", 300)
     print(f"\n300 forks after hits: {result}")
-    assert result["hung"] == 0 and result["failed"] == 0, result
+    assert result["hung"] == 0 and result["failed"] == 0, (result, _stacks(tmp_path))
+
+
+def _stacks(tmp_path) -> str:
+    """Where the hung children were, as each wrote it near its deadline."""
+    return "\n".join(f"{p.name}:\n{p.read_text()}" for p in sorted(tmp_path.glob("child-*.stack"))
+                     if p.stat().st_size)
 
 
 def test_20_forks_while_three_threads_build_leave_no_child_hung(tmp_path):
     result = _run(WHILE_BUILDING, tmp_path / "cache", 20)
     print(f"\n20 forks while threads build: {result}")
-    assert result["hung"] == 0 and result["failed"] == 0 and not result["errors"], result
+    assert result["hung"] == 0 and result["failed"] == 0 and not result["errors"], \
+        (result, _stacks(tmp_path))
 
 
 BOUNDED = r"""
