@@ -2,6 +2,12 @@
 # One GPU-machine run: the chosen steps in order, logs under $OUT.
 # Usage (device tool, carrying .whl, then .whl2, made by scripts/device_wheels.sh):
 #   bash scripts/device.sh [step...]
+# verify: the round's checks in one go, in this order: suite (xdist, then the serial files), gpu,
+# annotate, debug, notebook, perf, edit_loop; a summary line per step in $OUT/verify.txt and
+# every log in $OUT/verify-logs.tgz. A step that would not end inside this call's budget
+# ($VERIFY_BUDGET s, default 540) is left to the next call, which, on the same warm machine,
+# goes on where this one stopped (the state is in /tmp/verify); VERIFY_STEPS picks others.
+# Carry .whl (scripts/device_wheels.sh), nothing else.
 # steps: install (only the wheels), gpu (the gpu-marked tests), suite (every test), tests (the
 # files in $TESTS), resolve (the resolution property test
 # with cu++filt), notebook (the quickstart twice: a restart), cell (benchmarks/warm_cell.py,
@@ -40,7 +46,8 @@ nvidia-smi -L
 # project_commit); make it where the copy is made: git rev-parse --short HEAD > .commit
 echo "cudamagic commit: ${CUDAMAGIC_COMMIT:-$(cat .commit 2>/dev/null || echo 'unknown (no .git, no .commit)')}"
 python3 -c "import cuda.bindings, cupy, numpy; from cudamagic.toolchain import nvrtc as compiler, driver; from cudamagic.toolchain.demangle import default_demangler as d; print('cuda.bindings', cuda.bindings.__version__, 'cupy', cupy.__version__, 'numpy', numpy.__version__, 'nvrtc', compiler.nvrtc_version(), 'driver', driver.driver_version(), 'demangler', d().name)"
-for what in "${@:-gpu}"; do
+run_step() {
+  local what=$1
   echo "=== $what $(date +%T)"
   case $what in
     install) ls /tmp/site | wc -l ;;
@@ -90,4 +97,49 @@ for what in "${@:-gpu}"; do
           | tee "$OUT/notebook-$run.log"; done ;;
     *) [ -f "benchmarks/$what.py" ] && python3 "benchmarks/$what.py" 2>&1 | tee "$OUT/$what.log" ;;
   esac
+}
+
+# the seconds each verify step takes there, about (H100/H200, 2026-12): a step is started only
+# where it fits in what is left of the call's budget
+declare -A ESTIMATE=([suite]=240 [gpu]=60 [annotate]=70 [debug]=60 [notebook]=40 [perf]=420
+                     [edit_loop]=300)
+
+# the last line pytest (or a benchmark) printed that reads as its result
+result_line() {
+  grep -hE "(passed|failed|error|skipped|no tests ran)( |,|$)|Traceback|Error" "$@" 2>/dev/null \
+    | tail -1 | cut -c1-300
+}
+
+verify() {
+  local state=/tmp/verify start=$SECONDS budget=${VERIFY_BUDGET:-540} step left logs
+  mkdir -p "$state/logs"
+  touch "$state/done" "$state/summary.txt"
+  for step in ${VERIFY_STEPS:-suite gpu annotate debug notebook perf edit_loop}; do
+    grep -qx "$step" "$state/done" && continue
+    left=$(( budget - (SECONDS - start) ))
+    if [ "${ESTIMATE[$step]:-60}" -gt "$left" ]; then
+      echo "verify: $step (about ${ESTIMATE[$step]:-60} s) does not fit the $left s left:" \
+           "call 'bash scripts/device.sh verify' again on this warm machine" | tee -a "$state/summary.txt"
+      break
+    fi
+    logs=$state/logs/$step
+    mkdir -p "$logs"
+    local t0=$SECONDS
+    OUT=$logs run_step "$step" >"$logs/stdout.log" 2>&1
+    local rc=$?
+    echo "$step" >> "$state/done"
+    echo "verify: $step rc=$rc $(( SECONDS - t0 )) s: $(result_line "$logs"/*.log)" \
+      | tee -a "$state/summary.txt"
+    # every log so far, packed after each step: a call cut at its limit still brings them back
+    tar -czf "$OUT/verify-logs.tgz" -C "$state" logs summary.txt
+    cp "$state/summary.txt" "$OUT/verify.txt"
+    for table in perf.md edit_loop.md; do
+      [ -f "$logs/$table" ] && cp "$logs/$table" "$OUT/$table"
+    done
+  done
+  cp "$state/summary.txt" "$OUT/verify.txt"
+}
+
+for what in "${@:-gpu}"; do
+  if [ "$what" = verify ]; then verify; else run_step "$what"; fi
 done

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -36,11 +37,18 @@ def _tree_files() -> list[str]:
         return sorted(f.as_posix() for f in shipped if not any(
             part in _LEFT_BY_RUNS or part.endswith(".egg-info") for part in f.parts))
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.strip()
         out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"{REPO} is neither a git checkout nor an unpacked sdist, so which of its "
                     f"files a build ships is unknown ({exc})")
+    # a copy without its .git inside another work tree (the GPU machine's): git answers for
+    # that other tree, which does not hold these files
+    if Path(top).resolve() != REPO.resolve():
+        pytest.skip(f"{REPO} is no git checkout of its own (git's work tree here is {top}) nor "
+                    f"an unpacked sdist, so which of its files a build ships is unknown")
     return [f for f in out if (REPO / f).is_file()]
 
 
