@@ -15,7 +15,12 @@ import ctypes
 import json
 import os
 import sys
+import time
 from pathlib import Path
+
+#: where a run appends the wall-clock time of each of its steps, one JSON line a run (the
+#: tests of the warm child's speed read it: docs/debugging.md); unset: nothing written
+TIMES_ENV = "CUDAMAGIC_CHILD_TIMES"
 
 
 def run(folder: Path, device: int) -> int:
@@ -24,28 +29,38 @@ def run(folder: Path, device: int) -> int:
     from .module import arrive
     from .toolchain import driver
 
+    stamps = [("go", time.time())]
     module = arrive((folder / "module.bin").read_bytes(), None)  # type: ignore[arg-type]
     c = decode_capture((folder / "capture.bin").read_bytes())
     kernel = module.kernels[c.kernel]
+    stamps.append(("module arrived", time.time()))
     placed: list = []
     error = ""
     try:
         driver.ensure_context(device)
+        stamps.append(("context", time.time()))
         slots, where = rebuild(c, driver.mem_alloc, driver.copy_to_device)
+        stamps.append(("arguments rebuilt", time.time()))
         placed = [(p.index, p.base, p.nbytes) for p in where]
         _save(folder, placed, "")  # written before the launch: a fault may end the process
         buffers = [ctypes.create_string_buffer(s, len(s)) for s in slots]
         params = (ctypes.c_void_p * max(len(buffers), 1))(
             *[ctypes.cast(b, ctypes.c_void_p) for b in buffers])
         handle = kernel._handle(device, context_ready=True)
+        stamps.append(("module loaded", time.time()))
         if c.shared_mem > kernel.dynamic_shared_default:
             kernel.raise_shared_limit(device, c.shared_mem)
         driver.launch(handle, c.grid, c.block, c.shared_mem, 0, ctypes.addressof(params),
                       device=device, what=f"launching {c.kernel}")
         driver.synchronize()
+        stamps.append(("launched and synchronised", time.time()))
     except CudaMagicError as exc:
         error = str(exc)
     _save(folder, placed, error)
+    stamps.append(("saved", time.time()))
+    if os.environ.get(TIMES_ENV):
+        with open(os.environ[TIMES_ENV], "a", encoding="utf-8") as f:
+            f.write(json.dumps(stamps) + "\n")
     return 3 if error else 0
 
 
