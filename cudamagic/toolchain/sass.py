@@ -20,10 +20,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import CudaMagicError
+from ..units import size_text
 from . import tools
 
 __all__ = ["Kind", "Place", "Instruction", "FunctionCode", "Counts", "DisassemblyError",
-           "disassemble", "read_listing", "kind_of", "access_bytes", "in_file"]
+           "disassemble", "read_listing", "kind_of", "access_bytes", "in_file",
+           "LISTING_BYTES"]
+
+#: the most bytes of nvdisasm's listing read (about 4 million instructions, 60 bytes of text
+#: each): the listing is read whole up to it, and past it the annotation is refused, saying so
+LISTING_BYTES = 256 << 20
 
 
 class DisassemblyError(CudaMagicError):
@@ -234,18 +240,26 @@ def _mark_padding(code: list[Instruction], labels: dict[int, str]) -> tuple[Inst
                                                i.spill) for n, i in enumerate(code))
 
 
-def disassemble(cubin: bytes, *, timeout: float = 300.0) -> tuple[FunctionCode, ...]:
-    """Every kernel of ``cubin`` as nvdisasm reads it, with its line table.
+def disassemble(cubin: bytes, *, timeout: float = 300.0,
+                bound: int | None = None) -> tuple[FunctionCode, ...]:
+    """Every kernel of ``cubin`` as nvdisasm reads it, with its line table: its listing is
+    read whole (never a tail of it), up to ``bound`` bytes (None: :data:`LISTING_BYTES`).
 
     :raises ToolMissingError: no nvdisasm (the message says how to install it).
-    :raises DisassemblyError: nvdisasm refused the CUBIN.
+    :raises DisassemblyError: nvdisasm refused the CUBIN, or its listing passed ``bound``.
     """
     program = tools.require(tools.ToolKind.NVDISASM)
+    bound = LISTING_BYTES if bound is None else bound
     fd, path = tempfile.mkstemp(prefix="cudamagic-sass-", suffix=".cubin")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(cubin)
-        done = tools.run_child([program.path, "-c", "-gi", path], timeout=timeout)
+        done = tools.run_for_result([program.path, "-c", "-gi", path], bound, timeout=timeout)
+    except tools.ResultTooLarge:
+        raise DisassemblyError(
+            f"nvdisasm's listing of this {size_text(len(cubin))} CUBIN is more than "
+            f"{size_text(bound)}, the most read of one: it is not annotated (no part of it is "
+            "shown as the whole); annotate a module of fewer kernels") from None
     finally:
         os.unlink(path)
     if done.returncode != 0:

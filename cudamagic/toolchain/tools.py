@@ -23,9 +23,11 @@ from pathlib import Path
 
 from ..process import held
 from ..errors import CudaMagicError
+from ..units import size_text
 
 __all__ = ["wait_child", "stop_child", "ToolKind", "Found", "Tool", "Missing", "ToolMissingError", "find", "look", "require",
-           "ChildResult", "run_child", "TAIL_BYTES", "ScratchError", "scratch_folder"]
+           "ChildResult", "run_child", "run_for_result", "TAIL_BYTES", "ResultTooLarge",
+           "ScratchError", "scratch_folder"]
 
 
 class ToolKind(enum.Enum):
@@ -198,7 +200,8 @@ def require(kind: ToolKind) -> Tool:
 @dataclass(frozen=True)
 class ChildResult:
     """How a child process ended: its status, the last :data:`TAIL_BYTES` of each of its
-    output streams, how many bytes before those were not kept, and how long it ran."""
+    output streams (of :func:`run_for_result`'s: its stdout whole), how many bytes before
+    those were not kept, and how long it ran."""
 
     returncode: int
     stdout: str
@@ -219,8 +222,35 @@ EXIT_GRACE_S = 0.5
 _CHUNK = 1 << 16
 
 
+class ResultTooLarge(CudaMagicError):
+    """A tool's result (what it writes to stdout: a listing) passed the bytes read of one; the
+    run was stopped and nothing of the result is used (a part is never taken for the whole)."""
+
+    def __init__(self, argv: Sequence[str], bound: int) -> None:
+        super().__init__(f"{os.path.basename(str(argv[0]))} wrote more than "
+                         f"{size_text(bound)} as its result, the most read of one: the run was "
+                         "stopped and nothing of it is used")
+        self.bound = bound
+
+
+class _Whole:
+    """A stream read whole, up to ``bound`` bytes: past it, :class:`ResultTooLarge`."""
+
+    def __init__(self, argv: Sequence[str], bound: int) -> None:
+        self.argv, self.bound = argv, bound
+        self.data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > self.bound:
+            raise ResultTooLarge(self.argv, self.bound)
+
+    def text(self) -> tuple[str, int]:
+        return bytes(self.data).decode(errors="replace"), 0
+
+
 class _Tail:
-    """The last ``keep`` bytes of a stream, and how many came in all."""
+    """The last ``keep`` bytes of a stream (a tool's chatter), and how many came in all."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
@@ -251,10 +281,28 @@ def run_child(argv: Sequence[str], env: Mapping[str, str] | None = None,
     :raises subprocess.TimeoutExpired: the child ran past ``timeout`` seconds.
     """
     started = time.perf_counter()
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = _start(argv, env, cwd)
+    return wait_child(proc, timeout, started, keep)
+
+
+def run_for_result(argv: Sequence[str], bound: int, *, timeout: float = CHILD_TIMEOUT_S,
+                   keep: int = TAIL_BYTES) -> ChildResult:
+    """Run a tool whose stdout is its result (nvdisasm's listing) as :func:`run_child` does,
+    reading that stdout whole; its stderr, chatter, keeps its last ``keep`` bytes.
+
+    :raises ResultTooLarge: the stdout passed ``bound`` bytes (the child is stopped at once).
+    :raises subprocess.TimeoutExpired: the child ran past ``timeout`` seconds.
+    """
+    started = time.perf_counter()
+    proc = _start(argv, None, None)
+    return _wait(proc, timeout, started, _Whole(argv, bound), _Tail(keep))
+
+
+def _start(argv: Sequence[str], env: Mapping[str, str] | None,
+           cwd: str | os.PathLike | None) -> subprocess.Popen:
+    return subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=dict(env) if env is not None else None,
                             cwd=cwd, start_new_session=True)
-    return wait_child(proc, timeout, started, keep)
 
 
 def wait_child(proc: subprocess.Popen, timeout: float = CHILD_TIMEOUT_S,
@@ -266,15 +314,19 @@ def wait_child(proc: subprocess.Popen, timeout: float = CHILD_TIMEOUT_S,
     :raises subprocess.TimeoutExpired: the child ran past ``timeout`` seconds.
     """
     started = time.perf_counter() if started is None else started
+    return _wait(proc, timeout, started, _Tail(keep), _Tail(keep))
+
+
+def _wait(proc: subprocess.Popen, timeout: float, started: float, out: "_Tail | _Whole",
+          err: "_Tail | _Whole") -> ChildResult:
     deadline = time.monotonic() + timeout
-    out, err = _Tail(keep), _Tail(keep)
     try:
         _read_until_exit(proc, {proc.stdout: out, proc.stderr: err}, deadline)
         proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
     except subprocess.TimeoutExpired:
         stop_child(proc)
         raise subprocess.TimeoutExpired(proc.args, timeout) from None
-    except BaseException:  # Ctrl-C: the whole group goes, then it is raised
+    except BaseException:  # Ctrl-C, a result too large: the whole group goes, then it is raised
         stop_child(proc)
         raise
     finally:
