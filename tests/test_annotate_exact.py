@@ -132,3 +132,20 @@ def test_a_tail_is_at_most_its_bound_and_counts_exactly_what_it_cut():
     # through a real child: 1.5 times the bound in one write is never trimmed by the slack
     done = tools.run_child(_write_then_sleep(1500), keep=keep, timeout=60)
     assert done.stdout == _pattern(1500)[-keep:] and done.stdout_cut == 500
+
+
+def test_a_sanitizer_report_too_large_to_read_is_no_clean_run(tmp_path, monkeypatch):
+    # before: a report past its bound was left unread and the run, exited 0, said "clean"
+    from cudamagic.launch.tool_run import failed_account
+    from cudamagic.toolchain import sanitizer
+
+    report = tmp_path / "report.xml"
+    report.write_text("<ComputeSanitizerOutput>" + "<record/>" * 1000
+                      + "</ComputeSanitizerOutput>")
+    monkeypatch.setattr(sanitizer, "MAX_REPORT_BYTES", 1 << 10)
+    with pytest.raises(sanitizer.SanitizerOutputError) as caught:
+        sanitizer.read_xml(report, sanitizer.SanitizerTool.MEMCHECK)
+    exited_well = tools.ChildResult(0, "", "", 1.0)
+    said = failed_account(False, exited_well, "", str(caught.value))
+    assert said.startswith("the tool's report was not read") and "more than" in said
+    assert failed_account(False, exited_well, "", "") == ""  # a clean run stays clean

@@ -284,10 +284,11 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
         done = ready.go(device) if ready is not None else tools.run_child(
             sanitizer_argv(program.path, which, report, child), env=env, cwd=folder)
         t2 = time.perf_counter()
+        unread = ""  # the report, a result, unread (too large, not the tool's): never "clean"
         try:
             findings = read_xml(report, which)
         except SanitizerOutputError as exc:
-            findings, done = (), dataclasses.replace(done, stderr=f"{done.stderr}\n{exc}")
+            findings, unread = (), str(exc)
         placed, said = read_placed(folder)
         if save_report is not None and _is_file(report):
             shutil.copyfile(report, save_report)
@@ -299,13 +300,23 @@ def sanitize(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (),
          str(device)]),
         env, path)
     folded = fold(findings, build, c, placed)
-    failed = "" if folded or (done.returncode == 0 and not said) else \
-        (said or _tail(done, stderr=True) or f"the child exited with {done.returncode}")
+    failed = failed_account(bool(folded), done, said, unread)
     record = SanitizeReport(which, program.version, kernel.name_expression, c.grid, c.block,
                             findings=folded, total=len(findings), lineinfo=build.lineinfo,
                             failed=failed, copied_in=copied_in(c), capture_seconds=t1 - t0,
                             child_seconds=t2 - t1)
     return _present(kernel, record)
+
+
+def failed_account(found: bool, done: tools.ChildResult, said: str, unread: str) -> str:
+    """Why a run that ``found`` no finding is not clean ("" where it is): its report unread
+    (``unread``: what was wrong with it), the child's own account (``said``), or the last
+    lines of its output where it exited badly."""
+    if unread:
+        return f"the tool's report was not read, so no finding of it is shown: {unread}"
+    if found or (done.returncode == 0 and not said):
+        return ""
+    return said or _tail(done, stderr=True) or f"the child exited with {done.returncode}"
 
 
 def _is_file(path: Path) -> bool:
