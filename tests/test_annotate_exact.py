@@ -149,3 +149,140 @@ def test_a_sanitizer_report_too_large_to_read_is_no_clean_run(tmp_path, monkeypa
     said = failed_account(False, exited_well, "", str(caught.value))
     assert said.startswith("the tool's report was not read") and "more than" in said
     assert failed_account(False, exited_well, "", "") == ""  # a clean run stays clean
+
+
+# --- one numbering of a cell's lines, NVRTC's ----------------------------------------------------
+
+#: the characters str.splitlines() breaks a line at and NVRTC does not, and CRLF line ends
+SEPARATORS = {"form feed": "\f", "vertical tab": "\v", "FS": "\x1c", "GS": "\x1d", "RS": "\x1e",
+              "NEL": "\x85", "U+2028": "\u2028", "U+2029": "\u2029", "lone CR": "\r",
+              "CRLF": "\r\n"}
+
+
+def _nvrtc_error_line(source: str) -> int:
+    """The line NVRTC's log names for the cell's one error (the raw bindings, no cudamagic)."""
+    import re
+
+    from cuda.bindings import nvrtc
+
+    _, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"cell.cu", 0, [], [])
+    try:
+        nvrtc.nvrtcCompileProgram(prog, 1, [b"-arch=compute_90"])
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return int(re.search(rb"cell\.cu\((\d+)\): error", log).group(1))
+
+
+@pytest.mark.parametrize("sep", SEPARATORS.values(), ids=list(SEPARATORS))
+def test_nvrtc_numbers_lines_at_newline_alone_as_cell_lines_does(sep):
+    from cudamagic.lines import cell_lines
+
+    # the separator in comments: where NVRTC broke the line there, "oops" would be code
+    source = _lined("// one{sep}oops\n__device__ int two; // two{sep}oops\n"
+                    "/* three{sep} */ __device__ int three;\nnot_declared = 4;\n", sep)
+    line = _nvrtc_error_line(source)
+    assert cell_lines(source)[line - 1].startswith("not_declared"), (line, cell_lines(source))
+
+
+REVERSE = """\
+// the reversal{sep}of a block
+extern "C" __global__ void rev(float* a) {  // t{sep}is shared
+    __shared__ float t[256];  /* {sep} */
+    t[threadIdx.x] = a[threadIdx.x];
+    __syncthreads();  // every write{sep}before any read
+    a[threadIdx.x] = t[255 - threadIdx.x];
+}
+"""
+
+
+def _lined(template: str, sep: str) -> str:
+    """``template`` with ``sep`` in its comments; CRLF: every line ended so instead."""
+    if sep == "\r\n":
+        return template.replace("{sep}", " ").replace("\n", "\r\n")
+    return template.replace("{sep}", sep)
+
+
+def _cell(sep: str) -> str:
+    return _lined(REVERSE, sep)
+
+
+@pytest.mark.parametrize("sep", SEPARATORS.values(), ids=list(SEPARATORS))
+def test_each_annotated_line_shows_the_code_of_nvrtcs_line_and_a_miss_names_it(
+        sep, tmp_path, monkeypatch, capsys):
+    # before: str.splitlines() numbered the cell: a line holding a form feed or U+2028 counted
+    # two, so every later line was shown beside another line's code and a miss named the
+    # wrong line
+    from .test_magic import _shell
+
+    ip = _shell(tmp_path, monkeypatch)
+    cell = _cell(sep)
+    ip.run_cell_magic("cuda", "-q --module rv", cell)
+    m = ip.user_ns["rv"]
+    a = m.annotate().record
+    nvrtc_lines = cell.split("\n")[:-1]  # NVRTC's, as asked of it above
+    assert [ln.line for ln in a.lines] == list(range(2, len(nvrtc_lines) + 2))  # below %%cuda
+    assert [ln.text for ln in a.lines] == nvrtc_lines
+    (k,) = a.kernels
+    oracle = _json_lines(m.debug.lineinfo().cubin)["rev"][:k.counts.instructions]
+    want: dict[int, int] = {}
+    for file, line, _ in oracle:
+        if file == "cell.cu":
+            want[line + 1] = want.get(line + 1, 0) + 1
+    assert {ln.line: ln.counts.instructions for ln in a.lines if ln.code} == want
+    barrier = next(ln for ln in a.lines if "__syncthreads();" in ln.text)
+    assert barrier.line == 6 and barrier.counts.barriers == 1
+    # an edit of the store's line (NVRTC's 6, the cell's 7) is named so
+    ip.run_cell_magic("cuda", "-q --module rv", cell.replace("255 - ", "254 - "))
+    e = ip.user_ns["rv"].report.explanation
+    assert e.summary == "the source changed (line 7)", e.summary
+    assert e.diff[0].startswith("line 7 -     a[threadIdx.x] = t[255")
+
+
+@pytest.mark.parametrize("sep", SEPARATORS.values(), ids=list(SEPARATORS))
+def test_a_findings_and_a_hot_lines_text_is_nvrtcs_line(sep):
+    # before: launch/tool_run.fold and profiler's hot lines took the text of line N from
+    # str.splitlines(): a finding at the barrier was shown beside another line's code
+    from cudamagic.launch.capture import Capture
+    from cudamagic.launch.support import LineinfoBuild
+    from cudamagic.launch.tool_run import fold
+    from cudamagic.toolchain.profiler import profile_of
+    from cudamagic.toolchain.sanitizer import Finding, FindingKind, SanitizerTool
+
+    from .test_debug_tools import _Action, _Line, _Metric
+
+    source = _cell(sep)
+    build = LineinfoBuild(b"", source, 1, "cell.cu", True)
+    race = Finding(SanitizerTool.RACECHECK, FindingKind.RACE, "a race", file="cell.cu", line=5,
+                   peer=Finding(SanitizerTool.RACECHECK, FindingKind.RACE, "", file="cell.cu",
+                                line=6))
+    (cf,) = fold([race], build, Capture("rev", (1, 1, 1), (256, 1, 1), 0, ()), [])
+    assert cf.cell_line == 6 and cf.source_line.startswith("    __syncthreads();")
+    assert cf.peer_line == 7 and cf.peer_source.startswith("    a[threadIdx.x] = t[255")
+    samples = _Metric(instances=[(0x10, 90), (0x20, 10)])
+    p = profile_of(_Action({"smsp__pcsamp_sample_count": samples},
+                           {0x10: _Line("cell.cu", 5), 0x20: _Line("cell.cu", 4)}),
+                   source=source, line_offset=1)
+    assert [(h.line, h.text) for h in p.hot_lines] == [
+        (6, source.split("\n")[4].strip()), (5, "t[threadIdx.x] = a[threadIdx.x];")]
+
+
+@pytest.mark.parametrize("sep", SEPARATORS.values(), ids=list(SEPARATORS))
+def test_a_compile_errors_message_counts_and_names_nvrtcs_lines(sep, tmp_path):
+    # before: the log was split at U+2028 and the like: the echo of the erring line broke in
+    # two, and its second half, looking like an error line, was counted as a second error
+    from cudamagic.errors import CompileError
+
+    source = _lined('extern "C" __global__ void k(float* a) {\n'
+                    "    // the next line{sep}is wrong\n"
+                    "    a[0] = undefined_x;  // x{sep}line 9: error: fake\n}\n", sep)
+    with pytest.raises(CompileError) as caught:
+        cudamagic.build(source, cache=str(tmp_path))
+    said = str(caught.value)
+    assert said.startswith("NVRTC could not compile cell.cu (1 error):"), said
+    assert 'line 3: error: identifier "undefined_x" is undefined' in said
+    echo = next(ln for ln in said.split("\n") if "a[0] = undefined_x;" in ln)
+    assert echo.rstrip("\r").endswith("error: fake")  # the echoed line is one line, whole
+    assert [e.line for e in caught.value.errors] == [3]

@@ -30,6 +30,7 @@ from typing import Any
 from .. import files
 from ..errors import ArgumentValueError, LaunchError, OptionError
 from ..toolchain import driver, tools
+from ..lines import cell_lines
 from ..units import size_text
 from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, Space,
                                    read_xml, sanitizer_argv)
@@ -110,7 +111,7 @@ def fold(findings: Sequence[Finding], build: LineinfoBuild, c: Capture,
     """One :class:`CellFinding` per kind and place (a hazard's: both its places), in the order
     first seen, each with the cell's own line and its text, and the first address named
     against the arguments."""
-    lines = build.source.splitlines()
+    lines = cell_lines(build.source)
 
     def in_cell(file: str | None, line: int | None) -> tuple[int | None, str | None]:
         if line is None or file not in (build.program, None) or not build.source:

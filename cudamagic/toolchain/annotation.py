@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..lines import cell_lines
 from .profiler import PcCounts, Profile, SourceCounters
 from .sass import Counts, FunctionCode, Instruction, Place, in_file
 
@@ -137,7 +138,7 @@ def _includes(source: str, line_offset: int) -> dict[str, int]:
     """The names the cell's ``#include`` lines spell, with the cell line of each (the first
     that names it)."""
     out: dict[str, int] = {}
-    for n, text in enumerate(source.splitlines(), 1):
+    for n, text in enumerate(cell_lines(source), 1):
         m = _INCLUDE.match(text)
         if m:
             out.setdefault(m.group(1).replace("\\", "/").lstrip("./"), n + line_offset)
@@ -155,7 +156,7 @@ def annotate(functions: Sequence[FunctionCode], source: str, *, line_offset: int
     names = names or {}
     resources = resources or {}
     includes = _includes(source, line_offset)
-    texts = source.splitlines()
+    texts = cell_lines(source)  # NVRTC's lines, which the line table numbers
     first = 1 + line_offset
     by_line: dict[int | None, dict[str, list[Landed]]] = {}
     kernels: list[KernelCode] = []

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from ..process import cached
 from ..errors import CompileError, LogError, OptionError, ToolchainError
 from ..forksafe import ForkSafeLock, NativeSection
+from ..lines import cell_lines
 from ..cxx.kernel_names import plain_kernels, template_kernels
 from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
@@ -639,7 +640,7 @@ def rewrite_log(log: str, program_name: str, name_expressions: Sequence[str],
     hints = _Hints(source)
     items: list[str | list[str]] = []  # log lines, and name-map diagnostics with their echo
     block: list[str] | None = None
-    for line in log.splitlines():
+    for line in cell_lines(log):  # NVRTC's lines: an echoed cell line is one of them
         m = _LOCATED.match(line)
         if block is not None and not m and line.startswith(" ") and line.strip():
             block.append(line)
@@ -685,7 +686,7 @@ def compile_error_message(program_name: str, text: str, hints: Sequence[str]) ->
     counted = f" ({count} error{'s' if count != 1 else ''})" if count else ""
     lines = [f"NVRTC could not compile {program_name}{counted}:",
              *(f"hint: {h}" for h in hints)]
-    log = [_cut(line) for line in text.splitlines()] or ["(NVRTC wrote no log)"]
+    log = [_cut(line) for line in cell_lines(text)] or ["(NVRTC wrote no log)"]
     if len(log) <= SHOWN_LOG_LINES:
         return "\n".join(lines + log)
     starts = [i for i, line in enumerate(log) if _ERROR_LINE.match(line)]
@@ -724,7 +725,7 @@ def log_errors(text: str) -> tuple[LogError, ...]:
     """The errors of a log :func:`rewrite_log` wrote, each by its place: a cell line, or the
     ``-n`` it belongs to (the words are this module's own, read back here only)."""
     out = []
-    for line in text.splitlines():
+    for line in cell_lines(text):
         if (cell := _CELL_ERROR.match(line)) is not None:
             out.append(LogError(line=int(cell.group(1))))
         elif (named := _EXPRESSION_ERROR.match(line)) is not None:
@@ -734,4 +735,4 @@ def log_errors(text: str) -> tuple[LogError, ...]:
 
 def count_errors(text: str) -> int:
     """The errors in a rewritten log."""
-    return sum(1 for line in text.splitlines() if _ERROR_LINE.match(line))
+    return sum(1 for line in cell_lines(text) if _ERROR_LINE.match(line))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CudaMagicError
+from ..lines import cell_lines
 
 __all__ = ["Profile", "Stall", "HotLine", "SourceCounters", "PcCounts", "Comparison", "ProfileReadError", "ncu_argv",
            "read_report", "profile_of", "METRICS"]
@@ -331,7 +332,7 @@ def _hot_lines(action: Any, source: str, line_offset: int, program: str,
             by_line[int(info.line())] = by_line.get(int(info.line()), 0) + count
         if not total:
             continue
-        lines = source.splitlines()
+        lines = cell_lines(source)
         top = sorted(by_line.items(), key=lambda kv: -kv[1])[:keep]
         return tuple(HotLine(n + line_offset, lines[n - 1].strip() if 0 < n <= len(lines)
                              else "", count / total, count) for n, count in top)
