@@ -2,24 +2,40 @@
 ``-lineinfo`` build (the one tool runs use, :mod:`.lineinfo`), read by nvdisasm, and the
 profiles given, as the view of :mod:`cudamagic.view.annotate`.
 
-The disassembly is made once per ``-lineinfo`` CUBIN and kept on the module: choosing another
-kernel, another grouping or adding a profile reads no code again.
+The disassembly is made once per ``-lineinfo`` CUBIN in a process, by the CUBIN's bytes (its
+sha256) and the nvdisasm that read it: kept on the module (choosing another kernel, another
+grouping or adding a profile reads no code again) and for the process's later modules of the
+same CUBIN (a ``%%cuda -a`` cell run again is a hit: its annotation is that CUBIN's code, read
+once). The most recent :data:`KEPT_CUBINS` CUBINs of at most :data:`KEPT_INSTRUCTIONS`
+instructions each are kept so.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import ArgumentValueError, LaunchError
 from .launch.support import LineinfoBuild
+from .process import held
 from .toolchain.annotation import annotate
+from .toolchain import tools
 from .toolchain.image import has_line_info, read_cubin
 from .toolchain.profiler import Comparison, Profile
 from .toolchain.sass import FunctionCode, disassemble
 from .view.annotate import AnnotatedView, Grouping
 
-__all__ = ["annotate_module"]
+__all__ = ["annotate_module", "KEPT_CUBINS", "KEPT_INSTRUCTIONS"]
+
+#: the CUBINs whose disassembly a process keeps for its later modules, the most recent
+KEPT_CUBINS = 16
+#: a CUBIN of more instructions than this is kept on its module only
+KEPT_INSTRUCTIONS = 500_000
+# (sha256 of the CUBIN, nvdisasm's path and version) -> its code, least recently used first
+_READ: "OrderedDict[tuple[bytes, str, str], tuple[FunctionCode, ...]]" = held(
+    __name__, "_READ", OrderedDict())
 
 
 def _build(module: Any) -> LineinfoBuild:
@@ -92,10 +108,21 @@ def annotate_module(module: Any, kernel: Any = None, *, profile: Any = None,
 
 
 def _code(module: Any, build: LineinfoBuild) -> tuple[FunctionCode, ...]:
-    """The -lineinfo CUBIN's code, disassembled once per module."""
+    """The -lineinfo CUBIN's code: kept on the module, else read once per CUBIN in the process
+    (by its bytes: exactly the code of this module's CUBIN)."""
     kept = getattr(module, "_annotated_code", None)
     if kept is not None and kept[0] is build.cubin:
         return kept[1]
-    functions = disassemble(build.cubin)
+    program = tools.require(tools.ToolKind.NVDISASM)
+    key = (hashlib.sha256(build.cubin).digest(), program.path, program.version)
+    functions = _READ.get(key)
+    if functions is None:
+        functions = disassemble(build.cubin)
+        if sum(len(f.instructions) for f in functions) <= KEPT_INSTRUCTIONS:
+            _READ[key] = functions
+            while len(_READ) > KEPT_CUBINS:
+                _READ.popitem(last=False)
+    else:
+        _READ.move_to_end(key)
     module._annotated_code = (build.cubin, functions)
     return functions

@@ -286,3 +286,38 @@ def test_a_compile_errors_message_counts_and_names_nvrtcs_lines(sep, tmp_path):
     echo = next(ln for ln in said.split("\n") if "a[0] = undefined_x;" in ln)
     assert echo.rstrip("\r").endswith("error: fake")  # the echoed line is one line, whole
     assert [e.line for e in caught.value.errors] == [3]
+
+
+# --- a hit's annotation is not disassembled again ------------------------------------------------
+
+def test_a_cuda_dash_a_hit_runs_no_nvdisasm_and_shows_the_same_annotation(tmp_path, monkeypatch,
+                                                                          capsys):
+    # before: every %%cuda -a hit ran nvdisasm again (430 ms here, against 2 ms for the hit)
+    from .test_magic import _shell
+
+    runs: list[list[str]] = []
+    real = tools.run_for_result
+
+    def counted(argv, *args, **kwargs):
+        runs.append(list(argv))
+        return real(argv, *args, **kwargs)
+
+    monkeypatch.setattr(tools, "run_for_result", counted)
+    ip = _shell(tmp_path, monkeypatch)
+    cell = _cell("")
+    ip.run_cell_magic("cuda", "-a --module rv", cell)
+    first = capsys.readouterr().out
+    assert len(runs) == 1 and runs[0][0].endswith("nvdisasm")
+    ip.run_cell_magic("cuda", "-a --module rv", cell)
+    second = capsys.readouterr().out
+    assert ip.user_ns["rv"].report.hit and len(runs) == 1  # a hit: no nvdisasm
+    table = first[first.index("machine code by cell line"):]
+    assert table and second[second.index("machine code by cell line"):] == table
+    # another CUBIN under the same module name and cell is read: its own code, not the last
+    edited = cell.replace("__syncthreads();", "__syncthreads(); __syncthreads();")
+    ip.run_cell_magic("cuda", "-a --module rv", edited)
+    third = capsys.readouterr().out
+    assert len(runs) == 2
+    barrier = next(ln for ln in ip.user_ns["rv"].annotate().record.lines
+                   if "__syncthreads();" in ln.text)
+    assert barrier.counts.barriers == 2, third
