@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 import pytest
 
@@ -304,7 +305,7 @@ def test_a_cuda_dash_a_hit_runs_no_nvdisasm_and_shows_the_same_annotation(tmp_pa
 
     monkeypatch.setattr(tools, "run_for_result", counted)
     ip = _shell(tmp_path, monkeypatch)
-    cell = _cell("")
+    cell = _cell("").replace("rev(", "rev_once(")  # a CUBIN no other test read in this process
     ip.run_cell_magic("cuda", "-a --module rv", cell)
     first = capsys.readouterr().out
     assert len(runs) == 1 and runs[0][0].endswith("nvdisasm")
@@ -321,3 +322,50 @@ def test_a_cuda_dash_a_hit_runs_no_nvdisasm_and_shows_the_same_annotation(tmp_pa
     barrier = next(ln for ln in ip.user_ns["rv"].annotate().record.lines
                    if "__syncthreads();" in ln.text)
     assert barrier.counts.barriers == 2, third
+
+
+# --- the magic line's offset ---------------------------------------------------------------------
+
+WITH_HEADER_AND_INLINE = """\
+#include "mine.cuh"
+__device__ float poly(float x) {
+    float y = x * x;
+    return __sinf(y) + 1.0f;
+}
+extern "C" __global__ void hk(float* a, int n) {
+    int i = threadIdx.x;
+    a[i] = half_square(a[i]);
+    a[i + 1] = seven(a[i]) + poly(a[i + 2]);
+}
+"""
+
+
+def test_under_the_magic_line_each_line_shows_its_own_code(tmp_path, monkeypatch):
+    # planted (none caught before): the cell's lines without the magic line's offset, in the
+    # line an instruction lands on, the call site it was inlined at, or the #include's line:
+    # every line's code shown one line up. build() has no magic line: the shell's cell does.
+    from .test_annotate import HEADER
+    from .test_magic import _shell
+
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "mine.cuh").write_text(HEADER)
+    ip = _shell(tmp_path, monkeypatch)
+    ip.run_cell_magic("cuda", f"-I{tmp_path / 'inc'} --module hk", WITH_HEADER_AND_INLINE)
+    m = ip.user_ns["hk"]
+    a = m.annotate().record
+    by = {ln.line: ln for ln in a.lines}
+    texts = WITH_HEADER_AND_INLINE.split("\n")
+    assert all(by[n + 1].text == texts[n - 1] for n in range(1, len(texts)))  # cell = NVRTC + 1
+    (k,) = a.kernels
+    oracle = _json_lines(m.debug.lineinfo().cubin)["hk"][:k.counts.instructions]
+    own = Counter(line + 1 for file, line, _ in oracle if file == "cell.cu")
+    got = Counter({ln.line: sum(1 for c in ln.code for x in c.code if x.header is None)
+                   for ln in a.lines})
+    assert +got == +own  # the cell's own code (poly's body inlined included) on its lines
+    # a header's inline code where the cell calls it (cell line 9), its __noinline__ function
+    # under the #include (cell line 2)
+    inlined = [x for c in by[9].code for x in c.code if x.header is not None]
+    under = [x for c in by[2].code for x in c.code]
+    assert inlined and all(x.header.file.endswith("mine.cuh") for x in inlined)
+    assert under and all(x.header is not None and x.header.line == 7 for x in under)
+    assert not a.outside
