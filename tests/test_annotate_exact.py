@@ -7,6 +7,7 @@ children; no GPU.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -369,3 +370,58 @@ def test_under_the_magic_line_each_line_shows_its_own_code(tmp_path, monkeypatch
     assert inlined and all(x.header.file.endswith("mine.cuh") for x in inlined)
     assert under and all(x.header is not None and x.header.line == 7 for x in under)
     assert not a.outside
+
+
+# --- an instance's name in the HTML --------------------------------------------------------------
+
+class _Page:
+    """The tags an HTML page opens and the text it shows (html.parser, the standard library's)."""
+
+    def __init__(self, page: str) -> None:
+        from html.parser import HTMLParser
+
+        self.tags: set[str] = set()
+        self.texts: list[str] = []
+        outer = self
+
+        class Reader(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                outer.tags.add(tag)
+
+            def handle_data(self, data):
+                outer.texts.append(data)
+
+        reader = Reader(convert_charrefs=True)
+        reader.feed(page)
+        reader.close()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.texts)
+
+
+#: every element the annotation's HTML is made of
+_ELEMENTS = {"div", "style", "b", "table", "thead", "tbody", "tr", "th", "td", "details",
+             "summary", "pre", "span"}
+
+
+@pytest.mark.parametrize("instances", ["together", "apart"])
+def test_an_instances_name_is_text_in_the_html_never_a_tag(instances, tmp_path):
+    # planted (not caught before): the name written into the HTML unescaped, in any of the
+    # places it is shown: the kernels' totals, a row of its own, its label, a listing's title,
+    # a profile's column; twice<double> then opened a <double> element
+    from cudamagic.toolchain.profiler import Profile
+
+    from .test_annotate import TEMPLATE
+
+    m = cudamagic.build(TEMPLATE, ["twice<float>", "twice<double>"], cache=str(tmp_path))
+    profile = Profile(label="twice<double> & co", kernel="twice<double>")
+    view = m.annotate(profile=profile, instances=instances)
+    page = _Page(view._repr_html_())
+    assert page.tags <= _ELEMENTS, page.tags - _ELEMENTS
+    text = page.text
+    assert re.search(r"twice<double>: \d+ instructions", text)  # the kernels' totals
+    assert "twice<double>:\n/*" in text  # a listing's title, the line's code by kernel
+    assert "twice<double> & co samples" in text  # the profile's column
+    if instances == "apart":
+        assert "\u21b3 twice<double>" in text and "[twice<float>]" in text
