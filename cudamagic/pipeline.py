@@ -287,8 +287,9 @@ def rebuild(ctx: BuildContext, option: str, inputs: Callable[[Manifest], None]) 
                     toolkit=ctx.toolkit)
     settings = replace(ctx.settings, compile_notice=None,
                        cell=f"{ctx.settings.cell or ctx.opts.module}:{option.lstrip('-')}")
-    return _built(BuildContext(ctx.source, opts, settings, ctx.arch, options, ctx.search, key,
-                               ctx.nvrtc, ctx.toolkit, ctx.store, ctx.demangler, inputs=inputs))
+    return _built(replace(ctx, opts=opts, settings=settings, options=options, key=key,
+                          started=time.perf_counter(), timings={}, notes=[], pch_used=[],
+                          inputs=inputs))
 
 
 def _built(ctx: BuildContext) -> Module:
@@ -447,8 +448,6 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     manifest = _manifest(ctx, result, no_files, started_ns, listed, held_headers(plan, result))
     if plan is not None:
         ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes))
-    if ctx.inputs is not None:  # a rebuild: what it read must be what the module read
-        ctx.inputs(manifest)
     t = ctx.lap(BuildPhase.MANIFEST, t)
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
@@ -483,8 +482,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                          grid_sync=binary.image.grid_sync)
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
-                   variables=(dict(said.variables), var_exprs), stored=kept,
-                   inputs=manifest), kept
+                   variables=(dict(said.variables), var_exprs), stored=kept, inputs=manifest), kept
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
@@ -508,6 +506,8 @@ def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
 def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> Stored:
     """Put the entry in the cache where it can be trusted; what became of it (the note, where
     it could have been kept and was not, worded by the view)."""
+    if ctx.inputs is not None:  # a rebuild: what it read must be what the module read
+        ctx.inputs(manifest)
     if ctx.store is None:
         return Stored(StoreOutcome.NO_CACHE)
     if manifest.racy:

@@ -136,3 +136,18 @@ def test_a_module_read_from_the_working_folder_is_not_rebuilt_in_another(tmp_pat
         m.debug.lineinfo()
     monkeypatch.chdir(tmp_path / "x")
     assert _holds(m.debug.lineinfo().cubin, OLD)
+
+
+def test_a_refusal_before_the_compile_compiles_nothing(tmp_path, compiler):
+    from cudamagic.options import options_from_args
+    from cudamagic.pipeline import build_module
+
+    (tmp_path / "inc").mkdir()
+    header = tmp_path / "inc" / "k.cuh"
+    _header(header, OLD)
+    m = build_module(CELL, options_from_args([f"-I{tmp_path / 'inc'}"], ()),
+                     cache=str(tmp_path / "c"), compiler=compiler)
+    _header(header, NEW)
+    with pytest.raises(StaleModuleError, match=str(header)):
+        m.debug.lineinfo()
+    assert len(compiler.calls) == 1  # the module's own compile only
