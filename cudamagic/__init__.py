@@ -18,7 +18,8 @@ __version__ = "0.1.0"
 __all__ = ["build", "load_cubin", "gpu_available", "Module", "Kernel", "KernelCache",
            "load_ipython_extension",
            "CudaMagicError", "OptionError", "SourceError", "CompileError", "LogError",
-           "CompileInterrupted", "LinkError", "ToolchainError", "NameResolutionError",
+           "CompileInterrupted", "LinkError", "ToolchainError", "StaleModuleError",
+           "NameResolutionError",
            "ImageError", "CacheError", "CacheArgumentError", "LaunchError", "NoDeviceError",
            "ForkedCudaError", "ContextPoisonedError", "ArgumentError", "ArgumentTypeError",
            "ArgumentValueError", "OccupancyError", "DemangleError", "ToolMissingError",
@@ -30,7 +31,7 @@ from .errors import (ArgumentError, ArgumentTypeError, ArgumentValueError, Cache
                      ContextPoisonedError, CudaMagicError, CudaMagicWarning, ForkedCudaError,
                      ImageError, InputWarning, LaunchError, LinkError, LogError,
                      NameResolutionError, NoDeviceError, OptionError, ShadowWarning, SourceError,
-                     ToolchainError)
+                     StaleModuleError, ToolchainError)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import KernelCache

@@ -19,6 +19,7 @@ __all__ = [
     "CompileInterrupted",
     "LinkError",
     "ToolchainError",
+    "StaleModuleError",
     "NameResolutionError",
     "ImageError",
     "CacheError",
@@ -145,6 +146,13 @@ class ToolchainError(CudaMagicError):
     """The compiler or the linker failed for a reason outside the cell's code (a process forked
     while its parent compiled, a temporary folder it cannot write): the cell itself may be fine,
     and the message says what to change instead."""
+
+
+class StaleModuleError(CudaMagicError):
+    """A later build of a module (its ``-lineinfo`` build, which ``annotate``, ``sanitize`` and
+    ``profile`` use) cannot compile what the module was built from: a header it read changed
+    since, or the working folder it read headers from is another. The message names what
+    changed; re-running the cell builds the module from the files as they are now."""
 
 
 class NameResolutionError(CudaMagicError, KeyError):

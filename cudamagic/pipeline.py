@@ -143,6 +143,9 @@ class BuildContext:
         Warnings about the input, said once in the report.
     pch_used : list of precompiled.PchUse
         What became of the miss's precompiled header (empty: it was given none).
+    inputs : callable or None
+        A module's rebuild (:func:`rebuild`): given the manifest of what this build read (its
+        compile's, or its entry's on a hit), raises where that is not what the module read.
     """
 
     source: str
@@ -160,6 +163,7 @@ class BuildContext:
     timings: dict[BuildPhase, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     pch_used: "list[PchUse]" = field(default_factory=list)
+    inputs: "Callable[[Manifest], None] | None" = None
 
     @property
     def pch_use(self) -> "PchUse | None":
@@ -268,8 +272,29 @@ def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None =
     settings = BuildSettings(cache=cache, base_dir=base_dir, line_offset=line_offset,
                              compiler=compiler, demangler=demangler,
                              compile_notice=compile_notice, reserved=tuple(reserved), cell=cell)
-    ctx = _context(source, opts, settings)
-    if ctx.store is not None and not opts.force:
+    return _built(_context(source, opts, settings))
+
+
+def rebuild(ctx: BuildContext, option: str, inputs: Callable[[Manifest], None]) -> Module:
+    """A module's cell built again with one more NVRTC option (``-lineinfo``) from what the
+    module was built from: its source, options, search path, arch, NVRTC and toolkit as its
+    ``ctx`` recorded them, not the environment's now; ``inputs`` checks what it read."""
+    opts = replace(ctx.opts, options=(*ctx.opts.options, option), force=False, quiet=True)
+    at = 2 + len(ctx.opts.options)  # nvrtc_options: -arch, -std, the user's, the folders
+    options = (*ctx.options[:at], option, *ctx.options[at:])
+    key = cache_key(source=ctx.source, name_expressions=opts.name_expressions, arch=ctx.arch,
+                    options=_travelling(options, ctx.search), nvrtc_version=ctx.nvrtc,
+                    toolkit=ctx.toolkit)
+    settings = replace(ctx.settings, compile_notice=None,
+                       cell=f"{ctx.settings.cell or ctx.opts.module}:{option.lstrip('-')}")
+    return _built(replace(ctx, opts=opts, settings=settings, options=options, key=key,
+                          started=time.perf_counter(), timings={}, notes=[], pch_used=[],
+                          inputs=inputs))
+
+
+def _built(ctx: BuildContext) -> Module:
+    """A hit when the cache can serve, else a compile."""
+    if ctx.store is not None and not ctx.opts.force:
         found = _cached(ctx, ctx.store)
         if isinstance(found, Module):
             return found
@@ -317,6 +342,8 @@ def _cached(ctx: BuildContext, store: KernelCache) -> "Module | Miss":
     if looked.record is None:
         return looked.miss or Miss(MissKind.NO_ENTRY)
     assert checks.held is not None  # the cache serves no entry it did not check
+    if ctx.inputs is not None:  # a rebuild: the entry's headers must be the module's
+        ctx.inputs(checks.held)
     found = _served(ctx, looked.record, checks.held, looked.hit)
     if not isinstance(found, Module):
         store.refuse(ctx.key, looked.hit)
@@ -366,7 +393,8 @@ def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
         ctx.store.keep(ctx.key, replace(record, manifest=fresh or record.manifest))
         ctx.lap(BuildPhase.STORE, t)
     return _module(ctx, binary, made, origin=BuildOrigin.CACHE, miss=None, record=record,
-                   variables=(stored_types(record.variables), var_exprs), hit=hit)
+                   variables=(stored_types(record.variables), var_exprs), hit=hit,
+                   inputs=manifest)
 
 
 def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
@@ -454,7 +482,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
                          grid_sync=binary.image.grid_sync)
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
-                   variables=(dict(said.variables), var_exprs), stored=kept), kept
+                   variables=(dict(said.variables), var_exprs), stored=kept, inputs=manifest), kept
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
@@ -478,6 +506,8 @@ def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
 def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> Stored:
     """Put the entry in the cache where it can be trusted; what became of it (the note, where
     it could have been kept and was not, worded by the view)."""
+    if ctx.inputs is not None:  # a rebuild: what it read must be what the module read
+        ctx.inputs(manifest)
     if ctx.store is None:
         return Stored(StoreOutcome.NO_CACHE)
     if manifest.racy:
@@ -562,9 +592,11 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
             miss: Miss | None, record: EntryRecord, linked: bool = False,
             loaded: "fatbin.Loaded | None" = None,
             variables: "tuple[dict[str, VarType], dict[str, str]] | None" = None,
-            hit: HitKind | None = None, stored: Stored | None = None) -> Module:
+            hit: HitKind | None = None, stored: Stored | None = None,
+            inputs: Manifest | None = None) -> Module:
     """The finished module, with its report (and the build remembered as its cell's last, so
-    that the next miss can say what changed, or that it was not cached: ``stored``)."""
+    that the next miss can say what changed, or that it was not cached: ``stored``);
+    ``inputs``: the manifest of the headers it was built from (its later builds' check)."""
     from .explain import describe, note_build
 
     t = time.perf_counter()
@@ -612,7 +644,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         else frozenset(types), device_runtime=bool(binary.runtime_kernels))
     module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders, types,
                     expressions)
-    module.debug = debug_support(ctx, module, build_module)
+    module.debug = debug_support(ctx, module, rebuild, inputs)
     return module
 
 

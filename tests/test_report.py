@@ -203,6 +203,19 @@ def test_cache_listing_names_in_natural_order_and_bounded():
     assert row[-1] == "k<0>, k<1>, k<2>, k<3>, k<4>, k<5>, k<6>, k<7> and 4 more"
 
 
+@pytest.mark.parametrize("count, said", [
+    (7, "k<0>, k<1>, k<2>, k<3>, k<4>, k<5>, k<6>"),
+    (8, "k<0>, k<1>, k<2>, k<3>, k<4>, k<5>, k<6>, k<7>"),  # exactly the bound: no "and 0 more"
+    (9, "k<0>, k<1>, k<2>, k<3>, k<4>, k<5>, k<6>, k<7> and 1 more"),
+])
+def test_cache_listing_says_more_only_past_its_bound(count, said):
+    from cudamagic.store.cache import EntryInfo
+
+    names = tuple(f"k<{i}>" for i in range(count))
+    row = CacheListing((EntryInfo("ab" * 32, 2048, 1.7e9, 1.7e9, names, True),)).table()[0]
+    assert row[-1] == said
+
+
 @pytest.mark.parametrize("names, first", [
     (("k<" + "0" * 4400 + "1>", "k<2>"), "k<" + "0" * 4400 + "1>"),  # past int()'s digit limit
     (("k<1/*1\u00b22*/>", "k<1>"), "k<1/*1"),  # '²': a digit to str.isdigit, not to int()

@@ -29,7 +29,7 @@ from typing import Any, TypedDict, cast
 from ..miss import Miss, MissKind
 
 __all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "ManifestChecks",
-           "MANIFEST_VERSION", "contents_digest"]
+           "MANIFEST_VERSION", "contents_digest", "read_otherwise", "reads_working_folder"]
 
 #: 3: paths by the folder they were found from (see the module), a sha256 for every header,
 #: the inode of every folder checked by time. Entries of version 2 are misses, rebuilt once.
@@ -449,6 +449,49 @@ def contents_digest(data: object) -> str:
             pass
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _headers(data: object) -> dict[tuple[str, str], object]:
+    """A stored manifest's headers: ``(root, path)`` -> sha256 (see the module for roots)."""
+    if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
+        raise ValueError("not a header manifest of this version")
+    folders = data["folders"]
+    return {(folders[i][0], os.path.join(folders[i][1], name)): row[-1]
+            for i, name, *row in data["files"]}
+
+
+def read_otherwise(recorded: object, made: object, search: SearchPath) -> str | None:
+    """Where a compile whose manifest is ``made`` read other header contents than the one
+    ``recorded`` lists (each header compared by its sha256, found by the folder it was read
+    from), in words naming the header as ``search`` spells it; None: the same headers, each
+    of the same content. Malformed or of another version: said so, never the same."""
+    try:
+        before, after = _headers(recorded), _headers(made)
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        return f"the header manifest cannot be compared ({exc})"
+
+    def shown(place: tuple[str, str]) -> str:
+        root, path = place
+        folder = search.local(root, "")
+        return os.path.join(folder, path) if folder is not None else f"{root}/{path}"
+
+    for place, digest in before.items():
+        if place not in after:
+            return f"the header {shown(place)} was read by this module's compile and not now"
+        if after[place] != digest or digest is None:
+            return f"the header {shown(place)} changed since this module was built"
+    for place in after.keys() - before.keys():
+        return (f"the header {shown(place)} is read now and was not by this module's "
+                "compile (a header put where the search looks first?)")
+    return None
+
+
+def reads_working_folder(data: object) -> bool:
+    """Whether a stored manifest names anything in the working folder (a header the cell's
+    quoted include found there, or a place there that held no file): a compile in another
+    folder may read other files."""
+    return isinstance(data, dict) and any(
+        type(f) is list and f[:1] == [_WORKING] for f in data.get("folders", ()))
 
 
 class _Elsewhere(Exception):
