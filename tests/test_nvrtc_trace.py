@@ -271,7 +271,7 @@ def held(*args):
 nvrtc._compile = held
 # (the word "include" last: no code past it to leave out, so the compile itself is traced
 # rather than listed in a child: toolchain/listing.py)
-r = nvrtc.compile_cubin('__global__ void k() {}\n// include\n', [], ['-arch=sm_90'])
+r = nvrtc.compile_cubin('__global__ void k() {}\\n// include\\n', [], ['-arch=sm_90'])
 print("traced", r.trace is not None, flush=True)
 """
 _FIRST_COMPILE = ("from cudamagic.toolchain.nvrtc import compile_cubin\n"

@@ -124,15 +124,16 @@ class ListingChild:
     started: float
 
     @classmethod
-    def start(cls, folder: str, compile_: Callable[..., Any], *args: Any) -> "ListingChild | None":
-        """Fork a child that runs ``compile_(*args)`` (on a compile thread of its own: the
-        stack NVRTC needs); None where no child could be started."""
+    def start(cls, folder: str, fork: Callable[[], int | None], compile_: Callable[..., Any],
+              *args: Any) -> "ListingChild | None":
+        """Fork (``fork``: NVRTC's section's, which forks only where no compile of this
+        process is inside NVRTC) a child that runs ``compile_(*args)`` on a compile thread of
+        its own (the stack NVRTC needs); None where no child could be started."""
         started = time.perf_counter()
-        try:
-            with warnings.catch_warnings():  # Python 3.12's warning of a fork with threads:
-                warnings.simplefilter("ignore", DeprecationWarning)  # the child calls NVRTC only
-                pid = os.fork()
-        except OSError:
+        with warnings.catch_warnings():  # Python 3.12's warning of a fork with threads: the
+            warnings.simplefilter("ignore", DeprecationWarning)  # child calls NVRTC only
+            pid = fork()
+        if pid is None:
             return None
         if pid == 0:  # pragma: no cover - the child, measured by its parent
             code = 1
@@ -144,14 +145,26 @@ class ListingChild:
                 os._exit(code)
         return cls(pid, folder, started)
 
-    def wait(self) -> tuple[bool, float]:
-        """Whether the child's compile succeeded, and the seconds since it was started."""
+    def wait(self, bound_s: float) -> tuple[bool, float]:
+        """Whether the child's compile succeeded within ``bound_s`` seconds from now (past
+        it, the child is ended: a lock another library's thread held at the fork may hold it
+        for ever), and the seconds since it was started."""
+        deadline = time.monotonic() + bound_s
+        delay = 0.001
         try:
-            _, status = os.waitpid(self.pid, 0)
+            while True:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    return (os.waitstatus_to_exitcode(status) == 0,
+                            time.perf_counter() - self.started)
+                if time.monotonic() > deadline:
+                    self.stop()
+                    return False, time.perf_counter() - self.started
+                time.sleep(delay)
+                delay = min(2 * delay, 0.02)
         except BaseException:
             self.stop()
             raise
-        return os.waitstatus_to_exitcode(status) == 0, time.perf_counter() - self.started
 
     def stop(self) -> None:
         """End the child (the compile failed or was interrupted: its list is not wanted)."""

@@ -210,7 +210,8 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
             child.stop()
             raise
         main_end = time.perf_counter()
-        traced, listing = _listed(child, args, main_end)
+        bound = LISTING_WAIT_S + 2 * (main_end - start)
+        traced, listing = _listed(child, args, main_end, bound)
     else:
         program, traced = _on_own_thread(_traced_compile, *args, trace, pch)
         why = listed if isinstance(listed, Traced) else Traced.NO_CHILD
@@ -233,18 +234,25 @@ def _start_listing(source: str, options: Sequence[str], program_name: str
     if folder is None:
         return None
     extra = f"--fdevice-time-trace={os.path.join(folder, 'trace')}"
-    child = ListingChild.start(folder, _compile, source, (), [*options, extra], program_name, 0)
+    child = ListingChild.start(folder, _INSIDE.fork_outside, _compile, source, (),
+                               [*options, extra], program_name, 0)
     if child is None:
         shutil.rmtree(folder, ignore_errors=True)
     return child
 
 
-def _listed(child: ListingChild, args: tuple, main_end: float
+#: How long the listing may run past its compile, beyond twice the compile's time (the listing
+#: reads what the compile reads, without the code after the last include)
+LISTING_WAIT_S = 30.0
+
+
+def _listed(child: ListingChild, args: tuple, main_end: float, bound_s: float
             ) -> tuple[bytes | None, HeaderListing]:
     """The listing's trace and its record (the compile itself returned at ``main_end``); where
-    the listing failed, the compile again, traced, whose trace serves."""
+    the listing failed, or ran past ``bound_s``, the compile again, traced, whose trace
+    serves."""
     try:
-        ok, seconds = child.wait()
+        ok, seconds = child.wait(bound_s)
         trace = _read_trace(child.folder) if ok else None
     finally:
         shutil.rmtree(child.folder, ignore_errors=True)
