@@ -415,10 +415,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     result = typed.result
     if typed.compiles > 1:
         ctx.notes.append(PROBE_RETRIED.format(typed.compiles))
-    ctx.listings.append(result.listing)  # its time past the compile is its own phase
-    t = ctx.lap(BuildPhase.COMPILE, t + result.listing.added_seconds)
-    if result.listing.beside or result.listing.traced is not None:
-        ctx.timings[BuildPhase.LISTING] = result.listing.added_seconds
+    t = _lap_compile(ctx, result, t)
     if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
         from .toolchain.link import link_compiled
         result = link_compiled(result, ctx.arch, ctx.options)
@@ -461,6 +458,15 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
                    variables=(dict(said.variables), var_exprs), stored=kept), kept
+
+
+def _lap_compile(ctx: BuildContext, result: CompileResult, t: float) -> float:
+    """The compile's phase, and the header listing's time past it as a phase of its own."""
+    ctx.listings.append(result.listing)
+    t = ctx.lap(BuildPhase.COMPILE, t + result.listing.added_seconds)
+    if result.listing.beside or result.listing.traced is not None:
+        ctx.timings[BuildPhase.LISTING] = result.listing.added_seconds
+    return t
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,

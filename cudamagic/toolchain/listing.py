@@ -1,8 +1,8 @@
 """The header listing: a source whose traced compile names every header a compile reads.
 
 NVRTC's time trace names every header its front end opened, but on a cell whose kernel
-instantiates many templates the trace is most of the compile (a CuTe GEMM: 7 s untraced, 18 s
-traced). What a compile opens is decided by its preprocessing, and every file it opens is opened
+instantiates many templates the trace is most of the compile (issue 54 measures it). What a
+compile opens is decided by its preprocessing, and every file it opens is opened
 by a directive: an ``#include`` (``#include_next``, ``%:include``, ``#import``, ``#embed``)
 whose logical line holds the word, or a ``-include`` option. So the cell is compiled twice at
 once (:func:`~cudamagic.toolchain.nvrtc.compile_cubin`): as it is, untraced, and, traced, in a
