@@ -199,8 +199,8 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     start = time.perf_counter()
     args = (source, tuple(name_expressions), tuple(options), program_name, line_offset)
     listed = listing_source(source) if trace else Traced.NOTHING_LEFT_OUT
-    if trace and pch is not None and not pch.create:
-        listed = Traced.READS_PCH  # the listing would parse what the PCH holds: slower
+    # (a compile that reads a PCH is listed too: NVRTC refuses a PCH made untraced to a
+    # traced compile, "incompatible options")
     child = _start_listing(listed, options, program_name) \
         if isinstance(listed, str) and not isinstance(listed, Traced) else None
     if child is not None:
