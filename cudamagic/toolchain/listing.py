@@ -15,8 +15,7 @@ listing may open more (a directive past that line that the full text holds in a 
 raw string) and never fewer.
 
 Where the listing cannot be used the compile itself is traced, as before, and the report says
-why (:class:`Traced`): nothing to leave out, a compile that reads a precompiled header (the
-listing would parse the headers the PCH holds: slower than the traced compile), a trigraph
+why (:class:`Traced`): nothing to leave out, a trigraph
 line splice (``??/``), a listing that failed where the cell compiled (a construct opened
 before the last include and closed after it), or no child process to be had.
 """
