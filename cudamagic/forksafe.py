@@ -10,6 +10,7 @@ guards is state of the parent's threads, which the child does not have.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -150,6 +151,18 @@ class NativeSection:
     def __exit__(self, *exc: Any) -> None:
         with self._inside:
             self._count -= 1
+
+    def fork_outside(self) -> int | None:
+        """``os.fork()`` where no call of this process's is inside (none can enter meanwhile):
+        the child's pid, 0 in the child, or None where a call was inside (a child would get
+        the library's lock copied held) or no child could be made."""
+        with self._inside:
+            if self._count:
+                return None
+            try:
+                return os.fork()
+            except OSError:
+                return None
 
     def _after_fork(self) -> None:
         self._inside = threading.Lock()

@@ -93,6 +93,7 @@ class BuildPhase(WordEnum):
     HEADERS = "headers"
     NVRTC = "nvrtc"
     COMPILE = "compile"
+    LISTING = "listing"      # the header listing's time past the compile (toolchain/listing.py)
     LINK = "link"
     MANIFEST = "manifest"
     DEMANGLE = "demangle"

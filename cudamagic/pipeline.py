@@ -50,6 +50,7 @@ from .view.report import (BuildReport, KernelRow, KernelRows, not_cached, stored
 if TYPE_CHECKING:  # pragma: no cover  (the compile's records: a hit never imports them)
     from .precompiled import PchUse
     from .toolchain import deps, fatbin
+    from .toolchain.listing import HeaderListing
     from .toolchain.nvrtc import CompileResult
     from .toolchain.variables import VarType
 
@@ -164,6 +165,8 @@ class BuildContext:
     notes: list[str] = field(default_factory=list)
     pch_used: "list[PchUse]" = field(default_factory=list)
     inputs: "Callable[[Manifest], None] | None" = None
+    #: how the miss's list of headers was had (toolchain/listing.py)
+    listings: "list[HeaderListing]" = field(default_factory=list)
 
     @property
     def pch_use(self) -> "PchUse | None":
@@ -440,7 +443,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     result = typed.result
     if typed.compiles > 1:
         ctx.notes.append(PROBE_RETRIED.format(typed.compiles))
-    t = ctx.lap(BuildPhase.COMPILE, t)
+    t = _lap_compile(ctx, result, t)
     if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
         from .toolchain.link import link_compiled
         result = link_compiled(result, ctx.arch, ctx.options)
@@ -483,6 +486,15 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
                    variables=(dict(said.variables), var_exprs), stored=kept, inputs=manifest), kept
+
+
+def _lap_compile(ctx: BuildContext, result: CompileResult, t: float) -> float:
+    """The compile's phase, and the header listing's time past it as a phase of its own."""
+    ctx.listings.append(result.listing)
+    t = ctx.lap(BuildPhase.COMPILE, t + result.listing.added_seconds)
+    if result.listing.beside or result.listing.traced is not None:
+        ctx.timings[BuildPhase.LISTING] = result.listing.added_seconds
+    return t
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
@@ -639,7 +651,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         loaded=loaded.source if loaded else None, loaded_cached=bool(loaded and loaded.cached),
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
-        module_name=ctx.opts.module, globals=binary.own_globals, pch=ctx.pch_use,
+        module_name=ctx.opts.module, globals=binary.own_globals, pch=ctx.pch_use, listing=ctx.listings[-1] if ctx.listings else None,
         linked=linked or relocatable(ctx.options), own_globals=None if types is None
         else frozenset(types), device_runtime=bool(binary.runtime_kernels))
     module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders, types,

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from stat import S_ISDIR, S_ISREG
 
 from ..process import InTest, cached, held
+from .listing import OPENS_FILES as _OPENS_FILES
 from .manifest import AbsentGroup, HeaderState, Manifest, SearchPath
 
 __all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "reads_no_file", "trace_headers", "from_trace", "from_scan",
@@ -72,9 +73,6 @@ _HAS_INCLUDE_MACRO = re.compile(
 _SPLICE_B = re.compile(rb"\\[ \t]*\r?\n")
 
 
-# words without which a compile opens no file: #include (also as %:include, through a macro, or
-# spelled across line splices), __has_include, and the other directives EDG may know for files
-_OPENS_FILES = re.compile(r"include|import|embed")
 _SPLICE = re.compile(r"\\[ \t]*\r?\n")
 
 

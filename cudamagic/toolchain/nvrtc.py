@@ -12,29 +12,28 @@ import difflib
 import os
 import re
 import shutil
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from ..process import cached
-from ..errors import CompileError, LogError, OptionError, ToolchainError
-from ..forksafe import ForkSafeLock, NativeSection
+from ..errors import CompileError, CudaMagicError, LogError, OptionError, ToolchainError
+from ..forksafe import NativeSection
 from ..lines import cell_lines
 from ..cxx.kernel_names import plain_kernels, template_kernels
 from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
 from .pch import CANNOT_OPEN, PchKind, PchOutcome, PchPlan, raise_heap, read_outcome
+from .listing import NO_LISTING, HeaderListing, ListingChild, Traced, listing_source
 from .ptx import grid_syncs
-from .signals import POLL_EARLY_S, POLL_S, kept
+from .threads import clean_thread, on_own_thread as _on_own_thread
 from .tracefolder import compile_folder
 
 __all__ = ["CompileResult", "compile_cubin", "shift_lines", "nvrtc_version", "nvrtc_identity",
            "supported_archs", "rewrite_log", "name_map_lines", "template_kernels"]
 
-_T = TypeVar("_T")
 # one NVRTC program's CUBIN (or LTO IR), lowered names, rewritten log and PTX (None: none)
 # and what became of its precompiled header (None: it was given none)
 _Program = tuple[bytes, dict[str, str], str, "bytes | None", "PchOutcome | None"]
@@ -75,6 +74,11 @@ class CompileResult:
     #: NVRTC wrote a trace that lacks its front end's event (:func:`whole_trace`): ``trace``
     #: is None, and the headers read are not known from it
     trace_broken: bool = False
+    #: how ``trace`` was had: the header listing beside the compile, or the compile traced
+    #: itself and why (:mod:`cudamagic.toolchain.listing`)
+    listing: HeaderListing = NO_LISTING
+    #: the compile's own NVRTC time (``seconds`` less what the listing added past it)
+    nvrtc_seconds: float = 0.0
 
 
 def _probe() -> None:
@@ -85,7 +89,7 @@ def _probe() -> None:
     _, archs = nvrtc.nvrtcGetSupportedArchs()
     _, prog = nvrtc.nvrtcCreateProgram(b"__global__ void probe() {}", b"probe.cu", 0, [], [])
     try:
-        nvrtc.nvrtcCompileProgram(prog, 1, [f"-arch=sm_{archs[-1]}".encode()])
+        _compile_program(nvrtc, prog, [f"-arch=sm_{archs[-1]}".encode()])
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -194,13 +198,74 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     :raises OptionError: NVRTC refused an option.
     """
     start = time.perf_counter()
-    (cubin, lowered, log, ptx, made), traced = _on_own_thread(
-        _traced_compile, source, tuple(name_expressions), tuple(options), program_name,
-        line_offset, trace, pch)
+    args = (source, tuple(name_expressions), tuple(options), program_name, line_offset)
+    listed = listing_source(source) if trace else Traced.NOTHING_LEFT_OUT
+    # (a compile that reads a PCH is listed too: NVRTC refuses a PCH made untraced to a
+    # traced compile, "incompatible options")
+    child = _start_listing(listed, options, program_name) \
+        if isinstance(listed, str) and not isinstance(listed, Traced) else None
+    if child is not None:
+        try:
+            program, _ = _on_own_thread(_traced_compile, *args, False, pch)
+        except BaseException:
+            child.stop()
+            raise
+        main_end = time.perf_counter()
+        bound = LISTING_WAIT_S + 2 * (main_end - start)
+        traced, listing = _listed(child, args, main_end, bound)
+    else:
+        program, traced = _on_own_thread(_traced_compile, *args, trace, pch)
+        why = listed if isinstance(listed, Traced) else Traced.NO_CHILD
+        listing = HeaderListing(traced=why) if traced is not None else NO_LISTING
+    cubin, lowered, log, ptx, made = program
     syncs = None if ptx is None else grid_syncs(ptx)  # read outside NVRTC's lock
     broken = traced is not None and not whole_trace(traced)
-    return CompileResult(cubin, lowered, log, time.perf_counter() - start,
-                         None if broken else traced, syncs, made, trace_broken=broken)
+    seconds = time.perf_counter() - start
+    return CompileResult(cubin, lowered, log, seconds, None if broken else traced, syncs, made,
+                         trace_broken=broken, listing=listing,
+                         nvrtc_seconds=seconds - listing.added_seconds)
+
+
+def _start_listing(source: str, options: Sequence[str], program_name: str
+                   ) -> ListingChild | None:
+    """The header listing's compile of ``source`` (:func:`listing_source`'s text), traced, in
+    a forked child (:class:`~cudamagic.toolchain.listing.ListingChild`), or None where no
+    trace can be written or no child started (the compile then runs traced itself)."""
+    folder = compile_folder()
+    if folder is None:
+        return None
+    extra = f"--fdevice-time-trace={os.path.join(folder, 'trace')}"
+    child = ListingChild.start(folder, _INSIDE.fork_outside, _compile, source, (),
+                               [*options, extra], program_name, 0)
+    if child is None:
+        shutil.rmtree(folder, ignore_errors=True)
+    return child
+
+
+#: How long the listing may run past its compile, beyond twice the compile's time (the listing
+#: reads what the compile reads, without the code after the last include)
+LISTING_WAIT_S = 30.0
+
+
+def _listed(child: ListingChild, args: tuple, main_end: float, bound_s: float
+            ) -> tuple[bytes | None, HeaderListing]:
+    """The listing's trace and its record (the compile itself returned at ``main_end``); where
+    the listing failed, or ran past ``bound_s``, the compile again, traced, whose trace
+    serves."""
+    try:
+        ok, seconds = child.wait(bound_s)
+        trace = _read_trace(child.folder) if ok else None
+    finally:
+        shutil.rmtree(child.folder, ignore_errors=True)
+    if ok:
+        return trace, HeaderListing(beside=True, seconds=seconds,
+                                    added_seconds=max(0.0, time.perf_counter() - main_end))
+    try:
+        _, trace = _on_own_thread(_traced_compile, *args, True, None)
+    except CudaMagicError:
+        trace = b""  # the cell compiled once and not again: what it read is not known
+    return trace, HeaderListing(traced=Traced.LISTING_FAILED,
+                                added_seconds=max(0.0, time.perf_counter() - main_end))
 
 
 #: The event of the compile's front end in NVRTC's trace (every header event nests in it), as
@@ -220,112 +285,6 @@ def whole_trace(trace: bytes) -> bool:
     edit of the rest.
     """
     return _FRONT_END_EVENT.search(trace) is not None
-
-
-def _on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` on a new thread, which the caller waits for.
-
-    NVRTC keeps its time-trace state per thread and clears it only when a traced compile
-    succeeds: after a traced compile fails, the thread's next successful compile, traced or
-    not, writes the trace to the name its own options give, which for an untraced compile is
-    ``.json`` in the process's current folder; where that cannot be opened NVRTC aborts the
-    process. A new thread starts with no trace state, and what a failed compile leaves ends
-    with the thread; so no compile of the package's is touched by another's state, nor leaves
-    any to the caller's thread (whose later compiles may be another library's).
-
-    NVRTC cannot be interrupted: a Ctrl-C during the compile is raised once it has returned,
-    as it would be were NVRTC called on the caller's thread.
-
-    The thread gets :data:`NVRTC_STACK` whatever ``threading.stack_size()`` the program set
-    (:func:`_start_with_stack`).
-    """
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            _block_signals()
-            box["value"] = fn(*args)
-        except BaseException as exc:  # handed to the caller, which raises it
-            box["error"] = exc
-        finally:
-            done.set()
-
-    interrupted: BaseException | None = None
-    started = time.perf_counter()
-    kept.enter()  # NVRTC 13.0 replaces SIGINT's and SIGTERM's handlers: put back while it runs
-    try:
-        _start_with_stack(run)
-        # an Event, not join(): a join that Ctrl-C interrupts can leave is_alive() False while
-        # the thread still runs
-        while not done.is_set():
-            try:
-                # NVRTC puts its handlers at the compile's start: looked for every POLL_S
-                # then, later ten times less often
-                early = time.perf_counter() - started < POLL_EARLY_S
-                if not done.wait(POLL_S if early else 10 * POLL_S):
-                    kept.restore()
-            # Ctrl-C, or what a handler of the program's raised (sys.exit() in a SIGTERM
-            # handler, a SIGALRM timeout): raised once NVRTC has returned, never leaving it
-            # running behind an interpreter that ends
-            except BaseException as exc:  # noqa: BLE001 - raised below
-                interrupted = interrupted or exc
-    finally:
-        kept.leave()
-    if interrupted is not None:
-        raise interrupted
-    if "error" in box:
-        raise box.pop("error")
-    return box["value"]
-
-
-#: the asynchronous signals the compile thread blocks: the kernel then delivers them to another
-#: thread, so none interrupts a system call NVRTC is in (an ``open()`` of a header that waits,
-#: on a FUSE or NFS folder, would fail with EINTR) nor runs NVRTC 13.0's own handler on its
-#: thread (toolchain/signals.py). Python runs its handlers on the main thread whichever thread
-#: received one.
-_ASYNC_SIGNALS = tuple(getattr(signal, n) for n in (
-    "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGCHLD",
-    "SIGIO", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGURG", "SIGCONT", "SIGTSTP", "SIGTTIN",
-    "SIGTTOU") if hasattr(signal, n))
-
-
-def _block_signals() -> None:
-    """Block :data:`_ASYNC_SIGNALS` on the calling thread (the compile thread; where the
-    platform has no ``pthread_sigmask``, nothing)."""
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
-
-
-#: The stack of the compile thread. NVRTC's front end recurses once per level of a template
-#: instantiation: a thread made after ``threading.stack_size(1 << 20)`` dies (SIGSEGV, the
-#: whole process) in a depth-200 instantiation that the main thread's 8 MiB compiles; the
-#: compile thread gets eight times that, reserved but only touched as NVRTC goes deeper.
-NVRTC_STACK = 64 << 20
-
-_stack_lock = ForkSafeLock()
-
-
-def _start_with_stack(run: Callable[[], None]) -> None:
-    """Start ``run`` on a daemon thread with :data:`NVRTC_STACK`, whatever the program's
-    ``threading.stack_size()``, which is given back as it was. Where that stack cannot be had
-    (an address-space limit), the thread gets the platform's default one, not the program's
-    smaller setting. (``stack_size`` is per process: a thread another thread of the program
-    starts in the same instant gets the larger stack too, which harms nothing.)"""
-    with _stack_lock:
-        previous = threading.stack_size()
-        try:
-            for size in (NVRTC_STACK, 0):
-                threading.stack_size(size)
-                worker = threading.Thread(target=run, name="cudamagic-nvrtc", daemon=True)
-                try:
-                    worker.start()
-                    return
-                except RuntimeError:  # "can't start new thread": no room for that stack
-                    if size == 0:
-                        raise
-        finally:
-            threading.stack_size(previous)
 
 
 def _traced_compile(source: str, name_expressions: Sequence[str], options: Sequence[str],
@@ -412,7 +371,7 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
         for expr in name_expressions:
             _check(nvrtc.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression")
         opts = [o.encode() for o in options]
-        status, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        status = _compile_program(nvrtc, prog, opts)
         log = _log(prog)
         if pch is not None:
             made, log = read_outcome(nvrtc, prog, pch, log)
@@ -444,6 +403,23 @@ def _program(source: str, name_expressions: Sequence[str], options: Sequence[str
     return bytes(cubin), lowered, text, ptx, made
 
 
+#: Per thread: whether a traced compile failed on it since the last one that succeeded
+_TRACE_LEFT = threading.local()
+_TRACE_OPTIONS = (b"--fdevice-time-trace", b"-fdevice-time-trace")
+
+
+def _compile_program(nvrtc: Any, prog: Any, opts: Sequence[bytes]) -> Any:
+    """``nvrtcCompileProgram``: the package's one call of it. On a thread where a traced
+    compile failed (NVRTC's trace state left set: :mod:`cudamagic.toolchain.threads`) it runs
+    on a new thread, so that it cannot write that trace into the current folder or abort."""
+    if getattr(_TRACE_LEFT, "set", False):
+        return clean_thread(_compile_program, nvrtc, prog, opts)
+    status, = nvrtc.nvrtcCompileProgram(prog, len(opts), list(opts))
+    if any(o.startswith(_TRACE_OPTIONS) for o in opts):
+        _TRACE_LEFT.set = int(status) != 0
+    return status
+
+
 def _ptx(nvrtc: Any, prog: Any) -> bytes | None:
     """The program's PTX, or None where NVRTC has none to give (the CUBIN's records decide)."""
     status, size = nvrtc.nvrtcGetPTXSize(prog)
@@ -472,7 +448,7 @@ def _not_templates(source: str, name_expressions: Sequence[str], options: Sequen
                       "nvrtcCreateProgram")
         try:
             _check(nvrtc.nvrtcAddNameExpression(prog, bare.encode()), "nvrtcAddNameExpression")
-            status, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+            status = _compile_program(nvrtc, prog, opts)
         finally:
             nvrtc.nvrtcDestroyProgram(prog)
         if int(status) == 0:

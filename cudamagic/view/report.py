@@ -30,11 +30,12 @@ from .render import CELL_STYLE, TEXT_WIDTH, table_text, wrap_html
 if TYPE_CHECKING:  # pragma: no cover
     from ..toolchain.image import GlobalImage, KernelImage
     from ..toolchain.link import CodeKind
+    from ..toolchain.listing import HeaderListing
     from ..toolchain.pch import PchKind
 
 __all__ = ["Explanation", "KernelRow", "KernelRows", "BuildReport", "Badge", "Phase",
            "SHOWN_ROWS", "display_signature", "too_long_text", "render_text", "render_html", "text_head",
-           "text_body", "text_phases", "html_head", "html_body", "html_rows", "html_table"]
+           "text_body", "text_phases", "listing_text", "html_head", "html_body", "html_rows", "html_table"]
 
 #: Variables a report names; the rest are counted.
 SHOWN_VARIABLES = 10
@@ -322,7 +323,8 @@ _PHASES = {
     BuildPhase.DRIVER: "CUDA driver start", BuildPhase.KEY: "options and cache key",
     BuildPhase.LOOKUP: "cache lookup", BuildPhase.REMOTE: "remote cache lookup",
     BuildPhase.HEADERS: "header check", BuildPhase.NVRTC: "NVRTC start",
-    BuildPhase.COMPILE: "compile (NVRTC)", BuildPhase.LINK: "link (nvJitLink)",
+    BuildPhase.COMPILE: "compile (NVRTC)", BuildPhase.LISTING: "header listing",
+    BuildPhase.LINK: "link (nvJitLink)",
     BuildPhase.MANIFEST: "list of headers read", BuildPhase.DEMANGLE: "demangle",
     BuildPhase.RESOLVE: "resolve names", BuildPhase.STORE: "cache store",
     BuildPhase.HISTORY: "cell history", BuildPhase.PUSH: "names into the notebook",
@@ -409,6 +411,8 @@ class BuildReport:
     loaded: "CodeKind | None" = None
     loaded_cached: bool = False
     pch: "tuple[PchKind, float, float] | None" = None
+    #: How a miss's list of headers was had (None: a hit, a CUBIN from elsewhere)
+    listing: "HeaderListing | None" = None
 
     # --- words -----------------------------------------------------------------------------
 
@@ -512,7 +516,8 @@ class BuildReport:
     def phases(self) -> tuple[Phase, ...]:
         """Where the time went, in the order of the pipeline, then the total. Time in no phase
         (Python between them) is ``other``; the total is what the headline says."""
-        out = [Phase(label, self.timings[k], duration_text(self.timings[k]))
+        out = [Phase(label, self.timings[k], duration_text(self.timings[k])
+                     + (listing_text(self.listing) if k is BuildPhase.LISTING else ""))
                for k, label in _PHASES.items() if k in self.timings]
         rest = self.seconds - sum(p.seconds for p in out)
         if rest >= 5e-5:
@@ -614,6 +619,26 @@ def _fold(prefix: str, items) -> str:
         else:
             lines[-1] += " · " + item
     return "\n".join(lines)
+
+
+#: Why a compile carried its own trace, as the header listing's phase says it
+# (by the enum's words: toolchain.listing.Traced, not imported on a hit's path)
+_TRACED = {"nothing-left-out": "no code past the last #include to leave out",
+           "reads-pch": "it read a precompiled header",
+           "trigraph": "a ??/ line splice",
+           "listing-failed": "the listing failed where the cell compiled: compiled again, "
+                             "traced"}
+
+
+def listing_text(listing: "HeaderListing | None") -> str:
+    """What the header listing's phase adds to its time: whether it ran beside the compile,
+    or why the compile was traced instead."""
+    if listing is None or (not listing.beside and listing.traced is None):
+        return ""
+    if listing.beside:
+        return f" past the compile (it ran beside it: {duration_text(listing.seconds)})"
+    assert listing.traced is not None
+    return f" (the compile traced itself: {_TRACED[listing.traced.value]})"
 
 
 def text_phases(report: BuildReport) -> str:
