@@ -73,7 +73,9 @@ def _callers(tb: object) -> list[str]:
         roots += (os.path.dirname(os.__file__) + os.sep,)
         frames = [f for f in traceback.extract_tb(tb)  # type: ignore[arg-type]
                   if not f.filename.startswith(roots)  # nor a generated launcher's, nor
-                  and not f.filename.startswith(("<cudamagic", "<decorator-gen-"))]  # a magic's
+                  # a magic's, nor generated code (a dataclass's ``<string>`` __init__)
+                  and not f.filename.startswith(("<cudamagic", "<decorator-gen-", "<string>",
+                                                 "<frozen "))]
         if not frames or (len(frames) == 1 and frames[0].name == "<module>"):
             return []
         shown = "".join(traceback.format_list(frames[-8:])).rstrip("\n").splitlines()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextvars
+import inspect
 import os
 import shlex
 import sys
@@ -65,6 +66,16 @@ def _parse(magic, line: str):
         return magic.parser.parse_args(shlex.split(line))
     except (UsageError, ValueError) as exc:
         raise OptionError(f"%{magic.__name__}: {exc}; see %{magic.__name__}?") from None
+
+
+def _help_asked(magics: Any, name: str, line: str) -> bool:
+    """Whether a line magic's line asks for its help (``-h`` or ``--help`` first): then the
+    help is printed, as ``%%cuda -h`` does, and nothing else is done."""
+    words = line.split(None, 1)
+    if not words or words[0] not in ("-h", "--help"):
+        return False
+    print(inspect.cleandoc(getattr(type(magics), name).__doc__ or ""))
+    return True
 
 
 @contextmanager
@@ -516,6 +527,8 @@ class CudaMagics(Magics):
         Kernels are found by demangling the CUBIN's symbols (a CUBIN from elsewhere has no
         stored name map); extern "C" and non-template kernels are pushed by their plain name.
         """
+        if _help_asked(self, "cuda_load", line):
+            return None
         started = time.perf_counter()
         from .pipeline import load_cubin
 
@@ -546,6 +559,8 @@ class CudaMagics(Magics):
     def cuda_cache(self, line: str):
         """Inspect and manage the CUBIN cache (the folder in $CUDAMAGIC_CACHE_DIR, else
         ~/.cache/cudamagic). Each command returns a record shown as text or a table."""
+        if _help_asked(self, "cuda_cache", line):
+            return None
         from .store import default_cache
         from .toolchain.pch import clear as pch_clear
         from .view.records import CacheListing, CacheStats, RemoteCacheStats
@@ -581,6 +596,8 @@ class CudaMagics(Magics):
     @line_magic
     def cuda_info(self, line: str = ""):
         """Device, driver, NVRTC, demangler, target arch and cache location."""
+        if _help_asked(self, "cuda_info", line):
+            return None
         from .info import environment_info
 
         if line.strip():
@@ -600,6 +617,8 @@ class CudaMagics(Magics):
         Each call is read, not run: its parts are evaluated here and the launches are timed
         interleaved round-robin (docs/timing.md). Returns the result: a table and a plot.
         """
+        if _help_asked(self, "cuda_bench", line):
+            return None
         from .launch.bench import run_line
         from .view.shown import show_bench
 
@@ -617,6 +636,8 @@ class CudaMagics(Magics):
         child process (the arrays copied), so this notebook's arrays and CUDA context are never
         touched. Returns the findings, each at its cell line (docs/debugging.md).
         """
+        if _help_asked(self, "cuda_sanitize", line):
+            return None
         from .launch.tool_run import sanitize_line
 
         assert self.shell is not None  # a registered magic has its shell
@@ -632,6 +653,8 @@ class CudaMagics(Magics):
         Shows duration, throughput against peak, DRAM traffic, occupancy, the top stall
         reasons and the hottest cell lines, the launches side by side (docs/debugging.md).
         """
+        if _help_asked(self, "cuda_profile", line):
+            return None
         from .launch.tool_run import profile_line
 
         assert self.shell is not None

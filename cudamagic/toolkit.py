@@ -230,12 +230,17 @@ def _libcudacxx_header(name: str, include_dirs: tuple[str, ...]) -> str | None:
     return None
 
 
-def _own_header_hint(name: str) -> str:
+def _own_header_hint(name: str, source: str = "") -> str:
     """Where NVRTC looked for a header of the user's own that it could not open."""
     try:
         here = f" ({os.getcwd()})"
     except OSError:
         here = ""
+    if os.path.isfile(name) and re.search(r'^[ \t]*#[ \t]*include[ \t]*<' + re.escape(name)
+                                          + ">", source, re.M):
+        return (f'"{name}" is in the current folder{here}, but an include in angle brackets '
+                f'(<{name}>) does not look there: write #include "{name}", or add -I . to '
+                "the %%cuda line")
     return (f'"{name}" is in neither the current folder{here}, where NVRTC looks first for a '
             "quoted include, nor any -I folder: put it there, add -I DIR to the %%cuda line "
             "(a relative DIR is taken from the current folder), or %cd to its folder")
@@ -270,7 +275,7 @@ def include_hints(log: str, source: str = "", include_dirs: tuple[str, ...] | No
                          f"<cuda/std/...> for it; device code uses the built-in CUDA functions "
                          "(printf, malloc, the math functions) without an include")
         elif name not in _HOST_ONLY and name not in _NEEDS_STD_HEADERS:
-            hints.append(_own_header_hint(name))
+            hints.append(_own_header_hint(name, source))
     included = set(_INCLUDE.findall(source))
     hints += [text for header, text in _HOST_ONLY.items() if header in included]
     if not std_headers:

@@ -31,6 +31,10 @@ CASES = {
                                      ['CompileError: NVRTC could not compile cell.cu',
                                       'identifier "nope" is undefined'],
                                      ["Where your code was", "decorator-gen", "magic.py"]),
+    # issue 51 snag 5: it ended with run_cell_magic and a dataclass's "<string>" __init__
+    "a refused magic line": (["%%cuda --arch sm_1\n__global__ void k() {}\n"],
+                             ["OptionError: --arch 'sm_1' is not a real GPU architecture"],
+                             ["Where your code was", "<string>", "run_cell_magic"]),
     "build() in a function": (['import cudamagic\ndef f():\n    return cudamagic.build('
                                '"__global__ void k(float* y) { y[0] = nope; }")', "f()"],
                               ["CompileError: NVRTC could not compile", ", in f",

@@ -139,6 +139,22 @@ def test_hints_are_given_for_headers_and_only_for_them(log, source, wanted):
         assert len(hints) == 1 and wanted in hints[0]
 
 
+def test_an_angle_include_of_a_header_in_the_current_folder_says_why_it_is_not_found(
+        tmp_path, monkeypatch):
+    """Issue 51 snag 1: the hint said "in neither the current folder ...: put it there" of a
+    header that is there; an angle include does not look there (quotes or -I . do)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nothere.h").write_text("#define X 1\n")
+    log = 'cell.cu(1): catastrophic error: cannot open source file "nothere.h"'
+    hints = include_hints(log, "#include <nothere.h>\n")
+    assert len(hints) == 1 and "is in the current folder" in hints[0], hints
+    assert '#include "nothere.h"' in hints[0] and "-I ." in hints[0], hints
+    assert "neither" not in hints[0] and "put it there" not in hints[0], hints
+    # where it is not there, the old words hold
+    (tmp_path / "nothere.h").unlink()
+    assert "in neither the current folder" in include_hints(log, "#include <nothere.h>\n")[0]
+
+
 # --- The C++ standard headers cudamagic ships (issue 29 item 8) ---
 # Issue 29, item 8: the C++ standard headers in device code (cudamagic/headers/std).
 #

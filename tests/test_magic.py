@@ -461,3 +461,26 @@ def test_cuda_load_picks_a_fatbins_target_with_arch(tmp_path, monkeypatch, arch,
     assert module.image.sm == sm and "fill" in module.kernels
     assert ("link (nvJitLink)" in module.report.text()) == linked
     assert "PTX or fatbin" in ip.find_line_magic("cuda_load").__doc__
+
+
+def test_every_line_magic_answers_dash_h_with_its_help(tmp_path):
+    """Issue 51 snag 4: ``%%cuda -h`` showed help and the six line magics an error."""
+    code = r'''
+import json
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "cudamagic")
+out = {}
+for m in ("cuda_load", "cuda_cache", "cuda_info", "cuda_bench", "cuda_sanitize", "cuda_profile"):
+    for flag in ("-h", "--help"):
+        r = ip.run_cell(f"%{m} {flag}")
+        out[f"{m} {flag}"] = repr(r.error_in_exec)
+print("RESULT " + json.dumps(out))
+'''
+    said = run_python(code, {"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
+    errors = json.loads(said.split("RESULT ", 1)[1])
+    assert set(errors.values()) == {"None"}, errors
+    for words in ("%cuda_load [--arch sm_XX]", "%cuda_cache [--older-than AGE]",
+                  "Device, driver, NVRTC", "%cuda_bench [-n REPEAT", "%cuda_sanitize [--tool",
+                  "%cuda_profile kernel(grid, block, args)"):
+        assert words in said, said
