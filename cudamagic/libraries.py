@@ -17,7 +17,7 @@ from pathlib import Path
 from .errors import OptionError
 from .options import STDS, BuildOptions
 from .process import cached
-from .toolkit import HEADERS, package_dir, search_folders, travelling_name
+from .toolkit import package_dir, search_folders, travelling_name
 
 __all__ = ["Cutlass", "CutlassOrigin", "cutlass", "has_cutlass", "cccl_layout_dir",
            "CUTLASS_ENV", "LibraryOptions", "NO_LIBRARY", "library_options"]
@@ -144,7 +144,7 @@ def cccl_layout_dir() -> str:
     the CUDA toolkit lays CCCL out; CuPy's CCCL, which every build searches, has
     ``<cuda/std/...>``. Each header there forwards to the ``<cuda/std/...>`` of that name, so
     a CUTLASS cell reads one CCCL (the toolkit's ``include/`` beside CuPy's would mix two)."""
-    return str(HEADERS / "cccl")
+    return str(Path(__file__).resolve().parent / "headers" / "cccl")
 
 
 

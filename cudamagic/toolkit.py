@@ -20,7 +20,7 @@ from .process import cached
 
 __all__ = ["Toolkit", "toolkit", "include_hints", "std_header_dirs", "std_headers_shipped",
            "loaded_libraries", "install_command", "package_dir", "search_folders",
-           "travelling_name", "HEADERS"]
+           "travelling_name"]
 
 # distributions that ship the headers every build sees (crt/mma.h: nvidia_cuda_crt;
 # curand_kernel.h: nvidia_curand), the NVRTC that compiles, or the nvJitLink that links
@@ -200,7 +200,7 @@ wchar.h wctype.h""".split())
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 
-HEADERS = Path(__file__).resolve().parent / "headers"
+_HEADERS = Path(__file__).resolve().parent / "headers"
 
 
 def std_header_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -211,7 +211,7 @@ def std_header_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     holds the one CCCL header NVRTC cannot compile (thrust's stream operators of
     ``thrust::complex``: host functions), emptied; it must come before CCCL's folders.
     """
-    return (str(HEADERS / "nvrtc"),), (str(HEADERS / "std"),)
+    return (str(_HEADERS / "nvrtc"),), (str(_HEADERS / "std"),)
 
 
 @cached(1)
