@@ -104,6 +104,7 @@ def environment_info() -> EnvironmentInfo:
     n = len(cache)
     fields.append(("cache", f"{cache.location} ({counted(n, 'entry', 'entries')}, "
                             f"{size_text(cache.volume())} of {size_text(cache.size_limit)})"))
+    fields.append(("CUTLASS", cutlass_state()))
     for dist in ("cupy-cuda13x", "cupy-cuda12x", "cuda-bindings", "nvidia-cuda-nvrtc"):
         try:
             fields.append((dist, importlib.metadata.version(dist)))
@@ -122,3 +123,19 @@ def pch_state() -> str:
     if pch.switched_off():
         return f"supported; off (${pch.PCH_ENV}={os.environ.get(pch.PCH_ENV)})"
     return "supported, on (kept in the cache folder's pch/ folder; --no-pch turns it off)"
+
+
+def cutlass_state() -> str:
+    """Which CUTLASS (and CuTe) a cell that includes it gets, and where, in words
+    (``%cuda_info``; an ``-I`` folder of a cell's own that holds CUTLASS comes first)."""
+    from .errors import OptionError
+    from .libraries import CUTLASS_ENV, cutlass
+
+    try:
+        found = cutlass()
+    except OptionError as exc:
+        return str(exc)
+    if found is None:
+        return (f"not found (pip install nvidia-cutlass, or set ${CUTLASS_ENV} to a CUTLASS "
+                "checkout)")
+    return found.describe()

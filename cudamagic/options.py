@@ -43,6 +43,7 @@ __all__ = [
     "working_folder",
     "shown_path",
     "is_folder",
+    "STDS",
 ]
 
 #: The architecture a build targets where no GPU is there to ask (Hopper: H100, H200).
@@ -52,7 +53,7 @@ DEFAULT_MODULE = "cuda_module"
 #: The file name NVRTC gives the cell (``__FILE__``, and its log): the same for every build,
 #: so that it never has to be part of the key.
 PROGRAM_NAME = "cell.cu"
-_STDS = ("c++03", "c++11", "c++14", "c++17", "c++20")
+STDS = ("c++03", "c++11", "c++14", "c++17", "c++20")
 
 # Options this record sets itself, and what to use instead.
 _OWN = {"-arch": "--arch", "--gpu-architecture": "--arch", "-std": "--std", "--std": "--std"}
@@ -239,8 +240,8 @@ class BuildOptions:
         if self.arch is not None:
             object.__setattr__(self, "arch", normalize_arch(self.arch))
         std = self.std if str(self.std).startswith("c++") else f"c++{self.std}"
-        if std not in _STDS:
-            raise OptionError(f"--std {self.std!r} is not one of {', '.join(_STDS)}")
+        if std not in STDS:
+            raise OptionError(f"--std {self.std!r} is not one of {', '.join(STDS)}")
         object.__setattr__(self, "std", std)
         if not (isinstance(self.module, str) and self.module.isidentifier()) \
                 or keyword.iskeyword(self.module) or keyword.issoftkeyword(self.module):
@@ -590,7 +591,8 @@ def _fold(options: Sequence[str], arch: str | None
 
 
 def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
-                  base_dir: str | os.PathLike, cwd: str | None = None) -> tuple[str, ...]:
+                  base_dir: str | os.PathLike, cwd: str | None = None,
+                  added: Sequence[str] = ()) -> tuple[str, ...]:
     """The NVRTC option list of a build (it is part of the cache key, in this order).
 
     Relative ``-I`` folders are taken from ``base_dir`` (the notebook's folder). The search
@@ -601,7 +603,9 @@ def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
     already, and as an ``-I`` folder it would be searched for angle includes too, where the
     toolkit's headers look for each other (``<version>``, which libcu++ includes where it
     exists): a file of that name beside the notebook broke every cooperative-groups or
-    ``cuda/std`` cell. A ``base_dir`` other than ``cwd`` is searched last.
+    ``cuda/std`` cell. A ``base_dir`` other than ``cwd`` is searched last. What a library the
+    cell includes needs (``added``: :func:`cudamagic.libraries.library_options`) comes right
+    after the user's own.
     """
     base = Path(base_dir)
     out = [f"-arch={arch}", f"-std={opts.std}"]
@@ -609,6 +613,7 @@ def nvrtc_options(opts: BuildOptions, arch: str, include_dirs: Sequence[str],
         if o.startswith("-I") and not os.path.isabs(o[2:]):
             o = f"-I{(base / o[2:]).resolve()}"
         out.append(o)
+    out += added
     from .toolkit import std_header_dirs
 
     before, after = std_header_dirs() if opts.std_headers else ((), ())

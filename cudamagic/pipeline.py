@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ContextManager
 
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
                   stored_signatures, symbol_record)
+from .cxx.declared import included_headers
 from .cxx.resolve import Resolution, ResolvedBy, template_instances
 from .errors import (CompileError, CudaMagicError, ImageError,
                      InputWarning, NameResolutionError, OptionError, SourceError)
@@ -32,6 +33,7 @@ from .lineinfo import debug_support
 from .miss import BuildOrigin, BuildPhase, HitKind, Miss, MissKind, StoreOutcome, Stored
 from .module import Binary, KernelTable, Module
 from .naming import Namer, invalid_names, unnamed_hints
+from .libraries import NO_LIBRARY, LibraryOptions, library_options
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
                       check_text, include_folders, is_folder, normalize_arch, nvrtc_options,
                       shown_path, working_folder,
@@ -147,6 +149,8 @@ class BuildContext:
     inputs : callable or None
         A module's rebuild (:func:`rebuild`): given the manifest of what this build read (its
         compile's, or its entry's on a hit), raises where that is not what the module read.
+    added : LibraryOptions
+        The options added for a library the cell includes (CUTLASS), in ``options`` already.
     """
 
     source: str
@@ -167,6 +171,7 @@ class BuildContext:
     inputs: "Callable[[Manifest], None] | None" = None
     #: how the miss's list of headers was had (toolchain/listing.py)
     listings: "list[HeaderListing]" = field(default_factory=list)
+    added: LibraryOptions = NO_LIBRARY
 
     @property
     def pch_use(self) -> "PchUse | None":
@@ -209,24 +214,36 @@ def _context(source: str, opts: BuildOptions, settings: BuildSettings,
                      "each is compiled once")
     tk = toolkit()
     arch = opts.arch or default_arch()
-    options = nvrtc_options(opts, arch, tk.include_dirs, base, cwd)
+    added = _library(source, opts, base)
+    notes += added.notes
+    options = nvrtc_options(opts, arch, tk.include_dirs, base, cwd, added.options)
     # NVRTC's wheel names the NVRTC a build uses without loading it (loading takes tens of ms,
     # kept off the hit path); without the wheel, NVRTC's version and its library's file
     nv = tk.nvrtc_wheel or nvrtc_identity()
     before, after = std_header_dirs()  # package files, as the toolkit's are
     search = SearchPath(cwd, include_folders(options),
-                        (*before, *tk.include_dirs, *after),
-                        (*_named(opts, tk.named, base, cwd), *_shim_names(before, after)))
+                        (*before, *tk.include_dirs, *after, *added.versioned),
+                        (*_named(opts, tk.named, base, cwd), *_shim_names(before, after),
+                         *added.named))
+    fingerprint = tk.fingerprint + added.fingerprint
     key = cache_key(source=source, name_expressions=opts.name_expressions,
                     options=_travelling(options, search), arch=arch, nvrtc_version=nv,
-                    toolkit=tk.fingerprint)
+                    toolkit=fingerprint)
     store = None if opts.no_cache or keyless else KernelCache.wrap(settings.cache)
     ctx = BuildContext(source=source, opts=opts, settings=settings, arch=arch, options=options,
-                       search=search, key=key, nvrtc=nv, toolkit=tk.fingerprint, store=store,
+                       search=search, key=key, nvrtc=nv, toolkit=fingerprint, store=store,
                        demangler=settings.demangler or default_demangler(), started=started,
-                       notes=notes)
+                       notes=notes, added=added)
     ctx.lap(BuildPhase.KEY, started)
     return ctx
+
+
+def _library(source: str, opts: BuildOptions, base: Path) -> LibraryOptions:
+    """What the libraries the cell's own ``#include`` lines name need (CUTLASS, CuTe); the
+    directives are read only where the text names such a folder at all."""
+    if "cute/" not in source and "cutlass/" not in source:
+        return NO_LIBRARY
+    return library_options(opts, included_headers(source), base)
 
 
 def _named(opts: BuildOptions, toolkit_named: Sequence[tuple[str, str]], base: Path,
@@ -651,7 +668,9 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         loaded=loaded.source if loaded else None, loaded_cached=bool(loaded and loaded.cached),
         log=shift_lines(record.log, ctx.line_offset),  # the cell's own line numbers
         rows=rows, warnings=tuple(dict.fromkeys(ctx.notes)), explanation=explanation,
-        module_name=ctx.opts.module, globals=binary.own_globals, pch=ctx.pch_use, listing=ctx.listings[-1] if ctx.listings else None,
+        module_name=ctx.opts.module, globals=binary.own_globals, pch=ctx.pch_use,
+        listing=ctx.listings[-1] if ctx.listings else None,
+        added=(ctx.added.library, ctx.added.shown) if ctx.added.library else None,
         linked=linked or relocatable(ctx.options), own_globals=None if types is None
         else frozenset(types), device_runtime=bool(binary.runtime_kernels))
     module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders, types,

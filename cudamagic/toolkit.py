@@ -19,7 +19,8 @@ from pathlib import Path
 from .process import cached
 
 __all__ = ["Toolkit", "toolkit", "include_hints", "std_header_dirs", "std_headers_shipped",
-           "loaded_libraries", "install_command"]
+           "loaded_libraries", "install_command", "package_dir", "search_folders",
+           "travelling_name"]
 
 # distributions that ship the headers every build sees (crt/mma.h: nvidia_cuda_crt;
 # curand_kernel.h: nvidia_curand), the NVRTC that compiles, or the nvJitLink that links
@@ -72,7 +73,7 @@ class Toolkit:
         return tuple((d, n) for d, n in zip(self.include_dirs, self.names) if d != n)
 
 
-def _package_dir(name: str) -> Path | None:
+def package_dir(name: str) -> Path | None:
     spec = importlib.util.find_spec(name)  # finds without importing
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -103,10 +104,10 @@ def toolkit() -> Toolkit:
     notebook that changes them after ``%load_ext``, whose warm-up looked it up, gets the
     toolkit they name."""
     homes = tuple((v, os.path.abspath(os.environ[v])) for v in _HOME_VARS if os.environ.get(v))
-    return _toolkit_for(homes, _search_folders())
+    return _toolkit_for(homes, search_folders())
 
 
-def _search_folders() -> tuple[tuple[str, int | None], ...]:
+def search_folders() -> tuple[tuple[str, int | None], ...]:
     """``sys.path`` as absolute folders (``""`` and relative entries from the working folder),
     each with its modification time (None: none there); entries that are no text are left
     out, as the import system skips them."""
@@ -127,7 +128,7 @@ def _toolkit_for(homes: tuple[tuple[str, str], ...],
                  folders: tuple[tuple[str, int | None], ...]) -> Toolkit:
     """:func:`toolkit` for these toolkit folders (``(variable, absolute folder)``) and this
     state of ``sys.path``'s folders (the key; the packages are found by the import system)."""
-    cupy, nvidia = _package_dir("cupy"), _package_dir("nvidia")
+    cupy, nvidia = package_dir("cupy"), package_dir("nvidia")
     dists: list[str] = []
     for site in sorted({d.parent for d in (cupy, nvidia) if d is not None}):
         try:
@@ -144,10 +145,10 @@ def _toolkit_for(homes: tuple[tuple[str, str], ...],
     sites = [str(d.parent) for d in (cupy, nvidia) if d is not None]
     # a version is a version in whichever folder it is installed (a venv over another's)
     return Toolkit(dirs, tuple(sorted(set(dists))), tuple(named),
-                   tuple(_name(d, sites, homes) for d in dirs))
+                   tuple(travelling_name(d, sites, homes) for d in dirs))
 
 
-def _name(folder: str, sites: list[str], homes: tuple[tuple[str, str], ...]) -> str:
+def travelling_name(folder: str, sites: list[str], homes: tuple[tuple[str, str], ...]) -> str:
     """The name of a toolkit folder that travels (see :attr:`Toolkit.names`)."""
     for label, base in [*(("site-packages", s) for s in sites),
                         *((f"${var}", home) for var, home in homes)]:
@@ -270,6 +271,11 @@ def include_hints(log: str, source: str = "", include_dirs: tuple[str, ...] | No
         elif name in _WHEEL_HEADERS:
             hints.append(f"<{name}> is not installed: pip install {_WHEEL_HEADERS[name]} (a "
                          "dependency of cudamagic[cu13]), or set CUDA_HOME to a CUDA toolkit")
+        elif name.startswith(("cutlass/", "cute/")):
+            hints.append(f"<{name}> is CUTLASS's (CuTe's), not found: pip install "
+                         "nvidia-cutlass (cudamagic's cutlass extra), set $CUTLASS_PATH to a "
+                         "CUTLASS checkout, or give -I DIR with its headers (%cuda_info says "
+                         "which CUTLASS a cell gets)")
         elif name in _STANDARD:
             hints.append(f"<{name}>: NVRTC has no C or C++ standard library and libcu++ has no "
                          f"<cuda/std/...> for it; device code uses the built-in CUDA functions "

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = ["Candidate", "CandidateKind", "Scope", "candidates", "scan", "tokens",
-           "MAX_CANDIDATES"]
+           "included_headers", "MAX_CANDIDATES"]
 
 #: The most names one compile asks about (a generated cell of 100 000 variables asks none).
 MAX_CANDIDATES = 4000
@@ -183,7 +183,7 @@ def tokens(source: str, defines: Mapping[str, str] | None = None) -> list[str]:
     ``defines``, the options' ``-D``) are replaced by their tokens, so that ``#define KERNEL
     extern "C" __global__`` declares what it declares; a function-like macro's invocation stays
     as written."""
-    text = source.replace("\\\r\n", "").replace("\\\n", "")  # line splices first, as C++ does
+    text = _spliced(source)
     macros = {k: [t for t in _lex(v) if not t.startswith("#")]
               for k, v in (defines or {}).items()}
     out: list[str] = []
@@ -201,6 +201,28 @@ def tokens(source: str, defines: Mapping[str, str] | None = None) -> list[str]:
         else:
             out.append(t)
     return out
+
+
+def _spliced(source: str) -> str:
+    """The source with its line splices joined, as C++ does first."""
+    return source.replace("\\\r\n", "").replace("\\\n", "")
+
+
+_INCLUDE = re.compile(r'#\s*include(?:_next)?\s*(?:<([^>\n]+)>|"([^"\n]+)")')
+
+
+def included_headers(source: str) -> tuple[str, ...]:
+    """The header names the cell's own ``#include`` directives name (``<h>`` and ``"h"``), in
+    order, read as the preprocessor reads its lines: splices joined, comments and string
+    literals no directives (one inside a conditional counts: what is compiled needs the
+    preprocessor; an include through a macro is not read)."""
+    out: list[str] = []
+    for item in _lex(_spliced(source)):
+        if item.startswith("#"):
+            m = _INCLUDE.match(re.sub(r"/\*.*?\*/", " ", item, flags=re.S))
+            if m:
+                out.append(m.group(1) or m.group(2))
+    return tuple(out)
 
 
 def _expand(name: str, macros: Mapping[str, list[str]], active: frozenset[str],

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 __all__ = ["DataModel", "Scalar", "ScalarKind", "TARGET", "SCALARS", "INTEGERS", "TYPEDEFS", "BUILTIN_WORDS",
-           "scalar", "integer", "builtin_type"]
+           "scalar", "integer", "builtin_type", "ELEMENTS"]
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,12 @@ INTEGERS: Mapping[str, Scalar] = MappingProxyType(_integers(TARGET))
 #: Every scalar a kernel parameter can be passed as a number: INTEGERS, then the floating types
 #: (CUDA's ``__half`` and ``__nv_bfloat16`` among them).
 SCALARS: Mapping[str, Scalar] = MappingProxyType({**INTEGERS, **_floats()})
+
+#: Class types of libraries whose bytes are those of a NumPy dtype, by their demangled name:
+#: what an array a pointer to one takes holds (CUTLASS's ``half_t``, CuTe's ``cute::half_t``
+#: being the same class, is IEEE binary16 in two bytes). Its bfloat16, tf32 and fp8 types
+#: have no NumPy dtype: a pointer to one takes an array of any.
+ELEMENTS: Mapping[str, str] = MappingProxyType({"cutlass::half_t": "f2"})
 
 #: Typedefs NVRTC declares in every program (its built-in header: a cell cannot redeclare them
 #: as another type), by the name a cell spells, with the type they stand for on this target.

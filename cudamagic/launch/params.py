@@ -18,6 +18,7 @@ import numpy as np
 
 from ..process import cached, InTest
 from ..cxx import SCALARS, Signature, tidy_name
+from ..cxx.types import ELEMENTS
 from ..errors import LaunchError
 from ..toolchain.image import KernelImage
 from ..toolchain.ptx import PtxParam, PtxType
@@ -213,8 +214,9 @@ def _scalar_form(ctype: str) -> tuple[SlotKind, str | None, int, int | None, int
 
 
 def _numpy_dtype(ctype: str) -> np.dtype | None:
-    """The NumPy dtype of a canonical C++ type, where it has one (a pointer's pointee)."""
-    code = _scalar_form(ctype)[1]
+    """The NumPy dtype of a canonical C++ type, where it has one (a pointer's pointee: a
+    scalar, or a library's class of a dtype's bytes, :data:`cudamagic.cxx.types.ELEMENTS`)."""
+    code = _scalar_form(ctype)[1] or ELEMENTS.get(ctype)
     return np.dtype(code) if code else None
 
 

@@ -383,6 +383,9 @@ class BuildReport:
     pch : (PchKind, float, float) or None
         What became of a miss's precompiled header: its kind, the compile's seconds, the
         seconds of the compile that made it; None where the compile was given none.
+    added : (str, tuple of str) or None
+        A library the cell includes and the options added for it, as said
+        (``("CUTLASS", ("-I site-packages/...", "-default-device"))``); None: none added.
     """
 
     key: str
@@ -413,6 +416,7 @@ class BuildReport:
     pch: "tuple[PchKind, float, float] | None" = None
     #: How a miss's list of headers was had (None: a hit, a CUBIN from elsewhere)
     listing: "HeaderListing | None" = None
+    added: tuple[str, tuple[str, ...]] | None = None
 
     # --- words -----------------------------------------------------------------------------
 
@@ -474,7 +478,15 @@ class BuildReport:
         # a cache that fell back to memory says why once, as a warning; here only where
         cache = "in memory, this session only" if self.cache_in_memory else self.cache_dir
         return (("NVRTC", self.nvrtc_version), ("demangler", self.demangler), ("cache", cache),
-                ("key", self.short_key)) + self._linked_fact + self._pch_fact
+                ("key", self.short_key)) + self._linked_fact + self._pch_fact \
+            + self._added_fact
+
+    @property
+    def _added_fact(self) -> tuple[tuple[str, str], ...]:
+        if self.added is None:
+            return ()
+        library, options = self.added
+        return ((f"options added for {library}", ", ".join(options)),)
 
     @property
     def _pch_fact(self) -> tuple[tuple[str, str], ...]:
