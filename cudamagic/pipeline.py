@@ -405,23 +405,19 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
     """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
     from .precompiled import dropped_on_failure, held_headers, plan_for, settle_for
     from .toolchain import ptx
-    no_files, listed, started_ns = _before_compile(ctx)
-    notice = ctx.settings.compile_notice or contextlib.nullcontext
     from .toolchain.probe import typed_compile
-    served = served_facts(ctx.settings.compiler)
+    no_files, listed, started_ns = _before_compile(ctx)
+    notice, served = ctx.settings.compile_notice or contextlib.nullcontext, \
+        served_facts(ctx.settings.compiler)
     plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options,
                                           (ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes,
                                           served)
-    stoppable = contextlib.nullcontext() if served is None or interrupts is None \
-        else interrupts.released()  # Ctrl-C stops a server's compile at once
-    with notice(), dropped_on_failure(plan), stoppable:  # the type probe's questions too
+    with notice(), dropped_on_failure(plan), _stoppable(served, interrupts):  # probe's too
         typed = typed_compile(ctx.settings.compiler, ctx.source, ctx.opts.name_expressions,
                               ctx.options, program_name=PROGRAM_NAME, line_offset=ctx.line_offset,
                               trace=not no_files, **({} if plan is None else {"pch": plan}))
-    result = typed.result
-    if typed.compiles > 1:
-        ctx.notes.append(PROBE_RETRIED.format(typed.compiles))
-    t = ctx.lap(BuildPhase.COMPILE, t)
+    result, t = typed.result, ctx.lap(BuildPhase.COMPILE, t)
+    ctx.notes.extend([PROBE_RETRIED.format(typed.compiles)] if typed.compiles > 1 else [])
     if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
         from .toolchain.link import link_compiled
         result = link_compiled(result, ctx.arch, ctx.options)
@@ -465,6 +461,12 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
                    variables=(dict(said.variables), var_exprs), stored=kept), kept
+
+
+def _stoppable(served: Any, interrupts: Any) -> ContextManager[Any]:
+    """Ctrl-C let through where the compile server compiles: it stops the compile at once."""
+    return contextlib.nullcontext() if served is None or interrupts is None \
+        else interrupts.released()
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,

@@ -247,9 +247,10 @@ def _load(folder: str) -> Facts:
     archs = nvrtc.supported_archs()
     nvrtc.compile_cubin("__global__ void k() {}", (), (f"-arch=sm_{archs[-1]}",),
                         program_name="warm.cu", trace=False)
-    return Facts(os.getpid(), time.time(), version, nvrtc.nvrtc_version(),
-                 nvrtc.nvrtc_identity(), archs, pch.supported(), pch.owner(),
-                 pch.generation())
+    return Facts(pid=os.getpid(), started=time.time(), version=version,
+                 nvrtc_version=nvrtc.nvrtc_version(), nvrtc_identity=nvrtc.nvrtc_identity(),
+                 archs=archs, pch_supported=pch.supported(), owner=pch.owner(),
+                 generation=pch.generation())
 
 
 def _listen(sock_path: str) -> socket.socket:
