@@ -409,9 +409,8 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
     no_files, listed, started_ns = _before_compile(ctx)
     notice, served = ctx.settings.compile_notice or contextlib.nullcontext, \
         served_facts(ctx.settings.compiler)
-    plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options,
-                                          (ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes,
-                                          served)
+    plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options, (
+        ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes, served)
     with notice(), dropped_on_failure(plan), _stoppable(served, interrupts):  # probe's too
         typed = typed_compile(ctx.settings.compiler, ctx.source, ctx.opts.name_expressions,
                               ctx.options, program_name=PROGRAM_NAME, line_offset=ctx.line_offset,
