@@ -133,7 +133,8 @@ def send(sock: socket.socket, value: Any) -> None:
 
 
 def _exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
+    chunks: list[bytes] = []
+    left = size
     while left:
         chunk = sock.recv(min(left, 1 << 20))
         if not chunk:

@@ -76,7 +76,7 @@ def fork_spare(close: list[int]) -> Spare:
 
 
 def _read_all(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         chunk = os.read(fd, 1 << 20)
         if not chunk:
