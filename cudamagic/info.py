@@ -7,9 +7,10 @@ Asking loads the CUDA driver where there is one, never CuPy.
 from __future__ import annotations
 
 import os
+import time
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .toolchain import driver
 from .errors import ImageError
@@ -91,8 +92,11 @@ def environment_info() -> EnvironmentInfo:
     else:
         fields.append(("device", "none (compile, cache and name resolution work; launches "
                                  "need a GPU)"))
-    fields.append(("NVRTC", nvrtc_version()))
-    fields.append(("precompiled headers", pch_state()))
+    from .pipeline import SERVED
+    served = SERVED.facts()  # where a server compiles, NVRTC is its (never loaded here)
+    fields.append(("NVRTC", served.nvrtc_version if served else nvrtc_version()))
+    fields.append(("compile server", server_text(SERVED.status())))
+    fields.append(("precompiled headers", pch_state(served)))
     d = default_demangler()
     fields.append(("demangler", f"{d.name} ({d.path})" if isinstance(d, CuFilt) else d.name))
     try:
@@ -113,13 +117,29 @@ def environment_info() -> EnvironmentInfo:
     return EnvironmentInfo(tuple(fields))
 
 
-def pch_state() -> str:
-    """Whether a miss may start from a precompiled header here, in words (``%cuda_info``)."""
+def server_text(facts: Any) -> str:
+    """Whether a compile server serves this notebook, in words (``%cuda_info``,
+    ``%cuda_cache server``); ``facts``: its facts, None where none serves."""
+    from .compiler.wire import SERVER_ENV
+
+    if facts is None:
+        return (f"none: NVRTC compiles in this process (${SERVER_ENV}=1 starts one on the next "
+                "miss)" if os.environ.get(SERVER_ENV, "") in ("", "0") else
+                "none serves now (one starts on the next miss)")
+    up = time.time() - facts.started
+    return (f"pid {facts.pid}, up {up:.0f} s, {counted(facts.served, 'compile')} served, "
+            f"NVRTC {facts.nvrtc_version}; %cuda_cache server stop ends it")
+
+
+def pch_state(served: Any = None) -> str:
+    """Whether a miss may start from a precompiled header here, in words (``%cuda_info``);
+    ``served``: the compile server's facts, where one compiles."""
     from .toolchain import pch
     from .toolchain.nvrtc import nvrtc_version
 
-    if not pch.supported():
-        return f"not supported by NVRTC {nvrtc_version()} (12.8 and later make them)"
+    if not (served.pch_supported if served else pch.supported()):
+        version = served.nvrtc_version if served else nvrtc_version()
+        return f"not supported by NVRTC {version} (12.8 and later make them)"
     if pch.switched_off():
         return f"supported; off (${pch.PCH_ENV}={os.environ.get(pch.PCH_ENV)})"
     return "supported, on (kept in the cache folder's pch/ folder; --no-pch turns it off)"

@@ -3,8 +3,10 @@ raised after the build with what became of its result (:class:`Interrupts`)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 import time
 from typing import Any
 
@@ -51,6 +53,20 @@ class Interrupts:
         if self._previous is not None:
             import signal
             signal.signal(signal.SIGINT, self._previous)
+
+    @contextlib.contextmanager
+    def released(self) -> Iterator[None]:
+        """Ctrl-C raised as Python raises it, within: around a compile the compile server
+        runs, which stops at once (its client kills it and raises CompileInterrupted)."""
+        if self._previous is None:
+            yield
+            return
+        import signal
+        signal.signal(signal.SIGINT, self._previous)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, self._hold)
 
     def raise_if_asked(self, started: float, kept: Stored) -> None:
         """Raise the held interrupt, saying when it came into the build that began at

@@ -43,6 +43,21 @@ NOTICE_AFTER_S = 0.5
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+def _server_command(word: str | None) -> str:
+    """``%cuda_cache server [stop]``: the compile server's state, or its end, in words."""
+    from .info import server_text
+    from .pipeline import SERVED
+
+    if word not in (None, "stop"):
+        raise OptionError(f"%cuda_cache server takes stop or nothing (got {word!r})")
+    facts = SERVED.status()
+    if word is None:
+        return f"compile server: {server_text(facts)}"
+    if facts is None or not SERVED.stop():
+        return "no compile server serves this notebook"
+    return f"the compile server (pid {facts.pid}) was stopped; the next miss starts another"
+
+
 def _age_seconds(text: str) -> float:
     """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds.
 
@@ -541,11 +556,12 @@ class CudaMagics(Magics):
 
     @magic_arguments()
     @argument("command", nargs="?", default="stats",
-              choices=("stats", "list", "clear", "limit", "remote"),
+              choices=("stats", "list", "clear", "limit", "remote", "server"),
               help="stats (default): entries, size, hits and misses, the folder; "
                    "list: entries, newest first; clear: remove entries; "
                    "limit: show or set the size limit; remote: the team cache's server, "
-                   "hits, misses, bytes, errors and latency")
+                   "hits, misses, bytes, errors and latency; server: the compile server "
+                   "serving this notebook (server stop: end it)")
     @argument("size", nargs="?", default=None,
               help="for limit: the new size limit, e.g. 512MB, 2GiB, 1073741824 (bytes); kept "
                    "by the folder for later sessions")
@@ -566,6 +582,8 @@ class CudaMagics(Magics):
         from .view.records import CacheListing, CacheStats, RemoteCacheStats
 
         ns = _parse(self.cuda_cache, line)
+        if ns.command == "server":
+            return CacheStats.of(default_cache(), _server_command(ns.size))
         if ns.size is not None and ns.command != "limit":
             raise OptionError(f"%cuda_cache {ns.command} takes no size; did you mean "
                               f"%cuda_cache limit {ns.size}?")

@@ -39,7 +39,9 @@ from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_s
                       shown_path, working_folder,
                       options_from_args, relocatable, shift_lines)
 from .store import EntryRecord, KernelCache
+from .store.cache import default_cache_dir
 from .store.disk import CACHE_WAIT_S
+from .compiler.client import ServedCompiler
 from .toolchain import compile_cubin, driver, elf, nvrtc_identity, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.image import read_cubin
@@ -60,6 +62,9 @@ __all__ = ["Module", "BuildSettings", "BuildContext", "build", "build_module", "
            "load_cubin", "default_arch"]
 
 Compiler = Callable[..., "CompileResult"]
+#: The default compiler: the compile server's (docs/architecture.md), NVRTC in this process
+#: where none serves
+SERVED = ServedCompiler(compile_cubin, default_cache_dir)
 
 
 def default_arch() -> str:
@@ -100,7 +105,7 @@ class BuildSettings:
     cache: "KernelCache | Any" = None
     base_dir: "str | os.PathLike | None" = None
     line_offset: int = 0
-    compiler: Compiler = compile_cubin
+    compiler: Compiler = SERVED
     demangler: Demangler | None = None
     compile_notice: "Callable[[], ContextManager[Any]] | None" = None
     reserved: tuple[str, ...] = ()
@@ -283,7 +288,7 @@ def entry_key(source: str, opts: BuildOptions, base_dir: str | os.PathLike | Non
 
 def build_module(source: str, opts: BuildOptions, *, cache: KernelCache | None = None,
                  base_dir: str | os.PathLike | None = None, line_offset: int = 0,
-                 compiler: Compiler = compile_cubin, demangler: Demangler | None = None,
+                 compiler: Compiler = SERVED, demangler: Demangler | None = None,
                  compile_notice: Callable[[], ContextManager[Any]] | None = None,
                  reserved: Sequence[str] = (), cell: str | None = None) -> Module:
     """The pipeline behind :func:`build` and the ``%%cuda`` magic: a hit when the cache can
@@ -421,13 +426,13 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
     """The miss: compile, assemble from NVRTC's exact map, store with the manifest; Ctrl-C
     from the compile's start to the stored entry is raised after it (:class:`~cudamagic.interrupts.Interrupts`)."""
     t = time.perf_counter()
-    _check_arch(ctx.arch)  # the first in a process loads NVRTC (its own phase in the report)
+    _check_arch(ctx.arch, ctx.settings.compiler)  # the first loads NVRTC (its own phase)
     t = ctx.lap(BuildPhase.NVRTC, t)
     from .interrupts import Interrupts  # a miss's: a hit holds no interrupt
 
     with Interrupts() as interrupts:
         try:
-            module, kept = _compile_held(ctx, pending, miss, t)
+            module, kept = _compile_held(ctx, pending, miss, t, interrupts)
         except CudaMagicError:
             interrupts.raise_if_asked(t, Stored(StoreOutcome.FAILED))
             raise
@@ -443,23 +448,23 @@ def _before_compile(ctx: BuildContext) -> tuple[bool, dict[str, deps.Listing], i
     return no_files, {} if no_files else deps.list_search_folders(ctx.search), time.time_ns()
 
 
-def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
-                  ) -> tuple[Module, Stored]:
+def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
+                  interrupts: Any = None) -> tuple[Module, Stored]:
     """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
     from .precompiled import dropped_on_failure, held_headers, plan_for, settle_for
     from .toolchain import ptx
-    no_files, listed, started_ns = _before_compile(ctx)
-    notice = ctx.settings.compile_notice or contextlib.nullcontext
     from .toolchain.probe import typed_compile
-    plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options,
-                                          (ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes)
-    with notice(), dropped_on_failure(plan):  # the type probe's questions ride along
+    no_files, listed, started_ns = _before_compile(ctx)
+    notice, served = ctx.settings.compile_notice or contextlib.nullcontext, \
+        served_facts(ctx.settings.compiler)
+    plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options, (
+        ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes, served)
+    with notice(), dropped_on_failure(plan), _stoppable(served, interrupts):  # probe's too
         typed = typed_compile(ctx.settings.compiler, ctx.source, ctx.opts.name_expressions,
                               ctx.options, program_name=PROGRAM_NAME, line_offset=ctx.line_offset,
                               trace=not no_files, **({} if plan is None else {"pch": plan}))
     result = typed.result
-    if typed.compiles > 1:
-        ctx.notes.append(PROBE_RETRIED.format(typed.compiles))
+    ctx.notes.extend([PROBE_RETRIED.format(typed.compiles)] if typed.compiles > 1 else [])
     t = _lap_compile(ctx, result, t)
     if relocatable(ctx.options):  # -rdc/-dc/-dlto: only the linked CUBIN can be loaded
         from .toolchain.link import link_compiled
@@ -492,7 +497,8 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float
     ctx.lap(BuildPhase.RESOLVE, t)
     record = EntryRecord(cubin=result.cubin, lowered=lowered,
                          log=shift_lines(result.log, -ctx.line_offset),  # source lines
-                         options=ctx.options, arch=ctx.arch, nvrtc_version=nvrtc_version(),
+                         options=ctx.options, arch=ctx.arch,
+                         nvrtc_version=served.nvrtc_version if served else nvrtc_version(),
                          compile_seconds=result.seconds, manifest=manifest.to_json(),
                          # names as derived, before any suffix that this cell's --module or
                          # its neighbours called for: a later build applies its own
@@ -512,6 +518,12 @@ def _lap_compile(ctx: BuildContext, result: CompileResult, t: float) -> float:
     if result.listing.beside or result.listing.traced is not None:
         ctx.timings[BuildPhase.LISTING] = result.listing.added_seconds
     return t
+
+
+def _stoppable(served: Any, interrupts: Any) -> ContextManager[Any]:
+    """Ctrl-C let through where the compile server compiles: it stops the compile at once."""
+    return contextlib.nullcontext() if served is None or interrupts is None \
+        else interrupts.released()
 
 
 def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
@@ -679,15 +691,26 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
     return module
 
 
-def _check_arch(arch: str) -> None:
-    """Before a compile (never on a hit: asking NVRTC loads it): can this NVRTC target arch?
+def served_facts(compiler: Compiler) -> Any:
+    """The compile server's facts where ``compiler`` is served by one (it is started on the
+    first miss), None where it compiles in this process."""
+    asked = getattr(compiler, "facts", None)
+    return asked() if asked is not None else None
+
+
+def _check_arch(arch: str, compiler: Compiler = SERVED) -> None:
+    """Before a compile (never on a hit: asking NVRTC loads it, or starts its server): can this
+    NVRTC target arch?
 
     :raises OptionError: it cannot (a GPU newer than the NVRTC, or a typo in --arch).
     """
     from .toolchain.nvrtc import supported_archs
-    if arch_sm(arch) not in supported_archs():
-        raise OptionError(f"NVRTC {nvrtc_version()} cannot build a CUBIN for {arch} (it supports "
-                          f"sm_{', sm_'.join(map(str, supported_archs()))}); install a newer "
+    served = served_facts(compiler)
+    archs = served.archs if served else supported_archs()
+    if arch_sm(arch) not in archs:
+        version = served.nvrtc_version if served else nvrtc_version()
+        raise OptionError(f"NVRTC {version} cannot build a CUBIN for {arch} (it supports "
+                          f"sm_{', sm_'.join(map(str, archs))}); install a newer "
                           "nvidia-cuda-nvrtc, or give --arch one of those")
 
 

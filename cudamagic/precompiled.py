@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import CacheArgumentError
 from .options import BuildOptions
@@ -33,20 +33,23 @@ PchUse = tuple[PchKind, float, float]
 
 def plan_for(opts: BuildOptions, store: KernelCache | None, source: str,
              options: Sequence[str], identity: tuple[str, str], search: SearchPath,
-             notes: list[str]) -> PchPlan | None:
+             notes: list[str], served: Any = None) -> PchPlan | None:
     """The PCH this miss's compile is given (None: none); ``identity``: NVRTC's and the
-    toolkit's, as the key names them. Why none can be made is said once in ``notes``."""
+    toolkit's, as the key names them; ``served``: the compile server's facts where it
+    compiles (its NVRTC and process make the PCH). Why none can be made is said once in
+    ``notes``."""
     if not opts.pch or pch.switched_off() or store is None:
         return None
     prefix = pch.header_prefix(source)
-    if prefix is None or not pch.supported():
+    if prefix is None or not (served.pch_supported if served else pch.supported()):
         return None
     folder = store.pch_folder
     if folder is None:
         return None
     key = pch.pch_key(prefix, options, *identity, search.cwd)
     try:
-        return pch.plan(folder, key, search, notes, pch_size_limit())
+        maker = (served.owner, served.generation) if served else None
+        return pch.plan(folder, key, search, notes, pch_size_limit(), maker)
     except CacheArgumentError as exc:
         notes.append(f"no precompiled header: {exc}")
         return None

@@ -39,7 +39,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
 def test_the_package_keeps_every_contract():
     done = _lint(REPO)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "0 broken" in done.stdout and "3 kept" in done.stdout, done.stdout
+    assert "0 broken" in done.stdout and "4 kept" in done.stdout, done.stdout
 
 
 # (file, text appended to it, the contract it breaks, a line of the report that says where)
@@ -105,7 +105,8 @@ def test_the_architecture_page_lists_every_module_in_its_layer():
         f"its line under its layer (and its layer in pyproject.toml's contract)")
     contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
     layers = next(c for c in contract["contracts"] if c["type"] == "layers")["layers"]
-    names = ["shell", "pipeline", "view", "launch", "store", "toolchain", "cxx", "leaf", "process"]
+    names = ["shell", "pipeline", "view", "launch", "compiler", "store", "toolchain", "cxx", "leaf",
+             "process"]
     for name, members in zip(names, layers):
         for member in members.replace(":", " ").replace("|", " ").split():
             wanted = {p for p, lay in listed.items()

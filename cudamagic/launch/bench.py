@@ -311,9 +311,12 @@ class CupyDevice:
 def hold_cubin(sm: int) -> bytes:
     """The hold kernel's CUBIN for ``sm_{sm}``, compiled by NVRTC (a small kernel, no header).
     No cudamagic build: the launch layer builds nothing through the pipeline or its cache."""
+    from ..compiler.client import ServedCompiler
+    from ..store.cache import default_cache_dir
     from ..toolchain.nvrtc import compile_cubin
 
-    return compile_cubin(_HOLD_SOURCE, (), (f"-arch=sm_{sm}",), program_name="hold.cu",
+    compile_served = ServedCompiler(compile_cubin, default_cache_dir)  # NVRTC's server's
+    return compile_served(_HOLD_SOURCE, (), (f"-arch=sm_{sm}",), program_name="hold.cu",
                          trace=False).cubin
 
 

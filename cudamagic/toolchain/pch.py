@@ -140,6 +140,9 @@ class PchPlan:
     heap: int = 0
     #: the header set's name (:func:`pch_key`), which the heap NVRTC asks for is kept under
     set_key: str = ""
+    #: the process whose NVRTC compiles and its heap's generation (:func:`owner`,
+    #: :func:`generation`): a compile server's, or None for this process
+    owner: tuple[str, int] | None = None
 
     def options(self) -> tuple[str, str]:
         """The NVRTC options that make or use it."""
@@ -184,6 +187,21 @@ def _process() -> str:
     """This process, as a PCH's record names the process that made it: NVRTC takes a PCH
     only in the process (the loaded NVRTC, its heap at the same address) that made it."""
     return f"{os.getpid()}:{_started(os.getpid()) or ''}"
+
+
+def owner() -> str:
+    """This process as a PCH's record names its maker (a compile server asks it of itself)."""
+    return _process()
+
+
+def generation() -> int:
+    """How often this process resized NVRTC's PCH heap (its PCHs made before no longer
+    serve)."""
+    return _heap[1]
+
+
+def _maker(given: tuple[str, int] | None) -> tuple[str, int]:
+    return given if given is not None else (_process(), _heap[1])
 
 
 def _alive(process: object) -> bool:
@@ -251,9 +269,10 @@ def pch_key(prefix: str, options: Sequence[str], nvrtc: str, toolkit: str, cwd: 
     return _hashed(f"pch{FORMAT}", prefix, *options, "\0", nvrtc, toolkit, cwd)
 
 
-def _own(key: str) -> str:
-    """The name of this process's PCH of header set ``key`` (no other process can use it)."""
-    return _hashed(key, _process())
+def _own(key: str, maker: tuple[str, int] | None = None) -> str:
+    """The name of this process's PCH of header set ``key`` (no other process can use it);
+    ``maker``: the compile server's process where one compiles."""
+    return _hashed(key, _maker(maker)[0])
 
 
 def _hashed(*parts: str) -> str:
@@ -319,14 +338,15 @@ def _largest_heap(folder: str) -> int:
     return max((heap_for(folder, n[:-5]) for n in names), default=0)
 
 
-def _valid(folder: str, key: str, search: SearchPath) -> dict | None:
+def _valid(folder: str, key: str, search: SearchPath,
+           maker: tuple[str, int] | None = None) -> dict | None:
     """The PCH's record where its file is the one it describes and its headers are unchanged;
     None otherwise (nothing there, or something the caller removes)."""
     pch, record_path, _, _ = _paths(folder, key)
     record = _read_json(record_path)
     if record is None or record.get("format") != FORMAT or record.get("key") != key:
         return None
-    if record.get("process") != _process() or record.get("heap") != _heap[1]:
+    if [record.get("process"), record.get("heap")] != list(_maker(maker)):
         return None  # another process's, or made before NVRTC's heap was resized
     try:
         st = os.lstat(pch)
@@ -386,12 +406,14 @@ def _room(folder: str, known: int, limit: int, notes: list[str]) -> bool:
 
 
 def plan(folder: str, key: str, search: SearchPath, notes: list[str],
-         limit: int) -> PchPlan | None:
+         limit: int, maker: tuple[str, int] | None = None) -> PchPlan | None:
     """The PCH a compile of this header set gets: its valid file to use (linked privately),
     else one to make; None where none can be (said once in ``notes``). ``limit``: the
-    folder's size limit (:func:`cudamagic.store.limits.pch_size_limit`)."""
+    folder's size limit (:func:`cudamagic.store.limits.pch_size_limit`); ``maker``: the
+    compile server's process and heap generation (:func:`owner`, :func:`generation`, asked
+    of it) where the compile runs there, None: in this process."""
     tmp = os.path.join(folder, "tmp")
-    set_key, key = key, _own(key)
+    set_key, key = key, _own(key, maker)
     try:
         for made in (folder, tmp):  # each 700: makedirs gives its mode to the last one only
             os.makedirs(made, mode=0o700, exist_ok=True)
@@ -399,7 +421,7 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
             if st.st_mode & 0o077 and st.st_uid == os.geteuid() and stat.S_ISDIR(st.st_mode):
                 os.chmod(made, 0o700)
         with _locked(folder):
-            record = _valid(folder, key, search)
+            record = _valid(folder, key, search, maker)
             if record is None:
                 _remove(folder, key)
             else:
@@ -408,7 +430,7 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
                 headers = tuple((str(p), i if isinstance(i, str) else None, 0.0)
                                 for p, i, *_ in record.get("headers", []))
                 return PchPlan(folder, key, False, link, headers,
-                               float(record.get("seconds", 0.0)))
+                               float(record.get("seconds", 0.0)), owner=maker)
         heap = heap_for(folder, set_key)
         if not _room(folder, heap, limit, notes):
             return None
@@ -421,7 +443,7 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
         _say_once(f"no precompiled header: {folder} cannot be written "
                   f"({os.strerror(exc.errno) if exc.errno else exc})", notes)
         return None
-    return PchPlan(folder, key, True, path, heap=heap, set_key=set_key)
+    return PchPlan(folder, key, True, path, heap=heap, set_key=set_key, owner=maker)
 
 
 def settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], manifest: Any,
@@ -464,7 +486,7 @@ def _settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], ma
     if os.path.getsize(p.path) == 0:
         return
     record = {"format": FORMAT, "key": p.key, "seconds": seconds, "made": time.time(),
-              "process": _process(), "heap": _heap[1],
+              "process": _maker(p.owner)[0], "heap": _maker(p.owner)[1],
               "manifest": manifest, "headers": [[h[0], h[1]] for h in headers]}
     before_publish()
     with _locked(p.folder):
