@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .store import KernelCache
     from .launch import Kernel
     from .module import Module
-    from .pipeline import build, load_cubin
+    from .api import build, load_cubin
     from .toolchain.demangle import DemangleError
     from .toolchain.occupancy import OccupancyError
     from .toolchain.profiler import ProfileReadError
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .toolchain.tools import ScratchError, ToolMissingError
 
 # imported on first use: %load_ext and `import cudamagic` stay light
-_LAZY = {"build": "pipeline", "load_cubin": "pipeline", "Module": "module", "Kernel": "launch",
+_LAZY = {"build": "api", "load_cubin": "api", "Module": "module", "Kernel": "launch",
          "KernelCache": "store", "gpu_available": "info",
          "OccupancyError": "toolchain.occupancy", "DemangleError": "toolchain.demangle",
          "ToolMissingError": "toolchain.tools", "ScratchError": "toolchain.tools",

@@ -13,7 +13,7 @@ from typing import Any
 from .errors import CompileInterrupted
 from .miss import Stored
 from .options import PROGRAM_NAME
-from .view.report import stored_text
+from .view.stored import stored_text
 
 __all__ = ["Interrupts"]
 

@@ -545,7 +545,7 @@ class CudaMagics(Magics):
         if _help_asked(self, "cuda_load", line):
             return None
         started = time.perf_counter()
-        from .pipeline import load_cubin
+        from .api import load_cubin
 
         ns = _parse(self.cuda_load, line)
         with _warnings_said_in_report() as said:

@@ -23,7 +23,7 @@ from ..cxx import parse_demangled, tidy_name as _tidy, with_void
 from ..cxx.resolve import ResolvedBy
 from ..miss import BuildOrigin, BuildPhase
 from ..forksafe import once
-from ..miss import HitKind, StoreOutcome, Stored
+from ..miss import HitKind
 from ..units import counted, duration_text
 from .render import CELL_STYLE, TEXT_WIDTH, table_text, wrap_html
 
@@ -760,36 +760,6 @@ def html_head(report: BuildReport) -> str:
 def render_html(report: BuildReport, max_rows: int | None = SHOWN_ROWS) -> str:
     """The whole report as one HTML fragment."""
     return wrap_html(html_head(report) + html_body(report, max_rows))
-
-
-def stored_text(stored: Stored) -> str:
-    """What became of a compiled build's entry, as the end of a sentence (an interrupted
-    build's message says it)."""
-    if stored.outcome is StoreOutcome.KEPT:
-        return "its CUBIN is kept in the cache, so the next run is a hit"
-    if stored.outcome is StoreOutcome.FAILED:
-        return "it failed, so nothing is kept"
-    why = {StoreOutcome.NO_CACHE: "--no-cache", StoreOutcome.RACY: stored.detail,
-           StoreOutcome.BUSY: "the cache's database was locked"}[stored.outcome]
-    return f"its CUBIN is not cached ({why})"
-
-
-def stored_note(stored: Stored, wait_s: float) -> str | None:
-    """The build's note where its entry could have been kept and was not, else None
-    (``wait_s``: how long a store waits for the cache's database)."""
-    why = not_cached(stored, wait_s)
-    return None if why is None else f"{why}; the next run compiles again"
-
-
-def not_cached(stored: Stored, wait_s: float) -> str | None:
-    """Why the build's entry was not kept ("not cached: ..."), where it could have been; else
-    None. The cell's history keeps it, for the next run of the same inputs to say."""
-    if stored.outcome is StoreOutcome.RACY:
-        return f"not cached: {stored.detail}, so its text cannot be tied to this CUBIN"
-    if stored.outcome is StoreOutcome.BUSY:
-        return (f"not cached: another process kept the cache's database locked for over "
-                f"{wait_s:g} s")
-    return None
 
 
 def pch_text(kind: PchKind, seconds: float, made_seconds: float) -> str:
