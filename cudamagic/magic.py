@@ -600,8 +600,10 @@ class CudaMagics(Magics):
         note = ""
         if ns.command == "clear" and ns.pch:
             folder = cache.pch_folder
-            removed = 0 if folder is None else pch_clear(folder)
-            note = f"removed {counted(removed, 'precompiled header')}; the entries are kept"
+            removed, left = (0, 0) if folder is None else pch_clear(folder)
+            note = (f"removed {counted(removed, 'precompiled header')}"
+                    + (f" and {counted(left, 'file')} left by processes that ended during a "
+                       "compile" if left else "") + "; the entries are kept")
         elif ns.command == "clear":
             age = None if ns.older_than is None else _age_seconds(ns.older_than)
             removed = cache.clear() if age is None else cache.evict_older_than(age)

@@ -50,8 +50,8 @@ def plan_for(opts: BuildOptions, store: KernelCache | None, source: str,
     try:
         maker = (served.owner, served.generation) if served else None
         return pch.plan(folder, key, search, notes, pch_size_limit(), maker)
-    except CacheArgumentError as exc:
-        notes.append(f"no precompiled header: {exc}")
+    except CacheArgumentError as exc:  # said once: the variable is the process's
+        pch.say_once(f"no precompiled header: {exc}", notes)
         return None
 
 
@@ -76,8 +76,8 @@ def settle_for(plan: PchPlan, result: "CompileResult", manifest: Manifest,
         limit = pch_size_limit()
     except CacheArgumentError:  # said when the plan was made
         limit = pch.DEFAULT_LIMIT
-    pch.settle(plan, outcome, headers, manifest.to_json(), result.seconds, notes, limit)
-    return [] if outcome is None else [(outcome.kind, result.seconds, plan.made_seconds)]
+    kept = pch.settle(plan, outcome, headers, manifest.to_json(), result.seconds, notes, limit)
+    return [] if kept is None else [(kept.kind, result.seconds, plan.made_seconds)]
 
 
 @contextmanager

@@ -500,3 +500,92 @@ def test_a_cell_the_type_probe_asks_about_keeps_its_precompiled_header(lib, cach
         assert "float*" in m["fill"].signature  # the probe answered
     assert kinds[-1] is PchKind.USED, kinds
     assert not any("20283" in log for log in logs), logs
+
+
+# --- issue 47: the bound is a bound, left files are found, liveness is a lock --------------------
+
+def test_a_pch_over_the_size_limit_is_not_kept_and_that_is_said_once(lib, cache, monkeypatch):
+    """The PCH made is bigger than the limit: it is not kept, said once, and the next compile
+    of the header set makes none (planted: publish whatever size was made)."""
+    monkeypatch.setenv(pch.LIMIT_ENV, "1KB")  # the library's PCH is a few MB
+    first, second = (_build(cache, _source()) for _ in range(2))
+    said = [w for m in (first, second) for w in m.report.warnings
+            if "size limit" in w]
+    assert len(said) == 1 and "not kept" in said[0], said
+    assert first.report.pch is None and second.report.pch is None
+    assert not list(_folder(cache).glob("*.pch"))
+    assert list((_folder(cache) / "tmp").iterdir()) == []
+
+
+def test_a_bad_size_limit_is_said_once(lib, cache, monkeypatch):
+    monkeypatch.setenv(pch.LIMIT_ENV, "lots")
+    ms = [_build(cache, _source()) for _ in range(2)]
+    said = [w for m in ms for w in m.report.warnings if pch.LIMIT_ENV in w]
+    assert len(said) == 1, said
+
+
+KILLED_CHILD = r"""
+import os, signal, sys
+import cudamagic
+import cudamagic.toolchain.nvrtc as nv
+from tests.test_pch import _source
+real = nv.read_outcome
+def killed(nvrtc, prog, p, log):  # during the compile that reads the PCH through its link
+    if not p.create:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(nvrtc, prog, p, log)
+nv.read_outcome = killed
+for _ in range(2):
+    cudamagic.build(_source(), options=["-Iover", "-Ilib"], cache=sys.argv[1])
+"""
+
+
+def test_a_link_left_by_a_killed_process_is_counted_and_cleared(lib, tmp_path):
+    """kill -9 during a compile that reads a PCH leaves its hard link in tmp/: stats count it,
+    clear removes it with the PCH (planted: clear and files_of look at published PCHs only)."""
+    cache = tmp_path / "cache"
+    run = _child(KILLED_CHILD, str(cache))
+    assert run.returncode == -9, run.stderr
+    folder = cache / "pch"
+    assert len(list((folder / "tmp").iterdir())) == 1
+    files = pch.files_of(str(folder), pch.DEFAULT_LIMIT)
+    assert files.left == 1 and files.count == 2
+    assert pch.clear(str(folder)) == (1, 1)
+    assert list((folder / "tmp").iterdir()) == [] and not list(folder.glob("*.pch"))
+
+
+HOLDING_CHILD = r"""
+import sys
+import cudamagic
+from tests.test_pch import _source
+m = cudamagic.build(_source(), options=["-Iover", "-Ilib", "-DSCALE=7"], cache=sys.argv[1])
+print(m.report.pch[0].value, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_live_process_in_another_pid_namespace_keeps_its_pch(lib, tmp_path):
+    """Another process's record names a pid this one cannot see (as from another pid
+    namespace): while it lives (holds its lock) its PCH stays; once it ended, it goes
+    (planted: liveness read from /proc by the record's pid)."""
+    import json
+
+    cache = KernelCache(tmp_path / "cache")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    other = subprocess.Popen([sys.executable, "-c", HOLDING_CHILD, str(cache.directory)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert other.stdout.readline().split() == ["made"]
+        (theirs,) = _folder(cache).glob("*.json")
+        record = json.loads(theirs.read_text())
+        record["process"] = "999999999:1"  # a pid of another namespace: none here
+        theirs.write_text(json.dumps(record))
+        assert _kind(_build(cache, _source())) is PchKind.MADE  # publishing trims the folder
+        assert theirs.with_suffix(".pch").exists()
+    finally:
+        other.stdin.close()
+        other.wait(timeout=120)
+    assert _kind(_build(cache, _source(), BASE + ("-DSCALE=8",))) is PchKind.MADE
+    assert not theirs.with_suffix(".pch").exists()
+    cache.close()

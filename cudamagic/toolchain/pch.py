@@ -61,12 +61,13 @@ from typing import Any
 
 from ..files import FileRefused, read_regular
 from ..process import InChild, InTest, cached, held
+from ..units import size_text
 from .manifest import Manifest, SearchPath
 
 __all__ = ["PchKind", "PchOutcome", "PchPlan", "PchFiles", "PCH_ENV", "LIMIT_ENV",
            "DEFAULT_LIMIT", "FREE_RESERVE", "SUPPRESSED", "supported", "switched_off",
            "header_prefix", "pch_key", "plan", "settle", "files_of", "clear", "heap_for",
-           "discard"]
+           "discard", "say_once", "made_size"]
 
 PCH_ENV = "CUDAMAGIC_PCH"
 LIMIT_ENV = "CUDAMAGIC_PCH_SIZE_LIMIT"
@@ -84,7 +85,6 @@ DEFAULT_HEAP = 256 << 20
 SUPPRESSED = "-diag-suppress=626,629,630,639,2226,20282,20283"
 FORMAT = 1
 _RECORD_MAX = 64 << 20  # a CCCL cell's record is some hundred KB
-_STALE_TMP_S = 3600.0  # a private file older than this was left by a process that died
 
 
 class PchKind(str, Enum):
@@ -161,6 +161,8 @@ class PchFiles:
     hits: int
     last_use: float
     limit: int
+    #: of ``count``: private files left by processes that ended during a compile
+    left: int = 0
 
 
 # said once per process: a folder where no PCH can be made (read-only, full, too small a limit)
@@ -204,13 +206,60 @@ def _maker(given: tuple[str, int] | None) -> tuple[str, int]:
     return given if given is not None else (_process(), _heap[1])
 
 
-def _alive(process: object) -> bool:
-    """Whether the process a record names still runs (a PCH of a process that ended serves
-    no one)."""
-    if not isinstance(process, str) or ":" not in process:
+# this process's owner name and the descriptor holding its lock (``owners/NAME`` in the
+# folder), one per folder; a forked child makes its own (its pid is another)
+_owners: dict[tuple[int, str], tuple[str, int]] = held(
+    __name__, "_owners", {}, child=InChild.KEPT, test=InTest.KEPT, clear=lambda: None)
+
+
+def _owner(folder: str) -> str:
+    """This process's name in ``folder``: a file ``owners/NAME`` it holds an exclusive
+    ``flock`` on for its whole life. Liveness is that lock, never a pid: a process in another
+    pid namespace sharing the folder sees none of this one's pids, but the lock is the file
+    system's (the idea of :mod:`cudamagic.toolchain.tracefolder`)."""
+    mine = (os.getpid(), folder)
+    if mine in _owners:
+        return _owners[mine][0]
+    owners = os.path.join(folder, "owners")
+    os.makedirs(owners, mode=0o700, exist_ok=True)
+    name = secrets.token_hex(8)
+    fd = os.open(os.path.join(owners, name), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                 | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _owners[mine] = (name, fd)
+    return name
+
+
+def _alive(folder: str, owner: object) -> bool:
+    """Whether the process named ``owner`` still holds its lock (a PCH or private file of a
+    process that ended serves no one); this process's own names are alive."""
+    if not isinstance(owner, str) or not re.fullmatch(r"[0-9a-f]{16}", owner):
         return False
-    pid, _, started = process.partition(":")
-    return pid.isdigit() and (_started(int(pid)) or "") == started and started != ""
+    if any(name == owner for name, _ in _owners.values()):
+        return True
+    try:
+        fd = os.open(os.path.join(folder, "owners", owner), os.O_RDONLY | os.O_CLOEXEC
+                     | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False  # no such owner: its file was reaped
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True  # held: its process is alive, in whatever pid namespace
+    finally:
+        os.close(fd)
+    return False
+
+
+def _reap_owners(folder: str) -> None:
+    """Remove the owner files of processes that ended (under the folder's lock)."""
+    owners = os.path.join(folder, "owners")
+    for name in os.listdir(owners) if os.path.isdir(owners) else ():
+        if not _alive(folder, name):
+            try:
+                os.unlink(os.path.join(owners, name))
+            except OSError:
+                pass
 
 
 @cached(1)
@@ -295,7 +344,7 @@ def _locked(folder: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _say_once(why: str, notes: list[str]) -> None:
+def say_once(why: str, notes: list[str]) -> None:
     """``why`` in ``notes`` where this process has not said it yet: told apart by its words
     up to the first digit (a free-space count changes between two builds)."""
     said = re.split(r"\d", why, maxsplit=1)[0]
@@ -375,7 +424,23 @@ def _remove(folder: str, key: str) -> None:
 
 
 def _private(folder: str, key: str) -> str:
-    return os.path.join(folder, "tmp", f"{key}.{os.getpid()}.{secrets.token_hex(4)}.pch")
+    """A private file of this process in ``tmp/``, named by its owner (:func:`_owner`): one
+    whose owner's lock is free was left by a process that died during a compile."""
+    return os.path.join(folder, "tmp", f"{_owner(folder)}.{key}.{secrets.token_hex(4)}.pch")
+
+
+def _over_limit(size: int, limit: int) -> str:
+    return (f"no precompiled header: this header set's ({size_text(size)}) is more than the "
+            f"folder's size limit ({size_text(limit)}, ${LIMIT_ENV}); it is not kept")
+
+
+def made_size(folder: str, key: str) -> int:
+    """The size of this header set's PCH where one was made over the limit (0: none was)."""
+    try:
+        path = _paths(folder, key)[3][:-5] + ".size"
+        return max(0, int(read_regular(path, max_size=64).strip() or 0))
+    except (OSError, ValueError, FileRefused):
+        return 0
 
 
 def _room(folder: str, known: int, limit: int, notes: list[str]) -> bool:
@@ -384,22 +449,21 @@ def _room(folder: str, known: int, limit: int, notes: list[str]) -> bool:
     must take it, or :data:`DEFAULT_HEAP` where it is not known."""
     need = max(known, DEFAULT_HEAP)
     if known > limit:
-        _say_once(f"no precompiled header: this header set's ({known >> 20} MB) is more than the "
-                  f"folder's size limit ({limit >> 20} MB, ${LIMIT_ENV})", notes)
+        say_once(_over_limit(known, limit), notes)
         return False
     try:
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
         if soft != resource.RLIM_INFINITY and soft < need + (64 << 20):
-            _say_once("no precompiled header: this process may not write a file that large "
+            say_once("no precompiled header: this process may not write a file that large "
                       "(ulimit -f)", notes)
             return False
     except (ImportError, ValueError, OSError):  # pragma: no cover - not Linux
         pass
     free = shutil.disk_usage(folder).free
     if free < need + FREE_RESERVE:
-        _say_once(f"no precompiled header: the disk of {folder} has {free >> 20} MB free, and "
+        say_once(f"no precompiled header: the disk of {folder} has {free >> 20} MB free, and "
                   f"a PCH ({need >> 20} MB) must leave {FREE_RESERVE >> 20} MB", notes)
         return False
     return True
@@ -432,7 +496,7 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
                 return PchPlan(folder, key, False, link, headers,
                                float(record.get("seconds", 0.0)), owner=maker)
         heap = heap_for(folder, set_key)
-        if not _room(folder, heap, limit, notes):
+        if not _room(folder, max(heap, made_size(folder, set_key)), limit, notes):
             return None
         # raised once to what the folder's largest header set asked for: a resize makes this
         # process's earlier PCHs useless
@@ -440,53 +504,62 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
         path = _private(folder, key)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     except OSError as exc:
-        _say_once(f"no precompiled header: {folder} cannot be written "
+        say_once(f"no precompiled header: {folder} cannot be written "
                   f"({os.strerror(exc.errno) if exc.errno else exc})", notes)
         return None
     return PchPlan(folder, key, True, path, heap=heap, set_key=set_key, owner=maker)
 
 
 def settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], manifest: Any,
-           seconds: float, notes: list[str], limit: int) -> None:
+           seconds: float, notes: list[str], limit: int) -> PchOutcome | None:
     """After the compile: publish a PCH it made (with its record), count a use, remove a PCH
-    NVRTC refused, keep the heap NVRTC asked for; the private file goes in every case."""
+    NVRTC refused, keep the heap NVRTC asked for; the private file goes in every case. What
+    stands of ``outcome``: None where a PCH made was not kept (over the limit, not written)."""
     try:
-        _settle(p, outcome, headers, manifest, seconds, notes, limit)
+        return outcome if _settle(p, outcome, headers, manifest, seconds, notes, limit) \
+            else None
     except OSError as exc:
-        _say_once(f"no precompiled header: {p.folder} cannot be written "
+        say_once(f"no precompiled header: {p.folder} cannot be written "
                   f"({os.strerror(exc.errno) if exc.errno else exc})", notes)
+        return None if outcome is None or outcome.kind is PchKind.MADE else outcome
     finally:
         discard(p)
 
 
 def _settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], manifest: Any,
-            seconds: float, notes: list[str], limit: int) -> None:
+            seconds: float, notes: list[str], limit: int) -> bool:
+    """:func:`settle`'s work: False where a PCH made was not kept."""
     pch, record_path, hits_path, _ = _paths(p.folder, p.key)
     heap_path = _paths(p.folder, p.set_key or p.key)[3]
     if outcome is None:
-        return
+        return True
     kind = outcome.kind
     if kind is PchKind.HEAP:
         _write(heap_path, str(outcome.required + (1 << 20)).encode())
-        return
+        return True
     if kind is PchKind.FAILED:
-        _say_once(f"no precompiled header: NVRTC could not write one in {p.folder}", notes)
-        return
+        say_once(f"no precompiled header: NVRTC could not write one in {p.folder}", notes)
+        return True
     if kind is PchKind.REFUSED:
         with _locked(p.folder):
             if _same_file(pch, p.path):
                 _remove(p.folder, p.key)
-        return
+        return True
     if kind is PchKind.USED:
         with _locked(p.folder):
             _write(hits_path, json.dumps([_hits(hits_path) + 1, time.time()]).encode())
-        return
+        return True
     if kind is not PchKind.MADE:
-        return
-    if os.path.getsize(p.path) == 0:
-        return
+        return True
+    size = os.path.getsize(p.path)
+    if size == 0:
+        return False
+    if size > limit:  # never kept: the next compile of this header set makes none
+        _write(_paths(p.folder, p.set_key or p.key)[3][:-5] + ".size", str(size).encode())
+        say_once(_over_limit(size, limit), notes)
+        return False
     record = {"format": FORMAT, "key": p.key, "seconds": seconds, "made": time.time(),
-              "process": _maker(p.owner)[0], "heap": _maker(p.owner)[1],
+              "process": _maker(p.owner)[0], "owner": _owner(p.folder), "heap": _maker(p.owner)[1],
               "manifest": manifest, "headers": [[h[0], h[1]] for h in headers]}
     before_publish()
     with _locked(p.folder):
@@ -496,6 +569,7 @@ def _settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], ma
         _write(record_path, json.dumps(record).encode())
         _write(hits_path, json.dumps([0, time.time()]).encode())
         _evict(p.folder, limit, keep=p.key)
+    return True
 
 
 def discard(p: PchPlan) -> None:
@@ -571,56 +645,74 @@ def _entries(folder: str) -> list[tuple[float, int, str, int]]:
 
 
 def _evict(folder: str, limit: int, keep: str = "") -> None:
-    """Remove the least recently used PCHs until the folder holds at most ``limit`` bytes,
-    and private files left by processes that died (under the lock)."""
+    """Remove the PCHs of processes that ended, then the least recently used until the folder
+    holds at most ``limit`` bytes, and the private files of processes that ended (under the
+    lock)."""
     entries = sorted(_entries(folder))
-    total = sum(size for _, size, _, _ in entries)
     for entry in list(entries):  # a PCH of a process that ended serves no one
         record = _read_json(_paths(folder, entry[2])[1])
-        if entry[2] != keep and not _alive((record or {}).get("process")):
+        if entry[2] != keep and not _alive(folder, (record or {}).get("owner")):
             _remove(folder, entry[2])
-            total -= entry[1]
             entries.remove(entry)
+    total = sum(size for _, size, _, _ in entries) + _left(folder, remove=True)[1]
     for _, size, key, _ in entries:
         if total <= limit:
             break
         if key != keep:
             _remove(folder, key)
             total -= size
+    _reap_owners(folder)
+
+
+def _left(folder: str, remove: bool) -> tuple[int, int]:
+    """The private files in ``tmp/`` of processes that ended (killed during a compile): how
+    many and their bytes, those of this process's own and live processes' links not counted
+    (each is a published PCH's second name); ``remove``: they go."""
     tmp = os.path.join(folder, "tmp")
-    now = time.time()
+    count = size = 0
     for name in os.listdir(tmp) if os.path.isdir(tmp) else ():
+        if _alive(folder, name.split(".", 1)[0]):
+            continue
         path = os.path.join(tmp, name)
         try:
-            if now - os.lstat(path).st_mtime > _STALE_TMP_S:
+            st = os.lstat(path)
+            if remove:
                 os.unlink(path)
         except OSError:
-            pass
+            continue
+        count += 1
+        size += st.st_size if S_ISREG(st.st_mode) and st.st_nlink == 1 else 0
+    return count, size
 
 
 def files_of(folder: str, limit: int) -> PchFiles:
-    """What the folder holds (nothing where it does not exist)."""
+    """What the folder holds (nothing where it does not exist), the private files left by
+    processes that ended among its files and bytes."""
     entries = _entries(folder)
-    return PchFiles(folder, len(entries), sum(e[1] for e in entries),
+    left, left_size = _left(folder, remove=False)
+    return PchFiles(folder, len(entries) + left, sum(e[1] for e in entries) + left_size,
                     sum(e[3] for e in entries), max((e[0] for e in entries), default=0.0),
-                    limit)
+                    limit, left)
 
 
-def clear(folder: str) -> int:
-    """Remove every PCH of the folder (the kernels' entries stay); how many there were."""
+def clear(folder: str) -> tuple[int, int]:
+    """Remove every PCH of the folder and the private files of processes that ended (the
+    kernels' entries stay); how many of each went."""
     if not os.path.isdir(folder):
-        return 0
+        return 0, 0
     with _locked(folder):
         keys = [e[2] for e in _entries(folder)]
         for key in keys:
             _remove(folder, key)
+        left, _ = _left(folder, remove=True)
         for name in os.listdir(folder):
-            if name.endswith(".heap"):
+            if name.endswith((".heap", ".size")):
                 try:
                     os.unlink(os.path.join(folder, name))
                 except OSError:
                     pass
-    return len(keys)
+        _reap_owners(folder)
+    return len(keys), left
 
 
 def raise_heap(nvrtc, heap: int) -> None:

@@ -117,9 +117,16 @@ def pch_files(cache) -> "PchFiles | None":
 
 
 def pch_words(files: "PchFiles") -> str:
-    """``3 files, 1.0 GB of 2.0 GB, 12 hits, last used 2026-...`` (``%cuda_cache``)."""
-    return (f"{counted(files.count, 'file')}, {size_text(files.size)} of "
-            f"{size_text(files.limit)}, {counted(files.hits, 'hit')}, last used "
+    """``3 files, 1.0 GB of 2.0 GB, a limit of their own..., 12 hits, last used 2026-...``
+    (``%cuda_cache``): the PCHs' limit is another than the entries' and said so."""
+    from ..toolchain.pch import LIMIT_ENV
+
+    left = (f" ({counted(files.left, 'file')} left by processes that ended during a compile)"
+            if files.left else "")
+    return (f"{counted(files.count, 'file')}{left}, {size_text(files.size)} of "
+            f"{size_text(files.limit)}, a limit of their own beside the entries' "
+            f"(${LIMIT_ENV}; %cuda_cache limit sets the entries'), "
+            f"{counted(files.hits, 'hit')}, last used "
             f"{_when(files.last_use or None)} (%cuda_cache clear --pch removes them)")
 
 
