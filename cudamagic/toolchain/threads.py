@@ -28,6 +28,21 @@ __all__ = ["on_own_thread", "clean_thread", "block_signals", "NVRTC_STACK"]
 _T = TypeVar("_T")
 
 
+def _runner(box: dict[str, Any], fn: Callable[..., Any], args: tuple,
+            done: threading.Event) -> Callable[[], None]:
+    """A compile thread's body: its signals blocked, ``fn(*args)``'s value or error put in
+    ``box`` for the waiting caller, ``done`` set at its end."""
+    def run() -> None:
+        try:
+            block_signals()
+            box["value"] = fn(*args)
+        except BaseException as exc:  # handed to the caller, which raises it
+            box["error"] = exc
+        finally:
+            done.set()
+    return run
+
+
 def on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
     """``fn(*args)`` on a new thread, which the caller waits for.
 
@@ -38,16 +53,7 @@ def on_own_thread(fn: Callable[..., _T], *args: Any) -> _T:
     """
     box: dict[str, Any] = {}
     done = threading.Event()
-
-    def run() -> None:
-        try:
-            block_signals()
-            box["value"] = fn(*args)
-        except BaseException as exc:  # handed to the caller, which raises it
-            box["error"] = exc
-        finally:
-            done.set()
-
+    run = _runner(box, fn, args, done)
     interrupted: BaseException | None = None
     started = time.perf_counter()
     kept.enter()  # NVRTC 13.0 replaces SIGINT's and SIGTERM's handlers: put back while it runs
@@ -80,15 +86,7 @@ def clean_thread(fn: Callable[..., _T], *args: Any) -> _T:
     """``fn(*args)`` on a new thread (its stack and signals as a compile thread's), from a
     thread that is itself NVRTC's: no signal keeping, the caller's thread already does."""
     box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            block_signals()
-            box["value"] = fn(*args)
-        except BaseException as exc:  # handed to the caller, which raises it
-            box["error"] = exc
-
-    worker = _start_with_stack(run)
+    worker = _start_with_stack(_runner(box, fn, args, threading.Event()))
     worker.join()
     if "error" in box:
         raise box.pop("error")
