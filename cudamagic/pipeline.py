@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, ContextManager
 
 from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
                   stored_signatures, symbol_record)
-from .cxx.declared import included_headers
 from .cxx.resolve import ResolvedBy
 from .errors import CompileError, CudaMagicError, ImageError, NameResolutionError, OptionError
 from .keys import cache_key
@@ -243,6 +242,7 @@ def _library(source: str, opts: BuildOptions, base: Path) -> LibraryOptions:
     directives are read only where the text names such a folder at all."""
     if "cute/" not in source and "cutlass/" not in source:
         return NO_LIBRARY
+    from .cxx.declared import included_headers  # never a hit's import where no such folder
     return library_options(opts, included_headers(source), base)
 
 

@@ -41,11 +41,15 @@ LOAD_EXT_OTHER = frozenset("""contextvars _contextvars locale _locale ctypes _ct
 #: next miss) and the report's folds (occupancy computed from the CUBIN: view.bench with
 #: toolchain.occupancy). No compile, link, PTX reading, tool-run, bench, launch or %cuda_info
 #: code: launch.kernel is the Kernel class alone (its launcher and argument packing come with the
-#: first call), info gives the report's resources (read off the CUBIN)
+#: first call), info gives the report's resources (read off the CUBIN); lines (NVRTC's line
+#: numbering, explain's), libraries (whether the cell includes CUTLASS: a text check), the compile
+#: server's client (the default compiler object; it starts nothing on a hit) and view.stored (the
+#: report's note of what became of the entry)
 HIT_CELL = frozenset("cudamagic." + m for m in """
     cxx cxx.args cxx.compare cxx.display cxx.kernel_names cxx.mangled cxx.parse cxx.pyname
     cxx.resolve cxx.signatures cxx.types
     explain files info keys miss module naming pipeline toolkit typed lineinfo
+    lines libraries compiler compiler.client compiler.wire view.stored
     launch launch.kernel launch.support
     store store.base store.cache store.connections store.disk store.entry store.limits
     store.memory store.state

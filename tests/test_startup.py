@@ -41,6 +41,7 @@ HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
     | process cxx cxx.args cxx.compare cxx.display cxx.mangled cxx.parse cxx.pyname cxx.resolve
     cxx.signatures cxx.types errors explain files forksafe keys miss options toolkit units
     launch launch.kernel launch.support lineinfo module naming pipeline typed
+    api lines libraries compiler compiler.client compiler.wire view.stored
     store store.base store.cache store.connections store.disk store.entry store.limits
     store.memory store.state
     toolchain toolchain.demangle toolchain.driver toolchain.elf toolchain.image
