@@ -59,12 +59,15 @@ class _Server:
         self.sel.register(listener, selectors.EVENT_READ, ("accept", None))
         self.jobs: dict[int, _Job] = {}  # by the answer pipe
         self.conns: set[socket.socket] = set()
+        self.held: list[int] = []  # the instance lock's descriptor
         self.last = time.monotonic()
         self.spare: Spare | None = None
         self.running = True
 
     def _fds(self) -> list[int]:
-        return [self.listener.fileno(), *(c.fileno() for c in self.conns)]
+        # the instance lock too: a child (or the header listing's grandchild, which does not
+        # die with the server) that kept it would keep the next server from starting
+        return [self.listener.fileno(), *(c.fileno() for c in self.conns), *self.held]
 
     def _spare(self) -> Spare:
         if self.spare is None:
@@ -301,6 +304,7 @@ def _serve(folder: str, ident: str, ready: int) -> int:
     os.close(ready)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = _Server(listener, facts, _idle_s())
+    server.held.append(lock)
     try:
         server.loop()
     finally:
