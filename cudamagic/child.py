@@ -18,9 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-#: where a run appends the wall-clock time of each of its steps, one JSON line a run (the
-#: tests of the warm child's speed read it: docs/debugging.md); unset: nothing written
-TIMES_ENV = "CUDAMAGIC_CHILD_TIMES"
+from .launch.capture import TIMES_ENV
 
 
 def run(folder: Path, device: int) -> int:

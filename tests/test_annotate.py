@@ -167,11 +167,14 @@ def test_the_spills_are_on_the_lines_that_spill_and_match_ptxas(tmp_path):
                                        m.report.log).groups())
     k = a.kernels[0]
     assert (k.counts.local_store_bytes, k.counts.local_load_bytes) == (stores, loads)
-    # nvdisasm marks each of them as a spill: the kernel's array lives in registers
-    assert k.counts.spills == k.counts.local_loads + k.counts.local_stores
     assert k.stack_bytes and k.registers == 24
     text = m.annotate().text()
-    assert f"({loads}/{stores} B per thread, {k.counts.spills} of them spills)" in text
+    if not k.counts.spills:  # the H100's toolkit nvdisasm 13.0 marked none: no claim is made
+        assert f"({loads}/{stores} B per thread)" in text and "marked as spills" not in text
+        pytest.skip(f"{tools.find(tools.ToolKind.NVDISASM)} marks no spill")
+    # nvdisasm marks each of them as a spill: the kernel's array lives in registers
+    assert k.counts.spills == k.counts.local_loads + k.counts.local_stores
+    assert f"({loads}/{stores} B per thread, {k.counts.spills} of them marked as spills)" in text
 
 
 def test_shared_memory_and_the_barrier_are_counted_on_their_lines(tmp_path):

@@ -92,7 +92,8 @@ def test_two_processes_share_one_server(served, tmp_path):
             "print(SERVED.status().pid)\n")
     pids = set()
     for n in range(2):
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")) if p)}
         out = subprocess.run([sys.executable, "-c", code, SMALL.format(n=n + 10),
                               str(tmp_path / f"c{n}")], capture_output=True, text=True,
                              env=env, timeout=120, check=True).stdout

@@ -214,7 +214,10 @@ def test_every_compile_path_as_another_user_in_a_read_only_folder(tmp_path):
         read_only.chmod(0o555)  # root's: uid 65534 can read and enter it, not write there
         for p in (home / "inc", home / "inc" / "v.h"):
             os.chown(p, NOBODY, NOBODY)
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1",
+        # the interpreter's own PYTHONPATH kept (the GPU machine's wheels are carried there)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                   p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+               "PYTHONDONTWRITEBYTECODE": "1",
                "HOME": str(home), "TMPDIR": str(home),
                "CUDAMAGIC_CACHE_DIR": str(home / "cache")}
 

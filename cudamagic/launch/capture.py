@@ -34,6 +34,11 @@ _MAGIC = b"CMCAPT1\n"
 #: the most bytes a capture copies of the notebook's arrays (the child gets a copy of each)
 MAX_CAPTURE_BYTES = 8 << 30
 
+#: where the child of a tool run appends the wall-clock time of each of its steps, one JSON
+#: line a run (the tests of the warm child's speed read it: docs/debugging.md); unset: nothing
+#: written. The one cudamagic setting a tool run's child is handed (:mod:`.tool_run`)
+TIMES_ENV = "CUDAMAGIC_CHILD_TIMES"
+
 
 class ArgKind(enum.Enum):
     """How one argument travels."""

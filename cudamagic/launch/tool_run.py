@@ -35,7 +35,7 @@ from ..units import size_text
 from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, Space,
                                    read_xml, sanitizer_argv)
 from .calls import CallSyntax, read_calls, read_options
-from .capture import (ArgAddress, ArgKind, Capture, CapturedArg, Placement, capture,
+from .capture import (TIMES_ENV, ArgAddress, ArgKind, Capture, CapturedArg, Placement, capture,
                       check_launch, encode_capture, name_address, check_options,
                       uninitialized_indices)
 from .params import layout_error
@@ -202,8 +202,9 @@ _BOOT = ("import json, os, sys\n"
 def _child_env() -> dict[str, str]:
     """The notebook's environment without cudamagic's own settings: the child compiles and
     caches nothing, and the team cache's address holds its password
-    (``CUDAMAGIC_REMOTE_CACHE``)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("CUDAMAGIC_")}
+    (``CUDAMAGIC_REMOTE_CACHE``); only where the child stamps its steps is kept."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("CUDAMAGIC_") or k == TIMES_ENV}
 
 
 def write_run(folder: Path, c: Capture, build: LineinfoBuild, device: int) -> list[str]:

@@ -71,9 +71,12 @@ def _kernel_lines(a: Annotation) -> list[str]:
     out = []
     for k in a.kernels[:SHOWN_KERNELS]:
         c = k.counts
+        # spills as nvdisasm marks them: none marked is no claim (13.0's marks none of a
+        # kernel that spills, which the local traffic and ptxas's -v say it does)
+        spills = f", {c.spills} of them marked as spills" if c.spills else ""
         local = (f", local loads/stores {c.local_loads}/{c.local_stores} "
-                 f"({c.local_load_bytes}/{c.local_store_bytes} B per thread, {c.spills} of "
-                 "them spills)" if c.local_loads or c.local_stores else "")
+                 f"({c.local_load_bytes}/{c.local_store_bytes} B per thread{spills})"
+                 if c.local_loads or c.local_stores else "")
         out.append(f"{k.name}: {k.instructions} instructions ({k.padding} padding), "
                    f"{'?' if k.registers is None else k.registers} registers, stack "
                    f"{_bytes(k.stack_bytes)}, shared {_bytes(k.shared_bytes)}{local}")
