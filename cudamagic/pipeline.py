@@ -40,7 +40,7 @@ from .compiler.client import ServedCompiler
 from .toolchain import compile_cubin, driver, elf, nvrtc_identity, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.image import read_cubin
-from .toolchain.manifest import Manifest, ManifestChecks, SearchPath
+from .toolchain.manifest import Manifest, ManifestChecks, SearchPath, own_headers
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import BuildReport, KernelRow, KernelRows
@@ -612,15 +612,18 @@ def _image(binary: Binary, symbol: str) -> Any:
         return None
 
 
-def _cell_build(ctx: BuildContext, kernels: KernelTable, stored: Stored | None) -> Any:
-    """The build's record in its cell's history (:class:`~cudamagic.explain.CellBuild`)."""
+def _cell_build(ctx: BuildContext, kernels: KernelTable, stored: Stored | None,
+                inputs: Manifest | None) -> Any:
+    """The build's record in its cell's history (:class:`~cudamagic.explain.CellBuild`), with
+    the headers outside the toolkit that ``inputs`` names."""
     from .explain import CellBuild
 
     return CellBuild.of(
         key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
         options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
         line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries()),
-        unstored=(not_cached(stored, CACHE_WAIT_S) or "") if stored else "")
+        unstored=(not_cached(stored, CACHE_WAIT_S) or "") if stored else "",
+        headers=None if inputs is None else own_headers(inputs.to_json()))
 
 
 def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: BuildOrigin,
@@ -636,7 +639,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
 
     t = time.perf_counter()
     explanation = None if origin is BuildOrigin.CUBIN else note_build(
-        ctx.store, ctx.key, lambda: _cell_build(ctx, kernels, stored), origin=origin,
+        ctx.store, ctx.key, lambda: _cell_build(ctx, kernels, stored, inputs), origin=origin,
         miss=miss, folder=ctx.search.cwd, module=ctx.opts.module, cell=ctx.settings.cell)
     ctx.lap(BuildPhase.HISTORY, t)
     ctx.timings[BuildPhase.TOTAL] = time.perf_counter() - ctx.started
