@@ -420,6 +420,7 @@ def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
 def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
     """The miss: compile, assemble from NVRTC's exact map, store with the manifest; Ctrl-C
     from the compile's start to the stored entry is raised after it (:class:`~cudamagic.interrupts.Interrupts`)."""
+    _refuse_known_failures(ctx)
     t = time.perf_counter()
     _check_arch(ctx.arch, ctx.settings.compiler)  # the first loads NVRTC (its own phase)
     t = ctx.lap(BuildPhase.NVRTC, t)
@@ -433,6 +434,21 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
             raise
     interrupts.raise_if_asked(t, kept)
     return module
+
+
+def _refuse_known_failures(ctx: BuildContext) -> None:
+    """Before a compile: a header the cell includes that cudamagic knows NVRTC cannot compile
+    (``<cub/cub.cuh>``) is said at once, with what works instead, not after a compile of
+    seconds that fails.
+
+    :raises CompileError: the cell includes one (nothing is compiled or cached).
+    """
+    from .toolkit import known_to_fail
+    found = known_to_fail(ctx.source, ctx.search.include_dirs, ctx.search.cwd)
+    if found:
+        said = [f"line {line + ctx.line_offset}: #include <{name}>: NVRTC cannot compile this "
+                "header, so the cell was not compiled" for line, name, _ in found]
+        raise CompileError("\n".join([*said, *(f"hint: {hint}" for _, _, hint in found)]))
 
 
 def _before_compile(ctx: BuildContext) -> tuple[bool, dict[str, deps.Listing], int]:
