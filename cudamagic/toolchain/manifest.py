@@ -494,11 +494,10 @@ def own_headers(data: object, limit: int = 32) -> tuple[tuple[str, str], ...] | 
     there are more than ``limit`` or ``data`` is no manifest of this version. What a later
     compile of another source compares, to say that a header changed too."""
     try:
-        folders = data["folders"] if isinstance(data, dict) \
-            and data.get("version") == MANIFEST_VERSION else None
-        if folders is None:
+        if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
             return None
-        own = []
+        folders = data["folders"]
+        own: list[tuple[str, str]] = []
         for i, name, *row in data["files"]:
             root, path = folders[i]
             if root in (_ABSOLUTE, _WORKING):
