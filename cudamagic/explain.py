@@ -79,12 +79,16 @@ class CellBuild:
     kernels: tuple[str, ...] | None = ()
     #: Why the build was not cached, as its report said ("not cached: ..."); "" where it was.
     unstored: str = ""
+    #: The headers outside the toolkit it read, ``(path, sha256)`` (a later build of another
+    #: source says which of them changed too); None: not known, or too many to keep.
+    headers: tuple[tuple[str, str], ...] | None = None
 
     @classmethod
     def of(cls, *, key: str, source: str, names: tuple[str, ...], std: str,
            options: tuple[str, ...], arch: str, nvrtc: str, toolkit: str,
            line_offset: int = 0, kernels: tuple[str, ...] = (),
-           unstored: str = "") -> "CellBuild":
+           unstored: str = "",
+           headers: tuple[tuple[str, str], ...] | None = None) -> "CellBuild":
         """The record of a build from its inputs (the source kept only up to
         :data:`MAX_SOURCE` characters)."""
         return cls(key=key,
@@ -92,7 +96,7 @@ class CellBuild:
                    source=source if len(source) <= MAX_SOURCE else None, names=tuple(names),
                    std=std, options=tuple(options), arch=arch, nvrtc=nvrtc, toolkit=toolkit,
                    line_offset=line_offset, kernels=tuple(kernels),
-                   unstored=_capped(unstored))
+                   unstored=_capped(unstored), headers=headers)
 
     @classmethod
     def from_json(cls, data: object) -> "CellBuild | None":
@@ -115,9 +119,18 @@ class CellBuild:
                        else None, names=tuple(lists[0]), std=texts[2], options=tuple(lists[1]),
                        arch=texts[3], nvrtc=texts[4], toolkit=texts[5], line_offset=int(offset),
                        kernels=None if kept is None else tuple(lists[2]),
-                       unstored=_capped(unstored))
+                       unstored=_capped(unstored), headers=_header_pairs(data.get("headers")))
         except (KeyError, TypeError):
             return None
+
+
+def _header_pairs(data: object) -> tuple[tuple[str, str], ...] | None:
+    """A record's headers as stored (JSON lists of two texts), or None for anything else."""
+    if not isinstance(data, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(t, str) for t in p)
+            for p in data):
+        return None
+    return tuple((p[0], p[1]) for p in data)
 
 
 def _settled(builds: tuple[CellBuild, ...]) -> frozenset[str]:
@@ -407,6 +420,19 @@ def _input_changes(last: CellBuild, now: CellBuild
     return kinds, reasons, diff
 
 
+def _header_changes(last: CellBuild, now: CellBuild) -> list[str]:
+    """The headers both builds read whose contents differ, one sentence each (the first
+    :data:`MAX_LISTED`): what a miss of a changed source or option names besides."""
+    if last.headers is None or now.headers is None:
+        return []
+    before = dict(last.headers)
+    changed = [path for path, digest in now.headers if before.get(path, digest) != digest]
+    said = [f"the header {path} changed since the last build" for path in changed[:MAX_LISTED]]
+    if len(changed) > MAX_LISTED:
+        said.append(f"and {len(changed) - MAX_LISTED} more headers changed")
+    return said
+
+
 def explain(last: CellBuild | None, now: CellBuild, miss: Miss | None,
             where: str = "this cell") -> Explanation:
     """Why a build was compiled, from the cell's last build and the miss the pipeline found.
@@ -418,11 +444,15 @@ def explain(last: CellBuild | None, now: CellBuild, miss: Miss | None,
         return Explanation((MissKind.FORCED,), ("--force: compiled again and the cache entry "
                                                 "replaced",))
     said = _cache_said(miss)
+    # the cache's own account of an absent entry (the team's holds builds of other header
+    # contents): said besides what the history finds
+    team = miss.detail if miss is not None and miss.kind is MissKind.NO_ENTRY else ""
     if last is None or last.key == now.key:
         if said is not None:
             return Explanation((said.kind,), (describe(said),))
         if last is None:
-            return Explanation((ChangeKind.FIRST,), (f"first build of {where}",))
+            return Explanation((ChangeKind.FIRST,), (f"first build of {where} here", team)
+                               if team else (f"first build of {where}",))
         if last.unstored:  # never kept: not an entry the cache lost
             return Explanation((ChangeKind.NOT_STORED,), (
                 f"{where} was built with these same inputs before, and that build was "
@@ -431,6 +461,10 @@ def explain(last: CellBuild | None, now: CellBuild, miss: Miss | None,
             f"{where} was built with these same inputs before, but the cache no longer holds "
             "the entry (evicted to stay under the size limit, or cleared)",))
     kinds, reasons, diff = _input_changes(last, now)
+    headers = _header_changes(last, now)
+    if headers:
+        kinds.append(MissKind.HEADER)
+        reasons.extend(headers)
     if not kinds:
         kinds.append(ChangeKind.OTHER)
         reasons.append("the cache key changed although the source, names, options, arch, NVRTC "
@@ -438,6 +472,8 @@ def explain(last: CellBuild | None, now: CellBuild, miss: Miss | None,
     if said is not None:
         kinds.append(said.kind)
         reasons.append(f"and the entry that could have served was not usable: {describe(said)}")
+    if team:
+        reasons.append(team)
     return Explanation(tuple(dict.fromkeys(kinds)), tuple(reasons), diff)
 
 

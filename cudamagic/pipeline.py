@@ -40,7 +40,7 @@ from .compiler.client import ServedCompiler
 from .toolchain import compile_cubin, driver, elf, nvrtc_identity, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.image import read_cubin
-from .toolchain.manifest import Manifest, ManifestChecks, SearchPath
+from .toolchain.manifest import Manifest, ManifestChecks, SearchPath, own_headers
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import BuildReport, KernelRow, KernelRows
@@ -420,6 +420,7 @@ def _served(ctx: BuildContext, record: EntryRecord, manifest: Manifest,
 def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
     """The miss: compile, assemble from NVRTC's exact map, store with the manifest; Ctrl-C
     from the compile's start to the stored entry is raised after it (:class:`~cudamagic.interrupts.Interrupts`)."""
+    _refuse_known_failures(ctx)
     t = time.perf_counter()
     _check_arch(ctx.arch, ctx.settings.compiler)  # the first loads NVRTC (its own phase)
     t = ctx.lap(BuildPhase.NVRTC, t)
@@ -433,6 +434,21 @@ def _compile(ctx: BuildContext, pending: Pending, miss: Miss) -> Module:
             raise
     interrupts.raise_if_asked(t, kept)
     return module
+
+
+def _refuse_known_failures(ctx: BuildContext) -> None:
+    """Before a compile: a header the cell includes that cudamagic knows NVRTC cannot compile
+    (``<cub/cub.cuh>``) is said at once, with what works instead, not after a compile of
+    seconds that fails.
+
+    :raises CompileError: the cell includes one (nothing is compiled or cached).
+    """
+    from .toolkit import known_to_fail
+    found = known_to_fail(ctx.source, ctx.search.include_dirs, ctx.search.cwd)
+    if found:
+        said = [f"line {line + ctx.line_offset}: #include <{name}>: NVRTC cannot compile this "
+                "header, so the cell was not compiled" for line, name, _ in found]
+        raise CompileError("\n".join([*said, *(f"hint: {hint}" for _, _, hint in found)]))
 
 
 def _before_compile(ctx: BuildContext) -> tuple[bool, dict[str, deps.Listing], int]:
@@ -612,15 +628,18 @@ def _image(binary: Binary, symbol: str) -> Any:
         return None
 
 
-def _cell_build(ctx: BuildContext, kernels: KernelTable, stored: Stored | None) -> Any:
-    """The build's record in its cell's history (:class:`~cudamagic.explain.CellBuild`)."""
+def _cell_build(ctx: BuildContext, kernels: KernelTable, stored: Stored | None,
+                inputs: Manifest | None) -> Any:
+    """The build's record in its cell's history (:class:`~cudamagic.explain.CellBuild`), with
+    the headers outside the toolkit that ``inputs`` names."""
     from .explain import CellBuild
 
     return CellBuild.of(
         key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
         options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
         line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries()),
-        unstored=(not_cached(stored, CACHE_WAIT_S) or "") if stored else "")
+        unstored=(not_cached(stored, CACHE_WAIT_S) or "") if stored else "",
+        headers=None if inputs is None else own_headers(inputs.to_json()))
 
 
 def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: BuildOrigin,
@@ -636,7 +655,7 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
 
     t = time.perf_counter()
     explanation = None if origin is BuildOrigin.CUBIN else note_build(
-        ctx.store, ctx.key, lambda: _cell_build(ctx, kernels, stored), origin=origin,
+        ctx.store, ctx.key, lambda: _cell_build(ctx, kernels, stored, inputs), origin=origin,
         miss=miss, folder=ctx.search.cwd, module=ctx.opts.module, cell=ctx.settings.cell)
     ctx.lap(BuildPhase.HISTORY, t)
     ctx.timings[BuildPhase.TOTAL] = time.perf_counter() - ctx.started

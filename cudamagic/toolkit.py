@@ -13,12 +13,13 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .process import cached
 
-__all__ = ["Toolkit", "toolkit", "include_hints", "std_header_dirs", "std_headers_shipped",
+__all__ = ["Toolkit", "toolkit", "include_hints", "known_to_fail", "KNOWN_TO_FAIL", "std_header_dirs", "std_headers_shipped",
            "loaded_libraries", "install_command", "package_dir", "search_folders",
            "travelling_name"]
 
@@ -166,8 +167,11 @@ _WHEEL_HEADERS = {"curand_kernel.h": "nvidia-curand", "curand.h": "nvidia-curand
                   "cuda_fp8.h": "nvidia-cuda-runtime", "cooperative_groups.h":
                   "nvidia-cuda-runtime"}
 _CANNOT_OPEN = re.compile(r'cannot open source file "([^"]+)"')
-# a header whose device-wide part is host code that NVRTC cannot compile, and what does compile
-_HOST_ONLY = {
+# headers cudamagic knows NVRTC cannot compile (their device-wide part is host code), and what
+# does compile: said before a compile that would fail after seconds (known_to_fail), where the
+# toolkit's copy is the one a cell's own include reads; tests/test_headers.py compiles each
+# with the real NVRTC to prove that it fails
+KNOWN_TO_FAIL = _HOST_ONLY = {
     "cub/cub.cuh": "<cub/cub.cuh> also brings in CUB's device-wide algorithms "
                    "(cub::DeviceReduce...), which are host code NVRTC cannot compile; the block- "
                    "and warp-level headers work in a kernel: <cub/block/block_reduce.cuh>, "
@@ -287,6 +291,31 @@ def include_hints(log: str, source: str = "", include_dirs: tuple[str, ...] | No
     if not std_headers:
         hints += [text for header, text in _NEEDS_STD_HEADERS.items() if header in included]
     return hints
+
+
+_INCLUDE_FORM = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(<|")([^>"]+)[>"]', re.M)
+
+
+def known_to_fail(source: str, include_dirs: Sequence[str], cwd: str
+                  ) -> list[tuple[int, str, str]]:
+    """The cell's own ``#include`` lines of a header in :data:`KNOWN_TO_FAIL` that would read
+    the toolkit's copy: ``(source line, header, what to do)`` each. A header of that name
+    found first in the cell's current folder (a quoted include) or an ``-I`` folder of the
+    user's is the project's own: not named. ``include_dirs`` are the folders as NVRTC is
+    given them (relative ones from ``cwd``)."""
+    found = []
+    kit: set[str] | None = None
+    for m in _INCLUDE_FORM.finditer(source):
+        quoted, name = m.group(1) == '"', m.group(2)
+        if name not in KNOWN_TO_FAIL:
+            continue
+        if kit is None:
+            kit = {os.path.normpath(d) for d in toolkit().include_dirs}
+        dirs = [cwd] * quoted + [os.path.join(cwd, d) for d in include_dirs]
+        first = next((d for d in dirs if os.path.isfile(os.path.join(d, name))), None)
+        if first is not None and os.path.normpath(first) in kit:
+            found.append((source.count("\n", 0, m.start()) + 1, name, KNOWN_TO_FAIL[name]))
+    return found
 
 
 def loaded_libraries(stem: str) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ import os
 import pytest
 
 import cudamagic
+from cudamagic.toolkit import KNOWN_TO_FAIL
 from cudamagic.errors import CompileError
 from cudamagic.toolkit import include_hints, toolkit
 
@@ -88,6 +89,49 @@ def test_header_that_cannot_compile_names_what_to_use(header):
     NVRTC's trace for the rest of its process (docs/cache.md, 'After a compile fails inside a header')."""
     message = _failed_in_child(f"_cell({header!r})", arch="sm_90", options=["-std=c++17"])
     assert "hint: " in message and FAILS[header] in message, message[-600:]
+
+
+def test_a_header_known_to_fail_is_said_before_compiling(compiler, tmp_path, monkeypatch):
+    """Issue 51, snag 6: <cub/cub.cuh> got its hint only after a failed compile of 7-9 s; now
+    the cell is refused before NVRTC is called, at the include's line, with what works. A
+    project's own cub/cub.cuh (found first, by -I) is compiled as any header."""
+    from cudamagic.errors import CompileError
+    from cudamagic.pipeline import build_module
+    from cudamagic.options import options_from_args
+
+    monkeypatch.chdir(tmp_path)
+    cell = '// a comment\n#include <cub/cub.cuh>\nextern "C" __global__ void k(float* x) {}\n'
+    with pytest.raises(CompileError) as err:
+        build_module(cell, options_from_args([], [], arch="sm_90"), compiler=compiler,
+                     line_offset=1)
+    assert compiler.calls == [], "NVRTC was called"
+    assert "line 3: #include <cub/cub.cuh>: NVRTC cannot compile" in str(err.value)
+    assert "hint: " in str(err.value) and "<cub/block/block_reduce.cuh>" in str(err.value)
+    (tmp_path / "own" / "cub").mkdir(parents=True)
+    (tmp_path / "own" / "cub" / "cub.cuh").write_text("#define OWN 1\n")
+    mine = build_module(cell, options_from_args(["-Iown"], [], arch="sm_90"),
+                        compiler=compiler)
+    assert len(compiler.calls) == 1 and "k" in mine.kernels
+
+
+@pytest.mark.parametrize("header", sorted(KNOWN_TO_FAIL))
+def test_each_header_known_to_fail_fails_with_the_real_nvrtc(header):
+    """The table is true: each entry, compiled by the real NVRTC (the refusal before the
+    compile turned off), fails. In a child: a compile failing inside a header breaks NVRTC's
+    trace for the rest of its process."""
+    from .conftest import run_python
+
+    out = run_python(
+        "import cudamagic, cudamagic.toolkit as t\n"
+        "from cudamagic.errors import CompileError\n"
+        "t.known_to_fail = lambda *a: []\n"
+        f"src = '#include <{header}>\\nextern \"C\" __global__ void k(float* x) {{}}\\n'\n"
+        "try:\n"
+        "    cudamagic.build(src, use_cache=False, arch='sm_90')\n"
+        "    print('compiled')\n"
+        "except CompileError as exc:\n"
+        "    print('failed:', str(exc).splitlines()[0])\n", timeout=240)
+    assert "failed: NVRTC could not compile" in out, out
 
 
 def _failed_in_child(cell: str, **build) -> str:

@@ -199,6 +199,29 @@ def _build(source, cache, names=("saxpy<float>",), **kw):
     return cudamagic.build(source, list(names), cache=cache, **kw)
 
 
+def test_a_miss_of_a_changed_source_and_header_names_both(where, tmp_path):
+    """Issue 51, snag 2: the source (or an option) and a header both changed: the report
+    shown names both, the header by its path (it named only the source)."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "scale.h").write_text("#define SCALE 2\n")
+    cell = '#include "scale.h"\n' + SRC.replace("a * x[i]", "SCALE * a * x[i]")
+    assert _build(cell, where, options=["-Iinc"]).report.explanation.kinds == ("first",)
+    (inc / "scale.h").write_text("#define SCALE 3\n")
+    both = _build(cell.replace("+ y[i]", "- y[i]"), where, options=["-Iinc"])
+    assert both.report.explanation.kinds == ("source", "header"), both.report.why
+    for shown in (both.report.text(), both.report.html()):
+        assert "the source changed (line 5)" in shown
+        assert "the header inc/scale.h changed since the last build" in shown, shown
+    (inc / "scale.h").write_text("#define SCALE 4\n")  # an option and the header
+    opt = _build(cell.replace("+ y[i]", "- y[i]"), where, options=["-Iinc", "-DX=1"])
+    assert opt.report.explanation.kinds == ("options", "header"), opt.report.why
+    assert "added '-DX=1'" in opt.report.why and "inc/scale.h changed" in opt.report.why
+    (inc / "scale.h").write_text("#define SCALE 2\n")  # as the first build read it: no word
+    again = _build(cell, where, options=["-Iinc", "-DX=2"])
+    assert "scale.h" not in again.report.why, again.report.why
+
+
 def test_a_miss_is_explained_in_the_report(where):
     first = _build(SRC, where)
     assert first.report.explanation.kinds == ("first",)

@@ -82,6 +82,10 @@ def test_after_a_header_edit_each_machine_gets_the_build_its_headers_match(tmp_p
     assert dave.report.status == "cache miss"
     assert "since the last compile" not in dave.report.miss_reason, dave.report.miss_reason
     assert "team cache holds 2 builds" in dave.report.miss_reason, dave.report.miss_reason
+    # issue 51, snag 3: the report shown says so too, not "first build" alone
+    for shown in (dave.report.why, dave.report.text(), dave.report.html()):
+        assert "team cache holds 2 builds of this cell that read other header contents" \
+            in shown, shown
     # and dave's build is the team's third
     assert machine("erin", 4).build(monkeypatch).report.status == "cache hit (remote)"
 

@@ -29,7 +29,8 @@ from typing import Any, TypedDict, cast
 from ..miss import Miss, MissKind
 
 __all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "ManifestChecks",
-           "MANIFEST_VERSION", "contents_digest", "read_otherwise", "reads_working_folder"]
+           "MANIFEST_VERSION", "contents_digest", "own_headers", "read_otherwise",
+           "reads_working_folder"]
 
 #: 3: paths by the folder they were found from (see the module), a sha256 for every header,
 #: the inode of every folder checked by time. Entries of version 2 are misses, rebuilt once.
@@ -484,6 +485,28 @@ def read_otherwise(recorded: object, made: object, search: SearchPath) -> str | 
         return (f"the header {shown(place)} is read now and was not by this module's "
                 "compile (a header put where the search looks first?)")
     return None
+
+
+def own_headers(data: object, limit: int = 32) -> tuple[tuple[str, str], ...] | None:
+    """The headers a stored manifest names outside the toolkit's folders (the working folder,
+    ``-I`` folders, absolute paths), each by its path (one in the working folder from there,
+    ``inc/scale.h``) with its sha256; None where
+    there are more than ``limit`` or ``data`` is no manifest of this version. What a later
+    compile of another source compares, to say that a header changed too."""
+    try:
+        if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
+            return None
+        folders = data["folders"]
+        own: list[tuple[str, str]] = []
+        for i, name, *row in data["files"]:
+            root, path = folders[i]
+            if root in (_ABSOLUTE, _WORKING):
+                if len(own) == limit:
+                    return None
+                own.append((os.path.join(path, name), str(row[-1])))
+        return tuple(own)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
 
 
 def reads_working_folder(data: object) -> bool:
