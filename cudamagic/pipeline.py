@@ -453,7 +453,8 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
     notice, served = ctx.settings.compile_notice or contextlib.nullcontext, \
         served_facts(ctx.settings.compiler)
     plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options, (
-        ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes, served)
+        ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes, served,
+        getattr(ctx.settings.compiler, "pch_holder", None))
     with notice(), dropped_on_failure(plan), _stoppable(served, interrupts):  # probe's too
         typed = typed_compile(ctx.settings.compiler, ctx.source, ctx.opts.name_expressions,
                               ctx.options, program_name=PROGRAM_NAME, line_offset=ctx.line_offset,
