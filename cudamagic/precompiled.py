@@ -33,7 +33,7 @@ PchUse = tuple[PchKind, float, float]
 
 def plan_for(opts: BuildOptions, store: KernelCache | None, source: str,
              options: Sequence[str], identity: tuple[str, str], search: SearchPath,
-             notes: list[str], served: Any = None,
+             notes: list[str], served: Any = None, *,
              holder: Callable[[str], str] | None = None) -> PchPlan | None:
     """The PCH this miss's compile is given (None: none); ``identity``: NVRTC's and the
     toolkit's, as the key names them; ``served``: the compile server's facts where it
