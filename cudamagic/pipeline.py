@@ -469,7 +469,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
     notice, served = ctx.settings.compile_notice or contextlib.nullcontext, \
         served_facts(ctx.settings.compiler)
     plan = None if no_files else plan_for(ctx.opts, ctx.store, ctx.source, ctx.options, (
-        ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes, served)
+        ctx.nvrtc, ctx.toolkit), ctx.search, ctx.notes, served, holder=_holder(ctx))
     with notice(), dropped_on_failure(plan), _stoppable(served, interrupts):  # probe's too
         typed = typed_compile(ctx.settings.compiler, ctx.source, ctx.opts.name_expressions,
                               ctx.options, program_name=PROGRAM_NAME, line_offset=ctx.line_offset,
@@ -519,6 +519,12 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
                    variables=(dict(said.variables), var_exprs), stored=kept, inputs=manifest), kept
+
+
+def _holder(ctx: BuildContext) -> Any:
+    """The compile server's owner name in a PCH folder, where a server compiles (its PCHs
+    outlive this process)."""
+    return getattr(ctx.settings.compiler, "pch_holder", None)
 
 
 def _lap_compile(ctx: BuildContext, result: CompileResult, t: float) -> float:

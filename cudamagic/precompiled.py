@@ -9,7 +9,7 @@ is sure of what it read.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +33,13 @@ PchUse = tuple[PchKind, float, float]
 
 def plan_for(opts: BuildOptions, store: KernelCache | None, source: str,
              options: Sequence[str], identity: tuple[str, str], search: SearchPath,
-             notes: list[str], served: Any = None) -> PchPlan | None:
+             notes: list[str], served: Any = None, *,
+             holder: Callable[[str], str] | None = None) -> PchPlan | None:
     """The PCH this miss's compile is given (None: none); ``identity``: NVRTC's and the
     toolkit's, as the key names them; ``served``: the compile server's facts where it
-    compiles (its NVRTC and process make the PCH). Why none can be made is said once in
-    ``notes``."""
+    compiles (its NVRTC and process make the PCH), ``holder``: the server's owner name in a
+    folder (the PCH made is the server's, kept past this process). Why none can be made is
+    said once in ``notes``."""
     if not opts.pch or pch.switched_off() or store is None:
         return None
     prefix = pch.header_prefix(source)
@@ -49,7 +51,8 @@ def plan_for(opts: BuildOptions, store: KernelCache | None, source: str,
     key = pch.pch_key(prefix, options, *identity, search.cwd)
     try:
         maker = (served.owner, served.generation) if served else None
-        return pch.plan(folder, key, search, notes, pch_size_limit(), maker)
+        held = holder(folder) if served and holder is not None else ""
+        return pch.plan(folder, key, search, notes, pch_size_limit(), maker, held)
     except CacheArgumentError as exc:  # said once: the variable is the process's
         pch.say_once(f"no precompiled header: {exc}", notes)
         return None

@@ -298,3 +298,57 @@ def test_server_folder_is_private(tmp_path):
     assert os.stat(server_folder(str(tmp_path / "c"))).st_mode & 0o777 == 0o700
     sock, lock, log = paths(folder, "x")
     assert sock.endswith("x.sock") and lock.endswith("x.lock") and log.endswith("x.log")
+
+
+RESTART = ("import sys, cudamagic\nfrom cudamagic.pipeline import SERVED\n"
+           "m = cudamagic.build(sys.argv[1], arch='sm_90')\n"
+           "print(m.hit, m.report.pch[0].value, 'from the precompiled header' in m.report.text(),"
+           " SERVED.status().pid)\n")
+
+
+def _in_new_process(source: str) -> list[str]:
+    """One build in a new Python process (a kernel, or the kernel after its restart), in the
+    default cache folder: its hit, what its PCH did, whether its report says so, its server."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    return subprocess.run([sys.executable, "-c", RESTART, source], capture_output=True,
+                          text=True, env=env, timeout=300, check=True).stdout.split()
+
+
+def _pchs(served: str) -> list[Path]:
+    return sorted((Path(served).parent / "pch").glob("*.pch"))
+
+
+def test_after_a_kernel_restart_the_first_edit_starts_from_the_servers_pch(served):
+    """A kernel makes a CUB cell's PCH (in the server's child); it ends; a new kernel's first
+    edit of the cell starts from that PCH, and its report says so. The PCH is the server's
+    (its record names the server's owner lock, not the dead kernel's): the new kernel's next
+    PCH made does not evict it."""
+    first = _in_new_process(CUB.format(n=next(_n) + 7000))
+    assert first[:2] == ["False", "made"], first
+    again = _in_new_process(CUB.format(n=next(_n) + 7000))
+    assert again[:3] == ["False", "used", "True"] and again[3] == first[3], again
+    other = "#include <cub/block/block_scan.cuh>\n" + SMALL.format(n=next(_n))
+    assert _in_new_process(other)[:2] == ["False", "made"]
+    assert len(_pchs(served)) == 2  # the first one kept: its owner, the server, lives
+
+
+def test_a_dead_servers_pchs_go_when_a_server_starts_and_an_idle_exit_frees_its_own(
+        served, monkeypatch):
+    """A server killed (SIGKILL: it freed nothing) leaves its PCH, which no later process can
+    use: the next server removes it as it starts. A server that ends idle removes its own."""
+    made = _in_new_process(CUB.format(n=next(_n) + 8000))
+    assert made[1] == "made" and len(_pchs(served)) == 1
+    os.kill(int(made[3]), signal.SIGKILL)
+    while int(made[3]) in _servers(served):
+        time.sleep(0.02)
+    client._state.clear()
+    assert SERVED.facts().pid != int(made[3])  # a new server, which compiled nothing
+    assert not _pchs(served)
+    monkeypatch.setenv("CUDAMAGIC_COMPILE_SERVER_IDLE", "1")
+    SERVED.stop()
+    made = _in_new_process(CUB.format(n=next(_n) + 8000))
+    assert made[1] == "made" and len(_pchs(served)) == 1
+    deadline = time.monotonic() + 60
+    while int(made[3]) in _servers(served) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _servers(served) and not _pchs(served)

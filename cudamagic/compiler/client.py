@@ -106,8 +106,10 @@ class Endpoint:
 
     def ask(self, request: dict[str, Any], start: bool = True) -> Any:
         """The server's answer to ``request`` (a compile's result or its exception raised);
-        asked again of a new server where the first went away before answering."""
-        for attempt in (1, 2):
+        asked again of a new server where the first went away before answering (twice: a
+        server killed as the first went away may still have taken the second connection into
+        its backlog)."""
+        for attempt in (1, 2, 3):
             sock = self.connect(start)
             if sock is None:
                 return None
@@ -115,9 +117,9 @@ class Endpoint:
                 send(sock, request)
                 kind, value = _answer(sock)
             except (ConnectionError, EOFError) as exc:
-                if attempt == 2:
+                if attempt == 3:
                     raise ToolchainError(
-                        f"the compile server went away during the request, twice ({exc}); "
+                        f"the compile server went away during the request, three times ({exc}); "
                         f"its log: {self.log_path}") from None
                 continue
             finally:
@@ -248,6 +250,23 @@ class ServedCompiler:
     def stop(self) -> bool:
         """:func:`stop`."""
         return stop(self.cache_dir)
+
+    def pch_holder(self, folder: str) -> str:
+        """The owner name the server holds in the PCH folder ``folder`` (its PCHs are
+        recorded under it and outlive this process: a kernel restart finds them), asked once
+        per server and folder; "" where none serves (this process's own name then)."""
+        got = self.facts()
+        ep = None if got is None else endpoint(self.cache_dir)
+        if ep is None:
+            return ""
+        holders = _state.setdefault("holders", {})
+        if (got.owner, folder) not in holders:
+            try:
+                holders[(got.owner, folder)] = ep.ask({"kind": "hold", "folder": folder},
+                                                      start=False) or ""
+            except (OSError, ToolchainError):
+                return ""
+        return holders[(got.owner, folder)]
 
     def __call__(self, source: str, name_expressions: Sequence[str], options: Sequence[str],
                  program_name: str = "cell.cu", line_offset: int = 0, trace: bool = True,

@@ -63,11 +63,14 @@ class _Server:
         self.last = time.monotonic()
         self.spare: Spare | None = None
         self.running = True
+        self.pch_folders: set[str] = set()  # where the server holds PCHs (freed at its end)
 
     def _fds(self) -> list[int]:
         # the instance lock too: a child (or the header listing's grandchild, which does not
         # die with the server) that kept it would keep the next server from starting
-        return [self.listener.fileno(), *(c.fileno() for c in self.conns), *self.held]
+        from ..toolchain import pch
+        return [self.listener.fileno(), *(c.fileno() for c in self.conns), *self.held,
+                *pch.held_fds()]
 
     def _spare(self) -> Spare:
         if self.spare is None:
@@ -129,6 +132,8 @@ class _Server:
         try:
             if kind == "facts":
                 send(conn, ("ok", self._facts()))
+            elif kind == "hold":
+                send(conn, ("ok", self._hold(request.get("folder"))))
             elif kind == "stop":
                 send(conn, ("ok", None))
                 self.running = False
@@ -142,6 +147,28 @@ class _Server:
         from ..toolchain import pch
         return Facts(**{**self.facts.__dict__, "served": self.served,
                         "generation": pch.generation()})
+
+    def _hold(self, folder: object) -> str | None:
+        """The server's owner name in a PCH folder, which the PCHs its children make are
+        recorded under (they outlive the notebook that asked); None where it cannot be held."""
+        from ..toolchain import pch
+        if not isinstance(folder, str) or not os.path.isabs(folder):
+            return None
+        try:
+            name = pch.hold(folder)
+        except OSError:
+            return None
+        self.pch_folders.add(folder)
+        return name
+
+    def release(self) -> None:
+        """At the server's end: the PCHs it made are removed (no later process can use them)."""
+        from ..toolchain import pch
+        for folder in sorted(self.pch_folders):
+            try:
+                pch.release(folder)
+            except OSError:
+                pass
 
     def _dispatch(self, conn: socket.socket, request: dict[str, Any]) -> None:
         plan = request["kwargs"].get("pch")
@@ -305,6 +332,9 @@ def _serve(folder: str, ident: str, ready: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = _Server(listener, facts, _idle_s())
     server.held.append(lock)
+    default = os.path.join(os.path.dirname(folder), "pch")  # the default cache's
+    if os.path.isdir(default):
+        server._hold(default)  # earlier servers' PCHs go now
     try:
         server.loop()
     finally:
@@ -317,6 +347,7 @@ def _serve(folder: str, ident: str, ready: int) -> int:
             server._let_go(server.spare)
         for job in list(server.jobs.values()):
             server._cancel(job)
+        server.release()
     return 0
 
 

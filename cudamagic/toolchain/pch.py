@@ -67,7 +67,7 @@ from .manifest import Manifest, SearchPath
 __all__ = ["PchKind", "PchOutcome", "PchPlan", "PchFiles", "PCH_ENV", "LIMIT_ENV",
            "DEFAULT_LIMIT", "FREE_RESERVE", "SUPPRESSED", "supported", "switched_off",
            "header_prefix", "pch_key", "plan", "settle", "files_of", "clear", "heap_for",
-           "discard", "say_once", "made_size"]
+           "discard", "say_once", "made_size", "hold", "release", "held_fds"]
 
 PCH_ENV = "CUDAMAGIC_PCH"
 LIMIT_ENV = "CUDAMAGIC_PCH_SIZE_LIMIT"
@@ -143,6 +143,10 @@ class PchPlan:
     #: the process whose NVRTC compiles and its heap's generation (:func:`owner`,
     #: :func:`generation`): a compile server's, or None for this process
     owner: tuple[str, int] | None = None
+    #: the owner name (``owners/NAME``) the PCH's record is kept alive by: a compile server's
+    #: (:func:`hold`, asked of it), which outlives the notebook that asked; "" for this
+    #: process's own
+    holder: str = ""
 
     def options(self) -> tuple[str, str]:
         """The NVRTC options that make or use it."""
@@ -249,6 +253,44 @@ def _alive(folder: str, owner: object) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def hold(folder: str) -> str:
+    """This process's owner name in ``folder``, held for its life (a compile server's: the
+    PCHs its children make are recorded under it, so they outlive the notebook that asked);
+    the PCHs and private files of owners that ended are removed first."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    name = _owner(folder)
+    with _locked(folder):
+        _evict(folder, 1 << 62)  # no size bound: only the ended owners' files go
+    return name
+
+
+def release(folder: str) -> int:
+    """At this process's end: its PCHs in ``folder`` removed (no later process can use them)
+    and its owner name given up; how many PCHs went."""
+    mine = (os.getpid(), folder)
+    if mine not in _owners:
+        return 0
+    name, fd = _owners[mine]
+    with _locked(folder):
+        gone = [e[2] for e in _entries(folder)
+                if (_read_json(_paths(folder, e[2])[1]) or {}).get("owner") == name]
+        for key in gone:
+            _remove(folder, key)
+        del _owners[mine]
+        try:
+            os.unlink(os.path.join(folder, "owners", name))
+        except OSError:
+            pass
+        os.close(fd)
+    return len(gone)
+
+
+def held_fds() -> list[int]:
+    """The descriptors of the owner locks this process holds (a child that must not keep
+    them closes them: a lock kept by a stray grandchild would keep dead PCHs alive)."""
+    return [fd for _, fd in _owners.values()]
 
 
 def _reap_owners(folder: str) -> None:
@@ -470,12 +512,14 @@ def _room(folder: str, known: int, limit: int, notes: list[str]) -> bool:
 
 
 def plan(folder: str, key: str, search: SearchPath, notes: list[str],
-         limit: int, maker: tuple[str, int] | None = None) -> PchPlan | None:
+         limit: int, maker: tuple[str, int] | None = None, holder: str = ""
+         ) -> PchPlan | None:
     """The PCH a compile of this header set gets: its valid file to use (linked privately),
     else one to make; None where none can be (said once in ``notes``). ``limit``: the
     folder's size limit (:func:`cudamagic.store.limits.pch_size_limit`); ``maker``: the
     compile server's process and heap generation (:func:`owner`, :func:`generation`, asked
-    of it) where the compile runs there, None: in this process."""
+    of it) where the compile runs there, None: in this process; ``holder``: the owner name
+    a made PCH's record gets (:func:`hold`, the server's), "" for this process's."""
     tmp = os.path.join(folder, "tmp")
     set_key, key = key, _own(key, maker)
     try:
@@ -507,7 +551,8 @@ def plan(folder: str, key: str, search: SearchPath, notes: list[str],
         say_once(f"no precompiled header: {folder} cannot be written "
                   f"({os.strerror(exc.errno) if exc.errno else exc})", notes)
         return None
-    return PchPlan(folder, key, True, path, heap=heap, set_key=set_key, owner=maker)
+    return PchPlan(folder, key, True, path, heap=heap, set_key=set_key, owner=maker,
+                   holder=holder)
 
 
 def settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], manifest: Any,
@@ -559,7 +604,8 @@ def _settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], ma
         say_once(_over_limit(size, limit), notes)
         return False
     record = {"format": FORMAT, "key": p.key, "seconds": seconds, "made": time.time(),
-              "process": _maker(p.owner)[0], "owner": _owner(p.folder), "heap": _maker(p.owner)[1],
+              "process": _maker(p.owner)[0], "owner": p.holder or _owner(p.folder),
+              "heap": _maker(p.owner)[1],
               "manifest": manifest, "headers": [[h[0], h[1]] for h in headers]}
     before_publish()
     with _locked(p.folder):
