@@ -143,6 +143,9 @@ class PchPlan:
     #: the process whose NVRTC compiles and its heap's generation (:func:`owner`,
     #: :func:`generation`): a compile server's, or None for this process
     owner: tuple[str, int] | None = None
+    #: the cell's directives the header set is named by (:func:`header_prefix`): a compile
+    #: that uses the PCH and opens no file past them needs no header listing
+    prefix: str = ""
 
     def options(self) -> tuple[str, str]:
         """The NVRTC options that make or use it."""
