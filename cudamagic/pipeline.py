@@ -531,7 +531,7 @@ def _lap_compile(ctx: BuildContext, result: CompileResult, t: float) -> float:
     """The compile's phase, and the header listing's time past it as a phase of its own."""
     ctx.listings.append(result.listing)
     t = ctx.lap(BuildPhase.COMPILE, t + result.listing.added_seconds)
-    if result.listing.beside or result.listing.traced is not None:
+    if result.listing.beside or result.listing.traced is not None or result.listing.in_pch:
         ctx.timings[BuildPhase.LISTING] = result.listing.added_seconds
     return t
 
@@ -551,9 +551,10 @@ def _manifest(ctx: BuildContext, result: CompileResult, no_files: bool,
     from .toolchain.deps import from_scan, from_trace, trace_headers
     if no_files:
         return Manifest()  # nothing was read: nothing to check on a hit
-    if result.trace is not None:
-        return from_trace([*from_pch, *trace_headers(result.trace)], ctx.search, ctx.source,
-                          started_ns, listed)
+    if result.trace is not None or (result.listing.in_pch and from_pch):
+        # (no trace where every file-opening line is in the PCH: its record lists them)
+        read = trace_headers(result.trace) if result.trace is not None else []
+        return from_trace([*from_pch, *read], ctx.search, ctx.source, started_ns, listed)
     if result.trace_broken:  # what it read is not known: not stored (docs/cache.md)
         return Manifest(complete=False, racy=_BROKEN_TRACE, search=ctx.search)
     ctx.notes.append(_INCOMPLETE)

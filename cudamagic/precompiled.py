@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import CacheArgumentError
@@ -52,7 +53,8 @@ def plan_for(opts: BuildOptions, store: KernelCache | None, source: str,
     try:
         maker = (served.owner, served.generation) if served else None
         held = holder(folder) if served and holder is not None else ""
-        return pch.plan(folder, key, search, notes, pch_size_limit(), maker, held)
+        made = pch.plan(folder, key, search, notes, pch_size_limit(), maker, held)
+        return None if made is None else replace(made, prefix=prefix)
     except CacheArgumentError as exc:  # said once: the variable is the process's
         pch.say_once(f"no precompiled header: {exc}", notes)
         return None
@@ -79,8 +81,10 @@ def settle_for(plan: PchPlan, result: "CompileResult", manifest: Manifest,
         limit = pch_size_limit()
     except CacheArgumentError:  # said when the plan was made
         limit = pch.DEFAULT_LIMIT
-    kept = pch.settle(plan, outcome, headers, manifest.to_json(), result.seconds, notes, limit)
-    return [] if kept is None else [(kept.kind, result.seconds, plan.made_seconds)]
+    # NVRTC's own time, not the header listing's wait past it: what the PCH saved or cost
+    seconds = result.nvrtc_seconds or result.seconds
+    kept = pch.settle(plan, outcome, headers, manifest.to_json(), seconds, notes, limit)
+    return [] if kept is None else [(kept.kind, seconds, plan.made_seconds)]
 
 
 @contextmanager

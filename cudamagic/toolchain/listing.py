@@ -34,7 +34,8 @@ from typing import Any
 
 from .threads import block_signals, clean_thread
 
-__all__ = ["OPENS_FILES", "Traced", "HeaderListing", "listing_source", "NO_LISTING", "ListingChild"]
+__all__ = ["OPENS_FILES", "Traced", "HeaderListing", "listing_source", "in_pch", "NO_LISTING",
+           "ListingChild"]
 
 #: Words without which a line opens no file: #include (also %:include, #include_next, through
 #: a macro), __has_include, and the other directives EDG may know for files
@@ -47,10 +48,10 @@ class Traced(str, enum.Enum):
     """Why a compile was traced itself instead of listed beside (:class:`HeaderListing`)."""
 
     NOTHING_LEFT_OUT = "nothing-left-out"   # no code past the cell's last include
-    READS_PCH = "reads-pch"                 # the compile starts from a precompiled header
     TRIGRAPH = "trigraph"                   # a ??/ line splice the listing cannot follow
     LISTING_FAILED = "listing-failed"       # the listing did not compile where the cell did
     NO_CHILD = "no-child"                   # no child process could be started for it
+    PCH_NOT_USED = "pch-not-used"           # NVRTC did not take the PCH that held its headers
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,16 @@ class HeaderListing:
     where no trace was asked (a cell that opens no file, no room to write one).
     ``added_seconds``: the wall time the listing added past the compile (waiting for it, or a
     traced compile after a failed listing).
+    ``in_pch``: no listing was run: every line that opens a file is inside the precompiled
+    header's directives the compile started from, so the files it read are those the PCH's
+    record lists (:func:`in_pch`).
     """
 
     beside: bool = False
     seconds: float = 0.0
     traced: Traced | None = None
     added_seconds: float = 0.0
+    in_pch: bool = False
 
 
 #: A compile that asked for no trace
@@ -86,15 +91,33 @@ def _groups(lines: list[str]) -> list[tuple[int, int]]:
     return out
 
 
+def _logical(lines: list[str]) -> tuple[list[tuple[int, int]], list[str], int]:
+    """Each logical line's ``(first, last)`` physical line, its text joined, and the last
+    physical line of the last logical line that may open a file (-1: none)."""
+    groups = _groups(lines)
+    joined = ["".join(_SPLICED.sub("", lines[i]) for i in range(a, b + 1)) for a, b in groups]
+    last = max((b for (a, b), text in zip(groups, joined) if OPENS_FILES.search(text)),
+               default=-1)
+    return groups, joined, last
+
+
+def in_pch(source: str, prefix: str) -> bool:
+    """Whether every line of ``source`` that may open a file is among its first lines,
+    ``prefix`` (:func:`~cudamagic.toolchain.pch.header_prefix`: the directives a PCH's header
+    set is named by). A compile that starts from that PCH then opens what the compile that
+    made it opened for the same text and options, which the PCH's record lists (and checks
+    before the PCH is used): no listing is needed."""
+    if "??/" in source:
+        return False
+    return _logical(source.split("\n"))[2] < len(prefix.split("\n"))
+
+
 def listing_source(source: str) -> str | Traced:
     """The listing's text of ``source`` (see the module's text), or why there is none."""
     if "??/" in source:
         return Traced.TRIGRAPH
     lines = source.split("\n")  # NVRTC's lines: a form feed or U+2028 ends none
-    groups = _groups(lines)
-    joined = ["".join(_SPLICED.sub("", lines[i]) for i in range(a, b + 1)) for a, b in groups]
-    last = max((b for (a, b), text in zip(groups, joined) if OPENS_FILES.search(text)),
-               default=-1)
+    groups, joined, last = _logical(lines)
     out = lines[:last + 1]
     left_out = False
     for (a, b), text in zip(groups, joined):

@@ -26,7 +26,7 @@ from ..cxx.kernel_names import plain_kernels, template_kernels
 from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
 from .pch import CANNOT_OPEN, PchKind, PchOutcome, PchPlan, raise_heap, read_outcome
-from .listing import NO_LISTING, HeaderListing, ListingChild, Traced, listing_source
+from .listing import NO_LISTING, HeaderListing, ListingChild, Traced, in_pch, listing_source
 from .ptx import grid_syncs
 from .threads import clean_thread, on_own_thread as _on_own_thread
 from .tracefolder import compile_folder
@@ -199,9 +199,13 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     """
     start = time.perf_counter()
     args = (source, tuple(name_expressions), tuple(options), program_name, line_offset)
+    if trace and pch is not None and not pch.create and pch.prefix \
+            and in_pch(source, pch.prefix):
+        program, traced, listing = _from_pch(args, pch)
+        return _result(program, traced, listing, start)
     listed = listing_source(source) if trace else Traced.NOTHING_LEFT_OUT
-    # (a compile that reads a PCH is listed too: NVRTC refuses a PCH made untraced to a
-    # traced compile, "incompatible options")
+    # (a compile that reads a PCH is listed too where it may open more than the PCH holds:
+    # NVRTC refuses a PCH made untraced to a traced compile, "incompatible options")
     child = _start_listing(listed, options, program_name) \
         if isinstance(listed, str) and not isinstance(listed, Traced) else None
     if child is not None:
@@ -217,6 +221,11 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
         program, traced = _on_own_thread(_traced_compile, *args, trace, pch)
         why = listed if isinstance(listed, Traced) else Traced.NO_CHILD
         listing = HeaderListing(traced=why) if traced is not None else NO_LISTING
+    return _result(program, traced, listing, start)
+
+
+def _result(program: _Program, traced: bytes | None, listing: HeaderListing,
+            start: float) -> CompileResult:
     cubin, lowered, log, ptx, made = program
     syncs = None if ptx is None else grid_syncs(ptx)  # read outside NVRTC's lock
     broken = traced is not None and not whole_trace(traced)
@@ -224,6 +233,24 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     return CompileResult(cubin, lowered, log, seconds, None if broken else traced, syncs, made,
                          trace_broken=broken, listing=listing,
                          nvrtc_seconds=seconds - listing.added_seconds)
+
+
+def _from_pch(args: tuple, pch: PchPlan) -> tuple[_Program, bytes | None, HeaderListing]:
+    """A compile whose every file-opening line is in the PCH it starts from: untraced and
+    unlisted (its headers are the PCH record's, :func:`~cudamagic.toolchain.listing.in_pch`);
+    where NVRTC did not take the PCH, the compile read the headers itself: compiled again,
+    traced, whose trace serves."""
+    program, _ = _on_own_thread(_traced_compile, *args, False, pch)
+    made = program[4]
+    if made is not None and made.kind is PchKind.USED:
+        return program, None, HeaderListing(in_pch=True)
+    main_end = time.perf_counter()
+    try:
+        _, traced = _on_own_thread(_traced_compile, *args, True, None)
+    except CudaMagicError:
+        traced = b""  # the cell compiled once and not again: what it read is not known
+    return program, traced, HeaderListing(traced=Traced.PCH_NOT_USED,
+                                          added_seconds=time.perf_counter() - main_end)
 
 
 def _start_listing(source: str, options: Sequence[str], program_name: str

@@ -147,6 +147,9 @@ class PchPlan:
     #: (:func:`hold`, asked of it), which outlives the notebook that asked; "" for this
     #: process's own
     holder: str = ""
+    #: the cell's directives the header set is named by (:func:`header_prefix`): a compile
+    #: that uses the PCH and opens no file past them needs no header listing
+    prefix: str = ""
 
     def options(self) -> tuple[str, str]:
         """The NVRTC options that make or use it."""

@@ -636,7 +636,8 @@ def _fold(prefix: str, items) -> str:
 #: Why a compile carried its own trace, as the header listing's phase says it
 # (by the enum's words: toolchain.listing.Traced, not imported on a hit's path)
 _TRACED = {"nothing-left-out": "no code past the last #include to leave out",
-           "reads-pch": "it read a precompiled header",
+           "pch-not-used": "NVRTC did not take the precompiled header that held its "
+                           "headers: compiled again, traced",
            "trigraph": "a ??/ line splice",
            "listing-failed": "the listing failed where the cell compiled: compiled again, "
                              "traced"}
@@ -645,8 +646,11 @@ _TRACED = {"nothing-left-out": "no code past the last #include to leave out",
 def listing_text(listing: "HeaderListing | None") -> str:
     """What the header listing's phase adds to its time: whether it ran beside the compile,
     or why the compile was traced instead."""
-    if listing is None or (not listing.beside and listing.traced is None):
+    if listing is None or (not listing.beside and listing.traced is None
+                           and not listing.in_pch):
         return ""
+    if listing.in_pch:
+        return " (none run: the precompiled header's record lists the headers)"
     if listing.beside:
         return f" past the compile (it ran beside it: {duration_text(listing.seconds)})"
     assert listing.traced is not None
