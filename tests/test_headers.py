@@ -98,19 +98,20 @@ def test_a_header_known_to_fail_is_said_before_compiling(compiler, tmp_path, mon
     from cudamagic.errors import CompileError
     from cudamagic.pipeline import build_module
     from cudamagic.options import options_from_args
+    from cudamagic.store import KernelCache
 
     monkeypatch.chdir(tmp_path)
     cell = '// a comment\n#include <cub/cub.cuh>\nextern "C" __global__ void k(float* x) {}\n'
     with pytest.raises(CompileError) as err:
         build_module(cell, options_from_args([], [], arch="sm_90"), compiler=compiler,
-                     line_offset=1)
+                     line_offset=1, cache=KernelCache(tmp_path / "cache"))
     assert compiler.calls == [], "NVRTC was called"
     assert "line 3: #include <cub/cub.cuh>: NVRTC cannot compile" in str(err.value)
     assert "hint: " in str(err.value) and "<cub/block/block_reduce.cuh>" in str(err.value)
     (tmp_path / "own" / "cub").mkdir(parents=True)
     (tmp_path / "own" / "cub" / "cub.cuh").write_text("#define OWN 1\n")
     mine = build_module(cell, options_from_args(["-Iown"], [], arch="sm_90"),
-                        compiler=compiler)
+                        compiler=compiler, cache=KernelCache(tmp_path / "cache"))
     assert len(compiler.calls) == 1 and "k" in mine.kernels
 
 
