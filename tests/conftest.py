@@ -18,6 +18,18 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# The tests never touch the user's own cache (~/.cache/cudamagic): a build with the default
+# cache goes to a folder of this run's, removed at its end (a test run that found the last
+# run's entries there served hits where a compile was meant: test_headers, round six). A test of
+# the default location itself deletes the variable (test_store_inputs).
+if "CUDAMAGIC_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["CUDAMAGIC_CACHE_DIR"] = tempfile.mkdtemp(prefix="cudamagic-tests-")
+    atexit.register(shutil.rmtree, os.environ["CUDAMAGIC_CACHE_DIR"], ignore_errors=True)
+
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 
