@@ -4,6 +4,7 @@ shipped to another process (pickle, Dask), rebuilt there once per payload."""
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -441,6 +442,11 @@ def arrive(payload: bytes, report: BuildReport) -> Module:
                          "its CUBIN does not hold; it is refused")
     types = None if record.variables is None else \
         {k: VarType.from_json(v) for k, v in record.variables.items()}
+    # the report's rows came without their kernels' images (KernelRows.__reduce__: the CUBIN
+    # travels once, in the record): the arrived CUBIN's, for what a row reads off its records
+    report = dataclasses.replace(report, rows=tuple(dataclasses.replace(
+        row, image=binary.image.kernel(row.symbol) if row.symbol in held else None)
+        for row in report.rows))
     module = Module(binary, record.key, kernels, report, record.kernels["placeholders"],
                     types, expressions)
     module._payload_bytes = payload

@@ -210,3 +210,23 @@ def test_local_cuda_cluster_map_blocks_on_two_gpus(module):
     print(f"\nworkers and the devices that ran blocks: {devices}")
     seen = [d for per_worker in devices.values() for d in per_worker]
     assert len(devices) == 2 and len(set(seen)) == 2  # each worker on its own GPU did work
+
+
+def test_a_pickled_module_carries_its_cubin_once(tmp_path):
+    """Issue 48: a pickled module carried its CUBIN twice, in its entry record and in each report
+    row's kernel image (125 866 bytes for a 58 072-byte CUBIN). The report's rows travel without
+    their images; on arrival they read the arrived CUBIN's records (a cluster kernel's launch
+    note, read off its records, is the same after the trip)."""
+    source = ("template<class T> __global__ void saxpy(T a, T* x) { x[0] *= a; }\n"
+              "__global__ void __cluster_dims__(2, 1, 1) paired(float* x) { x[0] = 1; }\n")
+    module = cudamagic.build(source, ["saxpy<float>"], arch="sm_90", cache=tmp_path)
+    blob = pickle.dumps(module)
+    cubin = module.cubin
+    # the CUBIN travels once (the record holds its bytes as they are): a run of its code
+    # appears once in the pickle
+    assert blob.count(cubin[200:264]) == 1, (len(blob), len(cubin))
+    back = pickle.loads(blob)
+    notes = {row.symbol: row.launch_note for row in module.report.rows}
+    assert "cluster 2x1x1" in notes.values()
+    assert {row.symbol: row.launch_note for row in back.report.rows} == notes
+    assert all(row.image is not None for row in back.report.rows)

@@ -291,8 +291,11 @@ class KernelRows(Sequence[KernelRow]):
         return f"<KernelRows: {len(self)} rows>"
 
     def __reduce__(self):
-        # a report that travels (a pickled module) carries its rows made: the maker is local
-        return tuple, (tuple(self),)
+        # a report that travels (a pickled module) carries its rows made (the maker is local)
+        # and without their kernel's image, which holds the whole CUBIN: the module travels
+        # with its CUBIN once, in its entry record, and its arrival gives the rows their
+        # images again (module.arrive)
+        return tuple, (tuple(dataclasses.replace(row, image=None) for row in self),)
 
 
 @dataclass(frozen=True)
