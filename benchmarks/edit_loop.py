@@ -444,17 +444,33 @@ def run(cells: list[str], edits: int, breakdown: bool, gpu: bool, timeout: float
                     f"{LABELS[t]} {restarts[name][t]['cell'] * 1e3:7.0f} ms" for t in tools),
                     flush=True)
     finally:
-        if "server" in sessions:
-            try:  # the server outlives its kernels: ended here, not 10 idle minutes later
-                sessions["server"].run("%cuda_cache server stop")
-            except Exception as exc:  # noqa: BLE001 - said; the folder goes all the same
-                print(f"  the compile server could not be stopped: {exc}", flush=True)
+        if "server" in tools:
+            _stop_server(sessions.get("server"), tool_env("server", work)["CUDAMAGIC_CACHE_DIR"])
         for s in sessions.values():
             s.close()
         shutil.rmtree(work, ignore_errors=True)
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
             "versions": versions(), "gpu": gpu, "edits": edits, "pch_switch": has_pch,
             "notes": note, "tools": tools, "raw": raw, "restarts": restarts if restart else {}}
+
+
+def _stop_server(session: Session | None, cache: str) -> None:
+    """The server's column's compile server ended (it outlives its kernels: ended here, not
+    its idle time later): by its kernel as a user ends it, else (a kernel that did not
+    start) asked here through its socket, never started."""
+    try:
+        if session is not None:
+            session.run("%cuda_cache server stop")
+            return
+        if os.path.isdir(os.path.join(cache, "server")):
+            from cudamagic.compiler.client import Endpoint
+            from cudamagic.compiler.wire import server_folder, toolchain_id
+            from cudamagic.toolkit import toolkit
+
+            Endpoint(server_folder(cache), toolchain_id(toolkit().nvrtc_wheel)).ask(
+                {"kind": "stop"}, start=False)
+    except Exception as exc:  # noqa: BLE001 - said; the run's folder goes all the same
+        print(f"  the compile server could not be stopped: {exc}", flush=True)
 
 
 def _restart(sessions: dict[str, Session], tools: list[str], work: str, gpu: bool,
