@@ -45,8 +45,10 @@ one before). A figure is the kernel's own dates, the cell's ``execute_input`` to
   written as CuPy writes it; the output says so.
 
 After each timed cell an untimed cell checks it: for cudamagic the cell was a miss and showed
-its report (and whether the report says a precompiled header served it), and its phases
-(``report.timings``) are kept; for CuPy on a GPU, its cache folder got a new file (it compiled).
+its report, and what its precompiled header did (the report's ``pch``: ``used`` where it
+served, ``made``, ``heap``...) and its phases (``report.timings``) are kept; for CuPy on a GPU,
+its cache folder got a new file (it compiled). Every check records the kernel's pid, its cache
+folder, whether it loaded libnvrtc and the compile server serving it.
 
 **The restart** (left out with ``--no-restart``). After a cell's edits every tool's kernel is
 shut down and a fresh one started with the same environment: the same cache folders and, for
@@ -279,7 +281,8 @@ def _process():
 CHECK_CUDAMAGIC = """_r = cuda_module.report
 print("EDIT-CHECK " + _j.dumps({"hit": bool(cuda_module.hit),
     "timings": {str(getattr(k, "value", k)): v for k, v in _r.timings.items()},
-    "pch_said": "precompiled header" in str(_r), **_process()}))"""
+    "pch_said": "precompiled header" in str(_r),
+    "pch_kind": _r.pch[0].value if getattr(_r, "pch", None) else None, **_process()}))"""
 CHECK_CUPY = 'print("EDIT-CHECK " + _j.dumps(_process()))'
 
 #: what RawModule's compile runs without a device (no arch query, no module load): CuPy's
@@ -558,11 +561,12 @@ def table(result: dict) -> list[str]:
     rows = ["| cell | " + " | ".join(f"{LABELS[t]} ms: first / edit" for t in tools) + " | "
             "server / in-process (edit; goal ≤ 1.0x, small ≤ 1.1x) | PCH / CuPy (edit) | "
             "PCH / no PCH (edit) | first with PCH / no PCH edit | "
-            "slowest with PCH (the PCH made) / no PCH edit | PCH said |",
+            "slowest with PCH (the PCH made) / no PCH edit | PCH used (edits) |",
             "| --- |" + " ---: |" * (len(tools) + 6)]
     for name, m in s.items():
         server, pch, plain, cupy = (m.get(t, {}) for t in TOOLS)
-        said = [r.get("pch_said") for r in result["raw"][name].get("pch", [])[1:]]
+        said = [r["pch_kind"] == "used" if "pch_kind" in r else r.get("pch_said")
+                for r in result["raw"][name].get("pch", [])[1:]]
         rows.append(
             f"| {name} | " + " | ".join(f"{_ms(m.get(t, {}).get('first'))} / "
                                         f"{_ms(m.get(t, {}).get('edit'))}" for t in tools)
@@ -582,15 +586,14 @@ def restart_table(result: dict) -> list[str]:
     s = summary(result)
     rows = ["| cell | " + " | ".join(f"{LABELS[t]} ms" for t in tools) + " | "
             "server / CuPy (goal ≤ 0.3x) | in-process PCH / CuPy | server restart / its edit | "
-            "in-process restart / its edit | PCH said: server, in-process |",
+            "in-process restart / its edit | the PCH: server, in-process |",
             "| --- |" + " ---: |" * (len(tools) + 5)]
     for name, by_tool in result.get("restarts", {}).items():
         if not by_tool:
             continue
         cell = {t: by_tool.get(t, {}).get("cell") for t in TOOLS}
         edit = {t: s[name].get(t, {}).get("edit") for t in TOOLS}
-        said = ", ".join("–" if t not in by_tool else "yes" if by_tool[t].get("pch_said")
-                         else "no" for t in ("server", "pch"))
+        said = ", ".join(by_tool.get(t, {}).get("pch_kind") or "–" for t in ("server", "pch"))
         rows.append(f"| {name} | " + " | ".join(_ms(cell[t]) for t in tools)
                     + f" | {_ratio(cell['server'], cell['cupy'])} | "
                     f"{_ratio(cell['pch'], cell['cupy'])} | "

@@ -108,6 +108,7 @@ def test_the_restart_table_shows_each_tools_restart_edit_against_cupys(result, e
     assert cells[1:5] == [f"{restarts[t]['cell'] * 1e3:.0f}" for t in edit_loop.TOOLS]
     assert cells[5] == f"{restarts['server']['cell'] / restarts['cupy']['cell']:.2f}x"
     assert cells[6] == f"{restarts['pch']['cell'] / restarts['cupy']['cell']:.2f}x"
+    assert cells[9] == "–, –"  # what the PCH did: the small cell includes no header
     # and the loop's own table has the server's column beside the in-process one
     head = edit_loop.table(result)[0]
     assert head.index("cudamagic server ms") < head.index("cudamagic + PCH ms")
