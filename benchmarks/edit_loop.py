@@ -641,8 +641,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="folder for edit_loop.md and edit_loop.json")
     ap.add_argument("--edits", type=int, default=10, help="edits of each cell (default 10)")
-    ap.add_argument("--cells", default=",".join(CELLS),
-                    help=f"which cells, comma-separated (default {','.join(CELLS)})")
+    default = ",".join(c for c in CELLS if c != "cute" or CELLS[c].cupy_options)
+    ap.add_argument("--cells", default=default,
+                    help=f"which cells, comma-separated (default {default}; cute where the "
+                         "nvidia-cutlass wheel is installed)")
     ap.add_argument("--breakdown", action="store_true",
                     help="where cudamagic's miss goes, phase by phase, and NVRTC alone")
     ap.add_argument("--no-restart", action="store_true",
