@@ -113,3 +113,20 @@ def test_the_restart_table_shows_each_tools_restart_edit_against_cupys(result, e
     head = edit_loop.table(result)[0]
     assert head.index("cudamagic server ms") < head.index("cudamagic + PCH ms")
     assert "server / in-process" in head
+
+
+def test_cupys_column_compiles_the_cute_cell_with_the_folders_given_by_hand(edit_loop):
+    """CuPy's column of the CuTe cell: CuPy's own compile (as without a GPU) given by hand what
+    cudamagic adds itself, the wheel's headers and the cccl/ layout; NVRTC itself says it
+    compiles (CuPy's RawModule already passes -default-device's long spelling)."""
+    cell = edit_loop.CELLS["cute"]
+    if not cell.cupy_options:
+        pytest.skip("the nvidia-cutlass wheel is absent")
+    ns: dict = {}
+    exec(edit_loop.CUPY_NO_GPU, ns)
+    source = edit_loop.edited(cell, "1.000000000123")
+    options = edit_loop.cupy_options() + cell.options + cell.cupy_options
+    assert ns["_cupy_compile"](source, options, cell.names)  # a CUBIN's bytes
+    # and what the timed cell sends CuPy's kernel is that compile
+    assert edit_loop.timed_cell("cupy", cell, "1.000000000123", False, True) == (
+        f"_cupy_compile({source!r}, {options!r}, {cell.names!r})")
