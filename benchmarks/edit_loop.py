@@ -20,7 +20,7 @@ How it is timed. One Jupyter kernel per tool (``python3``, through jupyter_clien
 once and kept for the whole run as a user's session is, each with a fresh cache folder
 (``CUDAMAGIC_CACHE_DIR``, ``CUPY_CACHE_DIR``): its first cell imports CuPy (makes the context
 where there is a GPU) and, for cudamagic, runs ``%load_ext cudamagic`` and compiles one small
-cell, so that NVRTC is loaded before anything is timed. Then for each cell and edit the three
+cell, so that NVRTC is loaded before anything is timed. Then for each cell and edit the four
 tools take turns (the order rotates with each edit), each sent as a notebook sends a cell (the
 same ``cellId`` for every edit of one cell, so cudamagic's report compares each edit with the
 one before). A figure is the kernel's own dates, the cell's ``execute_input`` to its
