@@ -1,11 +1,15 @@
 """An edited cell's miss as the user waits for it (issue 37): ten edits of each cell, for
-cudamagic with the precompiled header, cudamagic without it, and CuPy compiling the same
-edited sources, alternated in one run.
+cudamagic through its compile server, cudamagic with the precompiled header in the kernel's own
+process, cudamagic without it, and CuPy compiling the same edited sources, alternated in one
+run; then each kernel restarted and the next edit sent to the fresh one (issue 49).
 
 The cells (``--cells``): ``cub`` (``cub::BlockReduce<float, 256>``), ``fp16`` (``cuda_fp16.h``
 and ``cuda_bf16.h`` arithmetic in an ``extern "C"`` kernel, whose parameter types the type probe
 asks), ``tinyla`` (the tests' own header library, tests/fixtures/tinyla: 14 headers, about
-2 800 lines of templates) and ``small`` (no header: the control, which must not get slower).
+2 800 lines of templates), ``cute`` (issue 50's CuTe cell: ``cute/tensor.hpp`` and
+``cutlass::half_t`` from the nvidia-cutlass wheel; cudamagic adds CUTLASS's options itself, CuPy
+is given the same folders by hand) and ``small`` (no header: the control, which must not get
+slower).
 Each is compiled once ("first": the header set's first compile, where the PCH is made) and then
 edited ``--edits`` times; every edit changes one constant in the kernel's body, and that
 constant holds a salt drawn for this run, the tool and the edit, so no compile of any tool
@@ -16,14 +20,19 @@ How it is timed. One Jupyter kernel per tool (``python3``, through jupyter_clien
 once and kept for the whole run as a user's session is, each with a fresh cache folder
 (``CUDAMAGIC_CACHE_DIR``, ``CUPY_CACHE_DIR``): its first cell imports CuPy (makes the context
 where there is a GPU) and, for cudamagic, runs ``%load_ext cudamagic`` and compiles one small
-cell, so that NVRTC is loaded before anything is timed. Then for each cell and edit the three
+cell, so that NVRTC is loaded before anything is timed. Then for each cell and edit the four
 tools take turns (the order rotates with each edit), each sent as a notebook sends a cell (the
 same ``cellId`` for every edit of one cell, so cudamagic's report compares each edit with the
 one before). A figure is the kernel's own dates, the cell's ``execute_input`` to its
 ``execute_reply``: everything the kernel did, the report shown. Medians over the edits.
 
+- *cudamagic server*: the same cell with ``CUDAMAGIC_COMPILE_SERVER=1`` in the kernel's
+  environment: NVRTC runs in the compile server (docs/cache.md), which the warm-up cell starts
+  and which outlives the kernel. Each edit's check asks the server's pid and that the kernel's
+  process never loaded libnvrtc (else the column was compiled in-process and the run stops).
+  A cudamagic without ``cudamagic.compiler`` runs without this column and says so.
 - *cudamagic + PCH*: the ``%%cuda`` cell, report shown (no ``-q``); the cudamagic of this
-  checkout as it builds by default.
+  checkout as it builds by default (in the kernel's process).
 - *cudamagic, no PCH*: the same cell with ``CUDAMAGIC_PCH=0`` in the kernel's environment (and
   ``--no-pch`` on the line where the magic takes it). A cudamagic without the PCH switch
   (``build()`` has no ``pch=``) runs this column alone and says so.
@@ -36,8 +45,20 @@ one before). A figure is the kernel's own dates, the cell's ``execute_input`` to
   written as CuPy writes it; the output says so.
 
 After each timed cell an untimed cell checks it: for cudamagic the cell was a miss and showed
-its report (and whether the report says a precompiled header served it), and its phases
-(``report.timings``) are kept; for CuPy on a GPU, its cache folder got a new file (it compiled).
+its report, and what its precompiled header did (the report's ``pch``: ``used`` where it
+served, ``made``, ``heap``...) and its phases (``report.timings``) are kept; for CuPy on a GPU,
+its cache folder got a new file (it compiled). Every check records the kernel's pid, its cache
+folder, whether it loaded libnvrtc and the compile server serving it.
+
+**The restart** (left out with ``--no-restart``). After a cell's edits every tool's kernel is
+shut down and a fresh one started with the same environment: the same cache folders and, for
+the server's column, the same compile server (its pid is checked to be the one before). The
+fresh kernel runs the warm-up cell (untimed, as before: imports, ``%load_ext``, one small
+compile of another salt), then receives the cell's next edit, whose time is the restart figure:
+for cudamagic in-process a header set's first compile of a new process (its PCH was the dead
+process's), for the server one more edit, its PCH the server's. Each restart edit is checked a
+miss in a kernel of a new pid; the goal (issue 49) is the server's restart edit at most 0.3x
+CuPy's.
 
 ``--breakdown`` prints, per cell, the median seconds of each phase of cudamagic's miss (the
 report's timings: NVRTC's compile, the header manifest, the names, the store, the history, the
@@ -49,6 +70,7 @@ GPU machine (scripts/device.sh edit_loop; about 5 minutes):
     python3 benchmarks/edit_loop.py --breakdown --out $OUT
 Here (no GPU):
     .venv/bin/python benchmarks/edit_loop.py --breakdown --out /tmp/edit_loop
+    .venv/bin/python benchmarks/edit_loop.py --edits 2 --cells cub,cute   # the restart, quickly
 """
 
 from __future__ import annotations
@@ -81,6 +103,18 @@ class Cell:
     names: tuple[str, ...]
     kernels: tuple[str, ...]
     options: tuple[str, ...] = ()
+    #: what CuPy is given by hand where cudamagic adds the options itself (CUTLASS's folders)
+    cupy_options: tuple[str, ...] = ()
+
+
+def cutlass_folders() -> tuple[str, ...]:
+    """The ``-I`` folders cudamagic adds for a CuTe cell (the wheel's headers and the ``cccl/``
+    layout CUTLASS expects under CUDA 13), for CuPy by hand; ``()`` without the wheel. CuPy's
+    RawModule already passes ``--device-as-default-execution-space``, CUTLASS's third need."""
+    from cudamagic.libraries import cccl_layout_dir, cutlass
+
+    found = cutlass()
+    return () if found is None else (f"-I{found.include_dir}", f"-I{cccl_layout_dir()}")
 
 
 CELLS = {c.name: c for c in [
@@ -119,14 +153,24 @@ template <int N> __global__ void t(const float* x, float* out, int n) {
   float s = BlockReduce<float, 256>(tmp).sum(determinant(m) + abs(z) + median(sorted(v)));
   if (threadIdx.x == 0) out[blockIdx.x] = s * N; }
 """, ("t<1>",), ("t<1>",), (f"-I{TINYLA}",)),
+    Cell("cute", r"""
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
+using namespace cute;
+template <class T, class N> __global__ void scale(T* x, float a) {
+  auto t = make_tensor(make_gmem_ptr(x), make_layout(make_shape(N{})));
+  if (threadIdx.x < size(t)) t(threadIdx.x) = T(float(t(threadIdx.x)) * a * @C@f); }
+""", ("scale<cutlass::half_t, cute::Int<128>>",), ("scale<cutlass::half_t, cute::Int<128>>",),
+         cupy_options=cutlass_folders()),
     Cell("small", r"""
 template <int N> __global__ void k(float* x, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = x[i] * @C@f + N; }
 """, ("k<1>",), ("k<1>",)),
 ]}
 
-TOOLS = ("pch", "plain", "cupy")
-LABELS = {"pch": "cudamagic + PCH", "plain": "cudamagic, no PCH", "cupy": "CuPy"}
+TOOLS = ("server", "pch", "plain", "cupy")
+LABELS = {"server": "cudamagic server", "pch": "cudamagic + PCH", "plain": "cudamagic, no PCH",
+          "cupy": "CuPy"}
 
 
 class Salt:
@@ -222,11 +266,24 @@ class Session:
 
 # ---- the cells each tool runs -------------------------------------------------------------------
 
-CHECK_CUDAMAGIC = """import json as _j
-_r = cuda_module.report
+#: the kernel's process as a check cell sees it: its pid, its cache folder, whether it loaded
+#: libnvrtc, and the compile server serving it (its pid; None where none serves or can)
+PROCESS = """import json as _j, os as _os, sys as _sys
+def _process():
+    _p = _sys.modules.get("cudamagic.pipeline")  # CuPy's kernel never imports cudamagic
+    _f = _p.SERVED.status() if _p is not None and hasattr(_p, "SERVED") else None
+    with open("/proc/self/maps") as _m:
+        _maps = _m.read()
+    return {"pid": _os.getpid(), "cache": _os.environ.get("CUDAMAGIC_CACHE_DIR"),
+            "nvrtc_loaded": "libnvrtc" in _maps, "server_pid": getattr(_f, "pid", None)}
+"""
+
+CHECK_CUDAMAGIC = """_r = cuda_module.report
 print("EDIT-CHECK " + _j.dumps({"hit": bool(cuda_module.hit),
     "timings": {str(getattr(k, "value", k)): v for k, v in _r.timings.items()},
-    "pch_said": "precompiled header" in str(_r)}))"""
+    "pch_said": "precompiled header" in str(_r),
+    "pch_kind": _r.pch[0].value if getattr(_r, "pch", None) else None, **_process()}))"""
+CHECK_CUPY = 'print("EDIT-CHECK " + _j.dumps(_process()))'
 
 #: what RawModule's compile runs without a device (no arch query, no module load): CuPy's
 #: NVRTC program with the options RawModule adds for sm_90, its source file written as CuPy does
@@ -260,7 +317,7 @@ def _bare(code, names, options):
 
 def warm_up(tool: str, gpu: bool, constant: str) -> str:
     """The first cell of a tool's kernel (untimed): imports, the context, one small compile."""
-    lines = ["import cupy as cp"] + (["cp.cuda.Device(0).synchronize()"] if gpu else [])
+    lines = ["import cupy as cp", PROCESS] + (["cp.cuda.Device(0).synchronize()"] if gpu else [])
     small = edited(CELLS["small"], constant)
     if tool == "cupy":
         if gpu:
@@ -269,7 +326,8 @@ def warm_up(tool: str, gpu: bool, constant: str) -> str:
         else:
             lines += [CUPY_NO_GPU, f"_cupy_compile({small!r}, {cupy_options()!r}, ['k<1>'])"]
         return "\n".join(lines)
-    lines += ["%load_ext cudamagic", BARE,
+    # the server's kernel never imports the in-process compile (it would load NVRTC)
+    lines += ["%load_ext cudamagic", *([BARE] if tool != "server" else []),
               f"get_ipython().run_cell_magic('cuda', \"-q -n 'k<1>'\", {small!r})"]
     return "\n".join(lines)
 
@@ -277,7 +335,7 @@ def warm_up(tool: str, gpu: bool, constant: str) -> str:
 def timed_cell(tool: str, cell: Cell, constant: str, gpu: bool, no_pch_flag: bool) -> str:
     source = edited(cell, constant)
     if tool == "cupy":
-        options = cupy_options() + cell.options
+        options = cupy_options() + cell.options + cell.cupy_options
         if not gpu:
             return f"_cupy_compile({source!r}, {options!r}, {cell.names!r})"
         names = f", name_expressions={list(cell.names)!r}" if cell.names else ""
@@ -308,30 +366,61 @@ def pch_switch() -> tuple[bool, bool]:
     return takes, flag
 
 
-def run(cells: list[str], edits: int, breakdown: bool, gpu: bool, timeout: float) -> dict:
+def has_server() -> bool:
+    """Whether this checkout's cudamagic has the compile server (issue 49)."""
+    import importlib.util
+
+    return importlib.util.find_spec("cudamagic.compiler.client") is not None
+
+
+def tool_env(tool: str, work: str) -> dict[str, str]:
+    """A tool's kernel's environment: its own cache folders (kept over its restart)."""
+    env = {"CUDAMAGIC_CACHE_DIR": os.path.join(work, f"{tool}-cudamagic"),
+           "CUPY_CACHE_DIR": os.path.join(work, f"{tool}-cupy"), "CUPY_NVRTC_USE_PCH": "0"}
+    if tool == "plain":
+        env["CUDAMAGIC_PCH"] = "0"
+    if tool == "server":
+        env["CUDAMAGIC_COMPILE_SERVER"] = "1"
+    return env
+
+
+def _started(tool: str, work: str, gpu: bool, constant: str, timeout: float,
+             what: str) -> Session:
+    """A tool's kernel, started and warmed up (untimed)."""
+    t = time.perf_counter()
+    session = Session(tool_env(tool, work), work, timeout)
+    session.run(warm_up(tool, gpu, constant))
+    print(f"  {LABELS[tool]}: kernel {what} and warmed up in {time.perf_counter() - t:.1f} s",
+          flush=True)
+    return session
+
+
+def run(cells: list[str], edits: int, breakdown: bool, gpu: bool, timeout: float,
+        restart: bool = True) -> dict:
     has_pch, no_pch_flag = pch_switch()
-    tools = [t for t in TOOLS if has_pch or t != "pch"]
+    served = has_server()
+    tools = [t for t in TOOLS if (has_pch or t != "pch") and (served or t != "server")]
+    missing = [c for c in cells if CELLS[c].name == "cute" and not CELLS[c].cupy_options]
+    if missing:
+        raise RuntimeError("the cute cell needs the nvidia-cutlass wheel (pip install "
+                           "nvidia-cutlass), which this Python lacks")
     salt = Salt()
     work = tempfile.mkdtemp(prefix="cudamagic-edit-loop-")
     sessions: dict[str, Session] = {}
     raw: dict[str, dict[str, list[dict]]] = {c: {t: [] for t in tools} for c in cells}
+    restarts: dict[str, dict[str, dict]] = {c: {} for c in cells}
     note = [] if has_pch else ["this cudamagic has no PCH switch (build() takes no pch=): "
                                "the cudamagic column is its only build, without a PCH"]
+    if not served:
+        note.append("this cudamagic has no compile server (no cudamagic.compiler): no server "
+                    "column")
     if not gpu:
         note.append("no GPU: CuPy's column is what RawModule's compile runs without a device "
                     "(CuPy's _NVRTCProgram with RawModule's options for sm_90), not RawModule")
     try:
         for i, tool in enumerate(tools):
-            caches = {k: os.path.join(work, f"{tool}-{k}") for k in ("cudamagic", "cupy")}
-            env = {"CUDAMAGIC_CACHE_DIR": caches["cudamagic"], "CUPY_CACHE_DIR": caches["cupy"],
-                   "CUPY_NVRTC_USE_PCH": "0"}
-            if tool == "plain":
-                env["CUDAMAGIC_PCH"] = "0"
-            t = time.perf_counter()
-            sessions[tool] = Session(env, work, timeout)
-            sessions[tool].run(warm_up(tool, gpu, salt.constant(i, 9, 99)))
-            print(f"  {LABELS[tool]}: kernel started and warmed up in "
-                  f"{time.perf_counter() - t:.1f} s", flush=True)
+            sessions[tool] = _started(tool, work, gpu, salt.constant(i, 9, 99), timeout,
+                                      "started")
         for ci, name in enumerate(cells):
             cell = CELLS[name]
             for edit in range(edits + 1):
@@ -346,13 +435,70 @@ def run(cells: list[str], edits: int, breakdown: bool, gpu: bool, timeout: float
                     f"{LABELS[t]} {raw[name][t][-1]['cell'] * 1e3:7.0f} ms" for t in tools)
                     + (f" (NVRTC alone {raw[name]['plain'][-1]['bare'] * 1e3:.0f} ms)"
                        if breakdown and "bare" in raw[name]["plain"][-1] else ""), flush=True)
+            if restart:
+                _restart(sessions, tools, work, gpu, timeout, salt, ci)
+                order = tools[(edits + 1) % len(tools):] + tools[:(edits + 1) % len(tools)]
+                for tool in order:
+                    got = _one(sessions[tool], tool, cell, salt.constant(
+                        TOOLS.index(tool), ci, edits + 1), gpu, no_pch_flag,
+                        os.path.join(work, f"{tool}-cupy"), False, "")
+                    restarts[name][tool] = _restarted(tool, name, got, raw[name][tool])
+                print(f"  {name:6} restart: " + ", ".join(
+                    f"{LABELS[t]} {restarts[name][t]['cell'] * 1e3:7.0f} ms" for t in tools),
+                    flush=True)
     finally:
+        if "server" in tools:
+            _stop_server(sessions.get("server"), tool_env("server", work)["CUDAMAGIC_CACHE_DIR"])
         for s in sessions.values():
             s.close()
         shutil.rmtree(work, ignore_errors=True)
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
             "versions": versions(), "gpu": gpu, "edits": edits, "pch_switch": has_pch,
-            "notes": note, "tools": tools, "raw": raw}
+            "notes": note, "tools": tools, "raw": raw, "restarts": restarts if restart else {}}
+
+
+def _stop_server(session: Session | None, cache: str) -> None:
+    """The server's column's compile server ended (it outlives its kernels: ended here, not
+    its idle time later): by its kernel as a user ends it, else (a kernel that did not
+    start) asked here through its socket, never started."""
+    try:
+        if session is not None:
+            session.run("%cuda_cache server stop")
+            return
+        if os.path.isdir(os.path.join(cache, "server")):
+            from cudamagic.compiler.client import Endpoint
+            from cudamagic.compiler.wire import server_folder, toolchain_id
+            from cudamagic.toolkit import toolkit
+
+            Endpoint(server_folder(cache), toolchain_id(toolkit().nvrtc_wheel)).ask(
+                {"kind": "stop"}, start=False)
+    except Exception as exc:  # noqa: BLE001 - said; the run's folder goes all the same
+        print(f"  the compile server could not be stopped: {exc}", flush=True)
+
+
+def _restart(sessions: dict[str, Session], tools: list[str], work: str, gpu: bool,
+             timeout: float, salt: Salt, ci: int) -> None:
+    """Every tool's kernel shut down and a fresh one started in its place (same environment,
+    same cache folders; the compile server, a process of its own, stays)."""
+    for i, tool in enumerate(tools):
+        sessions.pop(tool).close()
+        sessions[tool] = _started(tool, work, gpu, salt.constant(i, 7, ci), timeout,
+                                  "restarted")
+
+
+def _restarted(tool: str, name: str, got: dict, before: list[dict]) -> dict:
+    """``got``, the first edit after the restart, checked: a kernel of a new pid, the same cache
+    folder, and for the server's column the same server as before."""
+    if got["pid"] in {r["pid"] for r in before}:
+        raise RuntimeError(f"{LABELS[tool]}: the restart edit of {name} ran in the kernel of "
+                           f"the edits before it (pid {got['pid']}): no restart")
+    if {r["cache"] for r in before} != {got["cache"]}:
+        raise RuntimeError(f"{LABELS[tool]}: the restarted kernel's cache folder is "
+                           f"{got['cache']}, not the one of the edits before it")
+    if tool == "server" and {r["server_pid"] for r in before} != {got["server_pid"]}:
+        raise RuntimeError(f"the server's column: the restart edit of {name} was served by "
+                           f"server {got['server_pid']}, not the one of the edits before it")
+    return got
 
 
 def _one(session: Session, tool: str, cell: Cell, constant: str, gpu: bool, no_pch_flag: bool,
@@ -365,6 +511,7 @@ def _one(session: Session, tool: str, cell: Cell, constant: str, gpu: bool, no_p
         if before is not None and _files(cupy_cache) <= before:
             raise RuntimeError(f"CuPy's cache folder got no new file: {cell.name} did not "
                                "compile (a repeated source?)")
+        got.update(session.run(CHECK_CUPY).checked("EDIT-CHECK"))
         return got
     if not any(o["type"] == "display_data" for o in ran.outputs):
         raise RuntimeError(f"the %%cuda cell showed no report: {ran.outputs}")
@@ -372,7 +519,12 @@ def _one(session: Session, tool: str, cell: Cell, constant: str, gpu: bool, no_p
     if check["hit"]:
         raise RuntimeError(f"{LABELS[tool]}: an edit of {cell.name} was a cache hit: its time "
                            "would not be a miss's")
-    got.update(timings=check["timings"], pch_said=check["pch_said"])
+    if tool == "server" and (check["server_pid"] is None or check["nvrtc_loaded"]):
+        raise RuntimeError(f"the server's column: an edit of {cell.name} was compiled in the "
+                           f"kernel's process (server {check['server_pid']}, libnvrtc loaded "
+                           f"there: {check['nvrtc_loaded']}), not by a compile server")
+    got.update(check)
+    del got["hit"]
     if bare:
         code = edited(cell, bare_constant)
         got["bare"] = session.run(f"_bare({code!r}, {cell.names!r}, {cell.options!r})"
@@ -405,25 +557,48 @@ def summary(result: dict) -> dict:
 
 def table(result: dict) -> list[str]:
     s = summary(result)
-    rows = ["| cell | cudamagic + PCH ms: first / edit | cudamagic, no PCH ms: first / edit | "
-            "CuPy ms: first / edit | PCH / CuPy (edit) | PCH / no PCH (edit) | "
-            "first with PCH / no PCH edit | slowest with PCH (the PCH made) / no PCH edit | "
-            "PCH said |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    tools = [t for t in TOOLS if t in result["tools"]]
+    rows = ["| cell | " + " | ".join(f"{LABELS[t]} ms: first / edit" for t in tools) + " | "
+            "server / in-process (edit; goal ≤ 1.0x, small ≤ 1.1x) | PCH / CuPy (edit) | "
+            "PCH / no PCH (edit) | first with PCH / no PCH edit | "
+            "slowest with PCH (the PCH made) / no PCH edit | PCH used (edits) |",
+            "| --- |" + " ---: |" * (len(tools) + 6)]
     for name, m in s.items():
-        pch, plain, cupy = (m.get(t, {}) for t in TOOLS)
-        said = [r.get("pch_said") for r in result["raw"][name].get("pch", [])[1:]]
+        server, pch, plain, cupy = (m.get(t, {}) for t in TOOLS)
+        said = [r["pch_kind"] == "used" if "pch_kind" in r else r.get("pch_said")
+                for r in result["raw"][name].get("pch", [])[1:]]
         rows.append(
-            f"| {name} | {_ms(pch.get('first'))} / {_ms(pch.get('edit'))} | "
-            f"{_ms(plain.get('first'))} / {_ms(plain.get('edit'))} | "
-            f"{_ms(cupy.get('first'))} / {_ms(cupy.get('edit'))} | "
+            f"| {name} | " + " | ".join(f"{_ms(m.get(t, {}).get('first'))} / "
+                                        f"{_ms(m.get(t, {}).get('edit'))}" for t in tools)
+            + f" | {_ratio(server.get('edit'), pch.get('edit'))} | "
             f"{_ratio(pch.get('edit'), cupy.get('edit'))} | "
             f"{_ratio(pch.get('edit'), plain.get('edit'))} | "
             f"{_ratio(pch.get('first'), plain.get('edit'))} | "
             f"{_ratio(pch.get('slowest'), plain.get('edit'))} | "
-            f"{sum(map(bool, said))}/{len(said)} |" if said else
-            f"| {name} | – | {_ms(plain.get('first'))} / {_ms(plain.get('edit'))} | "
-            f"{_ms(cupy.get('first'))} / {_ms(cupy.get('edit'))} | – | – | – | – | – |")
+            + (f"{sum(map(bool, said))}/{len(said)} |" if said else "– |"))
+    return rows
+
+
+def restart_table(result: dict) -> list[str]:
+    """Per cell: each tool's first edit after its kernel's restart, against CuPy's (the goal:
+    the server's at most 0.3x) and against the tool's own edits before the restart."""
+    tools = [t for t in TOOLS if t in result["tools"]]
+    s = summary(result)
+    rows = ["| cell | " + " | ".join(f"{LABELS[t]} ms" for t in tools) + " | "
+            "server / CuPy (goal ≤ 0.3x) | in-process PCH / CuPy | server restart / its edit | "
+            "in-process restart / its edit | the PCH: server, in-process |",
+            "| --- |" + " ---: |" * (len(tools) + 5)]
+    for name, by_tool in result.get("restarts", {}).items():
+        if not by_tool:
+            continue
+        cell = {t: by_tool.get(t, {}).get("cell") for t in TOOLS}
+        edit = {t: s[name].get(t, {}).get("edit") for t in TOOLS}
+        said = ", ".join(by_tool.get(t, {}).get("pch_kind") or "–" for t in ("server", "pch"))
+        rows.append(f"| {name} | " + " | ".join(_ms(cell[t]) for t in tools)
+                    + f" | {_ratio(cell['server'], cell['cupy'])} | "
+                    f"{_ratio(cell['pch'], cell['cupy'])} | "
+                    f"{_ratio(cell['server'], edit['server'])} | "
+                    f"{_ratio(cell['pch'], edit['pch'])} | {said} |")
     return rows
 
 
@@ -434,7 +609,7 @@ PHASES = ("parse", "key", "lookup", "nvrtc", "compile", "link", "manifest", "dem
 
 def breakdown(result: dict) -> list[str]:
     """Median milliseconds per phase of cudamagic's edits, per cell and column."""
-    tools = [t for t in ("pch", "plain") if t in result["tools"]]
+    tools = [t for t in ("server", "pch", "plain") if t in result["tools"]]
     head = [f"{name} {LABELS[t]}" for name in result["raw"] for t in tools]
     rows = ["| phase (median ms over the edits) | " + " | ".join(head) + " |",
             "| --- |" + " ---: |" * len(head)]
@@ -466,10 +641,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="folder for edit_loop.md and edit_loop.json")
     ap.add_argument("--edits", type=int, default=10, help="edits of each cell (default 10)")
-    ap.add_argument("--cells", default=",".join(CELLS),
-                    help=f"which cells, comma-separated (default {','.join(CELLS)})")
+    default = ",".join(c for c in CELLS if c != "cute" or CELLS[c].cupy_options)
+    ap.add_argument("--cells", default=default,
+                    help=f"which cells, comma-separated (default {default}; cute where the "
+                         "nvidia-cutlass wheel is installed)")
     ap.add_argument("--breakdown", action="store_true",
                     help="where cudamagic's miss goes, phase by phase, and NVRTC alone")
+    ap.add_argument("--no-restart", action="store_true",
+                    help="leave out the restart: no kernel restarted after a cell's edits")
     ap.add_argument("--dry-run", action="store_true", help="as without a GPU, even with one")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per cell")
     a = ap.parse_args()
@@ -479,13 +658,16 @@ def main() -> int:
         ap.error(f"no such cell: {', '.join(unknown)} (there are {', '.join(CELLS)})")
     gpu = gpu_available() and not a.dry_run
     t0 = time.perf_counter()
-    result = run(cells, a.edits, a.breakdown, gpu, a.timeout)
+    result = run(cells, a.edits, a.breakdown, gpu, a.timeout, restart=not a.no_restart)
     result["wall_s"] = time.perf_counter() - t0
     text = [f"### An edited cell's miss, end to end: {a.edits} edits per cell, medians, "
             f"alternated ({'GPU' if gpu else 'no GPU: compile-only'})", "",
             f"{result['date']}; {result['machine']}", "",
             ", ".join(f"{k} {v}" for k, v in result["versions"].items()), "",
             *(f"- {n}" for n in result["notes"]), "", *table(result)]
+    if result["restarts"]:
+        text += ["", "#### The first edit after a kernel restart (same cache folder, same compile "
+                 "server)", "", *restart_table(result)]
     if a.breakdown:
         text += ["", "#### Where cudamagic's miss goes", "", *breakdown(result)]
     text += ["", f"(wall time {result['wall_s']:.0f} s)"]

@@ -21,8 +21,10 @@
 # tests/test_warm_child.py), imports (issue 38's import tests: %load_ext, the first hit cell, the API's hit,
 # the driver thread; GPU simulated both ways and real), fixtures (scripts/record_tool_fixtures.py: the tools' real outputs, copied to
 # $OUT/recorded to be committed into tests/fixtures/tools/recorded), edit_loop
-# (benchmarks/edit_loop.py --breakdown: issue 37's edited cells, cudamagic with and without the
-# PCH against CuPy; $OUT/edit_loop.md and edit_loop.json; about 5 minutes), or NAME for
+# (benchmarks/edit_loop.py --breakdown: issue 37's edited cells and issue 50's CuTe cell,
+# cudamagic through its compile server, in-process with and without the PCH, against CuPy, then
+# each kernel restarted for the next edit (issue 49); $OUT/edit_loop.md and edit_loop.json;
+# about 7 minutes, estimated: not yet run there with the new columns), or NAME for
 # benchmarks/NAME.py
 set -u
 OUT=${OUT:-/tmp/out}
@@ -102,7 +104,7 @@ run_step() {
 # the seconds each verify step takes there, about (H100/H200, 2026-12): a step is started only
 # where it fits in what is left of the call's budget
 declare -A ESTIMATE=([suite]=240 [gpu]=60 [annotate]=70 [debug]=60 [notebook]=40 [perf]=420
-                     [edit_loop]=300)
+                     [edit_loop]=420)
 
 # the last line pytest (or a benchmark) printed that reads as its result
 result_line() {
