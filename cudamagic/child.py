@@ -28,7 +28,7 @@ def run(folder: Path, device: int) -> int:
     from .toolchain import driver
 
     stamps = [("go", time.time())]
-    module = arrive((folder / "module.bin").read_bytes(), None)  # type: ignore[arg-type]
+    module = arrive((folder / "module.bin").read_bytes(), None)
     c = decode_capture((folder / "capture.bin").read_bytes())
     kernel = module.kernels[c.kernel]
     stamps.append(("module arrived", time.time()))

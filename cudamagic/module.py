@@ -403,7 +403,7 @@ _arrived: "weakref.WeakValueDictionary[bytes, Module]" = held(
 _arrived_lock = ForkSafeLock()
 
 
-def arrive(payload: bytes, report: BuildReport) -> Module:
+def arrive(payload: bytes, report: BuildReport | None) -> Module:
     """A module rebuilt from its travelling record (:meth:`Module.__reduce__`); the same
     payload arriving again gives the module already here.
 
@@ -444,11 +444,12 @@ def arrive(payload: bytes, report: BuildReport) -> Module:
         {k: VarType.from_json(v) for k, v in record.variables.items()}
     # the report's rows came without their kernels' images (KernelRows.__reduce__: the CUBIN
     # travels once, in the record): the arrived CUBIN's, for what a row reads off its records
-    report = dataclasses.replace(report, rows=tuple(dataclasses.replace(
-        row, image=binary.image.kernel(row.symbol) if row.symbol in held else None)
-        for row in report.rows))
-    module = Module(binary, record.key, kernels, report, record.kernels["placeholders"],
-                    types, expressions)
+    if report is not None:  # None: a tool run's child, which shows no report
+        report = dataclasses.replace(report, rows=tuple(dataclasses.replace(
+            row, image=binary.image.kernel(row.symbol) if row.symbol in held else None)
+            for row in report.rows))
+    module = Module(binary, record.key, kernels, report,  # type: ignore[arg-type]
+                    record.kernels["placeholders"], types, expressions)
     module._payload_bytes = payload
     with _arrived_lock:
         _arrived[digest] = module

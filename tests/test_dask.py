@@ -230,3 +230,8 @@ def test_a_pickled_module_carries_its_cubin_once(tmp_path):
     assert "cluster 2x1x1" in notes.values()
     assert {row.symbol: row.launch_note for row in back.report.rows} == notes
     assert all(row.image is not None for row in back.report.rows)
+    # a tool run's child takes the module's record alone, with no report (cudamagic.child)
+    from cudamagic.module import arrive
+
+    alone = arrive(module.payload(), None)
+    assert sorted(k.symbol for k in alone.kernels.values()) == sorted(notes)
