@@ -110,7 +110,10 @@ class Cell:
 def cutlass_folders() -> tuple[str, ...]:
     """The ``-I`` folders cudamagic adds for a CuTe cell (the wheel's headers and the ``cccl/``
     layout CUTLASS expects under CUDA 13), for CuPy by hand; ``()`` without the wheel. CuPy's
-    RawModule already passes ``--device-as-default-execution-space``, CUTLASS's third need."""
+    RawModule already passes ``--device-as-default-execution-space``, CUTLASS's third need.
+    They go before the toolkit's folders, as cudamagic orders them: a toolkit whose include/
+    has a cccl/ of its own (``CUDA_HOME=/usr/local/cuda`` on the GPU machine), found first,
+    mixed two CCCLs in one compile."""
     from cudamagic.libraries import cccl_layout_dir, cutlass
 
     found = cutlass()
@@ -335,7 +338,7 @@ def warm_up(tool: str, gpu: bool, constant: str) -> str:
 def timed_cell(tool: str, cell: Cell, constant: str, gpu: bool, no_pch_flag: bool) -> str:
     source = edited(cell, constant)
     if tool == "cupy":
-        options = cupy_options() + cell.options + cell.cupy_options
+        options = cell.cupy_options + cupy_options() + cell.options
         if not gpu:
             return f"_cupy_compile({source!r}, {options!r}, {cell.names!r})"
         names = f", name_expressions={list(cell.names)!r}" if cell.names else ""

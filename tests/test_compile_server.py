@@ -309,9 +309,13 @@ RESTART = ("import sys, cudamagic\nfrom cudamagic.pipeline import SERVED\n"
 def _in_new_process(source: str) -> list[str]:
     """One build in a new Python process (a kernel, or the kernel after its restart), in the
     default cache folder: its hit, what its PCH did, whether its report says so, its server."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    return subprocess.run([sys.executable, "-c", RESTART, source], capture_output=True,
-                          text=True, env=env, timeout=300, check=True).stdout.split()
+    # the checkout first, then the path this run has (the GPU machine's carried wheels are there)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")) if p)}
+    done = subprocess.run([sys.executable, "-c", RESTART, source], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout.split()
 
 
 def _pchs(served: str) -> list[Path]:

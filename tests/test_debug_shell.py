@@ -169,6 +169,14 @@ def test_cudamagics_own_fault_carries_its_code_and_device(monkeypatch, fresh_pro
     assert "every CUDA call" not in str(again.value)
 
 
+@pytest.mark.parametrize("devices", [(-1, -1), (0, 0), (-1, 0), (0, -1)])
+def test_a_loss_told_for_an_unknown_device_is_told_once(fresh_process, devices):
+    """The device a loss is noted for is the current context's, -1 where none is current on
+    the asking thread: on a GPU machine the first error came with none current and the second
+    with CuPy's context made meanwhile (device 0), and the full advice was said twice."""
+    assert [driver.first_telling(d) for d in devices] == [True, False]
+
+
 def test_the_advice_is_said_in_full_once_then_in_one_line(shell, last_launch):
     first = _advice_of(shell, "raise RuntimeErr(710)")
     second = _advice_of(shell, "raise RuntimeErr(710)")

@@ -125,7 +125,7 @@ def test_cupys_column_compiles_the_cute_cell_with_the_folders_given_by_hand(edit
     ns: dict = {}
     exec(edit_loop.CUPY_NO_GPU, ns)
     source = edit_loop.edited(cell, "1.000000000123")
-    options = edit_loop.cupy_options() + cell.options + cell.cupy_options
+    options = cell.cupy_options + edit_loop.cupy_options() + cell.options
     assert ns["_cupy_compile"](source, options, cell.names)  # a CUBIN's bytes
     # and what the timed cell sends CuPy's kernel is that compile
     assert edit_loop.timed_cell("cupy", cell, "1.000000000123", False, True) == (

@@ -186,7 +186,11 @@ _told: set[int] = held(__name__, "_told", set())
 def first_telling(device: int) -> bool:
     """True the first time a device's lost context is to be explained (then in full: what
     happened, what to do, what finds the cause); later errors say it in one line."""
-    first = device not in _told
+    # a device that could not be told (-1: no context current on the asking thread) is any
+    # device: an error said for it, then for device 0 once a context became current (CuPy's,
+    # made meanwhile), is the same loss told twice (the H100 run of 3d381b3 showed the full
+    # advice again)
+    first = device not in _told and -1 not in _told and not (device == -1 and _told)
     _told.add(device)
     return first
 
