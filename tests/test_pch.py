@@ -324,6 +324,32 @@ def test_a_heap_too_small_is_paid_once_per_header_set(lib, tmp_path):
     assert again.stdout.split() == ["made", "used"]
 
 
+RESIZED_CHILD = r"""
+import random, sys
+from cuda.bindings import nvrtc
+nvrtc.nvrtcSetPCHHeapSize(8 << 20)  # small.h's PCH fits (about 5.5 MiB), the library's does not
+import cudamagic
+from tests.test_pch import _source
+run = random.randrange(1 << 40)
+def small(i):
+    return f'#include "small.h"\n__global__ void k(float* o) {{ o[0] = SMALLV * {run + i}; }}\n'
+said = []
+for source in (small(1), _source(), _source(), small(2), small(3)):
+    m = cudamagic.build(source, options=["-Iover", "-Ilib"], cache=sys.argv[1])
+    said.append(m.report.pch[0].value)
+print(" ".join(said))
+"""
+
+
+def test_a_pch_made_before_this_process_resized_the_heap_is_made_again(lib, tmp_path):
+    """small.h's PCH is made; the library's needs a larger heap, which the next compile sets;
+    small.h's next edit then makes its PCH again, never offering NVRTC the one made before
+    the resize (which NVRTC refuses: 'incompatible heap allocation', a compile wasted)."""
+    run = _child(RESIZED_CHILD, str(tmp_path / "cache"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["made", "heap", "made", "made", "used"]
+
+
 def test_the_folder_keeps_its_size_limit_least_recently_used_first(lib, cache, monkeypatch):
     a, b, c = (BASE + (f"-DSCALE={n}",) for n in (2, 3, 4))
     assert _kind(_build(cache, _source(), a)) is PchKind.MADE
