@@ -416,6 +416,54 @@ def test_two_processes_make_the_same_header_sets_pch_at_once(lib, tmp_path, cach
     assert _kind(m) is PchKind.USED and _code(m) == _code(_plain(edit))
 
 
+def test_a_pch_published_over_another_leaves_a_compile_reading_it_untouched(lib, cache,
+                                                                            monkeypatch,
+                                                                            tmp_path):
+    """Two threads make the same header set's PCH at once (both held before publishing until
+    both are there: the race made to happen); the first publishes, a compile reads that PCH
+    through a hard link of its own (as pch.plan gives one), then the second publishes over it:
+    the reader's file is not rewritten under it (a PCH is published by rename, never by writing
+    over the file a link may share)."""
+    import hashlib
+    import threading
+
+    both = threading.Barrier(2, timeout=120)
+    second_may_go, arrived = threading.Event(), []
+    order_lock = threading.Lock()
+
+    def held():
+        both.wait()
+        with order_lock:
+            arrived.append(threading.current_thread())
+            first = len(arrived) == 1
+        if not first:
+            assert second_may_go.wait(120)
+
+    monkeypatch.setattr(pch, "before_publish", held)
+    kinds: list = []
+    threads = [threading.Thread(target=lambda: kinds.append(_kind(_build(cache, _source()))))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 120
+    while len(arrived) < 2:  # both past the barrier; only the first may publish
+        assert time.monotonic() < deadline, "the two compiles never both made their PCH"
+        time.sleep(0.01)
+    arrived[0].join(120)
+    reader = tmp_path / "reader.pch"
+    os.link(_only_pch(cache), reader)  # a compile's private link to the PCH it reads
+    before = (hashlib.sha256(reader.read_bytes()).hexdigest(), reader.stat().st_mtime_ns)
+    second_may_go.set()
+    arrived[1].join(120)
+    assert kinds == [PchKind.MADE, PchKind.MADE]
+    assert (hashlib.sha256(reader.read_bytes()).hexdigest(), reader.stat().st_mtime_ns) \
+        == before, "the PCH a compile reads was rewritten in place"
+    assert not os.path.samefile(reader, _only_pch(cache))
+    edit = _source()
+    m = _build(cache, edit)
+    assert _kind(m) is PchKind.USED and _code(m) == _code(_plain(edit))
+
+
 def test_no_room_and_no_folder_are_said_once(lib, cache, monkeypatch):
     monkeypatch.setattr(pch, "FREE_RESERVE", 1 << 60)  # more than any disk has free
     first, second = (_build(cache, _source()) for _ in range(2))
