@@ -464,6 +464,18 @@ def test_a_pch_published_over_another_leaves_a_compile_reading_it_untouched(lib,
     assert _kind(m) is PchKind.USED and _code(m) == _code(_plain(edit))
 
 
+@pytest.mark.parametrize("mode", [0o755, 0o750, 0o704, 0o777])
+def test_a_pch_folder_an_older_version_left_open_is_closed_to_others(lib, cache, mode):
+    """pch/ and pch/tmp left readable (or writable) by the group or others: the next PCH made
+    closes both to their owner, read bits too (a PCH holds the headers' code)."""
+    folder = _folder(cache)
+    (folder / "tmp").mkdir(parents=True)
+    for made in (folder, folder / "tmp"):
+        os.chmod(made, mode)
+    assert _kind(_build(cache, _source())) is PchKind.MADE
+    assert {oct(p.stat().st_mode & 0o777) for p in (folder, folder / "tmp")} == {oct(0o700)}
+
+
 def test_no_room_and_no_folder_are_said_once(lib, cache, monkeypatch):
     monkeypatch.setattr(pch, "FREE_RESERVE", 1 << 60)  # more than any disk has free
     first, second = (_build(cache, _source()) for _ in range(2))
