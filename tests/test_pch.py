@@ -350,6 +350,25 @@ def test_a_pch_made_before_this_process_resized_the_heap_is_made_again(lib, tmp_
     assert run.stdout.split() == ["made", "heap", "made", "made", "used"]
 
 
+def test_a_compile_without_a_trace_publishes_no_pch(lib, cache, monkeypatch):
+    """A compile NVRTC gave no header list (no room for its trace: every folder it could go in
+    has less free space than a trace needs) knows its headers only by a scan of the quoted
+    includes, which misses a <...> one: its PCH is not kept, so an edit of that header is
+    compiled, never served from a PCH that holds the old one."""
+    from cudamagic.toolchain import tracefolder
+
+    monkeypatch.setattr(tracefolder, "TRACE_ROOM", 1 << 62)  # more than any disk has free
+    header, kinds = lib / "lib" / "angled.h", []
+    for value in (3, 5):
+        _write(header, f"#pragma once\n#define SCALE {value}\n")  # before scale.h's own
+        edit = _source("#include <angled.h>\n" + HEAD)
+        with pytest.warns(UserWarning, match="NVRTC wrote no list of the headers"):
+            m = _build(cache, edit)
+        assert _code(m) == _code(_plain(edit)), f"the code of angled.h before SCALE {value}"
+        kinds.append((_kind(m), len(list(_folder(cache).glob("*.pch")))))
+    assert kinds == [(None, 0), (None, 0)]
+
+
 def test_the_folder_keeps_its_size_limit_least_recently_used_first(lib, cache, monkeypatch):
     a, b, c = (BASE + (f"-DSCALE={n}",) for n in (2, 3, 4))
     assert _kind(_build(cache, _source(), a)) is PchKind.MADE
