@@ -262,6 +262,12 @@ SEEN_BY_THE_FIRST_CELL = {
     "CUDA_HOME relative, then %cd": ("os.chdir(HOME + '/elsewhere'); "
                                      "os.environ['CUDA_HOME'] = 'toolkit'",
                                      "os.chdir(HOME + '/..')", _NEEDS_STAND_IN, "ok", True),
+    # the same where no entry of sys.path follows the working folder (a script's, or a kernel
+    # started with absolute paths): only $CUDA_HOME's folder tells the %cd
+    "CUDA_HOME relative, then %cd, sys.path absolute": (
+        "sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]; "
+        "os.chdir(HOME + '/elsewhere'); os.environ['CUDA_HOME'] = 'toolkit'",
+        "os.chdir(HOME + '/..')", _NEEDS_STAND_IN, "ok", True),
     # a newer CUDA wheel's folder put first on sys.path (as %pip install --target would)
     "sys.path": ("", "sys.path.insert(0, HOME + '/wheel')", _NEEDS_STAND_IN, "ok", True),
     # a wheel installed into a folder already on sys.path (%pip install into the venv)
@@ -334,6 +340,8 @@ def test_the_lookups_take_the_values_they_are_kept_by(tmp_path, monkeypatch):
     assert str(tmp_path / "include") in found.include_dirs, found
     assert [h.split(":")[0] for h in found.cuda_homes] == ["CUDA_HOME"], found
     assert find_cufilt((str(tmp_path), None, "")) == str(tmp_path / "bin" / "cu++filt")
+    monkeypatch.setenv("PATH", os.defpath)  # the environment's PATH names no cu++filt here
+    assert find_cufilt((None, None, str(tmp_path / "bin"))) == str(tmp_path / "bin" / "cu++filt")
 
 
 def test_the_interpreter_exit_waits_for_the_driver_thread(tmp_path):
