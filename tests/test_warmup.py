@@ -226,6 +226,46 @@ def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import(cache, t
     assert got == {"waited": True, "child": 0}, got
 
 
+def test_a_fork_while_the_driver_thread_holds_an_import_waits_for_it(cache, tmp_path):
+    """``%load_ext``'s driver thread inside an import (the launch code it imports once the
+    context is made) when the notebook forks: the fork waits for the thread's end, so the child
+    does not inherit the import's lock held by a thread it does not have, and imports there.
+    The driver's start is the test's: it holds an import until the fork waits for it."""
+    (tmp_path / "cm_hold.py").write_text(HOLD)
+    out = run_python(PRELUDE + textwrap.dedent(f"""
+        import builtins
+        sys.path.insert(0, {str(tmp_path)!r})
+        builtins.HELD_IN_IMPORT, builtins.RELEASE_IMPORT = threading.Event(), threading.Event()
+        import cudamagic
+        from cudamagic import magic
+        cudamagic._start_driver = lambda eager: __import__("cm_hold")
+        arrived = threading.Event()  # set when a wait for the driver thread starts
+        class Watched:
+            def __init__(self, done):
+                self.done = done
+            def wait(self, timeout=None):
+                arrived.set()
+                return self.done.wait(timeout)
+            def is_set(self):
+                return self.done.is_set()
+        real_note = magic.note_driver_thread
+        magic.note_driver_thread = lambda done: real_note(Watched(done))
+        ip.run_line_magic("load_ext", "cudamagic")  # no warm-up: the driver thread alone
+        assert builtins.HELD_IN_IMPORT.wait(60)  # the driver thread holds an import
+        def release():
+            arrived.wait(20)       # the fork has come to the driver thread and waits for it
+            builtins.RELEASE_IMPORT.set()
+        threading.Thread(target=release).start()
+        def in_child():
+            import cm_hold  # noqa: F401 - where the lock was held
+            return 0
+        status = fork_and_reap(in_child)
+        print(json.dumps({{"waited": arrived.is_set(), "child": status}}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got == {"waited": True, "child": 0}, got
+
+
 def test_a_fork_that_waited_its_most_for_the_warm_up_says_so(cache, tmp_path):
     """A warm-up that does not end (an import from a file system that does not answer) holds a
     fork at most ``FORK_WAIT_S``; the fork then goes on and says on stderr that the thread is
