@@ -251,3 +251,31 @@ def test_a_fork_while_a_build_is_inside_the_driver_waits_for_it(monkeypatch, fre
     build.join(CHILD_S)
     assert (arrived.is_set(), got) == (True, "ok")
     assert driver._last_sm == [90]  # the build's call went on once the fork was made
+
+
+def test_a_fork_that_waited_its_most_for_a_native_call_says_so(capfd):
+    """A call into the library that does not return (a synchronize behind a kernel that does
+    not end) holds a fork at most the section's wait; the fork then goes on and says so on
+    stderr, and the calls held back meanwhile go on after it."""
+    from cudamagic.forksafe import WaitedSection
+
+    section = WaitedSection("a stand-in library", 0.2)
+    inside, let_go, later = threading.Event(), threading.Event(), []
+
+    def stuck():
+        inside.set()
+        let_go.wait(CHILD_S)
+
+    t = threading.Thread(target=section.call, args=(stuck,))
+    t.start()
+    assert inside.wait(CHILD_S)
+    started = time.monotonic()
+    got = _in_child(lambda: None)
+    waited = time.monotonic() - started
+    after = threading.Thread(target=section.call, args=(lambda: later.append(1),))
+    after.start()
+    after.join(CHILD_S)
+    let_go.set()
+    t.join(CHILD_S)
+    assert got == "ok" and waited >= 0.2 and later == [1]
+    assert "a fork waited 0.2 s for a call into a stand-in library" in capfd.readouterr().err
