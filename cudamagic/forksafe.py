@@ -11,6 +11,7 @@ guards is state of the parent's threads, which the child does not have.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import Any
 
 from .process import at_fork
 
-__all__ = ["ForkSafeLock", "once", "NativeSection"]
+__all__ = ["ForkSafeLock", "once", "NativeSection", "WaitedSection"]
 
 
 class ForkSafeLock:
@@ -173,11 +174,93 @@ class NativeSection:
 _sections: "weakref.WeakSet[NativeSection]" = weakref.WeakSet()
 
 
+class WaitedSection:
+    """Calls into a native library whose locks a fork must not copy held, each short enough
+    for a fork to wait for (the CUDA driver's: a build asks it for the current device's
+    architecture on whatever thread it runs). A fork waits until no call of this process's is
+    inside (at most ``wait_s``), and holds new calls back until it is made: no thread of the
+    package is inside the library when the child is made, so the child never inherits the
+    library's lock held (its exit handlers and fork handlers take it in the child, where no
+    thread is left to let it go). Where the wait runs out (a call that does not return: a
+    synchronize behind a kernel that does not end), the fork goes on and says so on stderr.
+    """
+
+    __slots__ = ("what", "wait_s", "_inside", "_forking", "_idle", "_open", "__weakref__")
+
+    def __init__(self, what: str, wait_s: float) -> None:
+        self.what = what
+        self.wait_s = wait_s
+        self._renew()
+        _waited.add(self)
+
+    def _renew(self) -> None:
+        # one entry per call inside: list.append and pop are single steps under the GIL, and
+        # each side writes before it reads the other's (a call its entry, then the fork's flag;
+        # a fork its flag, then the entries), so a call that enters as a fork begins is either
+        # waited for or holds back: no lock taken per call
+        self._inside: list[None] = []
+        self._forking = False
+        self._idle = threading.Event()  # set by the last call out while a fork waits
+        self._open = threading.Event()  # set while no fork holds calls back
+        self._open.set()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, a call into the library, inside the section."""
+        inside = self._inside
+        inside.append(None)
+        while self._forking:  # a fork is being made: out again until it is
+            self._leave(inside)
+            self._open.wait()
+            inside = self._inside
+            inside.append(None)
+        try:
+            return fn(*args)
+        finally:
+            self._leave(inside)
+
+    def _leave(self, inside: list[None]) -> None:
+        inside.pop()
+        if self._forking and not inside:
+            self._idle.set()
+
+    def before_fork(self) -> None:
+        """Hold new calls back; wait for those inside (bounded)."""
+        self._idle.clear()
+        self._open.clear()
+        self._forking = True
+        if self._inside and not self._idle.wait(self.wait_s) and self._inside:
+            print(f"cudamagic: a fork waited {self.wait_s:g} s for a call into "
+                  f"{self.what} on another thread, which has not returned; the child is "
+                  f"made now, and may hang where it meets {self.what}'s lock",
+                  file=sys.stderr, flush=True)
+
+    def after_fork_in_parent(self) -> None:
+        """Let the calls held back in."""
+        self._forking = False
+        self._open.set()
+
+
+_waited: "weakref.WeakSet[WaitedSection]" = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for section in list(_waited):
+        section.before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for section in list(_waited):
+        section.after_fork_in_parent()
+
+
 def _after_fork_in_child() -> None:
     for lock in list(_all):
         lock._renew()
     for section in list(_sections):
         section._after_fork()
+    for waited in list(_waited):
+        waited._renew()
 
 
-at_fork(__name__, "_all", after_in_child=_after_fork_in_child, covers=("_sections",))
+at_fork(__name__, "_all", before=_before_fork, after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child, covers=("_sections", "_waited"))

@@ -62,6 +62,28 @@ def test_ctrl_c_at_each_step_keeps_the_finished_build(step, cache, compiler, mon
     assert again.hit and len(compiler.calls) == 1
 
 
+def test_the_interrupt_says_when_the_ctrl_c_came_not_when_the_build_ended(cache, compiler,
+                                                                          monkeypatch):
+    """Ctrl-C at the header manifest, then a store that takes 0.6 s more: the message gives the
+    Ctrl-C's moment into the build, well before the build's end, and the build's whole time."""
+    import threading
+
+    real_put = KernelCache.put
+
+    def slow_put(*args, **kwargs):
+        threading.Event().wait(0.6)  # a slow disk: the store's own time, not a synchronisation
+        return real_put(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_manifest", _interrupting(pipeline._manifest))
+    monkeypatch.setattr(KernelCache, "put", slow_put)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        build_module(SOURCE, options_from_args([]), cache=cache, compiler=compiler)
+    said = SAID.search(str(raised.value))
+    assert said, str(raised.value)
+    came, total = float(said.group(1)), float(said.group(2))
+    assert total >= 0.6 and came <= total - 0.5, str(raised.value)
+
+
 def test_ctrl_c_then_a_failure_after_the_compile_says_nothing_is_kept(cache, compiler,
                                                                       monkeypatch):
     """A build that fails after Ctrl-C (here: a step after the compile raises a project error)

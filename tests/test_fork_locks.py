@@ -194,3 +194,88 @@ def test_a_child_of_a_child_forked_inside_a_native_section_is_refused_too(child_
         release.set()
         t.join()
     section.check()  # the parent's own calls go on
+
+
+def test_a_fork_while_a_build_is_inside_the_driver_waits_for_it(monkeypatch, fresh_process):
+    """A build on another thread asks the driver for the current device (its default -arch)
+    when the notebook forks: the fork waits for the call to return (and holds new ones back
+    till it is made), so the child does not inherit the driver library's lock held, which the
+    library's own handlers take in the child (at its exit). The race made to happen: the
+    library's call holds its lock until the fork has come to wait for it.
+
+    The GPU is what is stood in for: a library whose every call takes its lock, as libcuda's
+    do, and whose first cuDeviceGetAttribute holds it."""
+    from types import SimpleNamespace
+
+    from cudamagic import forksafe
+
+    library_lock, inside, let_go = threading.Lock(), threading.Event(), threading.Event()
+
+    def attribute(value, attr, device):
+        with library_lock:
+            if not inside.is_set():
+                inside.set()
+                let_go.wait(CHILD_S)
+            value._obj.value = 9 if attr == driver._CC_MAJOR else 0
+        return 0
+
+    def one(value, *rest):
+        value._obj.value = 1
+        return 0
+
+    calls = dict(cuInit=lambda flags: 0, cuDeviceGetCount=one, cuDeviceGet=one,
+                 cuCtxGetCurrent=lambda value: 0, cuDeviceGetAttribute=attribute)
+    stand_in = driver._Driver.__new__(driver._Driver)
+    stand_in._lib = SimpleNamespace(**calls)
+    monkeypatch.setattr(driver, "_lib", lambda: stand_in)
+    arrived = threading.Event()  # set once a fork waits for the calls inside
+    real_before = forksafe.WaitedSection.before_fork
+
+    def before_fork(section):
+        arrived.set()
+        real_before(section)
+
+    monkeypatch.setattr(forksafe.WaitedSection, "before_fork", before_fork)
+    build = threading.Thread(target=driver.current_sm)  # what a build's default -arch asks
+    build.start()
+    assert inside.wait(CHILD_S)  # the call is inside the library, its lock held
+
+    def let_go_once_the_fork_waits():
+        arrived.wait(10)
+        let_go.set()
+
+    threading.Thread(target=let_go_once_the_fork_waits).start()
+    # the child takes the library's lock, as the library's exit handler does
+    got = _in_child(lambda: None if library_lock.acquire(timeout=5) else os._exit(7))
+    let_go.set()
+    build.join(CHILD_S)
+    assert (arrived.is_set(), got) == (True, "ok")
+    assert driver._last_sm == [90]  # the build's call went on once the fork was made
+
+
+def test_a_fork_that_waited_its_most_for_a_native_call_says_so(capfd):
+    """A call into the library that does not return (a synchronize behind a kernel that does
+    not end) holds a fork at most the section's wait; the fork then goes on and says so on
+    stderr, and the calls held back meanwhile go on after it."""
+    from cudamagic.forksafe import WaitedSection
+
+    section = WaitedSection("a stand-in library", 0.2)
+    inside, let_go, later = threading.Event(), threading.Event(), []
+
+    def stuck():
+        inside.set()
+        let_go.wait(CHILD_S)
+
+    t = threading.Thread(target=section.call, args=(stuck,))
+    t.start()
+    assert inside.wait(CHILD_S)
+    started = time.monotonic()
+    got = _in_child(lambda: None)
+    waited = time.monotonic() - started
+    after = threading.Thread(target=section.call, args=(lambda: later.append(1),))
+    after.start()
+    after.join(CHILD_S)
+    let_go.set()
+    t.join(CHILD_S)
+    assert got == "ok" and waited >= 0.2 and later == [1]
+    assert "a fork waited 0.2 s for a call into a stand-in library" in capfd.readouterr().err

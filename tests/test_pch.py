@@ -324,6 +324,51 @@ def test_a_heap_too_small_is_paid_once_per_header_set(lib, tmp_path):
     assert again.stdout.split() == ["made", "used"]
 
 
+RESIZED_CHILD = r"""
+import random, sys
+from cuda.bindings import nvrtc
+nvrtc.nvrtcSetPCHHeapSize(8 << 20)  # small.h's PCH fits (about 5.5 MiB), the library's does not
+import cudamagic
+from tests.test_pch import _source
+run = random.randrange(1 << 40)
+def small(i):
+    return f'#include "small.h"\n__global__ void k(float* o) {{ o[0] = SMALLV * {run + i}; }}\n'
+said = []
+for source in (small(1), _source(), _source(), small(2), small(3)):
+    m = cudamagic.build(source, options=["-Iover", "-Ilib"], cache=sys.argv[1])
+    said.append(m.report.pch[0].value)
+print(" ".join(said))
+"""
+
+
+def test_a_pch_made_before_this_process_resized_the_heap_is_made_again(lib, tmp_path):
+    """small.h's PCH is made; the library's needs a larger heap, which the next compile sets;
+    small.h's next edit then makes its PCH again, never offering NVRTC the one made before
+    the resize (which NVRTC refuses: 'incompatible heap allocation', a compile wasted)."""
+    run = _child(RESIZED_CHILD, str(tmp_path / "cache"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["made", "heap", "made", "made", "used"]
+
+
+def test_a_compile_without_a_trace_publishes_no_pch(lib, cache, monkeypatch):
+    """A compile NVRTC gave no header list (no room for its trace: every folder it could go in
+    has less free space than a trace needs) knows its headers only by a scan of the quoted
+    includes, which misses a <...> one: its PCH is not kept, so an edit of that header is
+    compiled, never served from a PCH that holds the old one."""
+    from cudamagic.toolchain import tracefolder
+
+    monkeypatch.setattr(tracefolder, "TRACE_ROOM", 1 << 62)  # more than any disk has free
+    header, kinds = lib / "lib" / "angled.h", []
+    for value in (3, 5):
+        _write(header, f"#pragma once\n#define SCALE {value}\n")  # before scale.h's own
+        edit = _source("#include <angled.h>\n" + HEAD)
+        with pytest.warns(UserWarning, match="NVRTC wrote no list of the headers"):
+            m = _build(cache, edit)
+        assert _code(m) == _code(_plain(edit)), f"the code of angled.h before SCALE {value}"
+        kinds.append((_kind(m), len(list(_folder(cache).glob("*.pch")))))
+    assert kinds == [(None, 0), (None, 0)]
+
+
 def test_the_folder_keeps_its_size_limit_least_recently_used_first(lib, cache, monkeypatch):
     a, b, c = (BASE + (f"-DSCALE={n}",) for n in (2, 3, 4))
     assert _kind(_build(cache, _source(), a)) is PchKind.MADE
@@ -388,6 +433,66 @@ def test_two_processes_make_the_same_header_sets_pch_at_once(lib, tmp_path, cach
     edit = _source()
     m = _build(cache, edit)
     assert _kind(m) is PchKind.USED and _code(m) == _code(_plain(edit))
+
+
+def test_a_pch_published_over_another_leaves_a_compile_reading_it_untouched(lib, cache,
+                                                                            monkeypatch,
+                                                                            tmp_path):
+    """Two threads make the same header set's PCH at once (both held before publishing until
+    both are there: the race made to happen); the first publishes, a compile reads that PCH
+    through a hard link of its own (as pch.plan gives one), then the second publishes over it:
+    the reader's file is not rewritten under it (a PCH is published by rename, never by writing
+    over the file a link may share)."""
+    import hashlib
+    import threading
+
+    both = threading.Barrier(2, timeout=120)
+    second_may_go, arrived = threading.Event(), []
+    order_lock = threading.Lock()
+
+    def held():
+        both.wait()
+        with order_lock:
+            arrived.append(threading.current_thread())
+            first = len(arrived) == 1
+        if not first:
+            assert second_may_go.wait(120)
+
+    monkeypatch.setattr(pch, "before_publish", held)
+    kinds: list = []
+    threads = [threading.Thread(target=lambda: kinds.append(_kind(_build(cache, _source()))))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 120
+    while len(arrived) < 2:  # both past the barrier; only the first may publish
+        assert time.monotonic() < deadline, "the two compiles never both made their PCH"
+        time.sleep(0.01)
+    arrived[0].join(120)
+    reader = tmp_path / "reader.pch"
+    os.link(_only_pch(cache), reader)  # a compile's private link to the PCH it reads
+    before = (hashlib.sha256(reader.read_bytes()).hexdigest(), reader.stat().st_mtime_ns)
+    second_may_go.set()
+    arrived[1].join(120)
+    assert kinds == [PchKind.MADE, PchKind.MADE]
+    assert (hashlib.sha256(reader.read_bytes()).hexdigest(), reader.stat().st_mtime_ns) \
+        == before, "the PCH a compile reads was rewritten in place"
+    assert not os.path.samefile(reader, _only_pch(cache))
+    edit = _source()
+    m = _build(cache, edit)
+    assert _kind(m) is PchKind.USED and _code(m) == _code(_plain(edit))
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o750, 0o704, 0o777])
+def test_a_pch_folder_an_older_version_left_open_is_closed_to_others(lib, cache, mode):
+    """pch/ and pch/tmp left readable (or writable) by the group or others: the next PCH made
+    closes both to their owner, read bits too (a PCH holds the headers' code)."""
+    folder = _folder(cache)
+    (folder / "tmp").mkdir(parents=True)
+    for made in (folder, folder / "tmp"):
+        os.chmod(made, mode)
+    assert _kind(_build(cache, _source())) is PchKind.MADE
+    assert {oct(p.stat().st_mode & 0o777) for p in (folder, folder / "tmp")} == {oct(0o700)}
 
 
 def test_no_room_and_no_folder_are_said_once(lib, cache, monkeypatch):

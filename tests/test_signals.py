@@ -182,3 +182,42 @@ def test_what_a_handler_raises_during_a_compile_comes_after_it(tmp_path):
     if out.startswith("skip:"):
         pytest.skip(f"the compile is held with a file lease: {out}")
     assert out.strip().splitlines()[-1] == "raised after the compile []", out
+
+
+IGNORED_MEANWHILE = r"""
+import ctypes, signal
+from cudamagic.toolchain import signals
+from cudamagic.toolchain.nvrtc import compile_cubin
+
+compile_cubin('__global__ void k() {}\n', [], ["-arch=sm_90"])  # NVRTC's library is loaded
+libc = ctypes.CDLL(None, use_errno=True)
+path = next(line.split()[-1] for line in open("/proc/self/maps") if "libnvrtc.so" in line)
+nvrtc_code = ctypes.cast(ctypes.CDLL(path).nvrtcVersion, ctypes.c_void_p).value
+def handler():
+    r = signals._Sigaction()
+    libc.sigaction(signal.SIGINT, None, ctypes.byref(r))
+    return r.handler or 0
+
+keeper = signals.KeptHandlers()
+keeper.enter()                            # a compile starts: Python's handler is the record
+saved_by_nvrtc = signals._Sigaction()     # NVRTC 13.0 puts its own, keeping what it replaced
+mine = signals._Sigaction()
+mine.handler, mine.flags = nvrtc_code, 0x10000000
+libc.sigaction(signal.SIGINT, ctypes.byref(mine), ctypes.byref(saved_by_nvrtc))
+keeper.restore()                          # the keeper's poll: Python's back
+python = handler()
+signal.signal(signal.SIGINT, signal.SIG_IGN)   # ipykernel, between cells, meanwhile
+keeper.restore()                          # a poll: the program's change is the record now
+libc.sigaction(signal.SIGINT, ctypes.byref(saved_by_nvrtc), None)  # NVRTC ends: puts back its
+keeper.leave()                            # the compile ends
+print(python != 0, handler() == signal.SIG_IGN)
+"""
+
+
+def test_nvrtcs_restore_over_a_change_the_program_made_meanwhile_is_undone(tmp_path):
+    """NVRTC replaced the handler and the keeper put Python's back; the program then set SIGINT
+    ignored (ipykernel between cells); NVRTC, ending, puts back what it had replaced (Python's)
+    over it: the program's change is what stays (the keeper remembers what NVRTC replaced, the
+    program's record, and knows NVRTC's restore by it)."""
+    out = run_python(IGNORED_MEANWHILE, timeout=120).strip().splitlines()[-1]
+    assert out == "True True", out  # on the planted bug: True False (Python's handler)

@@ -125,7 +125,11 @@ def _writer(stdout: int, stderr: int) -> list[str]:
     (0, 32 << 20),  # a tool's account of every fault
     (16 << 20, 16 << 20),
     (1000, 10),  # kept whole
-], ids=["stdout", "stderr", "both", "short"])
+    # between one and two tails' worth: never trimmed while read, cut only when the tail is
+    # given (whatever sizes the reads had)
+    (3 * tools.TAIL_BYTES // 2, 0),
+    (0, 3 * tools.TAIL_BYTES // 2),
+], ids=["stdout", "stderr", "both", "short", "stdout, 1.5 tails", "stderr, 1.5 tails"])
 def test_a_childs_output_keeps_a_bounded_tail_and_says_how_much_was_cut(stdout, stderr):
     # before: every byte was kept (300 MB of output grew the notebook by 860 MB for 8 lines)
     done = tools.run_child(_writer(stdout, stderr), timeout=120)

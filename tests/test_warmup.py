@@ -77,16 +77,21 @@ def cache(tmp_path_factory):
     return folder
 
 
-def test_after_the_load_ext_cell_a_hit_cell_imports_nothing(cache):
+@pytest.mark.parametrize("first", ["pass", "import comm"], ids=["bare", "comm imported"])
+def test_after_the_load_ext_cell_a_hit_cell_imports_nothing(cache, first):
     """The cell that runs ``%load_ext`` imports only the magics (its own list is
     tests/test_import_cost.py's); after it the warm-up imports the hit path, and the first
-    ``%%cuda`` cell, a hit, imports no module and reports no import time."""
+    ``%%cuda`` cell, a hit, imports no module and reports no import time. So too where a module
+    of the hit path was imported before (ipykernel imports ``comm``: every Jupyter kernel)."""
     out = run_python(PRELUDE + textwrap.dedent("""
+        FIRST_IMPORT
         before = set(sys.modules)
         ip.run_cell("%load_ext cudamagic")
-        thread = warm_thread()
+        from cudamagic import magic
+        thread = magic._WARMUP.thread  # (warm_thread() misses one that has ended already)
         started = thread is not None
-        thread.join(120)
+        if started:
+            thread.join(120)""").replace("FIRST_IMPORT", first) + textwrap.dedent("""
         warmed = set(sys.modules)
         module = cuda_cell()
         phases = {p.name: s for p, s in module.report.timings.items()}
@@ -221,6 +226,46 @@ def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import(cache, t
     assert got == {"waited": True, "child": 0}, got
 
 
+def test_a_fork_while_the_driver_thread_holds_an_import_waits_for_it(cache, tmp_path):
+    """``%load_ext``'s driver thread inside an import (the launch code it imports once the
+    context is made) when the notebook forks: the fork waits for the thread's end, so the child
+    does not inherit the import's lock held by a thread it does not have, and imports there.
+    The driver's start is the test's: it holds an import until the fork waits for it."""
+    (tmp_path / "cm_hold.py").write_text(HOLD)
+    out = run_python(PRELUDE + textwrap.dedent(f"""
+        import builtins
+        sys.path.insert(0, {str(tmp_path)!r})
+        builtins.HELD_IN_IMPORT, builtins.RELEASE_IMPORT = threading.Event(), threading.Event()
+        import cudamagic
+        from cudamagic import magic
+        cudamagic._start_driver = lambda eager: __import__("cm_hold")
+        arrived = threading.Event()  # set when a wait for the driver thread starts
+        class Watched:
+            def __init__(self, done):
+                self.done = done
+            def wait(self, timeout=None):
+                arrived.set()
+                return self.done.wait(timeout)
+            def is_set(self):
+                return self.done.is_set()
+        real_note = magic.note_driver_thread
+        magic.note_driver_thread = lambda done: real_note(Watched(done))
+        ip.run_line_magic("load_ext", "cudamagic")  # no warm-up: the driver thread alone
+        assert builtins.HELD_IN_IMPORT.wait(60)  # the driver thread holds an import
+        def release():
+            arrived.wait(20)       # the fork has come to the driver thread and waits for it
+            builtins.RELEASE_IMPORT.set()
+        threading.Thread(target=release).start()
+        def in_child():
+            import cm_hold  # noqa: F401 - where the lock was held
+            return 0
+        status = fork_and_reap(in_child)
+        print(json.dumps({{"waited": arrived.is_set(), "child": status}}))
+    """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got == {"waited": True, "child": 0}, got
+
+
 def test_a_fork_that_waited_its_most_for_the_warm_up_says_so(cache, tmp_path):
     """A warm-up that does not end (an import from a file system that does not answer) holds a
     fork at most ``FORK_WAIT_S``; the fork then goes on and says on stderr that the thread is
@@ -257,6 +302,12 @@ SEEN_BY_THE_FIRST_CELL = {
     "CUDA_HOME relative, then %cd": ("os.chdir(HOME + '/elsewhere'); "
                                      "os.environ['CUDA_HOME'] = 'toolkit'",
                                      "os.chdir(HOME + '/..')", _NEEDS_STAND_IN, "ok", True),
+    # the same where no entry of sys.path follows the working folder (a script's, or a kernel
+    # started with absolute paths): only $CUDA_HOME's folder tells the %cd
+    "CUDA_HOME relative, then %cd, sys.path absolute": (
+        "sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]; "
+        "os.chdir(HOME + '/elsewhere'); os.environ['CUDA_HOME'] = 'toolkit'",
+        "os.chdir(HOME + '/..')", _NEEDS_STAND_IN, "ok", True),
     # a newer CUDA wheel's folder put first on sys.path (as %pip install --target would)
     "sys.path": ("", "sys.path.insert(0, HOME + '/wheel')", _NEEDS_STAND_IN, "ok", True),
     # a wheel installed into a folder already on sys.path (%pip install into the venv)
@@ -329,6 +380,8 @@ def test_the_lookups_take_the_values_they_are_kept_by(tmp_path, monkeypatch):
     assert str(tmp_path / "include") in found.include_dirs, found
     assert [h.split(":")[0] for h in found.cuda_homes] == ["CUDA_HOME"], found
     assert find_cufilt((str(tmp_path), None, "")) == str(tmp_path / "bin" / "cu++filt")
+    monkeypatch.setenv("PATH", os.defpath)  # the environment's PATH names no cu++filt here
+    assert find_cufilt((None, None, str(tmp_path / "bin"))) == str(tmp_path / "bin" / "cu++filt")
 
 
 def test_the_interpreter_exit_waits_for_the_driver_thread(tmp_path):

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import sys
 from dataclasses import dataclass
 
 from ..process import InTest, at_fork, cached, held
-from ..forksafe import ForkSafeLock
+from ..forksafe import ForkSafeLock, WaitedSection
 from ..errors import ContextPoisonedError, ForkedCudaError, LaunchError, NoDeviceError
 
 __all__ = ["check", "available", "device_count", "current_device", "ensure_context", "Library",
@@ -107,8 +108,9 @@ class _Driver:
         fn = getattr(self._lib, name)
         fn.argtypes = _PROTOTYPES[name]
         fn.restype = ctypes.c_int
-        setattr(self, name, fn)
-        return fn
+        inside = functools.partial(_CALLS.call, fn)  # a fork waits for it (see _CALLS)
+        setattr(self, name, inside)
+        return inside
 
 
 class _Refused:
@@ -120,6 +122,16 @@ class _Refused:
 
     def __getattr__(self, name: str):
         raise ForkedCudaError(self.why)
+
+
+#: Every call of this module into the driver's library: a fork waits for the calls inside and
+#: holds new ones back until it is made. A build asks the driver for the current device on
+#: whatever thread it runs (its default -arch); a child forked while one was inside the
+#: library inherits the library's locks as that thread held them, and the library's own code
+#: that still runs in the child (its fork and exit handlers) may wait on them for ever: the
+#: likely cause of the one child of 20 hung in tests/test_store_fork.py's threads-building case
+#: on the H100, where three threads build (here no driver is loaded: it never hung)
+_CALLS = WaitedSection("the CUDA driver", 5.0)
 
 
 @cached(1)
