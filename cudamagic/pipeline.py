@@ -482,7 +482,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
         t = ctx.lap(BuildPhase.LINK, t)
     manifest = _manifest(ctx, result, no_files, started_ns, listed, held_headers(plan, result))
     if plan is not None:
-        ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes))
+        ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes, ctx.search))
     t = ctx.lap(BuildPhase.MANIFEST, t)
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
