@@ -331,6 +331,11 @@ def _built(ctx: BuildContext) -> Module:
 _BROKEN_TRACE = ("the headers it read are not known (NVRTC's list of them is broken in this "
                  "process since a compile failed inside a header: restart the kernel, or the "
                  "process, to cache again)")
+#: The same, as the cell's history keeps it: read by the next miss of the same inputs, maybe in a
+#: restarted kernel whose NVRTC lists its headers again (there "in this process" is untrue)
+_BROKEN_TRACE_THEN = ("the headers it read were not known (NVRTC's list of them was broken in "
+                      "the process that built it, since a compile had failed inside a header "
+                      "there)")
 _INCOMPLETE = ("NVRTC wrote no list of the headers it read (an NVRTC older than 12.8, or no "
                "room for its trace in /dev/shm or the temporary folder), so the cache follows "
                "quoted includes only: after editing a header included another way, rebuild "
@@ -645,7 +650,8 @@ def _cell_build(ctx: BuildContext, kernels: KernelTable, stored: Stored | None,
         key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
         options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
         line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries()),
-        unstored=(not_cached(stored, CACHE_WAIT_S) or "") if stored else "",
+        unstored=(not_cached(stored, CACHE_WAIT_S) or "").replace(
+            _BROKEN_TRACE, _BROKEN_TRACE_THEN) if stored else "",
         headers=None if inputs is None else own_headers(inputs.to_json()))
 
 
