@@ -487,7 +487,8 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
         t = ctx.lap(BuildPhase.LINK, t)
     manifest = _manifest(ctx, result, no_files, started_ns, listed, held_headers(plan, result))
     if plan is not None:
-        ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes, ctx.search))
+        ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes, ctx.search,
+                                       _entries_limit(ctx)))
     t = ctx.lap(BuildPhase.MANIFEST, t)
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
@@ -539,6 +540,11 @@ def _lap_compile(ctx: BuildContext, result: CompileResult, t: float) -> float:
     if result.listing.beside or result.listing.traced is not None or result.listing.in_pch:
         ctx.timings[BuildPhase.LISTING] = result.listing.added_seconds
     return t
+
+
+def _entries_limit(ctx: BuildContext) -> int:
+    """The cache's size limit (the entries'), 0 where there is none to tell of."""
+    return int(getattr(ctx.store, "size_limit", 0) or 0)
 
 
 def _stoppable(served: Any, interrupts: Any) -> ContextManager[Any]:

@@ -22,11 +22,12 @@ from .toolchain import pch
 from .toolchain.deps import Manifest, SearchPath, from_trace, front_end_seconds, trace_headers
 from .toolchain.listing import header_prefix
 from .toolchain.pch import PchKind, PchPlan
+from .units import size_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .toolchain.nvrtc import CompileResult
 
-__all__ = ["plan_for", "settle_for", "held_headers", "dropped_on_failure", "PchUse"]
+__all__ = ["plan_for", "settle_for", "held_headers", "dropped_on_failure", "beside", "PchUse"]
 
 #: What became of a miss's PCH: its kind, the compile's seconds and those NVRTC's front end
 #: spent on the PCH's headers without it (its trace's measure, when the PCH was made)
@@ -72,7 +73,8 @@ def held_headers(plan: PchPlan | None, result: "CompileResult"
 
 
 def settle_for(plan: PchPlan, result: "CompileResult", manifest: Manifest,
-               notes: list[str], search: SearchPath) -> list[PchUse]:
+               notes: list[str], search: SearchPath, entries_limit: int = 0
+               ) -> list[PchUse]:
     """Publish the PCH the compile made, where its manifest is sure (a racy or incomplete one
     may not list what the PCH holds), count a use, drop one NVRTC refused. The PCH's record
     lists the headers of the trace that names what it holds: the include lines' own where it
@@ -92,9 +94,23 @@ def settle_for(plan: PchPlan, result: "CompileResult", manifest: Manifest,
         limit = pch.DEFAULT_LIMIT
     parsed = front_end_seconds(held) if held is not None else 0.0
     kept = pch.settle(plan, outcome, headers, manifest.to_json(), parsed, notes, limit)
+    if kept is not None and kept.kind is PchKind.MADE and entries_limit:
+        beside(plan.folder, limit, entries_limit, notes)
     # NVRTC's own time, not the header listing's wait past it
     seconds = result.nvrtc_seconds or result.seconds
     return [] if kept is None else [(kept.kind, seconds, plan.made_seconds or parsed)]
+
+
+def beside(folder: str, limit: int, entries_limit: int, notes: list[str]) -> None:
+    """Said once where the PCHs kept pass the entries' size limit (``%cuda_cache limit``): a
+    user who set that limit is told that the PCHs are not under it."""
+    files = pch.files_of(folder, limit)
+    if files.size > entries_limit:
+        pch.say_once(f"the precompiled headers kept ({size_text(files.size)}) are more than the "
+                     f"cache's size limit ({size_text(entries_limit)}, %cuda_cache limit), "
+                     f"which bounds the entries only: they keep a limit of their own, "
+                     f"{size_text(limit)} (${pch.LIMIT_ENV}); %cuda_cache clear --pch removes "
+                     "them", notes)
 
 
 @contextmanager

@@ -105,3 +105,29 @@ def test_what_the_pch_spared_is_the_headers_parse_not_the_making_compile(lib, ca
     assert 0 < spared < making / 3, (spared, making)
     said = dict(used.report.facts)["headers"]
     assert "front end" in said and " instead of " not in said, said
+
+
+def test_a_cache_limit_says_the_pchs_keep_their_own(lib, tmp_path, monkeypatch):
+    """A new user's ``%cuda_cache limit 64MB`` then one CUB edit left 323 MiB in the folder,
+    unsaid: the limit command says that it bounds the entries and that the PCHs keep a limit
+    of their own (and their size now), and the build that keeps PCHs past the entries' limit
+    says so, once (planted: the limit's note 'size limit set' -> no word of the PCHs; the
+    build's note removed -> the build says nothing)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "magic-cache"))
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "cudamagic")
+    said = ip.run_line_magic("cuda_cache", "limit 2MB").text()
+    assert "the entries' size limit set to 2.0 MiB" in said, said
+    assert "precompiled headers are not under it" in said and pch.LIMIT_ENV in said, said
+    m = None
+    for n in (1, 2):
+        ip.run_cell_magic("cuda", "-q -I over -I lib", _with_define(100 + n))
+        m = ip.user_ns["cuda_module"]
+        told = [w for w in m.report.warnings if "precompiled headers kept" in w]
+        assert len(told) == (1 if n == 1 else 0), m.report.warnings
+        if n == 1:
+            assert "%cuda_cache limit" in told[0] and pch.LIMIT_ENV in told[0], told
+    after = ip.run_line_magic("cuda_cache", "limit 2MB").text()
+    assert "hold 0 bytes" not in after, after  # the PCH's bytes now
