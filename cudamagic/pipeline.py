@@ -467,7 +467,7 @@ def _before_compile(ctx: BuildContext) -> tuple[bool, dict[str, deps.Listing], i
 def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
                   interrupts: Any = None) -> tuple[Module, Stored]:
     """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
-    from .precompiled import dropped_on_failure, held_headers, plan_for, settle_for
+    from .precompiled import dropped_on_failure, held_headers, plan_for
     from .toolchain import ptx
     from .toolchain.probe import typed_compile
     no_files, listed, started_ns = _before_compile(ctx)
@@ -486,9 +486,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
         result = link_compiled(result, ctx.arch, ctx.options)
         t = ctx.lap(BuildPhase.LINK, t)
     manifest = _manifest(ctx, result, no_files, started_ns, listed, held_headers(plan, result))
-    if plan is not None:
-        ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes, ctx.search,
-                                       _entries_limit(ctx)))
+    _settle_pch(ctx, plan, result, manifest)
     t = ctx.lap(BuildPhase.MANIFEST, t)
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
@@ -542,9 +540,13 @@ def _lap_compile(ctx: BuildContext, result: CompileResult, t: float) -> float:
     return t
 
 
-def _entries_limit(ctx: BuildContext) -> int:
-    """The cache's size limit (the entries'), 0 where there is none to tell of."""
-    return int(getattr(ctx.store, "size_limit", 0) or 0)
+def _settle_pch(ctx: BuildContext, plan: Any, result: CompileResult, manifest: Manifest) -> None:
+    """What became of the compile's precompiled header (none where ``plan`` is None), told
+    the cache's size limit (the entries', which the PCHs are not under)."""
+    from .precompiled import settle_for
+    if plan is not None:
+        limit = int(getattr(ctx.store, "size_limit", 0) or 0)
+        ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes, ctx.search, limit))
 
 
 def _stoppable(served: Any, interrupts: Any) -> ContextManager[Any]:

@@ -248,7 +248,7 @@ def _made_apart(args: tuple, pch: PchPlan, start: float) -> CompileResult:
     file past them, which it would list), untraced as the compiles that use it are, with their
     trace taken beside it; then the cell compiled from it. Where the lines alone did not
     compile, or gave no PCH or no trace, the cell is compiled without one."""
-    source, _, options, program_name, _ = args
+    source, names, options, program_name, line_offset = args
     cut = (pch.prefix + "\n", (), options, program_name, 0)
     child = _start_listing(cut[0], options, program_name)
     made = traced = None
@@ -266,10 +266,12 @@ def _made_apart(args: tuple, pch: PchPlan, start: float) -> CompileResult:
     outcome = made[4] if made is not None else None
     if outcome is None or outcome.kind is not PchKind.MADE or traced is None \
             or not whole_trace(traced):
-        result = compile_cubin(*args, pch=None)  # (the private file goes when settled)
+        # (the private file goes when settled)
+        result = compile_cubin(source, names, options, program_name, line_offset, pch=None)
         return replace(result, pch=outcome if outcome is not None
                        and outcome.kind is PchKind.HEAP else None)
-    result = compile_cubin(*args, pch=replace(pch, create=False))
+    result = compile_cubin(source, names, options, program_name, line_offset,
+                           pch=replace(pch, create=False))
     used = result.pch is not None and result.pch.kind is PchKind.USED
     return replace(result, pch=outcome if used else None, pch_trace=traced,
                    seconds=time.perf_counter() - start)
