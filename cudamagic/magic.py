@@ -579,7 +579,7 @@ class CudaMagics(Magics):
             return None
         from .store import default_cache
         from .toolchain.pch import clear as pch_clear
-        from .view.records import CacheListing, CacheStats, RemoteCacheStats
+        from .view.records import CacheListing, CacheStats, RemoteCacheStats, limit_words
 
         ns = _parse(self.cuda_cache, line)
         if ns.command == "server":
@@ -610,7 +610,7 @@ class CudaMagics(Magics):
             note = f"removed {counted(removed, 'entry', 'entries')}"
         elif ns.command == "limit" and ns.size is not None:
             cache.set_size_limit(ns.size)
-            note = "size limit set"
+            note = limit_words(cache)
         return CacheStats.of(cache, note)
 
     @line_magic

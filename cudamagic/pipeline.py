@@ -331,6 +331,11 @@ def _built(ctx: BuildContext) -> Module:
 _BROKEN_TRACE = ("the headers it read are not known (NVRTC's list of them is broken in this "
                  "process since a compile failed inside a header: restart the kernel, or the "
                  "process, to cache again)")
+#: The same, as the cell's history keeps it: read by the next miss of the same inputs, maybe in a
+#: restarted kernel whose NVRTC lists its headers again (there "in this process" is untrue)
+_BROKEN_TRACE_THEN = ("the headers it read were not known (NVRTC's list of them was broken in "
+                      "the process that built it, since a compile had failed inside a header "
+                      "there)")
 _INCOMPLETE = ("NVRTC wrote no list of the headers it read (an NVRTC older than 12.8, or no "
                "room for its trace in /dev/shm or the temporary folder), so the cache follows "
                "quoted includes only: after editing a header included another way, rebuild "
@@ -462,7 +467,7 @@ def _before_compile(ctx: BuildContext) -> tuple[bool, dict[str, deps.Listing], i
 def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
                   interrupts: Any = None) -> tuple[Module, Stored]:
     """:func:`_compile`'s work, with Ctrl-C held: the module and what became of its entry."""
-    from .precompiled import dropped_on_failure, held_headers, plan_for, settle_for
+    from .precompiled import dropped_on_failure, held_headers, plan_for
     from .toolchain import ptx
     from .toolchain.probe import typed_compile
     no_files, listed, started_ns = _before_compile(ctx)
@@ -481,8 +486,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
         result = link_compiled(result, ctx.arch, ctx.options)
         t = ctx.lap(BuildPhase.LINK, t)
     manifest = _manifest(ctx, result, no_files, started_ns, listed, held_headers(plan, result))
-    if plan is not None:
-        ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes))
+    _settle_pch(ctx, plan, result, manifest)
     t = ctx.lap(BuildPhase.MANIFEST, t)
     try:
         image = read_cubin(result.cubin)  # what the PTX said of grid sync, where it was read
@@ -534,6 +538,15 @@ def _lap_compile(ctx: BuildContext, result: CompileResult, t: float) -> float:
     if result.listing.beside or result.listing.traced is not None or result.listing.in_pch:
         ctx.timings[BuildPhase.LISTING] = result.listing.added_seconds
     return t
+
+
+def _settle_pch(ctx: BuildContext, plan: Any, result: CompileResult, manifest: Manifest) -> None:
+    """What became of the compile's precompiled header (none where ``plan`` is None), told
+    the cache's size limit (the entries', which the PCHs are not under)."""
+    from .precompiled import settle_for
+    if plan is not None:
+        limit = int(getattr(ctx.store, "size_limit", 0) or 0)
+        ctx.pch_used.extend(settle_for(plan, result, manifest, ctx.notes, ctx.search, limit))
 
 
 def _stoppable(served: Any, interrupts: Any) -> ContextManager[Any]:
@@ -645,7 +658,8 @@ def _cell_build(ctx: BuildContext, kernels: KernelTable, stored: Stored | None,
         key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
         options=ctx.opts.options, arch=ctx.arch, nvrtc=ctx.nvrtc, toolkit=ctx.toolkit,
         line_offset=ctx.line_offset, kernels=tuple(e[1] for e in kernels.entries()),
-        unstored=(not_cached(stored, CACHE_WAIT_S) or "") if stored else "",
+        unstored=(not_cached(stored, CACHE_WAIT_S) or "").replace(
+            _BROKEN_TRACE, _BROKEN_TRACE_THEN) if stored else "",
         headers=None if inputs is None else own_headers(inputs.to_json()))
 
 

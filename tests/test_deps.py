@@ -673,3 +673,51 @@ def test_a_trace_nvrtc_broke_is_not_taken_as_the_list_of_headers(tmp_path):
     else:
         assert out[3:] == ["cell: used False", "angle: used False", "other: made False",
                            "hits: True True True", "edited: False False False"], out
+
+
+_RESTART_CHILD = r"""
+import os, sys, warnings
+import cudamagic
+from cudamagic.errors import CompileError
+warnings.simplefilter("ignore")
+folder, cache, step = sys.argv[1], sys.argv[2], sys.argv[3]
+os.chdir(folder)
+cell = '#include "c.h"\n__global__ void k(int* p) { p[0] = C; }\n'
+if step == "break":
+    try:
+        # nothing past the include: compiled traced here, not listed in a child
+        cudamagic.build('#include "bad.h"\n', cache=cache, options=["-Ilib"])
+    except CompileError:
+        pass
+m = cudamagic.build(cell, cache=cache, options=["-Ilib"])
+print(repr((m.report.hit, str(m.report), m.report.warnings)))
+"""
+
+
+def test_a_restarted_kernel_is_not_told_its_list_is_broken(tmp_path):
+    """A build not cached because NVRTC's list of headers was broken in its process: the same
+    cell in a restarted kernel (a new process, whose list is whole and whose build is
+    cached) is told why the last build was not cached, never that the list "is broken in
+    this process" and to restart the kernel (planted: the history keeping the report's
+    words -> the new process is told to restart)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    _write(lib, {"c.h": "#pragma once\n#define C 3\n", "bad.h": '#include "missing.h"\n'})
+    for f in lib.iterdir():
+        past = f.stat().st_mtime - 5
+        os.utime(f, (past, past))
+
+    def child(step: str):
+        code = _RESTART_CHILD.replace("sys.argv[1]", repr(str(tmp_path))).replace(
+            "sys.argv[2]", repr(str(tmp_path / "cache"))).replace("sys.argv[3]", repr(step))
+        return eval(run_python(code, timeout=240).strip().splitlines()[-1])
+
+    hit, _, warned = child("break")
+    if not any("broken in this process" in w for w in warned):
+        pytest.skip(f"this NVRTC keeps its trace whole after a failed compile: {warned}")
+    assert not hit
+    hit, shown, warned = child("restarted")  # the report as shown: the miss's reason
+    assert not hit and "that build was not cached" in shown, shown
+    assert "in this process" not in shown and "restart the kernel" not in shown, shown
+    assert not any("broken" in w for w in warned), warned
+    assert child("again")[0]  # cached this time

@@ -53,9 +53,11 @@ from .listing import OPENS_FILES as _OPENS_FILES
 from .manifest import AbsentGroup, HeaderState, Manifest, SearchPath
 
 __all__ = ["SearchPath", "HeaderState", "AbsentGroup", "Manifest", "reads_no_file", "trace_headers", "from_trace", "from_scan",
-           "TRACE_EVENT", "Listing", "list_search_folders"]
+           "TRACE_EVENT", "FRONT_END_EVENT", "front_end_seconds", "Listing", "list_search_folders"]
 
 TRACE_EVENT = "Processing Header File"
+#: The trace's event of NVRTC's whole front end (parsing the cell and its headers)
+FRONT_END_EVENT = "CUDA C++ Front-End"
 _BUILTIN = "__nv_nvrtc_builtin_header.h"  # NVRTC's own, held in memory
 # __has_include and the macros libraries wrap it in (CCCL's _CCCL_HAS_INCLUDE(<x>)): a name
 # tested through a wrapper is still a name tested; matching wrappers too only adds places.
@@ -109,6 +111,21 @@ def trace_headers(trace_json: str | bytes) -> list[tuple[str, str | None, float]
         out.append((path, stack[-1][1] if stack else None, ts))
         stack.append((ts - neg_dur, path))
     return out
+
+
+def front_end_seconds(trace_json: str | bytes) -> float:
+    """The seconds NVRTC's front end took in a compile, as its trace measures it (the
+    ``CUDA C++ Front-End`` event; 0 where the trace has none or is not one)."""
+    try:
+        data = json.loads(trace_json)
+    except ValueError:
+        return 0.0
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        return 0.0
+    spans = [e.get("dur", 0) for e in events if isinstance(e, dict)
+             and e.get("name") == FRONT_END_EVENT and isinstance(e.get("dur", 0), (int, float))]
+    return max(spans, default=0) / 1e6
 
 
 #: A header whose modification or change time is this close before NVRTC opened it, or after,

@@ -35,6 +35,7 @@ from typing import Any
 from .threads import block_signals, clean_thread
 
 __all__ = ["OPENS_FILES", "Traced", "HeaderListing", "listing_source", "in_pch", "NO_LISTING",
+           "header_prefix", "made_whole",
            "ListingChild"]
 
 #: Words without which a line opens no file: #include (also %:include, #include_next, through
@@ -101,10 +102,70 @@ def _logical(lines: list[str]) -> tuple[list[tuple[int, int]], list[str], int]:
     return groups, joined, last
 
 
+_LEADING = re.compile(r"\s*#")
+_INCLUDE = re.compile(r"\s*#\s*include\b")
+_OPENS_GROUP = re.compile(r"\s*#\s*if")  # #if, #ifdef, #ifndef
+_CLOSES_GROUP = re.compile(r"\s*#\s*endif\b")
+
+
+def _leading(source: str) -> list[str]:
+    """The cell's leading lines NVRTC's PCH can hold: blank lines, ``//`` comments and
+    preprocessor directives (with their ``\\`` continuations) before its first other line."""
+    lines = source.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//"):
+            out.append(line)
+        elif _LEADING.match(line):
+            out.append(line)
+            while line.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                line = lines[i]
+                out.append(line)
+        else:
+            break
+        i += 1
+    return out
+
+
+def header_prefix(source: str) -> str | None:
+    """The cell's include lines, as a PCH is made from them: its leading lines
+    (:func:`_leading`) up to its last ``#include`` and on to where every ``#if`` around it is
+    closed; None where they include nothing (no header parse to keep). A ``#define`` below
+    the includes is left out: NVRTC takes a PCH made from a text that its cell's first lines
+    are, with more directives after them, so an edit of that ``#define`` starts from the same
+    PCH. A prefix read short only names the PCH: NVRTC checks the directives itself and uses
+    no PCH they do not match."""
+    lines = _leading(source)
+    depth, cut, last = 0, -1, -1
+    for i, line in enumerate(lines):
+        if _INCLUDE.match(line):
+            last = i
+        depth += 1 if _OPENS_GROUP.match(line) else -1 if _CLOSES_GROUP.match(line) else 0
+        if last >= 0 and depth <= 0 and cut < last:
+            cut = i
+    if last < 0:
+        return None
+    return "\n".join(lines[:(cut if cut >= last else len(lines) - 1) + 1]).rstrip()
+
+
+def made_whole(source: str, prefix: str) -> bool:
+    """Whether a compile of ``source`` makes the PCH of ``prefix`` (its include lines,
+    :func:`header_prefix`) itself: NVRTC's PCH holds every leading directive of the text it
+    compiles, so a cell with more directives past its include lines, or a line past them that
+    may open a file (a header the PCH must not list: the cells that share it never read it),
+    is made from the include lines alone."""
+    past = _leading(source)[len(prefix.split("\n")):]
+    return in_pch(source, prefix) and all(not line.strip() or line.strip().startswith("//")
+                                          for line in past)
+
+
 def in_pch(source: str, prefix: str) -> bool:
     """Whether every line of ``source`` that may open a file is among its first lines,
-    ``prefix`` (:func:`~cudamagic.toolchain.pch.header_prefix`: the directives a PCH's header
-    set is named by). A compile that starts from that PCH then opens what the compile that
+    ``prefix`` (:func:`header_prefix`: the include lines a PCH's header set is named by). A compile that starts from that PCH then opens what the compile that
     made it opened for the same text and options, which the PCH's record lists (and checks
     before the PCH is used): no listing is needed."""
     if "??/" in source:

@@ -15,7 +15,7 @@ import shutil
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..process import cached
@@ -26,7 +26,8 @@ from ..cxx.kernel_names import plain_kernels, template_kernels
 from ..options import lto, shift_lines
 from ..toolkit import include_hints, std_header_dirs
 from .pch import CANNOT_OPEN, PchKind, PchOutcome, PchPlan, raise_heap, read_outcome
-from .listing import NO_LISTING, HeaderListing, ListingChild, Traced, in_pch, listing_source
+from .listing import (NO_LISTING, HeaderListing, ListingChild, Traced, in_pch, listing_source,
+                      made_whole)
 from .ptx import grid_syncs
 from .threads import clean_thread, on_own_thread as _on_own_thread
 from .tracefolder import compile_folder
@@ -79,6 +80,9 @@ class CompileResult:
     listing: HeaderListing = NO_LISTING
     #: the compile's own NVRTC time (``seconds`` less what the listing added past it)
     nvrtc_seconds: float = 0.0
+    #: where the PCH was made from the cell's include lines alone (:func:`_made_apart`): the
+    #: trace of those lines, which names the headers the PCH holds and no other
+    pch_trace: bytes | None = None
 
 
 def _probe() -> None:
@@ -199,6 +203,9 @@ def compile_cubin(source: str, name_expressions: Sequence[str], options: Sequenc
     """
     start = time.perf_counter()
     args = (source, tuple(name_expressions), tuple(options), program_name, line_offset)
+    if trace and pch is not None and pch.create and pch.prefix \
+            and not made_whole(source, pch.prefix):
+        return _made_apart(args, pch, start)
     if trace and pch is not None and not pch.create and pch.prefix \
             and in_pch(source, pch.prefix):
         program, traced, listing = _from_pch(args, pch)
@@ -233,6 +240,41 @@ def _result(program: _Program, traced: bytes | None, listing: HeaderListing,
     return CompileResult(cubin, lowered, log, seconds, None if broken else traced, syncs, made,
                          trace_broken=broken, listing=listing,
                          nvrtc_seconds=seconds - listing.added_seconds)
+
+
+def _made_apart(args: tuple, pch: PchPlan, start: float) -> CompileResult:
+    """A PCH made from the cell's include lines alone (``pch.prefix``: the cell has more
+    leading directives past them, which NVRTC's PCH of the cell itself would hold, or opens a
+    file past them, which it would list), untraced as the compiles that use it are, with their
+    trace taken beside it; then the cell compiled from it. Where the lines alone did not
+    compile, or gave no PCH or no trace, the cell is compiled without one."""
+    source, names, options, program_name, line_offset = args
+    cut = (pch.prefix + "\n", (), options, program_name, 0)
+    child = _start_listing(cut[0], options, program_name)
+    made = traced = None
+    if child is not None:
+        try:
+            made = _on_own_thread(_traced_compile, *cut, False, pch)[0]
+            ok, _ = child.wait(LISTING_WAIT_S + 2 * (time.perf_counter() - start))
+            traced = _read_trace(child.folder) if ok else None
+        except BaseException as exc:
+            child.stop()
+            if not isinstance(exc, CudaMagicError):
+                raise
+        finally:
+            shutil.rmtree(child.folder, ignore_errors=True)
+    outcome = made[4] if made is not None else None
+    if outcome is None or outcome.kind is not PchKind.MADE or traced is None \
+            or not whole_trace(traced):
+        # (the private file goes when settled)
+        result = compile_cubin(source, names, options, program_name, line_offset, pch=None)
+        return replace(result, pch=outcome if outcome is not None
+                       and outcome.kind is PchKind.HEAP else None)
+    result = compile_cubin(source, names, options, program_name, line_offset,
+                           pch=replace(pch, create=False))
+    used = result.pch is not None and result.pch.kind is PchKind.USED
+    return replace(result, pch=outcome if used else None, pch_trace=traced,
+                   seconds=time.perf_counter() - start)
 
 
 def _from_pch(args: tuple, pch: PchPlan) -> tuple[_Program, bytes | None, HeaderListing]:

@@ -66,7 +66,7 @@ from .manifest import Manifest, SearchPath
 
 __all__ = ["PchKind", "PchOutcome", "PchPlan", "PchFiles", "PCH_ENV", "LIMIT_ENV",
            "DEFAULT_LIMIT", "FREE_RESERVE", "SUPPRESSED", "supported", "switched_off",
-           "header_prefix", "pch_key", "plan", "settle", "files_of", "clear", "heap_for",
+           "pch_key", "plan", "settle", "files_of", "clear", "heap_for",
            "discard", "say_once", "made_size", "hold", "release", "held_fds"]
 
 PCH_ENV = "CUDAMAGIC_PCH"
@@ -323,37 +323,6 @@ def supported() -> bool:
 def switched_off() -> bool:
     """``$CUDAMAGIC_PCH`` set to 0 (or off, false, no) turns PCHs off for every build."""
     return os.environ.get(PCH_ENV, "").strip().lower() in ("0", "off", "false", "no")
-
-
-_DIRECTIVE = re.compile(r"\s*#")
-_INCLUDE = re.compile(r"\s*#\s*include\b")
-
-
-def header_prefix(source: str) -> str | None:
-    """The cell's leading lines that NVRTC's PCH can hold: blank lines, ``//`` comments and
-    preprocessor directives (with their ``\\`` continuations) before its first other line;
-    None where they include nothing (no header parse to keep). A prefix read short only names
-    the PCH: NVRTC checks the directives itself and uses no PCH they do not match."""
-    lines = source.split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        stripped = line.strip()
-        if not stripped or stripped.startswith("//"):
-            out.append(line)
-        elif _DIRECTIVE.match(line):
-            out.append(line)
-            while line.endswith("\\") and i + 1 < len(lines):
-                i += 1
-                line = lines[i]
-                out.append(line)
-        else:
-            break
-        i += 1
-    if not any(_INCLUDE.match(line) for line in out):
-        return None
-    return "\n".join(out).rstrip()
 
 
 def pch_key(prefix: str, options: Sequence[str], nvrtc: str, toolkit: str, cwd: str) -> str:

@@ -116,6 +116,21 @@ def pch_files(cache) -> "PchFiles | None":
     return files_of(folder, limit)
 
 
+def limit_words(cache) -> str:
+    """What ``%cuda_cache limit SIZE`` did, said plainly: the limit is the entries'; the
+    precompiled headers beside them keep a limit of their own, so the folder may hold both."""
+    from ..toolchain.pch import LIMIT_ENV
+
+    said = f"the entries' size limit set to {size_text(cache.size_limit)}"
+    files = pch_files(cache)
+    if files is None:
+        return said
+    return (f"{said}. The precompiled headers are not under it: they keep a limit of their "
+            f"own, {size_text(files.limit)} (${LIMIT_ENV}), and hold {size_text(files.size)} "
+            f"now, so this folder may take up to {size_text(cache.size_limit + files.limit)} "
+            "in all (%cuda_cache clear --pch removes them)")
+
+
 def pch_words(files: "PchFiles") -> str:
     """``3 files, 1.0 GB of 2.0 GB, a limit of their own..., 12 hits, last used 2026-...``
     (``%cuda_cache``): the PCHs' limit is another than the entries' and said so."""

@@ -774,8 +774,9 @@ def pch_text(kind: PchKind, seconds: float, made_seconds: float) -> str:
     from ..toolchain.pch import PchKind  # a miss's: a hit's report has no PCH fact
 
     if kind is PchKind.USED:
-        return (f"from the precompiled header: {duration_text(seconds)} instead of "
-                f"{duration_text(made_seconds)} (the compile that parsed them)")
+        spared = (f"; parsing them took NVRTC's front end {duration_text(made_seconds)} "
+                  "when it was made, which this compile did not spend" if made_seconds else "")
+        return f"from the precompiled header: compiled in {duration_text(seconds)}{spared}"
     return {PchKind.MADE: "parsed, and kept as a precompiled header for the next edit",
             PchKind.HEAP: "parsed; NVRTC's heap was too small for a precompiled header: the "
                           "next compile raises it and makes one",
