@@ -34,6 +34,7 @@ from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_s
                       shown_path, working_folder,
                       options_from_args, relocatable, shift_lines)  # noqa: F401 - tests'
 from .store import EntryRecord, KernelCache
+from .store.entry import made_here
 from .store.cache import default_cache_dir
 from .store.disk import CACHE_WAIT_S
 from .compiler.client import ServedCompiler
@@ -515,7 +516,8 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
                          python_names={e: python_name(e) for e in kernel_exprs},
                          symbols=symbol_record(sigs, ctx.demangler.name),
                          variables={k: v.to_json() for k, v in said.variables.items()},
-                         grid_sync=binary.image.grid_sync)
+                         grid_sync=binary.image.grid_sync,
+                         made=made_here(ctx.source, ctx.search.cwd))
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
                    variables=(dict(said.variables), var_exprs), stored=kept, inputs=manifest), kept
