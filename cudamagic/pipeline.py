@@ -508,7 +508,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
     ctx.lap(BuildPhase.RESOLVE, t)
     record = EntryRecord(cubin=result.cubin, lowered=lowered,
                          log=shift_lines(result.log, -ctx.line_offset),  # source lines
-                         options=ctx.options, arch=ctx.arch,
+                         options=ctx.options, arch=ctx.arch, made=made_here(ctx.source, ctx.search.cwd),
                          nvrtc_version=served.nvrtc_version if served else nvrtc_version(),
                          compile_seconds=result.seconds, manifest=manifest.to_json(),
                          # names as derived, before any suffix that this cell's --module or
@@ -516,8 +516,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
                          python_names={e: python_name(e) for e in kernel_exprs},
                          symbols=symbol_record(sigs, ctx.demangler.name),
                          variables={k: v.to_json() for k, v in said.variables.items()},
-                         grid_sync=binary.image.grid_sync,
-                         made=made_here(ctx.source, ctx.search.cwd))
+                         grid_sync=binary.image.grid_sync)
     kept = _store(ctx, record, manifest)
     return _module(ctx, binary, made, origin=BuildOrigin.COMPILED, miss=miss, record=record,
                    variables=(dict(said.variables), var_exprs), stored=kept, inputs=manifest), kept
