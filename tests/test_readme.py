@@ -1,5 +1,5 @@
 """The README a user reads: under 8 KB, every link (README and docs/) resolves to a file and a
-heading there, and every shell command in it is known here: run where that is safe
+heading there (tests/test_guide.py: every docs page is reached from it), and every shell command in it is known here: run where that is safe
 (``ipykernel install`` into a scratch prefix), checked for its shape where it is not (a command
 that makes a venv or installs is checked against pyproject: the extras it names exist, the wheel
 it names is this version's). CI runs the README's test command itself (.ci/run)."""
@@ -73,14 +73,6 @@ def test_links_resolve_to_a_file_and_a_heading(path):
         assert file.is_file(), f"{path.name}: {link} names no file"
         if anchor:
             assert anchor in _anchors(file), f"{path.name}: {link}: no such heading"
-
-
-def test_every_docs_page_is_linked_from_the_readme():
-    linked = {(README.parent / link.partition("#")[0]).resolve()
-              for link in LINK.findall(README.read_text())}
-    missing = sorted(p.name for p in DOCS if p.resolve() not in linked)
-    assert not missing, (f"docs/{missing[0]} is not linked from README.md: add a line for it to "
-                         "the README's More list (- [Title](docs/...): what it covers)")
 
 
 def _extras() -> set[str]:
