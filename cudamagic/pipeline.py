@@ -611,7 +611,7 @@ def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
     identifier makes the entry unservable. Names that sanitize alike, or that would take a
     reserved name, get a suffix, and a note says so.
     """
-    # NVRTC writes the symbol table last-defined first (docs/report.md): read backwards
+    # NVRTC writes the symbol table last-defined first (docs/report-design.md): read backwards
     made = [*resolved, *reversed(plain_kernels(sigs, {r.symbol for r in resolved})), *extra]
     stored: list[str | None] = [known.get(r.name_expression) for r in made]
     for i in invalid_names(stored):
