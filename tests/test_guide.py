@@ -168,3 +168,58 @@ def test_a_failing_example_is_caught(tmp_path):
                         "```cuda\n%%cuda\n__global__ void k( {}\n```\n", tmp_path)
     assert said[0] == "ran" and said[1].startswith("failed: NameError")
     assert said[2].startswith("failed: CompileError"), said
+
+
+# ---- the cache page's shell set-up, run as written ------------------------------------------
+
+_TEAM_CELL = r'''
+import json, sys
+import cudamagic
+from cudamagic.store import default_cache
+mod = cudamagic.build("template <typename T> __global__ void k(T* x) {}", ["k<float>"])
+assert default_cache().remote is not None and default_cache().remote.flush()
+print(json.dumps(mod.report.status))
+'''
+
+
+def test_the_team_cache_set_up_as_the_cache_page_writes_it_serves_a_second_machine(tmp_path):
+    """docs/cache.md's shell block (a team key made by openssl, the URL and the password file
+    exported), run as written with $HOME a scratch folder and the URL a real redis-server's:
+    a build on one machine is a remote hit on a second (another cache folder)."""
+    from .redis_server import start_server
+
+    text = _page("cache").read_text()
+    (block,) = re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
+    url = re.search(r"CUDAMAGIC_REMOTE_CACHE=(\S+)", block).group(1)
+    server = start_server(tmp_path / "redis", "--requirepass", "team-pw")
+    try:
+        home = tmp_path / "home"
+        home.mkdir()
+        password_file = re.search(r"CUDAMAGIC_REMOTE_PASSWORD_FILE=(\S+)", block).group(1)
+        assert "password file must be yours and readable by you only (`chmod 600`)" in " ".join(
+            text.split())
+        written = home / password_file.removeprefix("~/")
+        written.write_text("team-pw\n")
+        written.chmod(0o600)  # as the page says
+        script = block.replace(url, f"redis://127.0.0.1:{server.port}/0") + "\nenv -0\n"
+        run = subprocess.run(["bash", "-e", "-c", script], capture_output=True, timeout=60,
+                             env={"HOME": str(home), "PATH": os.environ["PATH"]})
+        assert run.returncode == 0, run.stderr.decode()
+        exported = dict(v.split("=", 1) for v in run.stdout.decode().split("\0")
+                        if v.startswith("CUDAMAGIC_"))
+        assert set(exported) == {"CUDAMAGIC_REMOTE_KEY_FILE", "CUDAMAGIC_REMOTE_CACHE",
+                                 "CUDAMAGIC_REMOTE_PASSWORD_FILE"}
+        assert (home / ".cudamagic-team.key").stat().st_mode & 0o777 == 0o600
+        said = []
+        for machine in ("alice", "bob"):
+            env = {**os.environ, **exported, "HOME": str(home),
+                   "CUDAMAGIC_CACHE_DIR": str(tmp_path / machine),
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get(
+                       "PYTHONPATH")]))}
+            proc = subprocess.run([sys.executable, "-c", _TEAM_CELL], capture_output=True,
+                                  text=True, timeout=300, env=env, cwd=tmp_path)
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+            said.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        assert said == ["cache miss", "cache hit (remote)"], said
+    finally:
+        server.stop()
