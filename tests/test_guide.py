@@ -223,3 +223,44 @@ def test_the_team_cache_set_up_as_the_cache_page_writes_it_serves_a_second_machi
         assert said == ["cache miss", "cache hit (remote)"], said
     finally:
         server.stop()
+
+
+# ---- every magic a user's page names is one, with options it takes --------------------------
+
+_SPAN = re.compile(r"`(%%?[a-z_]+)((?: [^`]*)?)`")
+
+
+def test_every_magic_a_users_page_names_exists_and_takes_the_options_it_is_shown_with(
+        tmp_path, monkeypatch):
+    """An inline ``%%cuda --no-pch`` or ``%cuda_cache limit 2GiB`` of a user's page is a magic
+    IPython has, and a line written out whole (no ``[...]`` usage, no call) parses with that
+    magic's own parser."""
+    import shlex
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from cudamagic.options import parse_magic_line
+
+    monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "cache"))
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "cudamagic")
+    faults = []
+    for name in USER_PAGES:
+        for magic, line in _SPAN.findall(_page(name).read_text()):
+            cell = magic.startswith("%%")
+            found = (ip.find_cell_magic if cell else ip.find_line_magic)(magic.lstrip("%").rstrip("?"))
+            if found is None:
+                faults.append(f"docs/{name}.md: {magic} is no magic")
+                continue
+            line = line.strip()
+            if not line or any(c in line for c in "[](.") or re.search(r"\b[A-Z]{2,}\b", line):
+                continue  # a usage line or a call: its words are placeholders
+            parser = getattr(found, "parser", None)
+            try:
+                if cell:  # %%cuda's own line parser, as the magic reads its line
+                    parse_magic_line(line)
+                elif parser is not None:
+                    parser.parse_args(shlex.split(line))
+            except (SystemExit, Exception) as exc:  # noqa: BLE001 - argparse's own errors
+                faults.append(f"docs/{name}.md: {magic} {line}: {exc!r}")
+    assert not faults, "\n".join(faults)
