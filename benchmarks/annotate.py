@@ -1,6 +1,6 @@
 """module.annotate() on a cell of many kernels, against that cell's -lineinfo compile in the
 same run: the first annotate (nvdisasm's run and the listing's reading, the lines landed, the
-HTML made) and a second (the disassembly kept on the module). docs/debugging.md has the numbers.
+HTML made) and a second (the disassembly kept on the module). docs/debugging-design.md has the numbers.
 
     python benchmarks/annotate.py [KERNELS]
 """

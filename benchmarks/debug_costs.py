@@ -3,7 +3,7 @@ be without a GPU: the child's start with the module's payload (interpreter, impo
 module's arrival, the capture's decoding), compute-sanitizer's own start, the -lineinfo build
 (a miss, then a hit), and a capture's encoding and decoding; with a GPU, also the whole
 kernel.sanitize under each tool and kernel.profile, against the same launch run in the
-notebook's process. docs/debugging.md has the numbers.
+notebook's process. docs/debugging-design.md has the numbers.
 
     python benchmarks/debug_costs.py
 """

@@ -34,6 +34,7 @@ from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_s
                       shown_path, working_folder,
                       options_from_args, relocatable, shift_lines)  # noqa: F401 - tests'
 from .store import EntryRecord, KernelCache
+from .store.entry import made_here
 from .store.cache import default_cache_dir
 from .store.disk import CACHE_WAIT_S
 from .compiler.client import ServedCompiler
@@ -511,7 +512,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
     ctx.lap(BuildPhase.RESOLVE, t)
     record = EntryRecord(cubin=result.cubin, lowered=lowered,
                          log=shift_lines(result.log, -ctx.line_offset),  # source lines
-                         options=ctx.options, arch=ctx.arch,
+                         options=ctx.options, arch=ctx.arch, made=made_here(ctx.source, ctx.search.cwd),
                          nvrtc_version=served.nvrtc_version if served else nvrtc_version(),
                          compile_seconds=result.seconds, manifest=manifest.to_json(),
                          # names as derived, before any suffix that this cell's --module or
@@ -623,7 +624,7 @@ def _kernels(ctx: BuildContext, binary: Binary, resolved: Sequence[Resolved],
     identifier makes the entry unservable. Names that sanitize alike, or that would take a
     reserved name, get a suffix, and a note says so.
     """
-    # NVRTC writes the symbol table last-defined first (docs/report.md): read backwards
+    # NVRTC writes the symbol table last-defined first (docs/report-design.md): read backwards
     made = [*resolved, *reversed(plain_kernels(sigs, {r.symbol for r in resolved})), *extra]
     stored: list[str | None] = [known.get(r.name_expression) for r in made]
     for i in invalid_names(stored):

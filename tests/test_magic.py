@@ -484,3 +484,58 @@ print("RESULT " + json.dumps(out))
                   "Device, driver, NVRTC", "%cuda_bench [-n REPEAT", "%cuda_sanitize [--tool",
                   "%cuda_profile kernel(grid, block, args)"):
         assert words in said, said
+
+
+# --- %cuda_cache list tells extern "C" cells apart (issue 51, snag 7) --------------------------
+
+EXTERN_A = '''
+// scale: the first cell
+#if 0
+extern "C" __global__ void never_compiled(float* x) {}
+#endif
+#define KERNEL(name) extern "C" __global__ void name(float* x, int n) {}
+KERNEL(made_by_a_macro)
+extern "C" __global__ void scale(float* x, float a, int n) {}
+'''
+EXTERN_B = 'extern "C" __global__ void fill(int* x, int v) {}\n'
+
+
+def test_cache_list_names_extern_c_entries_by_their_kernels_first_line_and_origin(
+        tmp_path, monkeypatch):
+    """Two extern "C" cells (no name expressions) are told apart: each entry names the kernels
+    its CUBIN holds (one made by a macro is there, one under #if 0 is not: read from the CUBIN,
+    not the source), the cell's first line, and the host:folder it was built in (a %cd
+    between the builds shows)."""
+    import socket
+
+    from cudamagic.store.cache import KernelCache
+
+    ip = _shell(tmp_path, monkeypatch)
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    monkeypatch.chdir(first)
+    ip.run_cell_magic("cuda", "-q", EXTERN_A)
+    ip.run_line_magic("cd", "-q " + str(second))
+    ip.run_cell_magic("cuda", "-q", EXTERN_B)
+    listing = ip.run_line_magic("cuda_cache", "list")
+    b, a = listing.entries  # newest first
+    assert (sorted(a.kernels), b.kernels) == (["made_by_a_macro", "scale"], ("fill",))
+    assert (a.first_line, b.first_line) == ("// scale: the first cell", EXTERN_B.strip())
+    host = socket.gethostname()
+    assert (a.made_at, b.made_at) == (f"{host}:{first}", f"{host}:{second}")
+    text = listing.text().splitlines()
+    assert "never_compiled" not in listing.text()
+    assert all(w in text[3] for w in ("made_by_a_macro, scale", "// scale: the first cell",
+                                      f"{host}:{first}"))
+    assert all(w in text[2] for w in ("fill", EXTERN_B.strip(), f"{host}:{second}"))
+    html = listing._repr_html_()
+    assert "made_by_a_macro, scale" in html and f"{host}:{second}" in html
+
+    # an entry written before the record said where it was made lists "-" there, still readable
+    cache = KernelCache(tmp_path / "cache")
+    record, _ = cache.get(a.key)
+    from dataclasses import replace
+    cache.put(a.key, replace(record, made=None))
+    old = {e.key: e for e in ip.run_line_magic("cuda_cache", "list").entries}[a.key]
+    assert (old.first_line, old.made_at, old.readable) == ("", "", True)
+    assert sorted(old.kernels) == sorted(a.kernels)

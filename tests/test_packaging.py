@@ -239,7 +239,7 @@ def test_a_wheel_s_reader_reaches_the_docs_the_quickstart_and_the_licence(wheel,
     assert run.returncode == 0, run.stderr[-3000:]
     doc = prefix / DOC
     readme = (doc / "README.md").read_text()
-    assert readme == (REPO / "README.md").read_text() == _metadata(wheel).get_payload()
+    assert readme == (REPO / "README.md").read_text()  # relative links: they resolve here
     links = {link.partition("#")[0] for link in LINK.findall(readme)
              if not re.match(r"[a-z]+://", link)} - {""}
     assert {"LICENSE", "notebooks/quickstart.ipynb", "docs/cache.md", "docs/img/occupancy.png"} \
@@ -272,3 +272,48 @@ def test_an_editable_install_gets_the_jupyterlab_extension_linked(tmp_path):
     link = prefix / "share" / "jupyter" / "labextensions" / "cudamagic-jupyterlab"
     assert link.resolve() == (REPO / "labextension" / "prebuilt").resolve()
     assert lists_it()
+
+
+def _project_links(text: str) -> list[str]:
+    from .test_readme import LINK
+
+    return LINK.findall(text)
+
+
+def _check_package_page_readme(shown: str, source: str) -> None:
+    """What a package page shows of the README: the checkout's text, every link absolute, each
+    one into the project naming a file of this tree (and a heading there, for an anchor)."""
+    from .test_readme import _anchors
+
+    relative = [link for link in _project_links(shown) if not re.match(r"[a-zA-Z][\w+.-]*:", link)]
+    assert not relative, f"relative links left on the package page: {relative}"
+    readme = (REPO / "README.md").read_text()
+    assert len(_project_links(shown)) == len(_project_links(readme)) > 20
+    raw = source.replace("://github.com/", "://raw.githubusercontent.com/") + "/main/"
+    for link in _project_links(shown):
+        path, _, anchor = link.partition("#")
+        for base in (f"{source}/blob/main/", raw):
+            if path.startswith(base):
+                file = REPO / path.removeprefix(base)
+                assert file.is_file(), link
+                assert not anchor or anchor in _anchors(file), link
+                break
+        else:
+            assert not path.startswith(source), link
+    # nothing but the links differs
+    assert _LINKS_OUT.sub("()", shown) == _LINKS_OUT.sub("()", readme)
+
+
+_LINKS_OUT = re.compile(r"(?<=\])\([^)\s]+\)")
+
+
+def test_the_package_page_s_readme_links_are_absolute(wheel):
+    """A wheel's long description (the sdist's PKG-INFO is made by the same setup.py) (what a package page shows) is the README with
+    each relative link made absolute at pyproject's [project.urls] Source, which a reader of
+    the page can follow (issue 51, snag 9: 25 links named files the page does not hold)."""
+    tomllib = pytest.importorskip("tomllib")
+    urls = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]
+    meta = _metadata(wheel)
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert sorted(meta.get_all("Project-URL")) == sorted(f"{k}, {v}" for k, v in urls.items())
+    _check_package_page_readme(meta.get_payload(), urls["Source"])

@@ -188,7 +188,8 @@ def test_line_magic_records_read_as_text_in_a_terminal(record):
 def test_cache_listing_text():
     listing, empty = _records()[1], _records()[2]
     lines = listing.text().splitlines()
-    assert lines[1].split() == ["key", "size", "created", "last", "used", "name", "expressions"]
+    assert lines[1].split() == ["key", "size", "created", "host:folder", "last", "used", "cell's",
+                                "first", "line", "kernels"]
     assert "k<float>" in lines[2] and "(unreadable: rebuilt on use)" in lines[3]
     assert empty.text().endswith("(none)")
 

@@ -322,7 +322,7 @@ def hold_cubin(sm: int) -> bytes:
 
 class _HoldKernel:
     """The hold kernel on one device: :func:`hold_cubin` loaded by the driver, once per
-    :class:`CupyDevice`, before any round (docs/timing.md says what that costs)."""
+    :class:`CupyDevice`, before any round (docs/timing-design.md says what that costs)."""
 
     def __init__(self, sm: int, device: int) -> None:
         from ..toolchain import driver

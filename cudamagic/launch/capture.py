@@ -35,7 +35,7 @@ _MAGIC = b"CMCAPT1\n"
 MAX_CAPTURE_BYTES = 8 << 30
 
 #: where the child of a tool run appends the wall-clock time of each of its steps, one JSON
-#: line a run (the tests of the warm child's speed read it: docs/debugging.md); unset: nothing
+#: line a run (the tests of the warm child's speed read it: docs/debugging-design.md); unset: nothing
 #: written. The one cudamagic setting a tool run's child is handed (:mod:`.tool_run`)
 TIMES_ENV = "CUDAMAGIC_CHILD_TIMES"
 

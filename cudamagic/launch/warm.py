@@ -30,7 +30,7 @@ from ..toolchain import tools
 
 __all__ = ["WarmChild", "take", "keep", "stop_all", "warm_boot"]
 
-#: the child modules' imports done before the go (the cold child's cost, docs/debugging.md)
+#: the child modules' imports done before the go (the cold child's cost, docs/debugging-design.md)
 _PRELOAD = ("cudamagic.child", "cudamagic.module", "cudamagic.launch.capture",
             "cudamagic.toolchain.driver")
 

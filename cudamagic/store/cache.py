@@ -62,6 +62,44 @@ class EntryInfo:
     last_used: float | None
     name_expressions: tuple[str, ...]
     readable: bool
+    #: the CUBIN's kernels no name expression names (``extern "C"`` ones, by their symbol), as
+    #: its symbol table has them (:func:`unnamed_kernels`)
+    kernels: tuple[str, ...] = ()
+    #: the cell's first line that is not blank ("": not recorded: an older entry, a CUBIN from
+    #: elsewhere)
+    first_line: str = ""
+    #: where it was made, as ``host:folder`` ("": not recorded)
+    made_at: str = ""
+
+
+def unnamed_kernels(rec: EntryRecord) -> tuple[str, ...]:
+    """The kernels of a record's CUBIN that none of its name expressions lowered to, read from
+    the CUBIN's symbol table (the device runtime's and the type probe's left out): an ``extern
+    "C"`` kernel by its symbol (its name), a C++ one by its demangled text where the record
+    keeps it (the demangler's reading of the symbol), else its symbol."""
+    from ..toolchain.image import PROBE_MARK, from_device_runtime, read_cubin
+
+    named = set((rec.lowered or {}).values())
+    texts = (rec.symbols or {}).get("texts", {})
+    try:
+        symbols = read_cubin(rec.cubin).symbols
+    except CudaMagicError:  # ImageError: a record whose bytes are no CUBIN lists none
+        return ()
+    return tuple(texts.get(s, s) if s.startswith("_Z") else s for s in symbols
+                 if s not in named and PROBE_MARK not in s and not from_device_runtime(s))
+
+
+def _entry_info(row: Any, value: object) -> EntryInfo:
+    """One listing row: the record's names, kernels and origin, or unreadable."""
+    try:
+        rec = decode_entry(value, row.key if isinstance(row.key, str) else None)
+    except BadEntry:
+        return EntryInfo(row.key, row.size, row.stored, row.last_used, (), False)
+    made = rec.made or {}
+    where = f"{made.get('host', '')}:{made.get('folder', '')}" if made else ""
+    return EntryInfo(row.key, row.size, rec.created, row.last_used, tuple(rec.lowered or ()),
+                     True, kernels=unnamed_kernels(rec), first_line=made.get("first_line", ""),
+                     made_at=where)
 
 
 def _warn_once(what: str, where: str, message: str) -> None:
@@ -453,12 +491,7 @@ class KernelCache:
                 value = row.read()
             except (Refused, OSError):
                 value = b""
-            try:
-                rec = decode_entry(value, row.key if isinstance(row.key, str) else None)
-                exprs, created, ok = tuple(rec.lowered or ()), rec.created, True
-            except BadEntry:
-                exprs, created, ok = (), row.stored, False
-            infos.append(EntryInfo(row.key, row.size, created, row.last_used, exprs, ok))
+            infos.append(_entry_info(row, value))
         return sorted(infos, key=lambda e: e.created or 0, reverse=True)
 
     def evict_older_than(self, seconds: float) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import struct
 import time
 from collections.abc import Callable, Mapping
@@ -31,7 +32,7 @@ from ..toolchain.image import GridSyncTable
 from ..toolchain.variables import VarType
 
 __all__ = ["EntryRecord", "BadEntry", "TableRow", "encode_entry", "decode_entry", "entry_digest",
-           "ENTRY_FORMAT", "ENTRY_MAGIC"]
+           "ENTRY_FORMAT", "ENTRY_MAGIC", "made_here"]
 
 #: The layout of an entry record. 2: the record names its key; format-1 records (which do not)
 #: are misses, rebuilt on first use. 3: the record holds its variables' types as the compiler
@@ -110,6 +111,12 @@ class EntryRecord:
         ...], "unknown": [symbol, ...]}``; every other kernel does not). None where no PTX
         was read (an entry written before the field, a CUBIN from elsewhere, a ``-dlto`` build
         whose CUBIN answered alone): the CUBIN's records decide.
+    made : dict or None
+        Where the build was made, for ``%cuda_cache list`` to tell entries apart (an ``extern
+        "C"`` cell has no name expressions): ``{"first_line": the cell's first line that is
+        not blank, "host": the machine's name, "folder": the working folder}``
+        (:func:`made_here`). None in entries written before the field and in those not made
+        from a cell (a CUBIN from elsewhere, nvJitLink's).
     """
 
     cubin: bytes
@@ -127,6 +134,7 @@ class EntryRecord:
     symbols: dict[str, Any] | None = None
     variables: dict[str, Any] | None = None
     grid_sync: GridSyncTable | None = None
+    made: dict[str, str] | None = None
 
     @property
     def cubin_sha256(self) -> str:
@@ -233,6 +241,7 @@ _OPTIONAL: dict[str, _Optional] = {
     "variables": _Optional("a table of variable types", _variable_table),
     "grid_sync": _Optional("a grid-sync table", _grid_sync_table, GridSyncTable.from_json,
                            GridSyncTable.to_json),
+    "made": _Optional("a map of strings", _string_map, dict, dict),
 }
 
 #: Required fields and their JSON types.
@@ -273,6 +282,19 @@ def encode_entry(rec: EntryRecord, format_version: int = ENTRY_FORMAT) -> bytes:
                                  ) from None
     body = _HEADER_LEN.pack(len(blob)) + blob + rec.cubin
     return ENTRY_MAGIC + hashlib.sha256(body).digest() + body
+
+
+#: How much of a cell's first line a record keeps (a line of 10 000 characters is not listed whole).
+FIRST_LINE_CHARS = 120
+
+
+def made_here(source: str, folder: str) -> dict[str, str]:
+    """The record's ``made`` field for a build of ``source`` made now in ``folder`` on this
+    machine: the source's first line that is not blank (at most :data:`FIRST_LINE_CHARS`)."""
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    if len(first) > FIRST_LINE_CHARS:
+        first = first[:FIRST_LINE_CHARS - 3] + "..."
+    return {"first_line": first, "host": socket.gethostname(), "folder": folder}
 
 
 def entry_digest(payload: bytes) -> bytes:

@@ -202,24 +202,28 @@ def _natural(name: str) -> list[tuple[int, int, str]]:
 
 @dataclass(frozen=True, repr=False)
 class CacheListing(_Record):
-    """``%cuda_cache list``: entries, newest first."""
+    """``%cuda_cache list``: entries, newest first, each named by its kernels (the name
+    expressions, then the CUBIN's kernels none of them names: ``extern "C"`` ones), the cell's
+    first line, and when and where (``host:folder``) it was made."""
 
     entries: tuple
     title = "cudamagic cache entries (newest first)"
-    columns = ("key", "size", "created", "last used", "name expressions")
+    columns = ("key", "size", "created", "host:folder", "last used", "cell's first line", "kernels")
 
-    #: name expressions shown per entry (an entry of 1000 instances is one line, not 1000 names)
+    #: kernel names shown per entry (an entry of 1000 instances is one line, not 1000 names)
     shown_names = 8
 
     def table(self) -> list[tuple[str, ...]]:
-        return [(e.key[:12], f"{e.size / 1024:.1f} KiB", _when(e.created), _when(e.last_used),
-                 self._names(e.name_expressions) if e.readable
+        return [(e.key[:12], f"{e.size / 1024:.1f} KiB", _when(e.created), e.made_at or "-",
+                 _when(e.last_used), e.first_line or "-",
+                 self._names(e.name_expressions, e.kernels) if e.readable
                  else "(unreadable: rebuilt on use)")
                 for e in self.entries]
 
-    def _names(self, names: tuple[str, ...]) -> str:
-        """The entry's name expressions in natural order (k<2> before k<10>), the first few."""
-        ordered = sorted(names, key=_natural)
+    def _names(self, names: tuple[str, ...], kernels: tuple[str, ...] = ()) -> str:
+        """The entry's name expressions in natural order (k<2> before k<10>), then its other
+        kernels, the first few."""
+        ordered = sorted(names, key=_natural) + sorted(kernels, key=_natural)
         more = len(ordered) - self.shown_names
         return ", ".join(ordered[:self.shown_names]) + (f" and {more} more" if more > 0 else "")
 

@@ -6,7 +6,7 @@ picks an output's renderer by the renderers' rank, not by the bundle's order, an
 renderer ranks first; where the bundle names a widget model the page does not have (a notebook
 reopened after its kernel stopped: JupyterLab does not save widget state unless a setting says
 so), that renderer writes "Error displaying widget: model not found" and falls back to nothing.
-So the report's own output names no widget (docs/report.md).
+So the report's own output names no widget (docs/report-design.md).
 
 Only a report of more than :data:`~cudamagic.view.report.SHOWN_ROWS` kernels adds a widget, in a
 second output below it: an ipywidgets Accordion, *show the other N kernels*, whose rows the
