@@ -266,7 +266,7 @@ def _flush_device_output(result: Any = None) -> None:
 
 #: what a ``%%cuda`` cell's hit imports, the report's folds included: the warm-up imports them
 #: (tests/test_import_cost.py: after it, a hit cell imports nothing)
-HIT_PATH = ("cudamagic.miss", "cudamagic.pipeline", "cudamagic.explain", "cudamagic.info",
+HIT_PATH = ("cudamagic.miss", "cudamagic.pipeline", "cudamagic.explain",
             "cudamagic.toolchain.occupancy", "cudamagic.view.bench", "cudamagic.view.widget",
             "comm")
 
@@ -695,9 +695,8 @@ class CudaMagics(Magics):
         """Show the report (with -q, only its warnings), timed from ``started``; the module's
         ``report`` becomes the one shown. ``annotation`` (``-a``): the annotated cell, a fold
         of the report in a notebook, its text after the report in a terminal or with -q."""
-        from .info import report_with_attributes
         from .miss import BuildPhase
-        from .view.widget import show_report, show_warnings
+        from .view.widget import report_with_attributes, show_report, show_warnings
 
         front = frontend(self.shell)
 
