@@ -13,7 +13,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .cxx import Resolved, Signatures, resolve
+from .cxx.resolve import Resolved, resolve
+from .cxx.signatures import Signatures
 from .cxx.resolve import Resolution, template_instances
 from .errors import InputWarning, NameResolutionError, OptionError
 from .files import read_cubin_arg

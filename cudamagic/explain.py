@@ -35,7 +35,6 @@ from typing import Any
 from .process import InTest, cached, held
 from .forksafe import ForkSafeLock
 from .files import FileRefused, read_regular
-from .lines import cell_lines
 from .miss import BuildOrigin, ChangeKind, Miss, MissKind
 from .options import DEFAULT_MODULE
 from .view.report import Explanation
@@ -323,6 +322,8 @@ def _opcodes(a: list[str], b: list[str]) -> Iterator[tuple[str, int, int, int, i
 def source_diff(old: str, new: str, line_offset: int = 0) -> tuple[str, tuple[str, ...]]:
     """Where the source changed, in cell lines (``"line 5"``, ``"lines 5-7, 12"``), and a short
     diff (``line 5 - old``, ``line 5 + new``; at most :data:`MAX_DIFF_LINES` lines)."""
+    from .lines import cell_lines  # a miss's explanation: never a hit's import
+
     a, b = cell_lines(old), cell_lines(new)
     ranges: list[tuple[int, int]] = []
     diff: list[str] = []
@@ -479,6 +480,8 @@ def explain(last: CellBuild | None, now: CellBuild, miss: Miss | None,
 
 def _similarity(a: str, b: str) -> float:
     """How alike two sources are, by the lines they share (a multiset, in linear time)."""
+    from .lines import cell_lines
+
     la, lb = cell_lines(a), cell_lines(b)
     if not la and not lb:
         return 1.0

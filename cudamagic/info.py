@@ -1,5 +1,5 @@
-"""What this machine offers a build: devices, driver, NVRTC, demangler, cache (``%cuda_info``),
-and the per-kernel resources a report shows.
+"""What this machine offers a build: devices, driver, NVRTC, demangler, cache (``%cuda_info``).
+The per-kernel resources a report shows are :func:`cudamagic.view.widget.report_with_attributes`.
 
 Asking loads the CUDA driver where there is one, never CuPy.
 """
@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import os
 import time
-
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .toolchain import driver
-from .errors import ImageError
-from .view.report import SHOWN_ROWS, BuildReport, KernelRows
 from .units import counted, size_text
 
 if TYPE_CHECKING:  # pragma: no cover  (%cuda_info's record: a cell's report needs none)
     from .view.records import EnvironmentInfo
 
-__all__ = ["gpu_available", "environment_info", "report_with_attributes"]
+__all__ = ["gpu_available", "environment_info"]
 
 
 def gpu_available() -> bool:
@@ -30,36 +26,6 @@ def gpu_available() -> bool:
     :class:`~cudamagic.NoDeviceError`.
     """
     return driver.available()
-
-
-def report_with_attributes(module, report: BuildReport | None = None,
-                           limit: int = 64) -> BuildReport:
-    """The report (default: the module's) with registers and static shared, local and constant
-    memory per kernel, read off the CUBIN (the same numbers the driver reports: the GPU tests
-    compare them), so it needs no GPU and loads nothing on one.
-
-    Modules of more than ``limit`` kernels get them for the rows the table shows (its first
-    ``SHOWN_ROWS``) only: the other rows are not made.
-    """
-    report = module.report if report is None else report
-    if not module.kernels or not report.rows:
-        return report
-    found: dict[str, dict[str, int] | None] = {}
-
-    def resources(symbol: str) -> dict[str, int] | None:
-        if symbol not in found:
-            try:
-                res = module.image.kernel(symbol).resources
-            except ImageError:  # a launch says what is wrong; the report shows no numbers
-                res = None
-            found[symbol] = None if res is None else res.as_dict()
-        return found[symbol]
-
-    if len(module.kernels) > limit and isinstance(report.rows, KernelRows):
-        head = tuple(resources(r.symbol) for r in report.rows[:SHOWN_ROWS])
-        return dataclasses.replace(report, rows=report.rows.with_head(head))
-    rows = tuple(dataclasses.replace(r, attributes=resources(r.symbol)) for r in report.rows)
-    return dataclasses.replace(report, rows=rows)
 
 
 def _debug_fields() -> list[tuple[str, str]]:

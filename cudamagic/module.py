@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .forksafe import ForkSafeLock, once
@@ -18,8 +18,6 @@ from .store import BadEntry, EntryRecord, decode_entry, encode_entry, entry_dige
 from .store.entry import TableRow
 from .toolchain import driver
 from .toolchain.image import CubinImage, GlobalImage, device_runtime_kernels, read_cubin
-from .toolchain.variables import (DeviceGlobal, Variables, VarType, device_global, find,
-                                  variables)
 from .cxx import Signatures, recorded_texts, similar_names
 from .cxx.resolve import ResolvedBy
 from .units import counted
@@ -27,6 +25,8 @@ from .view.report import BuildReport
 
 if TYPE_CHECKING:  # pragma: no cover  (PTX's parameters: a load_cubin of PTX reads them)
     from .toolchain.ptx import PtxParam
+    # the variables' module: imported where a module's variables are asked for, not by a hit
+    from .toolchain.variables import DeviceGlobal, Variables, VarType
 
 __all__ = ["Binary", "KernelTable", "Module", "arrive"]
 
@@ -187,13 +187,35 @@ class Module(Mapping[str, Kernel]):
         self._placeholders = placeholders  # how the kernels' demangled texts name T1, T2...
         self._payload_bytes: bytes | None = None
         # what tool runs (kernel.sanitize, kernel.profile) get from the pipeline: the -lineinfo
-        # build and the view; None for a module that arrived from another process
-        self.debug: Any = None
+        # build and the view (:attr:`debug`); None for a module that arrived from another process
+        self._debug: Any = None
+        self._debug_made: Callable[[], Any] | None = None
+        self._debug_lock = ForkSafeLock()
         if isinstance(kernels, KernelTable):
             kernels.bind(self)
         else:
             for kern in kernels.values():
                 kern.module = self  # a kernel that travels takes its module along
+
+    @property
+    def debug(self) -> Any:
+        """The module's tool-run support (:class:`~cudamagic.launch.support.DebugSupport`), made
+        by the first tool run that asks (:meth:`debug_from`): a build, a hit's too, imports
+        none of the tool runs' modules; None for a module that arrived from another process."""
+        with self._debug_lock:
+            if self._debug_made is not None:
+                self._debug, self._debug_made = self._debug_made(), None
+            return self._debug
+
+    @debug.setter
+    def debug(self, support: Any) -> None:
+        with self._debug_lock:
+            self._debug, self._debug_made = support, None
+
+    def debug_from(self, make: Callable[[], Any]) -> None:
+        """Make :attr:`debug` with ``make`` when it is first asked for."""
+        with self._debug_lock:
+            self._debug, self._debug_made = None, make
 
     @property
     def report(self) -> BuildReport:
@@ -238,6 +260,7 @@ class Module(Mapping[str, Kernel]):
         the CUBIN's symbol table; no GPU needed)."""
         if self._variables is None:
             from .toolchain.demangle import variable_texts
+            from .toolchain.variables import variables
 
             own = self._binary.own_globals
             names = [g.name for g in own]
@@ -263,6 +286,8 @@ class Module(Mapping[str, Kernel]):
         :raises NameResolutionError: no such variable.
         :raises NoDeviceError: no CUDA device is available.
         """
+        from .toolchain.variables import device_global, find
+
         var = find(self.globals, name, self._expressions)
         device = driver.current_device() if device is None else device
         driver.ensure_context(device)
@@ -403,6 +428,15 @@ _arrived: "weakref.WeakValueDictionary[bytes, Module]" = held(
 _arrived_lock = ForkSafeLock()
 
 
+def _variable_types(table: Mapping[str, Any]) -> dict[str, VarType]:
+    """The types of a shipped module's variables (none: the variables' module not imported)."""
+    if not table:
+        return {}
+    from .toolchain.variables import VarType
+
+    return {k: VarType.from_json(v) for k, v in table.items()}
+
+
 def arrive(payload: bytes, report: BuildReport | None) -> Module:
     """A module rebuilt from its travelling record (:meth:`Module.__reduce__`); the same
     payload arriving again gives the module already here.
@@ -440,8 +474,7 @@ def arrive(payload: bytes, report: BuildReport | None) -> Module:
     if stray is not None:
         raise ImageError(f"a cudamagic module arrived whose variable {stray!r} names a symbol "
                          "its CUBIN does not hold; it is refused")
-    types = None if record.variables is None else \
-        {k: VarType.from_json(v) for k, v in record.variables.items()}
+    types = None if record.variables is None else _variable_types(record.variables)
     # the report's rows came without their kernels' images (KernelRows.__reduce__: the CUBIN
     # travels once, in the record): the arrived CUBIN's, for what a row reads off its records
     if report is not None:  # None: a tool run's child, which shows no report

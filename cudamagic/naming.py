@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import keyword
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from .cxx import Signatures, python_name, valid_python_name
 from .cxx.kernel_names import template_kernels
 
-__all__ = ["Namer", "unnamed_hints", "invalid_names"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .cxx import Signatures
+
+__all__ = ["Namer", "unnamed_hints", "invalid_names", "derived_name"]
 
 _SHELL = "IPython"
 # what valid_python_name refuses besides a non-identifier, as one set for whole-table checks
@@ -27,7 +30,17 @@ def invalid_names(names: Sequence[str | None]) -> list[int]:
     given = [n for n in names if n is not None]
     if all(map(str.isidentifier, given)) and _KEYWORDS.isdisjoint(given):
         return []
+    from .cxx.pyname import valid_python_name  # a name the fast check doubts: rare
+
     return [i for i, n in enumerate(names) if n is not None and not valid_python_name(n)]
+
+
+def derived_name(label: str) -> str:
+    """The Python name derived from a name expression (:func:`~cudamagic.cxx.pyname.python_name`:
+    a compile's; a hit takes the name its entry stored, so the C++ reader is not imported)."""
+    from .cxx.pyname import python_name
+
+    return python_name(label)
 
 
 class Namer:
@@ -57,7 +70,7 @@ class Namer:
         few set operations: a restore of 1000 kernels names them without a loop of its own."""
         labels = [label for label, _, _ in items]
         symbols = [symbol for _, symbol, _ in items]
-        bases = [stored or python_name(label) for label, _, stored in items]
+        bases = [stored or derived_name(label) for label, _, stored in items]
         if (not self._by_symbol and len(set(symbols)) == len(items) == len(set(bases))
                 and self._owner.keys().isdisjoint(bases)
                 and _KEYWORDS.isdisjoint(labels)):
@@ -71,7 +84,7 @@ class Namer:
         name a cache entry derived for it, used as the base)."""
         if symbol in self._by_symbol:
             return self._by_symbol[symbol]
-        base = stored or python_name(label)
+        base = stored or derived_name(label)
         if base != label and label.isidentifier() and keyword.iskeyword(label):
             self._notes.append(f"the kernel {label!r} is pushed as {base!r}: {label} is a "
                                f"Python keyword (it is also module[{label!r}])")

@@ -17,17 +17,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager, cast
 
-from .cxx import (NVRTC, Resolved, Signatures, plain_kernels, python_name, resolve,
-                  stored_signatures, symbol_record)
-from .cxx.resolve import ResolvedBy
+from .cxx.resolve import NVRTC, Resolved, ResolvedBy, plain_kernels, resolve
+from .cxx.signatures import Signatures, stored_signatures, symbol_record
+from .forksafe import ForkSafeLock
 from .errors import CompileError, CudaMagicError, ImageError, NameResolutionError, OptionError
 from .keys import cache_key
-from .lineinfo import debug_support
 from .miss import BuildOrigin, BuildPhase, HitKind, Miss, MissKind, StoreOutcome, Stored
 from .module import Binary, KernelTable, Module
-from .naming import Namer, invalid_names, unnamed_hints
+from .naming import Namer, derived_name, invalid_names, unnamed_hints
 from .libraries import NO_LIBRARY, LibraryOptions, library_options
 from .options import (DEFAULT_ARCH, PROGRAM_NAME, BuildOptions, arch_sm, check_source,
                       check_text, include_folders, is_folder, nvrtc_options,
@@ -37,7 +36,6 @@ from .store import EntryRecord, KernelCache
 from .store.entry import made_here
 from .store.cache import default_cache_dir
 from .store.disk import CACHE_WAIT_S
-from .compiler.client import ServedCompiler
 from .toolchain import compile_cubin, driver, elf, nvrtc_identity, nvrtc_version
 from .toolchain.demangle import Demangler, Pending, default_demangler
 from .toolchain.image import read_cubin
@@ -45,9 +43,9 @@ from .toolchain.manifest import Manifest, ManifestChecks, SearchPath, own_header
 from .toolkit import std_header_dirs, toolkit
 from .typed import PROBE_RETRIED, answers, contradicted, stored_types, variable_expressions
 from .view.report import BuildReport, KernelRow, KernelRows
-from .view.stored import not_cached, stored_note
 
 if TYPE_CHECKING:  # pragma: no cover  (the compile's records: a hit never imports them)
+    from .compiler.client import ServedCompiler
     from .precompiled import PchUse
     from .toolchain import deps, fatbin
     from .toolchain.listing import HeaderListing
@@ -57,9 +55,33 @@ if TYPE_CHECKING:  # pragma: no cover  (the compile's records: a hit never impor
 __all__ = ["Module", "BuildSettings", "BuildContext", "build_module", "entry_key", "default_arch"]
 
 Compiler = Callable[..., "CompileResult"]
+
+
+class _Served:
+    """:data:`SERVED` before its first use: the compile server's client
+    (:class:`~cudamagic.compiler.client.ServedCompiler`) is a miss's, so its modules are
+    imported by the first attribute or call asked of it, never by a hit."""
+
+    def _client(self) -> Any:
+        from .compiler.client import ServedCompiler
+
+        with _SERVED_LOCK:
+            if _SERVED_CLIENT[0] is None:
+                _SERVED_CLIENT[0] = ServedCompiler(compile_cubin, default_cache_dir)
+        return _SERVED_CLIENT[0]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._client()(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client(), name)
+
+
+_SERVED_LOCK = ForkSafeLock()
+_SERVED_CLIENT: list[Any] = [None]
 #: The default compiler: the compile server's (docs/architecture.md), NVRTC in this process
 #: where none serves
-SERVED = ServedCompiler(compile_cubin, default_cache_dir)
+SERVED = cast("ServedCompiler", _Served())
 
 
 def default_arch() -> str:
@@ -517,7 +539,7 @@ def _compile_held(ctx: BuildContext, pending: Pending, miss: Miss, t: float,
                          compile_seconds=result.seconds, manifest=manifest.to_json(),
                          # names as derived, before any suffix that this cell's --module or
                          # its neighbours called for: a later build applies its own
-                         python_names={e: python_name(e) for e in kernel_exprs},
+                         python_names={e: derived_name(e) for e in kernel_exprs},
                          symbols=symbol_record(sigs, ctx.demangler.name),
                          variables={k: v.to_json() for k, v in said.variables.items()},
                          grid_sync=binary.image.grid_sync)
@@ -589,6 +611,8 @@ def _store(ctx: BuildContext, record: EntryRecord, manifest: Manifest) -> Stored
         kept = ctx.store.put(ctx.key, record)
         ctx.lap(BuildPhase.STORE, t)
         stored = Stored(StoreOutcome.KEPT if kept else StoreOutcome.BUSY)
+    from .view.stored import stored_note  # a miss's note: never a hit's import
+
     note = stored_note(stored, CACHE_WAIT_S)
     if note is not None:
         ctx.notes.append(note)
@@ -654,6 +678,7 @@ def _cell_build(ctx: BuildContext, kernels: KernelTable, stored: Stored | None,
     """The build's record in its cell's history (:class:`~cudamagic.explain.CellBuild`), with
     the headers outside the toolkit that ``inputs`` names."""
     from .explain import CellBuild
+    from .view.stored import not_cached
 
     return CellBuild.of(
         key=ctx.key, source=ctx.source, names=ctx.opts.name_expressions, std=ctx.opts.std,
@@ -722,8 +747,16 @@ def _module(ctx: BuildContext, binary: Binary, kernels: KernelTable, *, origin: 
         else frozenset(types), device_runtime=bool(binary.runtime_kernels))
     module = Module(binary, ctx.key, kernels, report, ctx.demangler.placeholders, types,
                     expressions)
-    module.debug = debug_support(ctx, module, rebuild, inputs)
+    module.debug_from(lambda: _debug_support(ctx, module, inputs))
     return module
+
+
+def _debug_support(ctx: BuildContext, module: Module, inputs: Manifest | None) -> Any:
+    """The module's tool-run support (:func:`~cudamagic.lineinfo.debug_support`), made by the
+    first tool run that asks for it."""
+    from .lineinfo import debug_support
+
+    return debug_support(ctx, module, rebuild, inputs)
 
 
 def served_facts(compiler: Compiler) -> Any:

@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .cxx import Signatures, contradicts
 from .toolchain.demangle import Demangler, concrete_demangler, variable_texts
 from .toolchain.image import CubinImage
-from .toolchain.variables import VarType, strip_internal
 
 if TYPE_CHECKING:  # pragma: no cover  (the probe's compile: not a hit's)
     from .toolchain.probe import ProbeAnswers, TypedCompile
+    from .cxx.signatures import Signatures
+    from .toolchain.variables import VarType
 
 __all__ = ["PROBE_RETRIED", "answers", "variable_expressions", "contradicted", "stored_types"]
 
@@ -63,6 +63,11 @@ def contradicted(found: Mapping[str, str]) -> str | None:
     """The first expression whose variable's demangled name decidably names another entity,
     or None (demangled in this process: a hit starts no demangler; without libstdc++ only
     plain names are compared)."""
+    if not found:
+        return None
+    from .cxx.compare import contradicts  # a cell with variables only
+    from .toolchain.variables import strip_internal
+
     texts = variable_texts(list(found.values()), may_start=False)  # a hit starts no demangler
     return next((expr for expr, s in found.items()
                  if texts.get(s) is not None or not s.startswith("_Z")  # too long: not compared
@@ -71,4 +76,8 @@ def contradicted(found: Mapping[str, str]) -> str | None:
 
 def stored_types(table: Mapping[str, object] | None) -> dict[str, VarType]:
     """The variables' types an entry stored (checked when it was decoded)."""
-    return {k: VarType.from_json(v) for k, v in (table or {}).items()}
+    if not table:
+        return {}
+    from .toolchain.variables import VarType  # an entry with variables only
+
+    return {k: VarType.from_json(v) for k, v in table.items()}

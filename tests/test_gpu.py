@@ -258,7 +258,7 @@ def test_dynamic_shared_memory_above_48k(launch_mod):
 
 
 def test_kernel_attributes_and_report(launch_mod):
-    from cudamagic.info import report_with_attributes
+    from cudamagic.view.widget import report_with_attributes
 
     attrs = launch_mod["axpb<float>"].attributes()
     assert attrs["registers"] > 0 and attrs["max_threads_per_block"] >= 128

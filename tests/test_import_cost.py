@@ -41,19 +41,18 @@ LOAD_EXT_OTHER = frozenset("""contextvars _contextvars locale _locale ctypes _ct
 #: next miss) and the report's folds (occupancy computed from the CUBIN: view.bench with
 #: toolchain.occupancy). No compile, link, PTX reading, tool-run, bench, launch or %cuda_info
 #: code: launch.kernel is the Kernel class alone (its launcher and argument packing come with the
-#: first call), info gives the report's resources (read off the CUBIN); lines (NVRTC's line
-#: numbering, explain's), libraries (whether the cell includes CUTLASS: a text check), the compile
-#: server's client (the default compiler object; it starts nothing on a hit) and view.stored (the
-#: report's note of what became of the entry)
+#: first call), view.widget gives the report's resources (read off the CUBIN); the stored names
+#: are checked by their text (cxx.quick: no C++ reader), libraries says whether the cell includes
+#: CUTLASS (a text check). The compile server's client, the tool runs' -lineinfo support
+#: (lineinfo, launch.support) and the variables' module come with a miss, a tool run or a cell
+#: that has variables (tests/test_hit_reach.py holds the whole list and the count)
 HIT_CELL = frozenset("cudamagic." + m for m in """
-    cxx cxx.args cxx.compare cxx.display cxx.kernel_names cxx.mangled cxx.parse cxx.pyname
-    cxx.resolve cxx.signatures cxx.types
-    explain files info keys miss module naming pipeline toolkit typed lineinfo
-    lines libraries compiler compiler.client compiler.wire view.stored
-    launch launch.kernel launch.support
+    cxx cxx.display cxx.kernel_names cxx.quick cxx.resolve cxx.signatures
+    explain files keys miss module naming pipeline toolkit typed libraries
+    launch launch.kernel
     store store.base store.cache store.connections store.disk store.entry store.limits
-    store.memory store.state
-    toolchain.demangle toolchain.elf toolchain.image toolchain.manifest toolchain.variables
+    store.state
+    toolchain.demangle toolchain.elf toolchain.image toolchain.manifest
     toolchain.occupancy
     view view.bench view.render view.report view.widget""".split())
 

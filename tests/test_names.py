@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cudamagic.cxx import parse
-from cudamagic.cxx.compare import compare, quick_equal
+from cudamagic.cxx.compare import compare
+from cudamagic.cxx.quick import quick_equal
 from cudamagic.cxx.parse import canonical, parse_demangled, parse_expression
 from cudamagic.cxx.pyname import python_name, valid_python_name
 

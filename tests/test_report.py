@@ -538,7 +538,7 @@ SRC_many = "".join(f'extern "C" __global__ void {n}(int* p) {{ __shared__ int s[
 
 
 def test_a_report_of_many_kernels_shows_resources_for_the_rows_it_shows(tmp_path):
-    from cudamagic.info import report_with_attributes
+    from cudamagic.view.widget import report_with_attributes
 
     cache = KernelCache(tmp_path / "cache")
     for mod in (cudamagic.build(SRC_many, cache=cache), cudamagic.build(SRC_many, cache=cache)):

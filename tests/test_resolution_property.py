@@ -33,7 +33,9 @@ from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt  # noqa:
 from cudamagic.errors import CompileError  # noqa: E402
 from cudamagic.toolchain.image import read_cubin  # noqa: E402
 from cudamagic.cxx import compare as comparing  # noqa: E402
-from cudamagic.cxx.compare import CONTRADICTION, EQUAL, compare, quick_equal  # noqa: E402
+from cudamagic.cxx.compare import CONTRADICTION, EQUAL, compare  # noqa: E402
+from cudamagic.cxx import quick as quickly  # noqa: E402
+from cudamagic.cxx.quick import quick_equal  # noqa: E402
 from cudamagic.cxx.parse import parse_expression  # noqa: E402
 from cudamagic.cxx.signatures import Signatures  # noqa: E402
 from cudamagic.cxx.resolve import resolve  # noqa: E402
@@ -282,7 +284,7 @@ def test_demangled_resolution_is_never_wrong():
         # the text-only check a warm cell uses says "equal" only for NVRTC's own symbol
         by_quick_name: dict[str, list[str]] = {}
         for s in symbols:
-            by_quick_name.setdefault(comparing._quick_name(sigs.text(s)), []).append(s)
+            by_quick_name.setdefault(quickly._quick_name(sigs.text(s)), []).append(s)
         quick = [(e, s) for e in kept for s in by_quick_name.get(e, ())
                  if quick_equal(e, sigs.text(s))]
         failures += [f"{demangler.name}: {e!r} said equal by text to {sigs.text(s)}; NVRTC: "

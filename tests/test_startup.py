@@ -32,20 +32,22 @@ print(json.dumps({"hit": mod.hit, "kernels": len(mod), "modules": new}))
 """
 
 #: cudamagic's modules a hit imports: the entry, the CUBIN's tables (and the ELF format they
-#: are read by, toolchain.elf), the names, the records of the report, the Kernel class (not yet
-#: launched: its launcher, parameter table and argument packing come with its first call),
-#: cxx.kernel_names (the report's hint of a template kernel left without -n reads the cell's
-#: text on every build, a hit's too), and cudamagic.process (the registry every memoized
-#: function and fork hook registers with).
+#: are read by, toolchain.elf), the names (the stored map checked by its text: cxx.quick, no C++
+#: reader), the records of the report, the Kernel class (not yet launched: its launcher,
+#: parameter table and argument packing come with its first call), cxx.kernel_names (the
+#: report's hint of a template kernel left without -n reads the cell's text on every build, a
+#: hit's too), and cudamagic.process (the registry every memoized function and fork hook
+#: registers with). The compile server's client, the tool runs' -lineinfo support and the
+#: variables' module come with a miss, a tool run or a cell that has variables.
 HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
-    | process cxx cxx.args cxx.compare cxx.display cxx.mangled cxx.parse cxx.pyname cxx.resolve
-    cxx.signatures cxx.types errors explain files forksafe keys miss options toolkit units
-    launch launch.kernel launch.support lineinfo module naming pipeline typed
-    api lines libraries compiler compiler.client compiler.wire view.stored
+    | process cxx cxx.display cxx.quick cxx.resolve
+    cxx.signatures errors explain files forksafe keys miss options toolkit units
+    launch launch.kernel module naming pipeline typed
+    api libraries
     store store.base store.cache store.connections store.disk store.entry store.limits
-    store.memory store.state
+    store.state
     toolchain toolchain.demangle toolchain.driver toolchain.elf toolchain.image
-    toolchain.manifest toolchain.variables cxx.kernel_names
+    toolchain.manifest cxx.kernel_names
     view view.render view.report
     """.replace("|", "").split() + [""])
 

@@ -24,11 +24,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..miss import WordEnum
-from .compare import CONTRADICTION, EQUAL, UNDECIDABLE, compare, quick_equal
-from .parse import Signature, parse_expression
+from .quick import quick_equal
 from .signatures import Signatures
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .parse import Signature
+
+# the C++ reader and the comparison (.parse, .args, .compare) are imported where a name is
+# compared, not where its stored symbol passes quick_equal: a warm cell's usual case
 
 __all__ = ["Resolved", "Unresolved", "Resolution", "resolve", "plain_kernels", "similar_names",
            "ResolvedBy", "NVRTC", "STORED", "STORED_UNVERIFIED", "DEMANGLED", "EXTERN_C"]
@@ -140,6 +146,9 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
             if quick_equal(expr, text):  # no parsing: the common case stays cheap
                 resolved.append(Resolved(expr, symbol, STORED))
                 continue
+            from .compare import CONTRADICTION, EQUAL, compare
+            from .parse import parse_expression
+
             verdict, why = compare(parse_expression(expr), kernels[symbol])
             if verdict == CONTRADICTION:
                 stale.append(expr)
@@ -162,6 +171,9 @@ def resolve(expressions: Sequence[str], kernels: Mapping[str, Signature],
 def _by_demangling(expr: str, kernels: Mapping[str, Signature], index: _Index
                    ) -> Resolved | Unresolved:
     """The one kernel whose demangled name is decidably equal to ``expr``, or why there is none."""
+    from .compare import EQUAL, UNDECIDABLE, compare
+    from .parse import parse_expression
+
     want = parse_expression(expr)
     hits = []
     if want.exact:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from .parse import Signature, parse_demangled
+if TYPE_CHECKING:  # pragma: no cover  (the C++ reader: imported by the first signature parsed)
+    from .parse import Signature
 
 __all__ = ["Signatures", "stored_signatures", "symbol_record", "recorded_texts"]
 
@@ -14,7 +16,7 @@ __all__ = ["Signatures", "stored_signatures", "symbol_record", "recorded_texts"]
 _OLD_TOO_LONG = "too long to show (the demangled name of a {}-character symbol is over "
 
 
-class Signatures(Mapping[str, Signature]):
+class Signatures(Mapping[str, "Signature"]):
     """symbol -> :class:`Signature` of every kernel of an image, each parsed on first use.
 
     A restore whose name expressions all come from the stored map parses only their kernels'
@@ -44,6 +46,8 @@ class Signatures(Mapping[str, Signature]):
     def __getitem__(self, symbol: str) -> Signature:
         sig = self._parsed.get(symbol)
         if sig is None:
+            from .parse import Signature, parse_demangled
+
             text = self._text[symbol]
             # opaque: a name too long to keep, or a mangled one the demangler gave back as it
             # was (libstdc++ refuses a name of over about 1000 characters): nothing to compare

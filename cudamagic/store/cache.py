@@ -38,7 +38,6 @@ from .disk import CACHE_WAIT_S, DiskStore, untrusted_folder
 from .entry import BadEntry, EntryRecord, decode_entry, encode_entry
 from .limits import (DEFAULT_SIZE_LIMIT, MAX_SIZE, MIN_ENTRY_ROOM, checked_size,
                      short_of, stored_limit_problem)
-from .memory import MemoryStore
 from .state import MAX_FOLDERS, state
 from ..miss import HitKind, Miss, MissKind
 from ..toolchain.manifest import contents_digest
@@ -217,6 +216,8 @@ class KernelCache:
     def _memory(self, what: str, why: str) -> Store:
         _warn_once(what, str(self.directory), f"cudamagic: {why}; compiled kernels are cached "
                                               "in memory for this session only")
+        from .memory import MemoryStore  # a folder that cannot serve: not a hit's import
+
         return MemoryStore(self.size_limit, why)
 
     def _fall_back(self, what: str, why: str) -> None:

@@ -29,7 +29,6 @@ from ..cxx.resolve import ResolvedBy
 from ..errors import CacheArgumentError
 from ..miss import MissKind
 from ..toolchain.image import GridSyncTable
-from ..toolchain.variables import VarType
 
 __all__ = ["EntryRecord", "BadEntry", "TableRow", "encode_entry", "decode_entry", "entry_digest",
            "ENTRY_FORMAT", "ENTRY_MAGIC", "made_here"]
@@ -201,6 +200,10 @@ def _variable_table(value: object) -> bool:
     """Whether a decoded ``variables`` field has the shape :class:`EntryRecord` documents."""
     if not isinstance(value, dict):
         return False
+    if not value:
+        return True
+    from ..toolchain.variables import VarType  # an entry with variables only: not every hit's
+
     try:
         for k, v in value.items():
             if not isinstance(k, str):

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..process import cached
-from ..cxx.mangled import Unreadable, coarse_bound, demangled_bound
 from ..errors import CudaMagicError
 
 __all__ = ["Demangler", "Pending", "CuFilt", "LibStdCxx", "find_cufilt", "default_demangler",
@@ -56,6 +55,8 @@ def plan(symbol: str) -> Plan:
         return Plan.KEEP
     if len(symbol) > TEXT_LIMIT:
         return Plan.TOO_LONG
+    from ..cxx.mangled import Unreadable, coarse_bound, demangled_bound  # a demangling's
+
     bound = coarse_bound(symbol)  # one regular expression: enough for nearly every kernel
     if bound > WORK_LIMIT:
         try:

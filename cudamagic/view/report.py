@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from ..process import cached, InTest
-from ..cxx import parse_demangled, tidy_name as _tidy, with_void
+from ..cxx.display import tidy_name as _tidy, with_void
 from ..cxx.resolve import ResolvedBy
 from ..miss import BuildOrigin, BuildPhase
 from ..forksafe import once
@@ -132,6 +132,8 @@ def display_signature(demangled: str, placeholders: bool = False,
     if not placeholders:  # libstdc++ prints concrete types already: no parse needed
         text = _tidy(demangled)
         return with_void(text)
+    from ..cxx.parse import parse_demangled  # cu++filt's placeholders: a rare demangler's
+
     try:
         sig = parse_demangled(demangled, placeholders)
         params = sig.params if sig.exact else None
@@ -220,7 +222,7 @@ class KernelRows(Sequence[KernelRow]):
     report shows 50 makes 50 (``len`` makes none). Equal to any sequence of the same rows.
 
     Its maker gives rows without resources (``attributes``); ``head`` holds the resources of
-    its first rows (:meth:`with_head`, what :func:`cudamagic.info.report_with_attributes` reads
+    its first rows (:meth:`with_head`, what :func:`cudamagic.view.widget.report_with_attributes` reads
     for the rows a table shows), so the table's columns are known without making a row.
     """
 

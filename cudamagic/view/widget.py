@@ -23,17 +23,20 @@ bundle, how to open a model's comm), made by :func:`cudamagic.magic.frontend`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..errors import ImageError
 from ..miss import BuildPhase
 from ..units import counted
 from .render import wrap_html
-from .report import (SHOWN_ROWS, BuildReport, html_body, html_head, html_rows, html_table,
-                     text_body, text_head, text_phases)
+from .report import (SHOWN_ROWS, BuildReport, KernelRows, html_body, html_head, html_rows,
+                     html_table, text_body, text_head, text_phases)
 
-__all__ = ["Frontend", "RowsFold", "show_report", "show_warnings", "MORE_CLASS"]
+__all__ = ["Frontend", "RowsFold", "show_report", "show_warnings", "report_with_attributes",
+           "MORE_CLASS"]
 
 #: The CSS class of the Accordion that holds the rows past the first ``SHOWN_ROWS``.
 MORE_CLASS = "cudamagic-more-rows"
@@ -150,6 +153,36 @@ class RowsFold:
         return {VIEW_MIME: {"version_major": 2, "version_minor": 0,
                             "model_id": self.more.comm.comm_id},
                 "text/plain": f"cudamagic: {self.report.more_rows(SHOWN_ROWS)}"}
+
+
+def report_with_attributes(module, report: BuildReport | None = None,
+                           limit: int = 64) -> BuildReport:
+    """The report (default: the module's) with registers and static shared, local and constant
+    memory per kernel, read off the CUBIN (the same numbers the driver reports: the GPU tests
+    compare them), so it needs no GPU and loads nothing on one.
+
+    Modules of more than ``limit`` kernels get them for the rows the table shows (its first
+    ``SHOWN_ROWS``) only: the other rows are not made.
+    """
+    report = module.report if report is None else report
+    if not module.kernels or not report.rows:
+        return report
+    found: dict[str, dict[str, int] | None] = {}
+
+    def resources(symbol: str) -> dict[str, int] | None:
+        if symbol not in found:
+            try:
+                res = module.image.kernel(symbol).resources
+            except ImageError:  # a launch says what is wrong; the report shows no numbers
+                res = None
+            found[symbol] = None if res is None else res.as_dict()
+        return found[symbol]
+
+    if len(module.kernels) > limit and isinstance(report.rows, KernelRows):
+        head = tuple(resources(r.symbol) for r in report.rows[:SHOWN_ROWS])
+        return dataclasses.replace(report, rows=report.rows.with_head(head))
+    rows = tuple(dataclasses.replace(r, attributes=resources(r.symbol)) for r in report.rows)
+    return dataclasses.replace(report, rows=rows)
 
 
 def show_report(report: BuildReport, front: Frontend,
