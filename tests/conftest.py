@@ -127,6 +127,20 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
     return proc.stdout
 
 
+def hit_child(program: str, cache: Path, *args: str) -> dict:
+    """``program`` run with ``args`` in a fresh interpreter whose default cache is ``cache`` (no
+    team cache), from the cache's parent folder: the JSON its last line prints."""
+    env = {**os.environ, "CUDAMAGIC_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("CUDAMAGIC_REMOTE_CACHE", None)
+    proc = subprocess.run([sys.executable, "-c", program, *args], capture_output=True,
+                          text=True, env=env, cwd=cache.parent, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def trace_broken() -> bool:
     """Whether NVRTC's trace is broken in this process (one small traced compile asks; False
     where NVRTC cannot be used here)."""

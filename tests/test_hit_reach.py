@@ -15,15 +15,10 @@ the API's hit (``build()`` in a fresh process).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from .conftest import REPO
 
 #: the modules a hit cell may reach, by what the hit does with each
 HIT_REACH = frozenset("cudamagic" + (f".{m}" if m != "-" else "") for m in """
@@ -126,13 +121,9 @@ CHILD = textwrap.dedent("""
 
 
 def _child(cache, front: str) -> dict:
-    env = {**os.environ, "CUDAMAGIC_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(
-        [str(REPO), os.environ.get("PYTHONPATH", "")])}
-    env.pop("CUDAMAGIC_REMOTE_CACHE", None)
-    proc = subprocess.run([sys.executable, "-c", CHILD, front, SOURCE], capture_output=True,
-                          text=True, env=env, cwd=cache.parent, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    from .conftest import hit_child
+
+    return hit_child(CHILD, cache, front, SOURCE)
 
 
 @pytest.fixture(scope="module", params=["terminal", "notebook"])

@@ -105,13 +105,9 @@ CHILD = textwrap.dedent("""
 
 
 def _child(cache, gpu: str) -> dict:
-    env = {**os.environ, "CUDAMAGIC_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(
-        [str(REPO), os.environ.get("PYTHONPATH", "")])}
-    env.pop("CUDAMAGIC_REMOTE_CACHE", None)
-    proc = subprocess.run([sys.executable, "-c", CHILD, gpu, SOURCE], capture_output=True,
-                          text=True, env=env, cwd=cache.parent, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    from .conftest import hit_child
+
+    return hit_child(CHILD, cache, gpu, SOURCE)
 
 
 @pytest.fixture(scope="module", params=["no-device", "device-simulated"])
