@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, cast
 from .cxx.resolve import NVRTC, Resolved, ResolvedBy, plain_kernels, resolve
 from .cxx.signatures import Signatures, stored_signatures, symbol_record
 from .forksafe import ForkSafeLock
+from .process import InChild, InTest, held
 from .errors import CompileError, CudaMagicError, ImageError, NameResolutionError, OptionError
 from .keys import cache_key
 from .miss import BuildOrigin, BuildPhase, HitKind, Miss, MissKind, StoreOutcome, Stored
@@ -78,7 +79,11 @@ class _Served:
 
 
 _SERVED_LOCK = ForkSafeLock()
-_SERVED_CLIENT: list[Any] = [None]
+# the compile server's client, made on the first miss (a hit never imports it): a live
+# object (each request opens a connection of its own, so a forked child may use its copy), kept
+# by a forked child and by a test's reset
+_SERVED_CLIENT: list[Any] = held(__name__, "_SERVED_CLIENT", [None], child=InChild.KEPT,
+                                 test=InTest.KEPT, clear=lambda: None)
 #: The default compiler: the compile server's (docs/architecture.md), NVRTC in this process
 #: where none serves
 SERVED = cast("ServedCompiler", _Served())

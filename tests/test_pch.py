@@ -694,3 +694,37 @@ def test_a_live_process_in_another_pid_namespace_keeps_its_pch(lib, tmp_path):
     assert _kind(_build(cache, _source(), BASE + ("-DSCALE=8",))) is PchKind.MADE
     assert not theirs.with_suffix(".pch").exists()
     cache.close()
+
+
+def test_a_forked_child_outliving_the_maker_does_not_keep_its_pchs_alive(tmp_path):
+    """A PCH's liveness is its maker's held lock on owners/NAME; a child forked from the maker
+    (a multiprocessing worker) inherited that descriptor and so kept a dead notebook's PCHs
+    'alive' (usable by no one, first in no eviction) for as long as it ran. The child closes
+    its parent's owner descriptors: once the maker ends, its name is dead while the child
+    still runs (held on a pipe the test keeps, not a sleep)."""
+    import re
+    import textwrap
+
+    folder = tmp_path / "pch"
+    hold_r, hold_w = os.pipe()
+    maker = textwrap.dedent(f"""
+        import os, sys
+        from cudamagic.toolchain import pch
+        name = pch._owner({str(folder)!r})
+        if os.fork() == 0:  # the worker: runs until the test lets it go
+            os.read({hold_r}, 1)
+            os._exit(0)
+        print(name, flush=True)
+        os._exit(0)  # the maker ends; the worker lives on
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", maker], stdout=subprocess.PIPE, text=True,
+                            pass_fds=(hold_r,), env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                (str(REPO), os.environ.get("PYTHONPATH", "")))})
+    os.close(hold_r)
+    try:
+        name = proc.stdout.readline().strip()  # the worker was forked before: it runs
+        proc.wait(timeout=60)
+        assert re.fullmatch(r"[0-9a-f]{16}", name), name
+        assert not pch._alive(str(folder), name), "the worker kept the dead maker's name alive"
+    finally:
+        os.close(hold_w)  # the worker's read returns: it ends

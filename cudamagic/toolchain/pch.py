@@ -213,10 +213,26 @@ def _maker(given: tuple[str, int] | None) -> tuple[str, int]:
     return given if given is not None else (_process(), _heap[1])
 
 
+def _parents_let_go() -> None:
+    """In a forked child: the parent's owner locks let go of (their descriptors closed, never
+    unlocked: the lock is the open file's, and the parent keeps it). A child that kept them
+    (a multiprocessing worker outliving the notebook) kept the parent's PCHs alive, unusable
+    by anyone, and first in no eviction."""
+    for mine, (_, fd) in list(_owners.items()):
+        if mine[0] != os.getpid():
+            del _owners[mine]
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 # this process's owner name and the descriptor holding its lock (``owners/NAME`` in the
-# folder), one per folder; a forked child makes its own (its pid is another)
+# folder), one per folder; a forked child makes its own (its pid is another) and closes its
+# parent's
 _owners: dict[tuple[int, str], tuple[str, int]] = held(
-    __name__, "_owners", {}, child=InChild.KEPT, test=InTest.KEPT, clear=lambda: None)
+    __name__, "_owners", {}, child=InChild.RENEWED, test=InTest.KEPT, clear=lambda: None,
+    renew=_parents_let_go)
 
 
 def _owner(folder: str) -> str:
