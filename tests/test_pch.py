@@ -622,6 +622,19 @@ def test_a_pch_over_the_size_limit_is_not_kept_and_that_is_said_once(lib, cache,
     assert list((_folder(cache) / "tmp").iterdir()) == []
 
 
+def test_a_refused_pch_leaves_the_folder_within_its_limit(lib, cache, monkeypatch):
+    """An adversary's finding: PCHs kept under a higher limit (or by processes that ended)
+    stayed when a later process with a lower limit made one over it and did not keep it
+    ("3 files, 22.6 MiB of 5.0 MiB"): eviction ran only when a PCH was published. A PCH not
+    kept for the limit leaves the folder within it."""
+    kept = _build(cache, _source())
+    assert _kind(kept) is PchKind.MADE and list(_folder(cache).glob("*.pch"))
+    monkeypatch.setenv(pch.LIMIT_ENV, "1KB")
+    refused = _build(cache, _source(), options=(*BASE, "-DANOTHER_SET=1"))
+    assert any("size limit" in w for w in refused.report.warnings), refused.report.warnings
+    assert not list(_folder(cache).glob("*.pch")), "the folder stays over its 1 KB limit"
+
+
 def test_a_bad_size_limit_is_said_once(lib, cache, monkeypatch):
     monkeypatch.setenv(pch.LIMIT_ENV, "lots")
     ms = [_build(cache, _source()) for _ in range(2)]

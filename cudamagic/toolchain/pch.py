@@ -590,6 +590,8 @@ def _settle(p: PchPlan, outcome: PchOutcome | None, headers: Sequence[tuple], ma
     if size > limit:  # never kept: the next compile of this header set makes none
         _write(_paths(p.folder, p.set_key or p.key)[3][:-5] + ".size", str(size).encode())
         say_once(_over_limit(size, limit), notes)
+        with _locked(p.folder):  # the folder itself kept to the limit (a lower one than
+            _evict(p.folder, limit)  # its PCHs were made under, or the dead's left over)
         return False
     record = {"format": FORMAT, "key": p.key, "seconds": seconds, "made": time.time(),
               "process": _maker(p.owner)[0], "owner": p.holder or _owner(p.folder),
