@@ -9,6 +9,7 @@ import re
 import signal
 import threading
 import time
+import sys
 from pathlib import Path
 
 import pytest
@@ -228,6 +229,9 @@ def test_a_fork_while_a_build_is_inside_the_driver_waits_for_it(monkeypatch, fre
     stand_in = driver._Driver.__new__(driver._Driver)
     stand_in._lib = SimpleNamespace(**calls)
     monkeypatch.setattr(driver, "_lib", lambda: stand_in)
+    # the current device asked of the stand-in, not of CuPy (which an earlier test of the
+    # run may have imported: its real runtime, no GPU here, and the build's thread failed)
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
     arrived = threading.Event()  # set once a fork waits for the calls inside
     real_before = forksafe.WaitedSection.before_fork
 
