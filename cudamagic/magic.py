@@ -89,7 +89,12 @@ def _help_asked(magics: Any, name: str, line: str) -> bool:
     words = line.split(None, 1)
     if not words or words[0] not in ("-h", "--help"):
         return False
-    print(inspect.cleandoc(getattr(type(magics), name).__doc__ or ""))
+    shell = getattr(magics, "shell", None)
+    found = shell.object_inspect(f"%{name}") if shell is not None else {}
+    if found.get("found") and found.get("docstring"):
+        print(found["docstring"])  # the help ``%name?`` shows, whole
+    else:
+        print(inspect.cleandoc(getattr(type(magics), name).__doc__ or ""))
     return True
 
 

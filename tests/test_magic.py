@@ -464,22 +464,29 @@ def test_cuda_load_picks_a_fatbins_target_with_arch(tmp_path, monkeypatch, arch,
 
 
 def test_every_line_magic_answers_dash_h_with_its_help(tmp_path):
-    """Issue 51 snag 4: ``%%cuda -h`` showed help and the six line magics an error."""
+    """Issue 51 snag 4: ``%%cuda -h`` showed help and the six line magics an error; -h shows
+    the whole help, the same text as ``%name?``."""
     code = r'''
-import json
+import contextlib, io, json
 from IPython.core.interactiveshell import InteractiveShell
 ip = InteractiveShell.instance()
 ip.run_line_magic("load_ext", "cudamagic")
-out = {}
+out, helps, full = {}, {}, {}
 for m in ("cuda_load", "cuda_cache", "cuda_info", "cuda_bench", "cuda_sanitize", "cuda_profile"):
     for flag in ("-h", "--help"):
-        r = ip.run_cell(f"%{m} {flag}")
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            r = ip.run_cell(f"%{m} {flag}")
         out[f"{m} {flag}"] = repr(r.error_in_exec)
-print("RESULT " + json.dumps(out))
+        helps[f"{m} {flag}"] = said.getvalue()
+    full[m] = ip.object_inspect(f"%{m}")["docstring"]  # what %m? shows
+print("RESULT " + json.dumps([out, helps, full]))
 '''
     said = run_python(code, {"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
-    errors = json.loads(said.split("RESULT ", 1)[1])
+    errors, helps, full = json.loads(said.split("RESULT ", 1)[1])
     assert set(errors.values()) == {"None"}, errors
+    for asked, text in helps.items():  # the whole help, continuation lines too (issue: -h
+        # dropped the usage's second line, the rest of wrapped sentences, -n's description)
+        assert text.strip() == full[asked.split()[0]].strip(), (asked, text)
     for words in ("%cuda_load [--arch sm_XX]", "%cuda_cache [--older-than AGE]",
                   "Device, driver, NVRTC", "%cuda_bench [-n REPEAT", "%cuda_sanitize [--tool",
                   "%cuda_profile kernel(grid, block, args)"):
