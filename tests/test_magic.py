@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from cudamagic.errors import OptionError
+
 from .conftest import FIXTURES, run_python
 
 CELL = r'''
@@ -324,6 +326,23 @@ def test_an_untrusted_cache_folder_is_said_once_in_the_report(tmp_path):
                          env={"CUDAMAGIC_CACHE_DIR": str(folder)})
     assert out.count(f"the cache folder {folder} is not trusted") == 1
     assert "CacheWarning" not in err and "warnings.warn" not in err, err
+
+
+@pytest.mark.parametrize("name", ["In", "Out", "get_ipython", "exit"])
+def test_a_module_name_ipython_relies_on_is_refused_and_left_in_place(name, tmp_path,
+                                                                       monkeypatch):
+    """``--module In`` (or Out, get_ipython...) replaced IPython's own name with the module,
+    hinting "name the module with --module": refused, saying which name and why, by %%cuda
+    before any compile and by %cuda_load; the notebook's name stays."""
+    ip = _shell(tmp_path, monkeypatch)
+    before = ip.user_ns[name]
+    for cell in (f"%%cuda -q --module {name}\n" + 'extern "C" __global__ void k() {}\n',
+                 f'%cuda_load {FIXTURES / "fixture.cubin"} -q --module {name}'):
+        result = ip.run_cell(cell)
+        assert isinstance(result.error_in_exec, OptionError), (cell, result.error_in_exec)
+        said = str(result.error_in_exec)
+        assert f"--module {name!r}" in said and "IPython" in said, said
+        assert ip.user_ns[name] is before
 
 
 def test_cuda_load_says_its_warnings_once(tmp_path, monkeypatch, capsys):
