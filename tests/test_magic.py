@@ -345,6 +345,23 @@ def test_a_module_name_ipython_relies_on_is_refused_and_left_in_place(name, tmp_
         assert ip.user_ns[name] is before
 
 
+def test_quiet_shows_cudamagics_own_warnings_at_every_run_and_not_nvrtcs(tmp_path, monkeypatch,
+                                                                          capsys):
+    """docs/magics.md's -q row: no report; cudamagic's own warning (a missing -I folder) is
+    shown at each run, the hit too; NVRTC's warning (#177-D) is not shown, and is in the
+    report's log."""
+    ip = _shell(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    for hit in (False, True):
+        ip.run_cell_magic("cuda", "-q -I nothere", 'extern "C" __global__ void k() { int x; }\n')
+        out = capsys.readouterr().out
+        report = ip.user_ns["cuda_module"].report
+        assert report.hit is hit
+        assert out.count("-I nothere: no such folder") == 1, out
+        assert "#177" not in out and "cache miss" not in out and "cache hit" not in out, out
+        assert "#177" in report.log
+
+
 def test_cuda_load_says_its_warnings_once(tmp_path, monkeypatch, capsys):
     import warnings
 
