@@ -40,14 +40,15 @@ def _debug_fields() -> list[tuple[str, str]]:
 
 
 def environment_info() -> EnvironmentInfo:
-    """What a build uses here: devices, driver, NVRTC, demangler, target arch, cache."""
+    """What a build uses here: devices, driver, NVRTC, demangler, target arch, cache. Where
+    NVRTC is not installed, the report says so (and how to install it) instead of raising."""
     import importlib.metadata
 
     from .view.records import EnvironmentInfo
     from .store import default_cache
     from .toolchain.nvrtc import nvrtc_version
     from .toolchain.demangle import CuFilt, default_demangler
-    from .errors import OptionError
+    from .errors import OptionError, ToolchainError
     from .pipeline import default_arch
 
     fields: list[tuple[str, str]] = []
@@ -60,9 +61,14 @@ def environment_info() -> EnvironmentInfo:
                                  "need a GPU)"))
     from .pipeline import SERVED
     served = SERVED.facts()  # where a server compiles, NVRTC is its (never loaded here)
-    fields.append(("NVRTC", served.nvrtc_version if served else nvrtc_version()))
+    try:
+        fields.append(("NVRTC", served.nvrtc_version if served else nvrtc_version()))
+        pch = pch_state(served)
+    except ToolchainError as exc:  # no NVRTC here (no cuda.bindings): said, the rest still is
+        fields.append(("NVRTC", f"missing: {exc}"))
+        pch = "none without NVRTC"
     fields.append(("compile server", server_text(SERVED.status())))
-    fields.append(("precompiled headers", pch_state(served)))
+    fields.append(("precompiled headers", pch))
     d = default_demangler()
     fields.append(("demangler", f"{d.name} ({d.path})" if isinstance(d, CuFilt) else d.name))
     try:

@@ -27,7 +27,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from .forksafe import ForkSafeLock
 from .errors import OptionError
-from .options import DEFAULT_MODULE, PROGRAM_NAME, magic_help, parse_magic_line
+from .options import (DEFAULT_MODULE, PROGRAM_NAME, magic_help, module_name_free,
+                      parse_magic_line)
 from .process import at_fork
 from .units import counted
 
@@ -89,7 +90,12 @@ def _help_asked(magics: Any, name: str, line: str) -> bool:
     words = line.split(None, 1)
     if not words or words[0] not in ("-h", "--help"):
         return False
-    print(inspect.cleandoc(getattr(type(magics), name).__doc__ or ""))
+    shell = getattr(magics, "shell", None)
+    found = shell.object_inspect(f"%{name}") if shell is not None else {}
+    if found.get("found") and found.get("docstring"):
+        print(found["docstring"])  # the help ``%name?`` shows, whole
+    else:
+        print(inspect.cleandoc(getattr(type(magics), name).__doc__ or ""))
     return True
 
 
@@ -502,6 +508,7 @@ class CudaMagics(Magics):
         if opts is None:  # -h, --help
             print(CudaMagics.cuda.__doc__)
             return
+        module_name_free(opts.module, _shell_names(self.shell))
         phases = {BuildPhase.IMPORTS: imports, BuildPhase.PARSE: time.perf_counter() - t}
         if opts.arch is None:  # the build asks the driver for the GPU's arch: start it here, timed
             t = time.perf_counter()
@@ -554,6 +561,7 @@ class CudaMagics(Magics):
         from .api import load_cubin
 
         ns = _parse(self.cuda_load, line)
+        module_name_free(ns.module, _shell_names(self.shell))
         with _warnings_said_in_report() as said:
             module = load_cubin(os.path.expanduser(ns.path), ns.name_expression, arch=ns.arch,
                                 module=ns.module, reserved=_shell_names(self.shell))

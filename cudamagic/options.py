@@ -30,7 +30,7 @@ __all__ = [
     "DEFAULT_STD",
     "DEFAULT_MODULE",
     "PROGRAM_NAME",
-    "magic_parser", "magic_help",
+    "magic_parser", "magic_help", "module_name_free",
     "parse_magic_line",
     "split_line",
     "options_from_args",
@@ -420,6 +420,20 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     from asking the terminal for one (an import of shutil, and through it of bz2 and lzma, in
     ``%load_ext`` and in the first cell's parse)."""
     return argparse.HelpFormatter(prog, width=HELP_WIDTH)
+
+
+def module_name_free(module: str, reserved: Sequence[str]) -> None:
+    """Refuse a ``--module`` name IPython keeps in the notebook and relies on (``reserved``:
+    ``In``, ``Out``, ``get_ipython``, ``exit``...): the module would replace it and break the
+    notebook. (A kernel's name that is one is given a suffix instead; a module's name is the
+    user's own choice, so it is refused, as a keyword is.)
+
+    :raises OptionError: ``module`` is one of ``reserved``.
+    """
+    if module in reserved:
+        raise OptionError(f"--module {module!r} is a name IPython keeps in the notebook and "
+                          f"relies on (the module would replace {module}): give the module "
+                          "another name")
 
 
 def magic_help() -> str:

@@ -40,7 +40,7 @@ def test_only_include_directives_count():
 
 
 def test_a_cute_cell_compiles_with_no_option_and_the_report_says_what_was_added(built, cache):
-    added = dict(built.report.facts)["options added for CUTLASS"]
+    added = dict(built.report.facts)["options added for CUTLASS:"]
     assert "-default-device" in added and "cutlass_library/source/include" in added
     # the name expression of CuTe's types restores from the cache, and its table checks dtypes
     again = cudamagic.build(CUTE, [NAME], cache=cache)
@@ -50,7 +50,7 @@ def test_a_cute_cell_compiles_with_no_option_and_the_report_says_what_was_added(
 
 def test_a_user_std_is_kept(cache):
     m = cudamagic.build(CUTE, [NAME], cache=cache, options=["-std=c++20"])
-    assert "options added for CUTLASS" in dict(m.report.facts)
+    assert "options added for CUTLASS:" in dict(m.report.facts)
     key, arch, options, _ = cudamagic.pipeline.entry_key(
         CUTE, cudamagic.options.options_from_args(["-std=c++20"], [NAME]))
     assert "-std=c++20" in options and "-std=c++17" not in options

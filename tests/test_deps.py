@@ -721,3 +721,39 @@ def test_a_restarted_kernel_is_not_told_its_list_is_broken(tmp_path):
     assert "in this process" not in shown and "restart the kernel" not in shown, shown
     assert not any("broken" in w for w in warned), warned
     assert child("again")[0]  # cached this time
+
+
+_HEADER_ERROR_CHILD = r"""
+import os, sys, warnings
+import cudamagic
+from cudamagic.errors import CompileError
+warnings.simplefilter("ignore")
+os.chdir(sys.argv[1])
+cache = sys.argv[2]
+try:  # code past the include: the header listing runs (and fails) in a forked child
+    cudamagic.build('#include "bad.h"\n__global__ void k() {}\n', cache=cache, options=["-Ilib"])
+except CompileError as exc:
+    print("failed:", "boom" in str(exc))
+cell = '#include "c.h"\n__global__ void k(int* p) { p[0] = C; }\n'
+for _ in range(2):
+    m = cudamagic.build(cell, cache=cache, options=["-Ilib"])
+    print("hit:", m.report.hit, any("broken" in w for w in m.report.warnings))
+"""
+
+
+def test_a_cell_failing_inside_a_header_leaves_later_cells_cached(tmp_path):
+    """docs/cache.md 'After a compile fails inside a header': a cell with code past its
+    include whose header says #error leaves the process's caching whole (its header listing
+    failed in a forked child): a later cell with a quoted header, built twice, is a hit the
+    second time and is told nothing of a broken list (planted: the listing child not started,
+    the cell compiled traced in the process -> the second build is a miss)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    _write(lib, {"c.h": "#pragma once\n#define C 3\n", "bad.h": "#pragma once\n#error boom\n"})
+    for f in lib.iterdir():
+        past = f.stat().st_mtime - 5
+        os.utime(f, (past, past))
+    code = _HEADER_ERROR_CHILD.replace("sys.argv[1]", repr(str(tmp_path))).replace(
+        "sys.argv[2]", repr(str(tmp_path / "cache")))
+    out = run_python(code, timeout=240).strip().splitlines()
+    assert out[-3:] == ["failed: True", "hit: False False", "hit: True False"], out

@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from cudamagic.errors import OptionError
+
 from .conftest import FIXTURES, run_python
 
 CELL = r'''
@@ -326,6 +328,40 @@ def test_an_untrusted_cache_folder_is_said_once_in_the_report(tmp_path):
     assert "CacheWarning" not in err and "warnings.warn" not in err, err
 
 
+@pytest.mark.parametrize("name", ["In", "Out", "get_ipython", "exit"])
+def test_a_module_name_ipython_relies_on_is_refused_and_left_in_place(name, tmp_path,
+                                                                       monkeypatch):
+    """``--module In`` (or Out, get_ipython...) replaced IPython's own name with the module,
+    hinting "name the module with --module": refused, saying which name and why, by %%cuda
+    before any compile and by %cuda_load; the notebook's name stays."""
+    ip = _shell(tmp_path, monkeypatch)
+    before = ip.user_ns[name]
+    for cell in (f"%%cuda -q --module {name}\n" + 'extern "C" __global__ void k() {}\n',
+                 f'%cuda_load {FIXTURES / "fixture.cubin"} -q --module {name}'):
+        result = ip.run_cell(cell)
+        assert isinstance(result.error_in_exec, OptionError), (cell, result.error_in_exec)
+        said = str(result.error_in_exec)
+        assert f"--module {name!r}" in said and "IPython" in said, said
+        assert ip.user_ns[name] is before
+
+
+def test_quiet_shows_cudamagics_own_warnings_at_every_run_and_not_nvrtcs(tmp_path, monkeypatch,
+                                                                          capsys):
+    """docs/magics.md's -q row: no report; cudamagic's own warning (a missing -I folder) is
+    shown at each run, the hit too; NVRTC's warning (#177-D) is not shown, and is in the
+    report's log."""
+    ip = _shell(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    for hit in (False, True):
+        ip.run_cell_magic("cuda", "-q -I nothere", 'extern "C" __global__ void k() { int x; }\n')
+        out = capsys.readouterr().out
+        report = ip.user_ns["cuda_module"].report
+        assert report.hit is hit
+        assert out.count("-I nothere: no such folder") == 1, out
+        assert "#177" not in out and "cache miss" not in out and "cache hit" not in out, out
+        assert "#177" in report.log
+
+
 def test_cuda_load_says_its_warnings_once(tmp_path, monkeypatch, capsys):
     import warnings
 
@@ -464,22 +500,29 @@ def test_cuda_load_picks_a_fatbins_target_with_arch(tmp_path, monkeypatch, arch,
 
 
 def test_every_line_magic_answers_dash_h_with_its_help(tmp_path):
-    """Issue 51 snag 4: ``%%cuda -h`` showed help and the six line magics an error."""
+    """Issue 51 snag 4: ``%%cuda -h`` showed help and the six line magics an error; -h shows
+    the whole help, the same text as ``%name?``."""
     code = r'''
-import json
+import contextlib, io, json
 from IPython.core.interactiveshell import InteractiveShell
 ip = InteractiveShell.instance()
 ip.run_line_magic("load_ext", "cudamagic")
-out = {}
+out, helps, full = {}, {}, {}
 for m in ("cuda_load", "cuda_cache", "cuda_info", "cuda_bench", "cuda_sanitize", "cuda_profile"):
     for flag in ("-h", "--help"):
-        r = ip.run_cell(f"%{m} {flag}")
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            r = ip.run_cell(f"%{m} {flag}")
         out[f"{m} {flag}"] = repr(r.error_in_exec)
-print("RESULT " + json.dumps(out))
+        helps[f"{m} {flag}"] = said.getvalue()
+    full[m] = ip.object_inspect(f"%{m}")["docstring"]  # what %m? shows
+print("RESULT " + json.dumps([out, helps, full]))
 '''
     said = run_python(code, {"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
-    errors = json.loads(said.split("RESULT ", 1)[1])
+    errors, helps, full = json.loads(said.split("RESULT ", 1)[1])
     assert set(errors.values()) == {"None"}, errors
+    for asked, text in helps.items():  # the whole help, continuation lines too (issue: -h
+        # dropped the usage's second line, the rest of wrapped sentences, -n's description)
+        assert text.strip() == full[asked.split()[0]].strip(), (asked, text)
     for words in ("%cuda_load [--arch sm_XX]", "%cuda_cache [--older-than AGE]",
                   "Device, driver, NVRTC", "%cuda_bench [-n REPEAT", "%cuda_sanitize [--tool",
                   "%cuda_profile kernel(grid, block, args)"):

@@ -212,6 +212,30 @@ def test_without_a_cuda_stack_a_wheel_s_build_says_how_to_install_it_from_the_wh
     assert "'cuda-bindings<14,>=13'" in said and "cupy-cuda13x" in said, said
 
 
+INFO_NO_STACK = ("import sys\n"
+                 "sys.modules['cuda.bindings'] = sys.modules['cuda.bindings.nvrtc'] = None\n"
+                 "from IPython.core.interactiveshell import InteractiveShell\n"
+                 "ip = InteractiveShell.instance()\n"
+                 "ip.run_line_magic('load_ext', 'cudamagic')\n"
+                 "r = ip.run_cell('%cuda_info')\n"
+                 "print('ERROR', repr(r.error_in_exec))\n")
+
+
+def test_without_a_cuda_stack_cuda_info_reports_the_environment_saying_nvrtc_is_missing(
+        tmp_path):
+    """``pip install -e .`` without the cu13 extra: %cuda_info raised ToolchainError; it shows
+    the environment, its NVRTC line saying NVRTC is not installed and how to install it."""
+    out = subprocess.run([sys.executable, "-c", INFO_NO_STACK], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache"),
+                              "PYTHONPATH": os.pathsep.join(filter(None, [
+                                  str(REPO), os.environ.get("PYTHONPATH")]))})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ERROR None" in out.stdout, out.stdout[-3000:]
+    assert "NVRTC: missing: NVRTC is not installed" in out.stdout, out.stdout
+    assert "cu13" in out.stdout and "cache: " in out.stdout and "demangler: " in out.stdout
+
+
 def test_the_wheel_ships_its_licence(wheel):
     meta = _metadata(wheel)
     assert meta["License-Expression"] == "MIT" and meta.get_all("License-File") == ["LICENSE"]

@@ -591,3 +591,13 @@ def test_a_kernel_s_signature_is_the_one_its_report_row_shows(cufilt):
     assert module["fill"].signature == "void fill(float*, float, int)"
     assert module["plain"].signature == "void plain(int*)"
     assert module["saxpy<float>"].signature == "void saxpy<float>(float, float*)"
+
+
+def test_the_options_added_for_a_library_read_with_a_colon_as_the_guide_shows_them():
+    """docs/magics.md shows "options added for CUTLASS: ..."; the report said it without the
+    colon ("options added for CUTLASS -I ..., -default-device")."""
+    r = make(added=("CUTLASS", ("-I /site/cutlass/include", "-default-device")))
+    said = "options added for CUTLASS: -I /site/cutlass/include, -default-device"
+    assert said in R.render_text(r).replace("\n    ", " ")
+    assert "options added for CUTLASS: <code>-I /site/cutlass/include, -default-device" \
+        in R.render_html(r)

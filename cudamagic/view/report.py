@@ -491,7 +491,8 @@ class BuildReport:
         if self.added is None:
             return ()
         library, options = self.added
-        return ((f"options added for {library}", ", ".join(options)),)
+        # the key ends with a colon: "options added for CUTLASS: -I ..., -default-device"
+        return ((f"options added for {library}:", ", ".join(options)),)
 
     @property
     def _pch_fact(self) -> tuple[tuple[str, str], ...]:

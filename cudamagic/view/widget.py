@@ -215,7 +215,7 @@ def show_report(report: BuildReport, front: Frontend,
 
 def show_warnings(report: BuildReport, front: Frontend) -> None:
     """Say a report's warnings alone on ``front`` (``%%cuda -q``: no report, but a warning is
-    still said, once)."""
+    still said, at each run)."""
     if not report.warnings:
         return
     import html
