@@ -288,7 +288,11 @@ def _cudamagic(cell: Cell, source: str, cache: str) -> dict:
     return {"seconds": seconds,
             "timings": {str(getattr(k, "value", k)): v for k, v in r.timings.items()},
             "pch": r.pch[0].value if getattr(r, "pch", None) else None,
+            # (NVRTC's compile with the PCH, the compile that made it) where one served
+            "pch_seconds": list(r.pch[1:]) if getattr(r, "pch", None) else None,
             "listing_beside": bool(getattr(listing, "beside", False)),
+            "listing_seconds": float(getattr(listing, "seconds", 0.0)),
+            "in_pch": bool(getattr(listing, "in_pch", False)),
             "traced": str(getattr(listing, "traced", None) or "") or None,
             "options": main_compile_options(calls, cell.names),
             "all_options": [c["options"] for c in calls]}
@@ -364,6 +368,7 @@ def summary(result: dict) -> dict:
                       for k in ("compile", "listing", "total")}
         s["pch"] = [r["pch"] or "–" for r in cm]
         s["beside"] = sum(r["listing_beside"] for r in cm)
+        s["in_pch"] = sum(r["in_pch"] for r in cm)
         s["traced"] = sorted({r["traced"] for r in cm if r["traced"]})
         out[name] = s
     return out
@@ -374,7 +379,7 @@ def table(result: dict) -> list[str]:
     rows = ["| cell | " + " | ".join(f"{LABELS[t]} ms: first / median edit" for t in TOOLS)
             + " | cudamagic / NVRTC alone: first, edit, worst compile (goal ≤ 1.1x) | "
             "PCH edits / CuPy | cudamagic's edit split (median ms): NVRTC's compile, "
-            "listing past it | PCH per compile | listing beside the compile |",
+            "listing past it | PCH per compile | header list: beside the compile, from the PCH |",
             "| --- |" + " ---: |" * (len(TOOLS) + 3) + " --- | ---: |"]
     for name, m in s.items():
         c, n, p = m["cudamagic"], m["nvrtc"], m["cupy"]
@@ -384,8 +389,31 @@ def table(result: dict) -> list[str]:
             + f" | {_ratio(c['first'], n['first'])}, {_ratio(c['edit'], n['edit'])}, "
             f"{m['worst']:.2f}x | {_ratio(m['pch_edit'], p['edit'])} | "
             f"{_ms(m['split']['compile'])}, {_ms(m['split']['listing'])} | "
-            f"{', '.join(m['pch'])} | {m['beside']}/{len(m['pch'])}"
+            f"{', '.join(m['pch'])} | {m['beside']}, {m['in_pch']} of {len(m['pch'])}"
             + (f" (traced: {', '.join(m['traced'])})" if m["traced"] else "") + " |")
+    return rows
+
+
+def compiles(result: dict) -> list[str]:
+    """Every cudamagic compile against NVRTC alone's of the same edit, and where its time went:
+    NVRTC's compile (the report's ``compile``), the header listing (its own seconds, and the
+    seconds it added past the compile), the PCH (what it did; NVRTC's compile with it and the
+    compile that made it, as the report says)."""
+    rows = ["| cell | compile | cudamagic ms | NVRTC alone ms | ratio | NVRTC's compile in "
+            "cudamagic ms | header list: how, its ms, ms past the compile | PCH: kind, "
+            "compile with it / making it ms |", "| --- | --- |" + " ---: |" * 4 + " --- | --- |"]
+    for name, by_tool in result["raw"].items():
+        for i, (c, n) in enumerate(zip(by_tool["cudamagic"], by_tool["nvrtc"])):
+            how = ("beside" if c["listing_beside"] else "from the PCH" if c["in_pch"]
+                   else f"traced ({c['traced']})" if c["traced"] else "none")
+            pch = c["pch"] or "–"
+            if c["pch_seconds"] and c["pch"] == "used":
+                pch += " " + " / ".join(_ms(x) for x in c["pch_seconds"])
+            rows.append(f"| {name} | {'first' if i == 0 else f'edit {i}'} | {_ms(c['seconds'])}"
+                        f" | {_ms(n['seconds'])} | {c['seconds'] / n['seconds']:.2f}x | "
+                        f"{_ms(c['timings'].get('compile'))} | {how}, "
+                        f"{_ms(c['listing_seconds'])}, {_ms(c['timings'].get('listing'))} | "
+                        f"{pch} |")
     return rows
 
 
@@ -416,7 +444,8 @@ def main() -> int:
             *([] if gpu else ["- no GPU: CuPy's column is what RawModule's compile runs "
                               "without a device (CuPy's _NVRTCProgram with RawModule's "
                               "options for sm_90), not RawModule"]),
-            "", *table(result), "", f"(wall time {result['wall_s']:.0f} s)"]
+            "", *table(result), "", "#### Each compile", "", *compiles(result), "",
+            f"(wall time {result['wall_s']:.0f} s)"]
     print("\n" + "\n".join(text), flush=True)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
