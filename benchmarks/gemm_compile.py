@@ -291,6 +291,7 @@ def _cudamagic(cell: Cell, source: str, cache: str) -> dict:
             # (NVRTC's compile with the PCH, the compile that made it) where one served
             "pch_seconds": list(r.pch[1:]) if getattr(r, "pch", None) else None,
             "listing_beside": bool(getattr(listing, "beside", False)),
+            # the listing child's start to its reaping (after the main compile), not its own work
             "listing_seconds": float(getattr(listing, "seconds", 0.0)),
             "in_pch": bool(getattr(listing, "in_pch", False)),
             "traced": str(getattr(listing, "traced", None) or "") or None,
@@ -396,11 +397,11 @@ def table(result: dict) -> list[str]:
 
 def compiles(result: dict) -> list[str]:
     """Every cudamagic compile against NVRTC alone's of the same edit, and where its time went:
-    NVRTC's compile (the report's ``compile``), the header listing (its own seconds, and the
-    seconds it added past the compile), the PCH (what it did; NVRTC's compile with it and the
+    NVRTC's compile (the report's ``compile``), the header listing (how the list was had, and
+    the seconds it added past the compile), the PCH (what it did; NVRTC's compile with it and the
     compile that made it, as the report says)."""
     rows = ["| cell | compile | cudamagic ms | NVRTC alone ms | ratio | NVRTC's compile in "
-            "cudamagic ms | header list: how, its ms, ms past the compile | PCH: kind, "
+            "cudamagic ms | header list: how, ms it added past the compile | PCH: kind, "
             "compile with it / making it ms |", "| --- | --- |" + " ---: |" * 4 + " --- | --- |"]
     for name, by_tool in result["raw"].items():
         for i, (c, n) in enumerate(zip(by_tool["cudamagic"], by_tool["nvrtc"])):
@@ -412,7 +413,7 @@ def compiles(result: dict) -> list[str]:
             rows.append(f"| {name} | {'first' if i == 0 else f'edit {i}'} | {_ms(c['seconds'])}"
                         f" | {_ms(n['seconds'])} | {c['seconds'] / n['seconds']:.2f}x | "
                         f"{_ms(c['timings'].get('compile'))} | {how}, "
-                        f"{_ms(c['listing_seconds'])}, {_ms(c['timings'].get('listing'))} | "
+                        f"{_ms(c['timings'].get('listing'))} | "
                         f"{pch} |")
     return rows
 
