@@ -338,8 +338,18 @@ def run(names: list[str], edits: int, gpu: bool) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
-            "versions": versions(), "gpu": gpu, "edits": edits, "raw": raw,
+            "versions": {**versions(), **_cutlass_version()}, "gpu": gpu, "edits": edits, "raw": raw,
             "sgemm_file": str(sgemm_file()) if "sgemm" in names else None}
+
+
+def _cutlass_version() -> dict[str, str]:
+    """The nvidia-cutlass wheel's version, which common.versions() does not list."""
+    import importlib.metadata as md
+
+    try:
+        return {"nvidia-cutlass": md.version("nvidia-cutlass")}
+    except md.PackageNotFoundError:
+        return {}
 
 
 # ---- the table ----------------------------------------------------------------------------------
