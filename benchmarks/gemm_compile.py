@@ -251,7 +251,11 @@ LABELS = {"cudamagic": "cudamagic", "nvrtc": "NVRTC alone", "cupy": "CuPy"}
 
 
 def _cupy(gpu: bool) -> Callable[[Cell, str], float]:
-    options_of = lambda cell: cell.cupy_options + cupy_options() + cell.options  # noqa: E731
+    def options_of(cell: Cell) -> tuple[str, ...]:
+        """edit_loop.py's CuPy options: CUTLASS's folders by hand, cudamagic's dialect and
+        header folders (RawModule adds its arch and execution space itself)."""
+        return cell.cupy_options + cupy_options() + cell.options
+
     if gpu:
         import cupy as cp
 
@@ -296,7 +300,7 @@ def _cudamagic(cell: Cell, source: str, cache: str) -> dict:
             "in_pch": bool(getattr(listing, "in_pch", False)),
             "traced": str(getattr(listing, "traced", None) or "") or None,
             "options": main_compile_options(calls, cell.names),
-            "all_options": [c["options"] for c in calls]}
+            "calls": calls}  # every NVRTC compile of the build: its options and names
 
 
 def run(names: list[str], edits: int, gpu: bool) -> dict:
