@@ -432,17 +432,84 @@ def compiles(result: dict) -> list[str]:
     return rows
 
 
+# ---- --split: what of the first compile is the listing's, what the PCH's ------------------------
+
+SPLIT = ("nvrtc", "untraced", "listed", "no_pch")
+SPLIT_LABELS = {"nvrtc": "NVRTC alone", "untraced": "cudamagic's compile_cubin, no listing",
+                "listed": "compile_cubin, the listing beside it",
+                "no_pch": "cudamagic.build(pch=False), a fresh cache"}
+
+
+def split(names: list[str], reps: int) -> dict:
+    """Each cell compiled ``reps`` times each way, alternated, a new salt each time:
+    NVRTC alone, cudamagic's own NVRTC call (``toolchain.nvrtc.compile_cubin``) without the
+    header listing and with it beside the compile, and a whole ``build()`` without the PCH in
+    a fresh cache folder; the options are cudamagic's (``pipeline.entry_key``'s)."""
+    import cudamagic
+    from cudamagic.options import BuildOptions
+    from cudamagic.pipeline import entry_key
+    from cudamagic.toolchain.nvrtc import compile_cubin
+
+    made, salt, out = cells(), Salt(), {}
+    for ci, name in enumerate(names):
+        cell = made[name]()
+        options = list(entry_key(edited(cell, "1.0"), BuildOptions(
+            name_expressions=cell.names, options=cell.options))[2])
+        out[name] = {w: [] for w in SPLIT}
+        for rep in range(reps):
+            for wi, way in enumerate(SPLIT[rep % 4:] + SPLIT[:rep % 4]):
+                source = edited(cell, salt.constant(wi, ci, rep))
+                t, listing = time.perf_counter(), None
+                if way == "nvrtc":
+                    nvrtc_alone(source, cell.names, options)
+                elif way == "no_pch":
+                    with tempfile.TemporaryDirectory() as cache:
+                        listing = cudamagic.build(source, name_expressions=list(cell.names),
+                                                  options=list(cell.options), cache=cache,
+                                                  pch=False).report.listing
+                else:
+                    listing = compile_cubin(source, list(cell.names), options,
+                                            trace=way == "listed").listing
+                how = None if listing is None else (
+                    "beside" if listing.beside else str(listing.traced or "none"))
+                out[name][way].append({"seconds": time.perf_counter() - t, "listing": how})
+    return out
+
+
+def split_table(got: dict) -> list[str]:
+    rows = ["| cell | " + " | ".join(f"{SPLIT_LABELS[w]} s" for w in SPLIT)
+            + " | listing beside / NVRTC alone (median) | the listing's outcomes |",
+            "| --- |" + " ---: |" * (len(SPLIT) + 1) + " --- |"]
+    for name, by in got.items():
+        med = {w: median([r["seconds"] for r in by[w]]) for w in SPLIT}
+        seen = sorted({r["listing"] for w in ("listed", "no_pch") for r in by[w]})
+        rows.append(f"| {name} | " + " | ".join(
+            f"{med[w]:.2f} (" + ", ".join(f"{r['seconds']:.1f}" for r in by[w]) + ")"
+            for w in SPLIT)
+            + f" | {med['listed'] / med['nvrtc']:.2f}x | {', '.join(seen)} |")
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="folder for gemm_compile.md and gemm_compile.json")
     ap.add_argument("--edits", type=int, default=4, help="edits of each cell (default 4)")
     ap.add_argument("--cells", default="sgemm,cub", help="which cells (default sgemm,cub)")
     ap.add_argument("--dry-run", action="store_true", help="as without a GPU, even with one")
+    ap.add_argument("--split", type=int, metavar="REPS", default=0,
+                    help="instead: each cell's compile REPS times each way (NVRTC alone, "
+                         "cudamagic's compile with and without the header listing beside it, "
+                         "build() without the PCH)")
     a = ap.parse_args()
     names = [c.strip() for c in a.cells.split(",") if c.strip()]
     unknown = [c for c in names if c not in cells()]
     if unknown:
         ap.error(f"no such cell: {', '.join(unknown)} (there are {', '.join(cells())})")
+    if a.split:
+        print("\n".join([f"### What of a compile is the header listing's ({a.split} each, "
+                          f"alternated; medians, then each)", "", machine(), "",
+                          *split_table(split(names, a.split))]), flush=True)
+        return 0
     gpu = gpu_available() and not a.dry_run
     t0 = time.perf_counter()
     result = run(names, a.edits, gpu)
