@@ -26,10 +26,10 @@ from common import SOURCES, machine, median, names
 
 import cudamagic
 from cudamagic.store.cache import KernelCache
-from cudamagic.toolchain.nvrtc import compile_cubin
-from cudamagic.toolchain.deps import Manifest
-from cudamagic.options import BuildOptions
-from cudamagic.pipeline import entry_key
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
+from cudamagic.toolchain.compile.deps import Manifest
+from cudamagic.core.options import BuildOptions
+from cudamagic.pipeline.steps import entry_key
 
 
 def _timed(fn) -> float:

@@ -91,8 +91,8 @@ def machine() -> str:
     """One line naming the machine and the versions measured."""
     parts = [platform.node() or "?", f"Python {platform.python_version()}"]
     try:
-        from cudamagic.toolchain import nvrtc as compiler
-        from cudamagic.toolchain import driver
+        from cudamagic.toolchain.compile import nvrtc as compiler
+        from cudamagic.toolchain.device import driver
 
         if driver.available():
             parts.insert(0, f"{driver.device_name(0)} x{driver.device_count()}, driver CUDA "
@@ -195,7 +195,7 @@ def package_tree(folder: Path) -> str:
 def gpu_available() -> bool:
     """Whether a CUDA device answers (False where cudamagic's driver module cannot say)."""
     try:
-        from cudamagic.toolchain import driver
+        from cudamagic.toolchain.device import driver
 
         return bool(driver.available())
     except Exception:  # pragma: no cover
@@ -208,15 +208,15 @@ def system_include_dirs() -> tuple[str, ...]:
     import importlib
 
     # where the package has kept them: toolkit().include_dirs, or a system_include_dirs()
-    for where, get in (("cudamagic.toolkit", lambda m: m.toolkit().include_dirs),
-                       ("cudamagic.toolkit", lambda m: m.system_include_dirs()),
-                       ("cudamagic.options", lambda m: m.system_include_dirs())):
+    for where, get in (("cudamagic.core.toolkit", lambda m: m.toolkit().include_dirs),
+                       ("cudamagic.core.toolkit", lambda m: m.system_include_dirs()),
+                       ("cudamagic.core.options", lambda m: m.system_include_dirs())):
         try:
             return tuple(get(importlib.import_module(where)))
         except (ImportError, AttributeError):
             continue
-    raise RuntimeError("cudamagic's system include folders are in neither cudamagic.toolkit "
-                       "nor cudamagic.options: tell benchmarks/common.py where they went")
+    raise RuntimeError("cudamagic's system include folders are in neither cudamagic.core.toolkit "
+                       "nor cudamagic.core.options: tell benchmarks/common.py where they went")
 
 
 # ---- the cells users write -----------------------------------------------------------------------

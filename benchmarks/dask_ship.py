@@ -45,7 +45,7 @@ def cluster():
     try:
         from dask_cuda import LocalCUDACluster
 
-        from cudamagic.toolchain import driver
+        from cudamagic.toolchain.device import driver
 
         if driver.device_count() >= 2:
             return LocalCUDACluster(n_workers=2, dashboard_address=None, silence_logs=40)

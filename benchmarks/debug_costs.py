@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import cudamagic  # noqa: E402
 from cudamagic.launch import capture as cap  # noqa: E402
 from cudamagic.launch.tool_run import write_run  # noqa: E402
-from cudamagic.toolchain import tools  # noqa: E402
+from cudamagic.toolchain.tools import tools  # noqa: E402
 from tests.planted import PLANTED  # noqa: E402
 
 

@@ -114,7 +114,7 @@ def cutlass_folders() -> tuple[str, ...]:
     They go before the toolkit's folders, as cudamagic orders them: a toolkit whose include/
     has a cccl/ of its own (``CUDA_HOME=/usr/local/cuda`` on the GPU machine), found first,
     mixed two CCCLs in one compile."""
-    from cudamagic.libraries import cccl_layout_dir, cutlass
+    from cudamagic.core.libraries import cccl_layout_dir, cutlass
 
     found = cutlass()
     return () if found is None else (f"-I{found.include_dir}", f"-I{cccl_layout_dir()}")
@@ -273,7 +273,7 @@ class Session:
 #: libnvrtc, and the compile server serving it (its pid; None where none serves or can)
 PROCESS = """import json as _j, os as _os, sys as _sys
 def _process():
-    _p = _sys.modules.get("cudamagic.pipeline")  # CuPy's kernel never imports cudamagic
+    _p = _sys.modules.get("cudamagic.pipeline.steps")  # CuPy's kernel never imports cudamagic
     _f = _p.SERVED.status() if _p is not None and hasattr(_p, "SERVED") else None
     with open("/proc/self/maps") as _m:
         _maps = _m.read()
@@ -305,9 +305,9 @@ def _cupy_compile(code, options, names):
 '''
 
 BARE = '''
-from cudamagic.options import BuildOptions as _BO
-from cudamagic.pipeline import entry_key as _ek
-from cudamagic.toolchain.nvrtc import compile_cubin as _cc_bare
+from cudamagic.core.options import BuildOptions as _BO
+from cudamagic.pipeline.steps import entry_key as _ek
+from cudamagic.toolchain.compile.nvrtc import compile_cubin as _cc_bare
 import time as _t, json as _j
 def _bare(code, names, options):
     """NVRTC's compile alone: cudamagic's options, no trace, no type probe."""
@@ -358,7 +358,7 @@ def _files(folder: str) -> int:
 def pch_switch() -> tuple[bool, bool]:
     """(build() takes pch=, the magic's line takes --no-pch) in this checkout's cudamagic."""
     import cudamagic
-    from cudamagic.options import parse_magic_line
+    from cudamagic.core.options import parse_magic_line
 
     takes = "pch" in inspect.signature(cudamagic.build).parameters
     try:
@@ -471,7 +471,7 @@ def _stop_server(session: Session | None, cache: str) -> None:
         if os.path.isdir(os.path.join(cache, "server")):
             from cudamagic.compiler.client import Endpoint
             from cudamagic.compiler.wire import server_folder, toolchain_id
-            from cudamagic.toolkit import toolkit
+            from cudamagic.core.toolkit import toolkit
 
             Endpoint(server_folder(cache), toolchain_id(toolkit().nvrtc_wheel)).ask(
                 {"kind": "stop"}, start=False)

@@ -45,7 +45,7 @@ try:
 except ImportError:
     cp = None
 import cudamagic
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 spec = json.loads(sys.argv[1])
 gpu = spec["gpu"]
 mod = cudamagic.build(spec["source"], spec["names"])

@@ -173,7 +173,7 @@ def cells() -> dict[str, Callable[[], Cell]]:
 
 # ---- the options cudamagic passed NVRTC ---------------------------------------------------------
 
-#: the options of cudamagic's precompiled header (toolchain/pch.py's PchPlan.options)
+#: the options of cudamagic's precompiled header (toolchain/compile/pch.py's PchPlan.options)
 PCH_OPTIONS = ("-create-pch=", "-use-pch=", "--create-pch=", "--use-pch=")
 #: the trace, where cudamagic's compile still carried it (its report says so: ``traced``)
 TRACE_OPTIONS = ("--fdevice-time-trace", "-fdevice-time-trace")
@@ -212,7 +212,7 @@ def main_compile_options(calls: list[dict], names: tuple[str, ...]) -> list[str]
     mine = [c for c in calls if c["names"] == list(names)]
     if not mine:
         raise RuntimeError(f"no recorded NVRTC compile was given {names}: {calls}")
-    from cudamagic.toolchain.pch import SUPPRESSED
+    from cudamagic.toolchain.compile.pch import SUPPRESSED
 
     return [o for o in mine[-1]["options"]
             if not o.startswith(PCH_OPTIONS + TRACE_OPTIONS) and o != SUPPRESSED]
@@ -446,9 +446,9 @@ def split(names: list[str], reps: int) -> dict:
     header listing and with it beside the compile, and a whole ``build()`` without the PCH in
     a fresh cache folder; the options are cudamagic's (``pipeline.entry_key``'s)."""
     import cudamagic
-    from cudamagic.options import BuildOptions
-    from cudamagic.pipeline import entry_key
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.core.options import BuildOptions
+    from cudamagic.pipeline.steps import entry_key
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     made, salt, out = cells(), Salt(), {}
     for ci, name in enumerate(names):

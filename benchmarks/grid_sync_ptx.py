@@ -20,11 +20,11 @@ import time
 from common import CCCL, machine, median, names
 
 import cudamagic
-from cudamagic.options import BuildOptions
-from cudamagic.pipeline import entry_key
+from cudamagic.core.options import BuildOptions
+from cudamagic.pipeline.steps import entry_key
 from cudamagic import KernelCache
-from cudamagic.toolchain import nvrtc
-from cudamagic.toolchain.ptx import grid_syncs
+from cudamagic.toolchain.compile import nvrtc
+from cudamagic.toolchain.binary.ptx import grid_syncs
 
 
 def _timed(fn) -> float:

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from common import SOURCES, machine, median, names
 
-from cudamagic.options import options_from_args
-from cudamagic.pipeline import build_module
+from cudamagic.core.options import options_from_args
+from cudamagic.pipeline.steps import build_module
 from cudamagic.store.cache import KernelCache
-from cudamagic.toolchain.manifest import Manifest
+from cudamagic.toolchain.compile.manifest import Manifest
 
 
 def _writer(folder: Path, stop: threading.Event) -> None:

@@ -39,7 +39,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 import cudamagic
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 
 SRC = r"""
 extern "C" __global__ void empty_c(float* x, float a, int n) {}

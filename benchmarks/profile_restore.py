@@ -36,7 +36,7 @@ src, exprs = SOURCES[kind][0], names(kind, n)
 if gpu:
     import cupy as cp
     cp.cuda.Device(0).synchronize()  # the context exists before the clock starts
-import cudamagic, cudamagic.pipeline
+import cudamagic, cudamagic.pipeline.steps
 
 
 def floor():

@@ -81,9 +81,9 @@ def manifest_check(repeat: int) -> dict:
 
     from cudamagic import build
     from cudamagic.store import KernelCache
-    from cudamagic.toolchain.manifest import Manifest
-    from cudamagic.pipeline import _context, BuildSettings
-    from cudamagic.options import options_from_args
+    from cudamagic.toolchain.compile.manifest import Manifest
+    from cudamagic.pipeline.steps import _context, BuildSettings
+    from cudamagic.core.options import options_from_args
 
     source, stem = SOURCES["cccl"]
     cache = KernelCache(tempfile.mkdtemp(), remote=False)

@@ -4,7 +4,7 @@ process, median of R:
 
 - NVRTC alone: the cell as cudamagic compiles it, without the probe;
 - NVRTC with the probe: the same compile with the probe's name expressions and fallbacks
-  (toolchain/probe.py), which is what a miss now runs;
+  (toolchain/compile/probe.py), which is what a miss now runs;
 - the separate type-reading compile the earlier code ran after that compile for the extern "C"
   kernels' types (a ``-fdevice-syntax-only`` compile of the cell and a template instantiated on
   ``decltype(&fill)``), rebuilt here as it was;
@@ -22,11 +22,11 @@ import time
 from common import CCCL, machine, median, names
 
 import cudamagic
-from cudamagic.options import BuildOptions
-from cudamagic.pipeline import entry_key
+from cudamagic.core.options import BuildOptions
+from cudamagic.pipeline.steps import entry_key
 from cudamagic.store import KernelCache
-from cudamagic.toolchain.nvrtc import compile_cubin
-from cudamagic.toolchain.probe import typed_compile
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
+from cudamagic.toolchain.compile.probe import typed_compile
 
 SOURCE = CCCL + r"""
 __constant__ float coeffs[16];

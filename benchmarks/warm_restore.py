@@ -44,7 +44,7 @@ elif tool == "cell":
 else:
     import cudamagic
     if tool == "cudamagic":     # the pipeline imported, as CuPy's is by "import cupy"
-        import cudamagic.pipeline
+        import cudamagic.pipeline.steps
     t = time.perf_counter()
     mod = cudamagic.build(src, exprs, cache=cache)
     t_build = time.perf_counter() - t

@@ -28,30 +28,118 @@ __all__ = ["build", "load_cubin", "gpu_available", "Module", "Kernel", "KernelCa
 
 from .errors import (ArgumentError, ArgumentTypeError, ArgumentValueError, CacheArgumentError,
                      CacheError, CacheWarning, CompileError, CompileInterrupted,
-                     ContextPoisonedError, CudaMagicError, CudaMagicWarning, ForkedCudaError,
-                     ImageError, InputWarning, LaunchError, LinkError, LogError,
-                     NameResolutionError, NoDeviceError, OptionError, ShadowWarning, SourceError,
-                     StaleModuleError, ToolchainError)
+                     ContextPoisonedError, CudaMagicError, CudaMagicWarning, DemangleError,
+                     DisassemblyError, ForkedCudaError, ImageError, InputWarning, LaunchError,
+                     LinkError, LogError, NameResolutionError, NoDeviceError, OccupancyError,
+                     OptionError, ProfileReadError, SanitizerOutputError, ScratchError,
+                     ShadowWarning, SourceError, StaleModuleError, ToolMissingError,
+                     ToolchainError)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import KernelCache
     from .launch import Kernel
-    from .module import Module
-    from .api import build, load_cubin
-    from .toolchain.demangle import DemangleError
-    from .toolchain.occupancy import OccupancyError
-    from .toolchain.profiler import ProfileReadError
-    from .toolchain.sanitizer import SanitizerOutputError
-    from .toolchain.sass import DisassemblyError
-    from .toolchain.tools import ScratchError, ToolMissingError
+    from .pipeline.module import Module
+    from .pipeline.api import build, load_cubin
+
+
+# ---- the modules' names of before the folders move (issue 48) ------------------------------
+#: each old dotted name -> the module it is now. A Module pickled, or shipped to a Dask worker,
+#: by a cudamagic of before the move names its classes by their old modules (its Module as
+#: ``module.Module`` at the package's top); the finder below gives each old name a module that
+#: forwards every attribute to the one it became, so such a pickle loads. Written by the move's
+#: script from the moves it made; old names that are packages now are not in it.
+_MOVED = {
+    "cudamagic.annotated": "cudamagic.pipeline.annotated",
+    "cudamagic.api": "cudamagic.pipeline.api",
+    "cudamagic.child": "cudamagic.pipeline.child",
+    "cudamagic.explain": "cudamagic.pipeline.explain",
+    "cudamagic.files": "cudamagic.core.files",
+    "cudamagic.forksafe": "cudamagic.core.forksafe",
+    "cudamagic.info": "cudamagic.shell.info",
+    "cudamagic.interrupts": "cudamagic.pipeline.interrupts",
+    "cudamagic.keys": "cudamagic.store.keys",
+    "cudamagic.libraries": "cudamagic.core.libraries",
+    "cudamagic.lineinfo": "cudamagic.pipeline.lineinfo",
+    "cudamagic.lines": "cudamagic.core.lines",
+    "cudamagic.magic": "cudamagic.shell.magic",
+    "cudamagic.miss": "cudamagic.core.miss",
+    "cudamagic.module": "cudamagic.pipeline.module",
+    "cudamagic.naming": "cudamagic.pipeline.naming",
+    "cudamagic.options": "cudamagic.core.options",
+    "cudamagic.precompiled": "cudamagic.pipeline.precompiled",
+    "cudamagic.process": "cudamagic.core.process",
+    "cudamagic.toolchain.annotation": "cudamagic.toolchain.tools.annotation",
+    "cudamagic.toolchain.demangle": "cudamagic.toolchain.binary.demangle",
+    "cudamagic.toolchain.deps": "cudamagic.toolchain.compile.deps",
+    "cudamagic.toolchain.driver": "cudamagic.toolchain.device.driver",
+    "cudamagic.toolchain.elf": "cudamagic.toolchain.binary.elf",
+    "cudamagic.toolchain.fatbin": "cudamagic.toolchain.compile.fatbin",
+    "cudamagic.toolchain.image": "cudamagic.toolchain.binary.image",
+    "cudamagic.toolchain.link": "cudamagic.toolchain.compile.link",
+    "cudamagic.toolchain.listing": "cudamagic.toolchain.compile.listing",
+    "cudamagic.toolchain.manifest": "cudamagic.toolchain.compile.manifest",
+    "cudamagic.toolchain.nvrtc": "cudamagic.toolchain.compile.nvrtc",
+    "cudamagic.toolchain.occupancy": "cudamagic.toolchain.device.occupancy",
+    "cudamagic.toolchain.pch": "cudamagic.toolchain.compile.pch",
+    "cudamagic.toolchain.probe": "cudamagic.toolchain.compile.probe",
+    "cudamagic.toolchain.profiler": "cudamagic.toolchain.tools.profiler",
+    "cudamagic.toolchain.ptx": "cudamagic.toolchain.binary.ptx",
+    "cudamagic.toolchain.sanitizer": "cudamagic.toolchain.tools.sanitizer",
+    "cudamagic.toolchain.sass": "cudamagic.toolchain.tools.sass",
+    "cudamagic.toolchain.signals": "cudamagic.toolchain.compile.signals",
+    "cudamagic.toolchain.threads": "cudamagic.toolchain.compile.threads",
+    "cudamagic.toolchain.tracefolder": "cudamagic.toolchain.compile.tracefolder",
+    "cudamagic.toolchain.variables": "cudamagic.toolchain.binary.variables",
+    "cudamagic.toolkit": "cudamagic.core.toolkit",
+    "cudamagic.typed": "cudamagic.pipeline.typed",
+    "cudamagic.units": "cudamagic.core.units",
+}
+
+
+def _made_by_import(spec: Any) -> None:
+    """An old name's module is a new, empty one (the import system makes it)."""
+
+
+def _forward(module: Any) -> None:
+    """The old name's module gives each attribute of the module it became (the same class
+    objects, so an old pickle's ``Module`` is :class:`Module`); that module, its
+    ``__spec__`` included, is left as it is."""
+    import functools
+    import importlib
+
+    now = importlib.import_module(_MOVED[module.__name__])
+    setattr(module, "__getattr__", functools.partial(getattr, now))
+    module.__doc__ = now.__doc__
+
+
+class _OldNames:
+    """The old names' finder and loader (importlib calls its attributes by name), first on
+    ``sys.meta_path``: an old name is never looked for as a file (an editable install's finder
+    would find an old checkout's)."""
+
+    create_module = staticmethod(_made_by_import)
+    exec_module = staticmethod(_forward)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in _MOVED:
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(fullname, self)  # type: ignore[arg-type]
+
+
+def _install_old_names() -> None:
+    import sys
+
+    if not any(isinstance(f, _OldNames) for f in sys.meta_path):
+        sys.meta_path.insert(0, _OldNames())
+
+
+_install_old_names()
 
 # imported on first use: %load_ext and `import cudamagic` stay light
-_LAZY = {"build": "api", "load_cubin": "api", "Module": "module", "Kernel": "launch",
-         "KernelCache": "store", "gpu_available": "info",
-         "OccupancyError": "toolchain.occupancy", "DemangleError": "toolchain.demangle",
-         "ToolMissingError": "toolchain.tools", "ScratchError": "toolchain.tools",
-         "SanitizerOutputError": "toolchain.sanitizer", "ProfileReadError": "toolchain.profiler",
-         "DisassemblyError": "toolchain.sass"}
+_LAZY = {"build": "pipeline.api", "load_cubin": "pipeline.api", "Module": "pipeline.module",
+         "Kernel": "launch", "KernelCache": "store", "gpu_available": "shell.info"}
 
 
 def __getattr__(name: str) -> Any:
@@ -82,7 +170,7 @@ def load_ipython_extension(ipython) -> None:
     (a notebook that works on another device only, or never launches). Nothing else is imported
     or found here (issue 38; tests/test_import_cost.py holds the list of what ``%load_ext`` may
     import): once the cell that ran it has finished, a second thread imports what a ``%%cuda``
-    cell's hit needs, the pipeline, the cache and the report (:data:`cudamagic.magic.HIT_PATH`),
+    cell's hit needs, the pipeline, the cache and the report (:data:`cudamagic.shell.magic.HIT_PATH`),
     and does the first hit's once-per-process work (the magic line's parser, regular
     expressions, the toolkit's folders and the demangler, which a later cell looks up again
     where ``$CUDA_HOME``, ``$CUDA_PATH``, ``$PATH`` or ``sys.path`` changed), while the notebook
@@ -103,7 +191,7 @@ def load_ipython_extension(ipython) -> None:
             done.set()
 
     threading.Thread(target=run, name=DRIVER_THREAD, daemon=True).start()
-    from .magic import CudaMagics, note_driver_thread
+    from .shell.magic import CudaMagics, note_driver_thread
 
     note_driver_thread(done)  # a fork, and the interpreter's exit, wait for it
     ipython.register_magics(CudaMagics)
@@ -143,7 +231,7 @@ def _start_driver(eager: bool = True) -> None:
     the thread runs while the notebook waits for its next cell, and imports no NumPy itself)."""
     import sys
 
-    from .toolchain import driver
+    from .toolchain.device import driver
 
     if not driver.available() or not eager:
         return

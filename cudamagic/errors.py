@@ -34,6 +34,13 @@ __all__ = [
     "CacheWarning",
     "ShadowWarning",
     "InputWarning",
+    "DemangleError",
+    "DisassemblyError",
+    "OccupancyError",
+    "ProfileReadError",
+    "SanitizerOutputError",
+    "ScratchError",
+    "ToolMissingError",
 ]
 
 
@@ -244,3 +251,32 @@ class ShadowWarning(CudaMagicWarning):
 
 class InputWarning(CudaMagicWarning):
     """A cell or magic line that works but is probably not what was meant."""
+
+
+class DemangleError(CudaMagicError, RuntimeError):
+    """A demangler process that failed or printed something other than one line per name."""
+
+
+class OccupancyError(CudaMagicError, ValueError):
+    """An occupancy question that cannot be answered: an architecture without a limits table, a
+    block size or shared memory size that is not one."""
+
+
+class ProfileReadError(CudaMagicError):
+    """ncu's report could not be read (no report interface, or not a report of one launch)."""
+
+
+class SanitizerOutputError(CudaMagicError):
+    """compute-sanitizer's report could not be read (not its XML, or truncated)."""
+
+
+class DisassemblyError(CudaMagicError):
+    """nvdisasm could not read the CUBIN (the message holds its own words)."""
+
+
+class ScratchError(CudaMagicError):
+    """No private folder could be made for a tool run's files."""
+
+
+class ToolMissingError(CudaMagicError):
+    """A debugging tool that is not installed; the message says how to install it."""

@@ -47,7 +47,7 @@ nvidia-smi -L
 # the copy here has no .git: the commit it was made from comes stamped (benchmarks/common.py's
 # project_commit); make it where the copy is made: git rev-parse --short HEAD > .commit
 echo "cudamagic commit: ${CUDAMAGIC_COMMIT:-$(cat .commit 2>/dev/null || echo 'unknown (no .git, no .commit)')}"
-python3 -c "import cuda.bindings, cupy, numpy; from cudamagic.toolchain import nvrtc as compiler, driver; from cudamagic.toolchain.demangle import default_demangler as d; print('cuda.bindings', cuda.bindings.__version__, 'cupy', cupy.__version__, 'numpy', numpy.__version__, 'nvrtc', compiler.nvrtc_version(), 'driver', driver.driver_version(), 'demangler', d().name)"
+python3 -c "import cuda.bindings, cupy, numpy; from cudamagic.toolchain.compile import nvrtc as compiler; from cudamagic.toolchain.device import driver; from cudamagic.toolchain.binary.demangle import default_demangler as d; print('cuda.bindings', cuda.bindings.__version__, 'cupy', cupy.__version__, 'numpy', numpy.__version__, 'nvrtc', compiler.nvrtc_version(), 'driver', driver.driver_version(), 'demangler', d().name)"
 run_step() {
   local what=$1
   echo "=== $what $(date +%T)"

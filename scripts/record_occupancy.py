@@ -1,5 +1,5 @@
 """Record the driver's occupancy answers on this GPU, for tests/test_occupancy.py to check the
-arithmetic of cudamagic.toolchain.occupancy against on machines without one.
+arithmetic of cudamagic.toolchain.device.occupancy against on machines without one.
 
 Usage (on the GPU machine, from the repository root)::
 
@@ -198,7 +198,7 @@ def record_kernel(rec: Recorder, cubin_name: str, symbol: str, fn, carveouts: bo
 
 def build_heavy(sm: int) -> bytes:
     """The heavy kernels' CUBIN for this device's architecture (NVRTC, no cache)."""
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     return compile_cubin(HEAVY, HEAVY_NAMES, [f"-arch=sm_{sm}", "-std=c++17"], trace=False).cubin
 
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="where to write the JSON")
     args = parser.parse_args(argv)
-    from cudamagic.toolchain.image import read_cubin
+    from cudamagic.toolchain.binary.image import read_cubin
 
     rec = Recorder()
     device = rec.device()

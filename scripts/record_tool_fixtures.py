@@ -24,9 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cudamagic.options import options_from_args  # noqa: E402
-from cudamagic.pipeline import build_module  # noqa: E402
-from cudamagic.toolchain import driver, tools  # noqa: E402
+from cudamagic.core.options import options_from_args  # noqa: E402
+from cudamagic.pipeline.steps import build_module  # noqa: E402
+from cudamagic.toolchain.device import driver
+from cudamagic.toolchain.tools import tools  # noqa: E402
 from tests.planted import (LINE_OFFSET, PLANTED, PROFILE_N, PROFILE_SOURCE,  # noqa: E402
                            fixed_args)
 
@@ -80,7 +81,7 @@ def record_ncu(cache: str) -> None:
 
 def _record_one(kernel, name: str, args: tuple, ncu, n: int) -> None:
     from cudamagic.launch import tool_run
-    from cudamagic.toolchain import profiler
+    from cudamagic.toolchain.tools import profiler
 
     c, build, device = tool_run.prepare_run(kernel, (n // 256,), (256,), args, {})
     folder = tools.scratch_folder()

@@ -41,7 +41,7 @@ def settled(path: Path) -> None:
     before a build is rightly not cached; a test about anything else settles it first."""
     import time
 
-    from cudamagic.toolchain.deps import RACY_NS
+    from cudamagic.toolchain.compile.deps import RACY_NS
 
     past = time.time() - 5
     os.utime(path, (past, past))
@@ -93,7 +93,7 @@ class WatchedCompiler:
         self.calls: list[tuple[str, ...]] = []
 
     def __call__(self, source, name_expressions, options, **kw):
-        from cudamagic.toolchain.nvrtc import compile_cubin
+        from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
         self.calls.append(tuple(name_expressions))
         return compile_cubin(source, name_expressions, options, **kw)
@@ -144,7 +144,7 @@ def hit_child(program: str, cache: Path, *args: str) -> dict:
 def trace_broken() -> bool:
     """Whether NVRTC's trace is broken in this process (one small traced compile asks; False
     where NVRTC cannot be used here)."""
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     try:
         return compile_cubin("__global__ void k() {}\n", [], ["-arch=sm_90"]).trace_broken
@@ -174,7 +174,7 @@ def nvrtc_trace_kept():
         yield
     finally:
         errors.CompileError.__init__ = real  # type: ignore[method-assign]
-    if failed and "cudamagic.toolchain.nvrtc" in sys.modules and not _broken_before[0]:
+    if failed and "cudamagic.toolchain.compile.nvrtc" in sys.modules and not _broken_before[0]:
         if trace_broken():
             _broken_before[0] = True
             pytest.fail("this test failed a compile inside a header in the test process, which "
@@ -191,14 +191,14 @@ def no_gpu(monkeypatch):
     probe (``driver._init``, which every question of the package's about a device goes
     through) answers that there is none. A test of the no-GPU behaviour takes it, so it passes
     on a GPU machine too; what a GPU does instead is a ``gpu`` test's."""
-    from cudamagic.toolchain import driver
+    from cudamagic.toolchain.device import driver
 
     monkeypatch.setattr(driver, "_init", lambda: "no device here (the test simulates none)")
 
 
 def _gpu_reason() -> str | None:
     try:
-        from cudamagic.toolchain import driver
+        from cudamagic.toolchain.device import driver
 
         return None if driver.available() else "no CUDA device or driver on this machine"
     except Exception as exc:  # pragma: no cover
@@ -229,9 +229,9 @@ def fresh_shell():
 @pytest.fixture
 def fresh_process():
     """The package's per-process state as a new process has it, before the test and after it:
-    every piece cudamagic.process registers as cleared by a test's reset (the driver's lost
+    every piece cudamagic.core.process registers as cleared by a test's reset (the driver's lost
     contexts, the last launch, the finders' answers, the store's default cache and warnings...)."""
-    from cudamagic import process
+    from cudamagic.core import process
 
     process.reset_for_tests()
     yield

@@ -1,14 +1,14 @@
 """A stand-in for ``libcuda.so.1`` below cudamagic's driver module: a machine with one GPU,
 for the tests of what the package does around the driver (a fork after CUDA started) where
 there is none. Only the driver library is stood in for: cudamagic's own code above it
-(``toolchain/driver.py``'s init, its fork hook, the pipeline, the kernels) runs as it is.
+(``toolchain/device/driver.py``'s init, its fork hook, the pipeline, the kernels) runs as it is.
 """
 
 from __future__ import annotations
 
 import os
 
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 
 NOT_INITIALIZED = 3  # CUDA_ERROR_NOT_INITIALIZED
 

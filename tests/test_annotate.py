@@ -21,8 +21,8 @@ import pytest
 
 import cudamagic
 from cudamagic.errors import ArgumentValueError
-from cudamagic.toolchain import profiler, sass, tools
-from cudamagic.toolchain.image import read_cubin
+from cudamagic.toolchain.tools import profiler, sass, tools
+from cudamagic.toolchain.binary.image import read_cubin
 
 from .planted import LINE_OFFSET, PROFILE_SOURCE
 
@@ -353,7 +353,7 @@ def test_the_html_is_bounded_and_escaped(tmp_path, monkeypatch):
 @pytest.mark.parametrize("notebook", [False, True], ids=["terminal", "notebook"])
 def test_cuda_dash_a_shows_the_annotation_after_the_report(notebook, tmp_path, monkeypatch,
                                                           capsys):
-    from cudamagic import magic
+    from cudamagic.shell import magic
     from cudamagic.view.widget import Frontend
 
     from .test_magic import _shell

@@ -17,8 +17,8 @@ from collections import Counter
 import pytest
 
 import cudamagic
-from cudamagic.toolchain import sass, tools
-from cudamagic.toolchain.image import read_cubin
+from cudamagic.toolchain.tools import sass, tools
+from cudamagic.toolchain.binary.image import read_cubin
 
 from .test_annotate import _json_lines, _nvdisasm
 
@@ -140,7 +140,7 @@ def test_a_tail_is_at_most_its_bound_and_counts_exactly_what_it_cut():
 def test_a_sanitizer_report_too_large_to_read_is_no_clean_run(tmp_path, monkeypatch):
     # before: a report past its bound was left unread and the run, exited 0, said "clean"
     from cudamagic.launch.tool_run import failed_account
-    from cudamagic.toolchain import sanitizer
+    from cudamagic.toolchain.tools import sanitizer
 
     report = tmp_path / "report.xml"
     report.write_text("<ComputeSanitizerOutput>" + "<record/>" * 1000
@@ -181,7 +181,7 @@ def _nvrtc_error_line(source: str) -> int:
 
 @pytest.mark.parametrize("sep", SEPARATORS.values(), ids=list(SEPARATORS))
 def test_nvrtc_numbers_lines_at_newline_alone_as_cell_lines_does(sep):
-    from cudamagic.lines import cell_lines
+    from cudamagic.core.lines import cell_lines
 
     # the separator in comments: where NVRTC broke the line there, "oops" would be code
     source = _lined("// one{sep}oops\n__device__ int two; // two{sep}oops\n"
@@ -251,8 +251,8 @@ def test_a_findings_and_a_hot_lines_text_is_nvrtcs_line(sep):
     from cudamagic.launch.capture import Capture
     from cudamagic.launch.support import LineinfoBuild
     from cudamagic.launch.tool_run import fold
-    from cudamagic.toolchain.profiler import profile_of
-    from cudamagic.toolchain.sanitizer import Finding, FindingKind, SanitizerTool
+    from cudamagic.toolchain.tools.profiler import profile_of
+    from cudamagic.toolchain.tools.sanitizer import Finding, FindingKind, SanitizerTool
 
     from .test_debug_tools import _Action, _Line, _Metric
 
@@ -411,7 +411,7 @@ def test_an_instances_name_is_text_in_the_html_never_a_tag(instances, tmp_path):
     # planted (not caught before): the name written into the HTML unescaped, in any of the
     # places it is shown: the kernels' totals, a row of its own, its label, a listing's title,
     # a profile's column; twice<double> then opened a <double> element
-    from cudamagic.toolchain.profiler import Profile
+    from cudamagic.toolchain.tools.profiler import Profile
 
     from .test_annotate import TEMPLATE
 

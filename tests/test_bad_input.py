@@ -16,7 +16,7 @@ import time
 import cudamagic
 from cudamagic import CudaMagicError
 from cudamagic.errors import OptionError
-from cudamagic.options import BuildOptions
+from cudamagic.core.options import BuildOptions
 
 K = "template <typename T> __global__ void k(T* x) { x[0] = T(1); }\n"
 OVERLOADS = "__global__ void f(float* x) {}\n__global__ void f(double* x) {}\n"
@@ -154,7 +154,7 @@ def test_corpus(shell):
 
 def test_a_module_and_a_kernel_of_one_name_both_stay_reachable(shell):
     from cudamagic.launch.kernel import Kernel
-    from cudamagic.pipeline import Module
+    from cudamagic.pipeline.steps import Module
 
     error, _ = _run(shell, "-q", 'extern "C" __global__ void cuda_module(int* x) {}\n')
     assert error is None

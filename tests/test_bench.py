@@ -268,7 +268,7 @@ def test_bad_variants_say_what(gpu):
 
 
 def test_timing_without_a_gpu_is_no_device_error():
-    from cudamagic.toolchain import driver
+    from cudamagic.toolchain.device import driver
 
     if driver.available():
         pytest.skip("this machine has a GPU")
@@ -318,7 +318,7 @@ def test_the_hold_kernel_compiles_without_a_gpu_to_one_8_byte_parameter():
     """The hold kernel is compiled by NVRTC and loaded by the driver (no pipeline build): its
     CUBIN holds the kernel the launch names, taking the one 8-byte count of nanoseconds the
     launch packs."""
-    from cudamagic.toolchain.image import read_cubin
+    from cudamagic.toolchain.binary.image import read_cubin
 
     image = read_cubin(bench_module.hold_cubin(90))
     assert image.sm == 90
@@ -440,7 +440,7 @@ def test_the_magic_is_registered_and_reaches_the_timing(gpu, monkeypatch):
 
     ip = InteractiveShell.instance()
     cudamagic.load_ipython_extension(ip)
-    from cudamagic.toolchain import driver
+    from cudamagic.toolchain.device import driver
 
     monkeypatch.setattr(driver, "available", lambda: True)
     monkeypatch.setattr(bench_module, "CupyDevice", lambda: gpu)
@@ -453,7 +453,7 @@ def test_the_magic_is_registered_and_reaches_the_timing(gpu, monkeypatch):
 # --- the report's fold -------------------------------------------------------------------------
 
 def test_the_reports_fold_draws_every_kernel_without_the_gpu(monkeypatch):
-    from cudamagic.toolchain import driver
+    from cudamagic.toolchain.device import driver
     from cudamagic.view import widget as W
     from cudamagic.view.bench import timing_fold
 

@@ -16,7 +16,7 @@ RECORD = '''
 from pathlib import Path
 from cudamagic.launch import capture as cap
 from cudamagic.launch.tool_run import LineinfoBuild, SanitizeReport, fold
-from cudamagic.toolchain.sanitizer import SanitizerTool, parse_xml
+from cudamagic.toolchain.tools.sanitizer import SanitizerTool, parse_xml
 from cudamagic.view.debug import present
 from tests.planted import PLANTED, LINE_OFFSET
 from tests.test_debug_tools import _report

@@ -30,7 +30,7 @@ from cudamagic.store.cache import KernelCache
 from cudamagic.store.entry import decode_entry, encode_entry, ENTRY_FORMAT, EntryRecord
 from cudamagic.store.limits import DEFAULT_SIZE_LIMIT
 from cudamagic.errors import CacheArgumentError, CacheWarning, CudaMagicError
-from cudamagic.pipeline import build_module, entry_key, options_from_args
+from cudamagic.pipeline.steps import build_module, entry_key, options_from_args
 
 from .conftest import FIXTURES, REPO, run_python, value_file
 
@@ -297,7 +297,7 @@ def test_an_entry_someone_else_could_have_written_is_rebuilt(tmp_path, compiler,
 SPECIAL = r"""
 import json, os, resource, sqlite3, sys
 from cudamagic.store.cache import KernelCache
-from cudamagic.pipeline import build_module, options_from_args
+from cudamagic.pipeline.steps import build_module, options_from_args
 folder, how, SRC, EXPRS = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 cache = KernelCache(folder)
 opts = options_from_args([], EXPRS)
@@ -425,7 +425,7 @@ def test_full_disk_warns_once_and_keeps_working(tmp_path):
     code = f"""
 import resource, signal, warnings, json
 from cudamagic.store.cache import KernelCache
-from cudamagic.pipeline import build_module, options_from_args
+from cudamagic.pipeline.steps import build_module, options_from_args
 cache = KernelCache({str(tmp_path)!r})
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))   # the disk is full
@@ -605,7 +605,7 @@ def test_one_damaged_byte_anywhere_in_a_large_entry_is_caught(tmp_path, where):
     at its first byte, in its header, at the CUBIN's first byte, in the middle or at its very
     end, is found by the checksum: the entry is not served, it is deleted, and the next read is
     a plain miss. The same entry undamaged is served byte for byte."""
-    from cudamagic.miss import MissKind
+    from cudamagic.core.miss import MissKind
 
     cubin = random.Random(7).randbytes(6 << 20)
     record = EntryRecord(cubin=cubin, lowered={"k<1>": "_Z1kILi1EEvv"}, arch="sm_90",

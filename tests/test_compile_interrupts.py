@@ -8,10 +8,10 @@ import signal
 
 import pytest
 
-from cudamagic import pipeline
-from cudamagic.toolchain import link
-from cudamagic.options import options_from_args
-from cudamagic.pipeline import build_module
+from cudamagic.pipeline import steps as pipeline
+from cudamagic.toolchain.compile import link
+from cudamagic.core.options import options_from_args
+from cudamagic.pipeline.steps import build_module
 from cudamagic.store.cache import KernelCache
 
 SOURCE = 'extern "C" __global__ void k(float* x, int n) { if (n) x[0] = 1.0f; }\n'
@@ -125,7 +125,7 @@ OUTCOMES = {
 def test_what_became_of_the_entry_is_an_outcome_the_view_words(case, cache, compiler,
                                                                 monkeypatch):
     """_store answers by StoreOutcome (not a sentence); the interrupt's words stay as they were."""
-    from cudamagic.miss import StoreOutcome
+    from cudamagic.core.miss import StoreOutcome
 
     options, patch, outcome, words = OUTCOMES[case]
     if patch is not None:
@@ -145,7 +145,7 @@ def test_what_became_of_the_entry_is_an_outcome_the_view_words(case, cache, comp
 def test_a_reworded_outcome_changes_nothing_but_the_words(cache, compiler, monkeypatch):
     """The pipeline decides by the outcome: with the view's sentence reworded the entry is still
     kept (the next run is a hit) and the interrupt carries the new words."""
-    from cudamagic import interrupts
+    from cudamagic.pipeline import interrupts
 
     monkeypatch.setattr(interrupts, "stored_text",
                         lambda stored: f"reworded {stored.outcome.name}")

@@ -18,10 +18,10 @@ import pytest
 from cudamagic.compiler import client
 from cudamagic.compiler.wire import paths, server_folder
 from cudamagic.errors import CompileError, ToolchainError
-from cudamagic.options import options_from_args
-from cudamagic.pipeline import SERVED, build_module
-from cudamagic.toolchain.deps import trace_headers
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.core.options import options_from_args
+from cudamagic.pipeline.steps import SERVED, build_module
+from cudamagic.toolchain.compile.deps import trace_headers
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 from tests.conftest import run_python
 
 SMALL = '__global__ void k(float* x) {{ x[0] = {n}; }}\n'
@@ -69,12 +69,12 @@ def test_misses_compile_in_the_server_and_the_notebook_never_loads_nvrtc(served,
     here, and no libnvrtc in its /proc/self/maps; %cuda_info's words name the server."""
     out = run_python(
         "import cudamagic\n"
-        "from cudamagic.pipeline import SERVED\n"
+        "from cudamagic.pipeline.steps import SERVED\n"
         f"a = cudamagic.build({SMALL.format(n=1)!r}, arch='sm_90', cache={str(tmp_path / 'c')!r})\n"
         f"b = cudamagic.build({SMALL.format(n=2)!r}, arch='sm_90', cache={str(tmp_path / 'c')!r})\n"
         f"c = cudamagic.build({SMALL.format(n=2)!r}, arch='sm_90', cache={str(tmp_path / 'c')!r})\n"
         "maps = open('/proc/self/maps').read()\n"
-        "from cudamagic.info import server_text\n"
+        "from cudamagic.shell.info import server_text\n"
         "s = SERVED.status()\n"
         "print(a.hit, b.hit, c.hit, 'libnvrtc' in maps, s.served, s.pid)\n"
         "print(server_text(s))\n")
@@ -87,7 +87,7 @@ def test_misses_compile_in_the_server_and_the_notebook_never_loads_nvrtc(served,
 
 
 def test_two_processes_share_one_server(served, tmp_path):
-    code = ("import cudamagic, sys\nfrom cudamagic.pipeline import SERVED\n"
+    code = ("import cudamagic, sys\nfrom cudamagic.pipeline.steps import SERVED\n"
             "cudamagic.build(sys.argv[1], arch='sm_90', cache=sys.argv[2])\n"
             "print(SERVED.status().pid)\n")
     pids = set()
@@ -300,7 +300,7 @@ def test_server_folder_is_private(tmp_path):
     assert sock.endswith("x.sock") and lock.endswith("x.lock") and log.endswith("x.log")
 
 
-RESTART = ("import sys, cudamagic\nfrom cudamagic.pipeline import SERVED\n"
+RESTART = ("import sys, cudamagic\nfrom cudamagic.pipeline.steps import SERVED\n"
            "m = cudamagic.build(sys.argv[1], arch='sm_90')\n"
            "print(m.hit, m.report.pch[0].value, 'from the precompiled header' in m.report.text(),"
            " SERVED.status().pid)\n")

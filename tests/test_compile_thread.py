@@ -23,7 +23,7 @@ def test_a_deep_instantiation_compiles_whatever_stack_size_the_program_set(stack
     out = run_python(
         "import threading\n"
         f"threading.stack_size({stack})\n"
-        "from cudamagic.toolchain.nvrtc import compile_cubin\n"
+        "from cudamagic.toolchain.compile.nvrtc import compile_cubin\n"
         f"r = compile_cubin({DEEP!r}, [], ['-arch=sm_90'], trace=False)\n"
         "print(len(r.cubin) > 0, threading.stack_size())\n", timeout=120)
     assert out.split() == ["True", str(stack)]
@@ -36,7 +36,7 @@ _FORK_DURING_COMPILE = """
 import os, sys, threading, time
 import cudamagic
 from cudamagic.errors import ToolchainError
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 from tests.held_open import HeldOpen, LeaseUnavailable
 
 cache, folder = sys.argv[1], sys.argv[2]
@@ -126,7 +126,7 @@ def test_a_compile_failing_outside_the_cells_code_is_never_the_cells_error(monke
     CompileError. NVRTC cannot be made to fail so here: its program call is stood in for on the
     failing attempts only; the last attempt is NVRTC's own."""
     from cudamagic.errors import CompileError, ToolchainError
-    from cudamagic.toolchain import nvrtc
+    from cudamagic.toolchain.compile import nvrtc
 
     logs, outcome = ATTEMPTS[case]
     real, said = nvrtc._program, list(logs)

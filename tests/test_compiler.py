@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic.toolchain.nvrtc import compile_cubin, nvrtc_version, rewrite_log
+from cudamagic.toolchain.compile.nvrtc import compile_cubin, nvrtc_version, rewrite_log
 from cudamagic.errors import CompileError, OptionError
-from cudamagic.toolchain.image import read_cubin
+from cudamagic.toolchain.binary.image import read_cubin
 
 from .conftest import run_python
 
@@ -60,7 +60,7 @@ def test_a_clean_compile_leaves_the_interpreters_bytes_alone():
     byte, and a buffer made as b" " * 1 is CPython's shared b" ": writing there corrupts it for
     the whole process (a Jupyter kernel included)."""
     out = run_python(
-        "from cudamagic.toolchain.nvrtc import compile_cubin\n"
+        "from cudamagic.toolchain.compile.nvrtc import compile_cubin\n"
         "r = compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])\n"
         "assert r.log == '' and r.cubin[:4] == b'\\x7fELF'\n"
         "print(bytes([32]) == b' ', b'a b'.split(b' '), b' ' * 3)\n")
@@ -74,7 +74,7 @@ def test_no_room_for_the_trace_compiles_without_it():
         "import resource, signal\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
-        "from cudamagic.toolchain.nvrtc import compile_cubin\n"
+        "from cudamagic.toolchain.compile.nvrtc import compile_cubin\n"
         "r = compile_cubin('__global__ void k() {}', [], ['-arch=sm_90'])\n"
         "print(r.trace is None, r.cubin[:4] == b'\\x7fELF')\n")
     assert out.split() == ["True", "True"]
@@ -125,7 +125,7 @@ import signal
 
 import pytest
 
-from cudamagic import pipeline
+from cudamagic.pipeline import steps as pipeline
 from cudamagic.errors import CompileInterrupted
 
 CELL = 'extern "C" __global__ void k(float* x, int n) { if (n) x[0] = 1.0f; }\n'
@@ -181,7 +181,7 @@ def test_a_cell_of_only_the_magic_line_says_there_is_no_cuda_cpp(shell, capsys, 
 
 @pytest.mark.parametrize("cell", ["%%cudax -h", "%cuda -h", "x = 1\n%%cuda -h", "%%cuda_load"])
 def test_other_cells_are_left_to_ipython(cell):
-    from cudamagic.magic import _bodiless_cuda_cell
+    from cudamagic.shell.magic import _bodiless_cuda_cell
 
     lines = cell.splitlines(keepends=True)
     assert _bodiless_cuda_cell(lines) == lines
@@ -225,7 +225,7 @@ def test_a_wall_of_errors_leads_with_the_first_error_then_a_count_of_the_rest(tm
 
 @pytest.mark.parametrize("errors", [1, 2, 5, 40])
 def test_a_short_log_is_shown_whole_and_a_long_one_folds(errors):
-    from cudamagic.toolchain.nvrtc import SHOWN_LOG_LINES, compile_error_message
+    from cudamagic.toolchain.compile.nvrtc import SHOWN_LOG_LINES, compile_error_message
 
     log = "\n".join(f"line {i}: error: bad {i}\n  x{i};\n  ^\n" for i in range(errors))
     text = compile_error_message("cell.cu", log, ["do this"])

@@ -347,7 +347,7 @@ def test_load_cubin_ptx_and_fatbin_resolve(tmp_path, flag):
 def test_load_cubin(tmp_path, flag):
     import cupy
 
-    arch = cudamagic.pipeline.default_arch()
+    arch = cudamagic.pipeline.steps.default_arch()
     module = cudamagic.load_cubin(_nvcc(tmp_path, flag, arch), cache=tmp_path / "c")
     x1, x2, y = _run_sum(module["ratio"])
     assert cupy.allclose(y, x1 / (x2 + 1.0))

@@ -6,7 +6,7 @@ import pytest
 
 import cudamagic
 from cudamagic.cxx.declared import included_headers
-from cudamagic.libraries import cutlass
+from cudamagic.core.libraries import cutlass
 
 pytestmark = pytest.mark.skipif(cutlass() is None, reason="the nvidia-cutlass wheel is absent")
 
@@ -51,6 +51,6 @@ def test_a_cute_cell_compiles_with_no_option_and_the_report_says_what_was_added(
 def test_a_user_std_is_kept(cache):
     m = cudamagic.build(CUTE, [NAME], cache=cache, options=["-std=c++20"])
     assert "options added for CUTLASS:" in dict(m.report.facts)
-    key, arch, options, _ = cudamagic.pipeline.entry_key(
-        CUTE, cudamagic.options.options_from_args(["-std=c++20"], [NAME]))
+    key, arch, options, _ = cudamagic.pipeline.steps.entry_key(
+        CUTE, cudamagic.core.options.options_from_args(["-std=c++20"], [NAME]))
     assert "-std=c++20" in options and "-std=c++17" not in options

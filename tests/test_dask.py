@@ -29,7 +29,7 @@ def _on_worker(module, kernel):
     import sys
 
     from cudamagic import store
-    from cudamagic.toolchain import nvrtc as compiler
+    from cudamagic.toolchain.compile import nvrtc as compiler
 
     compiles = []
     real = compiler._compile
@@ -91,7 +91,7 @@ def test_a_worker_gets_the_variables_types(client, tmp_path):
     module = cudamagic.build(source, ["&z::tv<double>"], cache=tmp_path)
 
     def typed(m):
-        from cudamagic.toolchain.variables import find
+        from cudamagic.toolchain.binary.variables import find
 
         return ({v.cxx_name: (v.dtype, v.shape) for v in m.globals},
                 find(m.globals, "z::tv<double>", m.variable_expressions).name)
@@ -144,7 +144,7 @@ def test_a_re_signed_kernel_table_of_the_wrong_shape_is_refused(module, column, 
     ResolvedBy has raised a bare ValueError from the enum before."""
     import dataclasses
 
-    from cudamagic.module import arrive
+    from cudamagic.pipeline.module import arrive
     from cudamagic.store.entry import TableRow, decode_entry, encode_entry
 
     record = decode_entry(module.payload())
@@ -194,7 +194,7 @@ def test_local_cuda_cluster_map_blocks_on_two_gpus(module):
     import dask.array as da
     from distributed import Client
 
-    from cudamagic.toolchain import driver
+    from cudamagic.toolchain.device import driver
 
     if driver.device_count() < 2:
         pytest.skip("needs two GPUs (the device tool's nvidia-h200-x2 kind)")
@@ -230,8 +230,8 @@ def test_a_pickled_module_carries_its_cubin_once(tmp_path):
     assert "cluster 2x1x1" in notes.values()
     assert {row.symbol: row.launch_note for row in back.report.rows} == notes
     assert all(row.image is not None for row in back.report.rows)
-    # a tool run's child takes the module's record alone, with no report (cudamagic.child)
-    from cudamagic.module import arrive
+    # a tool run's child takes the module's record alone, with no report (cudamagic.pipeline.child)
+    from cudamagic.pipeline.module import arrive
 
     alone = arrive(module.payload(), None)
     assert sorted(k.symbol for k in alone.kernels.values()) == sorted(notes)

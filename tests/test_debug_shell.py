@@ -14,7 +14,7 @@ from cudamagic.errors import ArgumentValueError, ContextPoisonedError, NoDeviceE
 from cudamagic.launch import launcher as launcher_module
 from cudamagic.launch.calls import read_calls
 from cudamagic.launch.tool_run import SANITIZE_SYNTAX
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 
 from .planted import PLANTED, PRINTF_SOURCE
 
@@ -116,7 +116,7 @@ def test_it_composes_with_a_custom_exception_handler(shell, last_launch):
 
 
 def test_the_hooks_are_installed_once(shell):
-    from cudamagic.magic import _flush_device_output
+    from cudamagic.shell.magic import _flush_device_output
 
     assert shell.events.callbacks["post_run_cell"].count(_flush_device_output) == 1
     assert shell._cudamagic_debug_hooks
@@ -234,7 +234,7 @@ def test_the_report_has_a_sanitize_and_profile_fold(shell):
 
 
 def test_the_report_shows_the_fold_in_a_notebook(shell, monkeypatch):
-    import cudamagic.magic as magic_module
+    import cudamagic.shell.magic as magic_module
 
     from comm import create_comm
 

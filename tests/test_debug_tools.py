@@ -25,9 +25,10 @@ import cudamagic
 from cudamagic.errors import ArgumentTypeError, ArgumentValueError, NoDeviceError
 from cudamagic.launch import capture as cap
 from cudamagic.launch.tool_run import LineinfoBuild, SanitizeReport, fold, write_run
-from cudamagic.toolchain import profiler, tools
-from cudamagic.toolchain.sanitizer import (Access, FindingKind, SanitizerOutputError,
-                                           SanitizerTool, Space, parse_xml, sanitizer_argv)
+from cudamagic.toolchain.tools import profiler, tools
+from cudamagic.toolchain.tools.sanitizer import (Access, FindingKind, SanitizerTool, Space,
+                                                 parse_xml, sanitizer_argv)
+from cudamagic.errors import SanitizerOutputError
 from cudamagic.view.debug import sanitize_html, sanitize_text
 
 from .planted import LINE_OFFSET, PLANTED
@@ -126,8 +127,8 @@ def test_missing_ncu_says_how_to_install_it(monkeypatch):
 
 @pytest.mark.parametrize("tool", list(SanitizerTool))
 def test_the_sanitizer_command_saves_xml_and_runs_the_child_last(tool):
-    argv = sanitizer_argv("/cs", tool, "/r.xml", ["python", "-m", "cudamagic.child", "d", "0"])
-    assert argv[0] == "/cs" and argv[-5:] == ["python", "-m", "cudamagic.child", "d", "0"]
+    argv = sanitizer_argv("/cs", tool, "/r.xml", ["python", "-m", "cudamagic.pipeline.child", "d", "0"])
+    assert argv[0] == "/cs" and argv[-5:] == ["python", "-m", "cudamagic.pipeline.child", "d", "0"]
     assert argv[argv.index("--tool") + 1] == tool.value
     assert "--xml" in argv and argv[argv.index("--save") + 1] == "/r.xml"
 
@@ -238,7 +239,7 @@ def test_race_findings_fold_by_both_their_accesses():
 def test_only_a_global_address_is_named_against_the_arguments(space, named):
     """A __shared__ or local address is in its own window: on the H200 a shared read at 0x80
     was said to be "139 988 423 408 640 bytes before the start of argument 0"."""
-    from cudamagic.toolchain.sanitizer import Finding
+    from cudamagic.toolchain.tools.sanitizer import Finding
 
     f = Finding(SanitizerTool.MEMCHECK, FindingKind.OUT_OF_BOUNDS, "Invalid read", space,
                 Access.READ, 4, 0x5000 + 2048, "oob_write", "cell.cu", 4)
@@ -600,8 +601,8 @@ def test_a_recorded_ncu_report_reads_into_a_profile(name):
 
 
 def test_a_tool_run_compiles_nothing_but_the_one_lineinfo_build(tmp_path, compiler):
-    from cudamagic.options import options_from_args
-    from cudamagic.pipeline import build_module
+    from cudamagic.core.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
 
     source = PLANTED[0].source
 
@@ -660,8 +661,9 @@ import pytest
 import cudamagic
 from cudamagic.errors import ArgumentValueError
 from cudamagic.launch import capture as cap
-from cudamagic.toolchain import tools
-from cudamagic.toolchain.sanitizer import SanitizerOutputError, SanitizerTool, parse_xml
+from cudamagic.toolchain.tools import tools
+from cudamagic.errors import SanitizerOutputError
+from cudamagic.toolchain.tools.sanitizer import SanitizerTool, parse_xml
 
 from .test_debug_tools import TOOLS, _capture_of_every_kind, _DeviceArray, _host_copy
 
@@ -826,7 +828,7 @@ def test_an_empty_array_travels_as_an_empty_buffer():
 
 
 def test_an_api_error_takes_no_place_from_the_host_stack():
-    from cudamagic.toolchain.sanitizer import FindingKind
+    from cudamagic.toolchain.tools.sanitizer import FindingKind
 
     findings = parse_xml(_report("oob_write"), SanitizerTool.MEMCHECK)
     (api,) = [f for f in findings if f.kind is FindingKind.API]
@@ -947,7 +949,7 @@ def test_a_report_in_another_encoding_cannot_hide_its_entities(encoding):
 def test_a_huge_report_is_refused_by_its_size_before_it_is_read(tmp_path):
     # before: the tool run read the whole file into memory (report.read_bytes()), then
     # compared its length: a sparse terabyte was a MemoryError or a machine out of memory
-    from cudamagic.toolchain.sanitizer import read_xml
+    from cudamagic.toolchain.tools.sanitizer import read_xml
 
     report = tmp_path / "report.xml"
     with open(report, "wb") as f:

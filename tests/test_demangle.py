@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from cudamagic.toolchain.demangle import CuFilt, DemangleError, LibStdCxx, find_cufilt
+from cudamagic.toolchain.binary.demangle import CuFilt, LibStdCxx, find_cufilt
+from cudamagic.errors import DemangleError
 
 from .conftest import FIXTURES, fixture_rows
 
@@ -71,11 +72,11 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 
 from cudamagic.cxx.mangled import Unreadable, demangled_bound  # noqa: E402
-from cudamagic.toolchain.demangle import TEXT_LIMIT, Plan, plan  # noqa: E402
+from cudamagic.toolchain.binary.demangle import TEXT_LIMIT, Plan, plan  # noqa: E402
 
 from .conftest import run_python  # noqa: E402
-from cudamagic.pipeline import build_module, options_from_args
-from cudamagic.toolchain.demangle import LibStdCxx
+from cudamagic.pipeline.steps import build_module, options_from_args
+from cudamagic.toolchain.binary.demangle import LibStdCxx
 
 
 def _seq(i: int) -> str:
@@ -97,7 +98,7 @@ def nested(depth: int) -> str:
 
 
 def test_the_nested_symbols_are_nvrtcs():
-    from cudamagic.toolchain.nvrtc import _compile
+    from cudamagic.toolchain.compile.nvrtc import _compile
 
     source = ("template <class A, class B> struct P {};\nusing T0 = int;\n"
               + "".join(f"using T{i + 1} = P<T{i}, T{i}>;\n" for i in range(18))
@@ -123,7 +124,7 @@ DEPTHS = [1, 4, 8, 12, 13, 14, 16, 20, 24, 26, 28, 32, 48, 64, 200]
 CHILD = r"""
 import json, resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # the old code would take all
-from cudamagic.toolchain.demangle import CuFilt, LibStdCxx
+from cudamagic.toolchain.binary.demangle import CuFilt, LibStdCxx
 which, symbols = json.loads(sys.argv[1]) if len(sys.argv) > 1 else ARGS
 d = LibStdCxx() if which == "libstdc++" else CuFilt(which)
 rows = []
@@ -206,8 +207,8 @@ def test_a_legal_cell_whose_name_is_too_long_is_served_without_demangling(tmp_pa
     """The 2 MB name of issue 17: the miss keeps it as too long to show, the hit demangles
     nothing (the entry's texts), and both take well under a second beyond the compile."""
     import cudamagic
-    from cudamagic.pipeline import build_module
-    from cudamagic.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
+    from cudamagic.core.options import options_from_args
     from cudamagic.store.cache import KernelCache
 
     from cudamagic.view.report import too_long_text
@@ -377,7 +378,7 @@ def test_an_entry_and_a_module_written_with_the_old_words_read_as_too_long(cache
     import pickle
     from dataclasses import replace
 
-    from cudamagic.module import arrive
+    from cudamagic.pipeline.module import arrive
     from cudamagic.store import decode_entry, encode_entry
     from cudamagic.view.report import too_long_text
 

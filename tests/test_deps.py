@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cudamagic.toolchain import deps
+from cudamagic.toolchain.compile import deps
 
 from .conftest import run_python
 
@@ -108,7 +108,7 @@ def _write(folder: Path, files: dict[str, str]) -> None:
 def _toolkit_home(root: Path) -> Path:
     """A CUDA_HOME whose include folder is the toolkit's (entries linked) plus tkedit.h: the
     toolkit folder every build searches, checked by size and time as an installed package."""
-    from cudamagic.toolkit import toolkit
+    from cudamagic.core.toolkit import toolkit
 
     real = next(Path(d) for d in toolkit().include_dirs if (Path(d) / "cuda_fp16.h").is_file())
     inc = root / "cudahome" / "include"
@@ -229,8 +229,8 @@ def test_a_compile_that_can_open_no_file_needs_no_trace(source, options, no_file
 
 
 def test_an_include_free_cell_is_compiled_without_the_trace(cache, compiler):
-    from cudamagic.options import options_from_args
-    from cudamagic.pipeline import build_module
+    from cudamagic.core.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
 
     calls = []
 
@@ -268,8 +268,8 @@ def test_a_header_swapped_for_one_of_the_same_size_and_time_misses(tmp_path):
 def test_a_header_changed_while_compiling_is_not_stored(cache, compiler, tmp_path, monkeypatch):
     """The manifest is taken after NVRTC ran: a header saved meanwhile would be recorded with
     its new text beside a CUBIN of the old one. Such a build is not stored."""
-    from cudamagic.options import options_from_args
-    from cudamagic.pipeline import build_module
+    from cudamagic.core.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "v.h").write_text("#define V 1\n")
@@ -373,8 +373,8 @@ def test_a_header_with_a_future_mtime_is_cached(cache, compiler, tmp_path, monke
     compiled: the build is stored and the next one is a hit."""
     import time
 
-    from cudamagic.options import options_from_args
-    from cudamagic.pipeline import build_module
+    from cudamagic.core.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "v.h").write_text("#define V 1\n")
@@ -394,8 +394,8 @@ def test_a_header_with_a_future_mtime_edited_while_compiling_is_not_stored(
     the future modification time (an editor that restores it, ``touch -d`` again) is doubted."""
     import time
 
-    from cudamagic.options import options_from_args
-    from cudamagic.pipeline import build_module
+    from cudamagic.core.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "v.h").write_text("#define V 1\n")
@@ -573,7 +573,7 @@ def test_a_header_changed_between_misses_is_hashed_again_whatever_its_size_and_m
     import time
 
     import cudamagic
-    from cudamagic.toolchain.manifest import Manifest
+    from cudamagic.toolchain.compile.manifest import Manifest
 
     monkeypatch.chdir(tmp_path)
     header = tmp_path / "v.h"
@@ -605,7 +605,7 @@ _BROKEN_TRACE_CHILD = r"""
 import os, sys, warnings
 import cudamagic
 from cudamagic.errors import CompileError
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 warnings.simplefilter("ignore")
 folder, cache = sys.argv[1], sys.argv[2]
 os.chdir(folder)

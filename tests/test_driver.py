@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 from cudamagic.errors import ContextPoisonedError, LaunchError, NoDeviceError
 
 # CUresult codes and names as the driver reports them (cuda.h)
@@ -121,7 +121,8 @@ def test_a_compute_capability_is_one_sm_number_everywhere(monkeypatch, major, mi
     """major * 10 + minor, as nvcc's sm_XY counts: the default arch, %cuda_info's device line
     and the occupancy's driver check all take it from driver.device_sm (the driver's answer is
     stood in for: no GPU here)."""
-    from cudamagic import info, pipeline
+    from cudamagic.shell import info
+    from cudamagic.pipeline import steps as pipeline
 
     assert driver.sm_of(major, minor) == sm
     monkeypatch.setattr(driver, "compute_capability", lambda device: (major, minor))

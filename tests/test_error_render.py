@@ -30,7 +30,7 @@ CASES = {
     "a compile error of the magic": (['%%cuda\n__global__ void k(float* y) { y[0] = nope; }\n'],
                                      ['CompileError: NVRTC could not compile cell.cu',
                                       'identifier "nope" is undefined'],
-                                     ["Where your code was", "decorator-gen", "magic.py"]),
+                                     ["Where your code was", "decorator-gen", "shell/magic.py"]),
     # issue 51 snag 5: it ended with run_cell_magic and a dataclass's "<string>" __init__
     "a refused magic line": (["%%cuda --arch sm_1\n__global__ void k() {}\n"],
                              ["OptionError: --arch 'sm_1' is not a real GPU architecture"],
@@ -39,7 +39,7 @@ CASES = {
                                '"__global__ void k(float* y) { y[0] = nope; }")', "f()"],
                               ["CompileError: NVRTC could not compile", ", in f",
                                "Where your code was"],
-                              ["pipeline.py", "interactiveshell"]),
+                              ["pipeline/steps.py", "interactiveshell"]),
     "a call from a thread pool": (["from concurrent.futures import ThreadPoolExecutor\n"
                                    "def work(y): return tmul_float((1,), (32,), (y, 2.0))\n"
                                    "with ThreadPoolExecutor(1) as pool:\n"

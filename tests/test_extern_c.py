@@ -1,5 +1,5 @@
 """extern "C" kernels take the types their source declares (issue 20 item 4): NVRTC says them in
-the one compile (toolchain/probe.py: decltype of the entity, checked to be the entity the CUBIN
+the one compile (toolchain/compile/probe.py: decltype of the entity, checked to be the entity the CUBIN
 symbol is), the entry stores them, and arguments pack as for C++ kernels. No GPU: the packed
 bytes are read from the checked path, as the launcher would send."""
 

@@ -10,13 +10,13 @@ import subprocess
 import pytest
 
 import cudamagic
-from cudamagic import process
+from cudamagic.core import process
 from cudamagic.errors import ImageError, NameResolutionError
 from cudamagic.store import KernelCache
-from cudamagic.toolchain import fatbin as fatbin_mod
-from cudamagic.toolchain.fatbin import read_fatbin
-from cudamagic.toolchain.image import read_cubin
-from cudamagic.toolchain.link import CodeKind
+from cudamagic.toolchain.compile import fatbin as fatbin_mod
+from cudamagic.toolchain.compile.fatbin import read_fatbin
+from cudamagic.toolchain.binary.image import read_cubin
+from cudamagic.toolchain.compile.link import CodeKind
 
 from .conftest import FIXTURES
 
@@ -109,7 +109,7 @@ def test_what_nvjitlink_made_is_not_served_after_nvjitlink_changes(tmp_path, mon
                                                                     upgrade):
     """PTX compiled by nvJitLink was cached under its major.minor version only: after a patch
     upgrade of the wheel, cached output of the old one was still served."""
-    import cudamagic.toolkit as toolkit_mod
+    import cudamagic.core.toolkit as toolkit_mod
 
     first = cudamagic.load_cubin(PTX, arch="sm_90", cache=tmp_path)
     assert cudamagic.load_cubin(PTX, arch="sm_90", cache=tmp_path).cubin == first.cubin
@@ -376,7 +376,7 @@ def test_a_fatbin_of_many_entries_that_loads_says_its_targets_briefly(tmp_path):
 def test_a_file_past_what_a_cubin_is_is_refused_before_it_is_read(tmp_path):
     """A 3 GiB file was read whole (the bound was 4 GiB): a raw MemoryError under a 3 GiB
     address-space limit, or 3 GiB of memory taken for what is no CUBIN. Sparse: no disk used."""
-    from cudamagic.files import MAX_CUBIN_FILE
+    from cudamagic.core.files import MAX_CUBIN_FILE
 
     big = tmp_path / "huge.cubin"
     with open(big, "wb") as f:

@@ -1,4 +1,4 @@
-"""The one hardened read (cudamagic.files): every kind of non-file refused at once, links only
+"""The one hardened read (cudamagic.core.files): every kind of non-file refused at once, links only
 where asked, the size bound from fstat, the trust check on the descriptor."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from cudamagic.files import NotAFile, TooLarge, Untrusted, open_regular, read_fd, read_regular
+from cudamagic.core.files import NotAFile, TooLarge, Untrusted, open_regular, read_fd, read_regular
 
 
 def _fifo(p):
@@ -121,7 +121,7 @@ def test_load_cubin_tells_a_folder_from_other_files_by_its_mode_not_its_words(
     """A folder given to load_cubin says so; a FIFO says it is no regular file. Told apart by
     the file's type, so rewording what files.py calls each kind changes nothing."""
     import cudamagic
-    from cudamagic import files
+    from cudamagic.core import files
     from cudamagic.errors import ImageError
 
     monkeypatch.setattr(files, "_KINDS", tuple((test, f"kind {i}")

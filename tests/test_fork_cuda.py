@@ -24,7 +24,7 @@ _CHILD = r"""
 import json, os, sys
 import cudamagic
 from cudamagic.errors import ForkedCudaError
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 from tests.stand_in_driver import StandInCuda, install
 
 CASE, cache = sys.argv[1], sys.argv[2]
@@ -115,7 +115,7 @@ def test_a_child_forked_after_cuda_started_builds_and_hits_and_only_a_launch_fai
 _BEFORE = r"""
 import json, os
 import cudamagic
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 from tests.stand_in_driver import StandInCuda, install
 
 cuda = install(StandInCuda(cc=(8, 6)))
@@ -210,7 +210,7 @@ def test_on_a_gpu_a_child_forked_after_cuda_started_builds_hits_and_is_refused_a
 
 _IMPORTED_AFTER = r"""
 import json, os
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 from tests.stand_in_driver import StandInCuda, install
 
 install(StandInCuda(cc=(8, 6), started=True))  # another library (CuPy) started CUDA

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import cudamagic
-from cudamagic import explain, module
+from cudamagic.pipeline import explain, module
 from cudamagic.errors import ToolchainError
-from cudamagic.forksafe import ForkSafeLock
-from cudamagic.toolchain import driver
+from cudamagic.core.forksafe import ForkSafeLock
+from cudamagic.toolchain.device import driver
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -168,7 +168,7 @@ def test_a_child_of_a_child_forked_inside_a_native_section_is_refused_too(child_
     """A fork while another thread is inside a native library's call leaves its lock held in
     the child; the child's own fork (before or after its first call) has that lock held too,
     so the grandchild's first call is refused as well, not left waiting."""
-    from cudamagic.forksafe import NativeSection
+    from cudamagic.core.forksafe import NativeSection
 
     native = threading.Lock()  # the library's own lock, held by the call inside at the fork
     section = NativeSection("lib", lambda: (native.acquire(), native.release()), 0.2,
@@ -208,7 +208,7 @@ def test_a_fork_while_a_build_is_inside_the_driver_waits_for_it(monkeypatch, fre
     do, and whose first cuDeviceGetAttribute holds it."""
     from types import SimpleNamespace
 
-    from cudamagic import forksafe
+    from cudamagic.core import forksafe
 
     library_lock, inside, let_go = threading.Lock(), threading.Event(), threading.Event()
 
@@ -261,7 +261,7 @@ def test_a_fork_that_waited_its_most_for_a_native_call_says_so(capfd):
     """A call into the library that does not return (a synchronize behind a kernel that does
     not end) holds a fork at most the section's wait; the fork then goes on and says so on
     stderr, and the calls held back meanwhile go on after it."""
-    from cudamagic.forksafe import WaitedSection
+    from cudamagic.core.forksafe import WaitedSection
 
     section = WaitedSection("a stand-in library", 0.2)
     inside, let_go, later = threading.Event(), threading.Event(), []

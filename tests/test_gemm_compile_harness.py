@@ -47,7 +47,7 @@ def test_every_tool_timed_the_first_compile_and_the_edit(ran, bench):
 
 def test_nvrtc_alone_was_given_the_options_of_cudamagics_main_compile(ran, bench):
     result, calls = ran
-    from cudamagic.toolchain.pch import SUPPRESSED
+    from cudamagic.toolchain.compile.pch import SUPPRESSED
 
     names = ["reduce_scan<1>"]
     named = [c["options"] for c in calls if c["names"] == names]
@@ -84,8 +84,8 @@ def test_the_sgemm_cell_is_cut_from_the_wheel_and_compiles_with_nvrtc(bench):
     # the device part ends before the host function gemm_nt (the appended instance names it)
     assert "gemm_device" in cell.source and "gemm_nt(" not in cell.source
     assert "<<<" not in cell.source and "thrust" not in cell.source
-    from cudamagic.options import BuildOptions
-    from cudamagic.pipeline import entry_key
+    from cudamagic.core.options import BuildOptions
+    from cudamagic.pipeline.steps import entry_key
 
     # the options cudamagic would give the cell (CUTLASS's folders and flags among them)
     source = bench.edited(cell, "1.5")

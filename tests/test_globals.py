@@ -1,5 +1,5 @@
 """A module's __constant__/__device__ variables listed from the CUBIN and typed by the compiler in
-the one compile (toolchain/probe.py), without a GPU (tests/test_gpu_globals.py writes and reads
+the one compile (toolchain/compile/probe.py), without a GPU (tests/test_gpu_globals.py writes and reads
 them on one). Issue 27 item A1 and issue 29 items 5 and 6."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import cudamagic
 from cudamagic.errors import NameResolutionError, NoDeviceError
 from cudamagic.launch.encode import pack_args
 from cudamagic.store.cache import KernelCache
-from cudamagic.toolchain.probe import TypeGap
-from cudamagic.toolchain.variables import find
+from cudamagic.toolchain.compile.probe import TypeGap
+from cudamagic.toolchain.binary.variables import find
 
 from .test_image import GLOBALS_SOURCE
 
@@ -261,7 +261,7 @@ class _Owner:
 
 
 def _view(dtype=None):
-    from cudamagic.toolchain.variables import Variable, device_global
+    from cudamagic.toolchain.binary.variables import Variable, device_global
 
     var = Variable("x", "x", 400, "global", "float32", (100,))
     owner = _Owner()
@@ -295,7 +295,7 @@ def test_cupy_ndarray_takes_the_view_as_its_memptr():
     cupy.cuda.memory.MemoryPointer"); making the array touches no device."""
     import cupy
 
-    from cudamagic.toolchain.variables import DeviceGlobal
+    from cudamagic.toolchain.binary.variables import DeviceGlobal
 
     view, _ = _view()
     array = cupy.ndarray((100,), cupy.float32, view)
@@ -333,7 +333,7 @@ import pytest
 
 import cudamagic
 from cudamagic.errors import NameResolutionError
-from cudamagic.toolchain import variables as V
+from cudamagic.toolchain.binary import variables as V
 
 SOURCE = "namespace ns { __device__ double scale; }\n" + "".join(
     f"__constant__ float c{i}[{i + 1}];\n" for i in range(30)) + (

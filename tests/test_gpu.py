@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import cudamagic
-from cudamagic.toolchain import driver
-from cudamagic.toolchain.demangle import default_demangler
-from cudamagic.toolchain.image import read_cubin
+from cudamagic.toolchain.device import driver
+from cudamagic.toolchain.binary.demangle import default_demangler
+from cudamagic.toolchain.binary.image import read_cubin
 
 from .conftest import FIXTURES, fixture_rows, run_python
 from .test_magic import CELL as MAGIC_CELL

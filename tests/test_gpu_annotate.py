@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cudamagic.toolchain import tools
+from cudamagic.toolchain.tools import tools
 
 from .planted import PLANTED, PROFILE_SOURCE
 from .test_gpu_debug import _args, _cell, _ncu_or_skip

@@ -14,7 +14,7 @@ import pytest
 
 import cudamagic
 from cudamagic.launch.bench import Settings, Variant, compare
-from cudamagic.toolchain import occupancy as occ
+from cudamagic.toolchain.device import occupancy as occ
 
 from .conftest import FIXTURES, REPO
 from .test_occupancy import check_recording

@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 import cudamagic
-from cudamagic.options import options_from_args
-from cudamagic.pipeline import build_module
-from cudamagic.toolchain import tools
-from cudamagic.toolchain.sanitizer import FindingKind
+from cudamagic.core.options import options_from_args
+from cudamagic.pipeline.steps import build_module
+from cudamagic.toolchain.tools import tools
+from cudamagic.toolchain.tools.sanitizer import FindingKind
 
 from .conftest import fresh_shell
 from .planted import (ASSERT_SOURCE, ILLEGAL_SOURCE, LINE_OFFSET, PLANTED, PRINTF_SOURCE,

@@ -14,7 +14,7 @@ import pytest
 
 import cudamagic
 from cudamagic.errors import ArgumentValueError, LaunchError
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 
 from .conftest import run_python
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cudamagic
-from cudamagic.pipeline import build_module, options_from_args
+from cudamagic.pipeline.steps import build_module, options_from_args
 
 pytestmark = pytest.mark.gpu
 
@@ -64,7 +64,7 @@ def test_a_module_shipped_twice_is_one_module_that_runs(tmp_path):
 
 
 def test_a_build_kept_through_ctrl_c_is_served_and_runs(tmp_path):
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     def interrupted(*args, **kw):
         result = compile_cubin(*args, **kw)

@@ -19,8 +19,8 @@ import pytest
 import cudamagic
 from cudamagic import KernelCache
 from cudamagic.store import decode_entry, encode_entry
-from cudamagic.toolchain.image import read_cubin
-from cudamagic.toolchain.ptx import GridSyncTable, grid_syncs
+from cudamagic.toolchain.binary.image import read_cubin
+from cudamagic.toolchain.binary.ptx import GridSyncTable, grid_syncs
 
 from .conftest import run_python
 
@@ -154,7 +154,7 @@ def test_an_entry_written_before_the_table_reads_the_cubin(tmp_path):
 
 def _counting_links(monkeypatch) -> list[bool]:
     """Each nvJitLink link from now on, as whether it asked for PTX."""
-    from cudamagic.toolchain import link
+    from cudamagic.toolchain.compile import link
 
     real, links = link.link, []
 
@@ -201,7 +201,7 @@ def _ptx_of(source: str) -> bytes:
     """PTX as NVRTC makes it for a virtual architecture (what ``nvcc -ptx`` gives)."""
     from cuda.bindings import nvrtc
 
-    from cudamagic.toolkit import toolkit
+    from cudamagic.core.toolkit import toolkit
 
     _, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"cell.cu", 0, [], [])
     opts = [b"-arch=compute_90", b"-std=c++17",
@@ -291,7 +291,7 @@ def test_a_block_barrier_kernel_takes_a_grid_larger_than_the_device_holds(tmp_pa
     trap) and every block sees every block's count. Both from a miss and from a hit."""
     code = f"""
 import json, cupy as cp, cudamagic
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 out = []
 for _ in range(2):
     mod = cudamagic.build({GPU_CELL!r}, options=["-std=c++17"], cache={str(tmp_path)!r})

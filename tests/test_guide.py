@@ -239,7 +239,7 @@ def test_every_magic_a_users_page_names_exists_and_takes_the_options_it_is_shown
 
     from IPython.core.interactiveshell import InteractiveShell
 
-    from cudamagic.options import parse_magic_line
+    from cudamagic.core.options import parse_magic_line
 
     monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "cache"))
     ip = InteractiveShell.instance()

@@ -1,4 +1,4 @@
-"""The header listing (toolchain/listing.py): the main compile carries no trace, the listing's
+"""The header listing (toolchain/compile/listing.py): the main compile carries no trace, the listing's
 list of headers is never shorter than what NVRTC read, and no compile path writes a trace into
 the working folder, as another user in a folder they cannot write in.
 
@@ -21,7 +21,7 @@ import pytest
 
 import cudamagic
 from cudamagic.store.cache import KernelCache
-from cudamagic.toolchain.listing import Traced, listing_source
+from cudamagic.toolchain.compile.listing import Traced, listing_source
 
 from .conftest import REPO, settled
 

@@ -8,9 +8,9 @@ import os
 import pytest
 
 import cudamagic
-from cudamagic.toolkit import KNOWN_TO_FAIL
+from cudamagic.core.toolkit import KNOWN_TO_FAIL
 from cudamagic.errors import CompileError
-from cudamagic.toolkit import include_hints, toolkit
+from cudamagic.core.toolkit import include_hints, toolkit
 
 # header -> a line of device code that uses it (so an include that compiles to nothing is not
 # taken for one that works)
@@ -96,8 +96,8 @@ def test_a_header_known_to_fail_is_said_before_compiling(compiler, tmp_path, mon
     the cell is refused before NVRTC is called, at the include's line, with what works. A
     project's own cub/cub.cuh (found first, by -I) is compiled as any header."""
     from cudamagic.errors import CompileError
-    from cudamagic.pipeline import build_module
-    from cudamagic.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
+    from cudamagic.core.options import options_from_args
     from cudamagic.store import KernelCache
 
     monkeypatch.chdir(tmp_path)
@@ -123,7 +123,7 @@ def test_each_header_known_to_fail_fails_with_the_real_nvrtc(header):
     from .conftest import run_python
 
     out = run_python(
-        "import cudamagic, cudamagic.toolkit as t\n"
+        "import cudamagic, cudamagic.core.toolkit as t\n"
         "from cudamagic.errors import CompileError\n"
         "t.known_to_fail = lambda *a: []\n"
         f"src = '#include <{header}>\\nextern \"C\" __global__ void k(float* x) {{}}\\n'\n"
@@ -213,9 +213,9 @@ import pytest
 
 import cudamagic
 from cudamagic.errors import CompileError, OptionError
-from cudamagic.options import parse_magic_line
-from cudamagic.pipeline import entry_key
-from cudamagic.toolkit import std_header_dirs, std_headers_shipped
+from cudamagic.core.options import parse_magic_line
+from cudamagic.pipeline.steps import entry_key
+from cudamagic.core.toolkit import std_header_dirs, std_headers_shipped
 
 # header -> a line of device code that needs it (std:: names, as ported code writes them)
 MATRIX = {
@@ -351,7 +351,7 @@ def test_a_hit_checks_the_standard_headers_it_read(tmp_path, monkeypatch):
     (a copy of the folder stands in for the installed one) makes the next build a miss."""
     import shutil
 
-    import cudamagic.toolkit as tk
+    import cudamagic.core.toolkit as tk
 
     copy = tmp_path / "headers"
     shutil.copytree(tk._HEADERS, copy)

@@ -11,12 +11,12 @@ import time
 import pytest
 
 import cudamagic
-from cudamagic import explain as H
+from cudamagic.pipeline import explain as H
 from cudamagic.errors import CacheWarning
-from cudamagic.explain import CellBuild, History, cell_id, explain, source_diff
-from cudamagic.miss import ChangeKind, Miss, MissKind
+from cudamagic.pipeline.explain import CellBuild, History, cell_id, explain, source_diff
+from cudamagic.core.miss import ChangeKind, Miss, MissKind
 import re
-from cudamagic.explain import explain
+from cudamagic.pipeline.explain import explain
 
 NO_ENTRY = Miss(MissKind.NO_ENTRY)
 
@@ -332,7 +332,7 @@ def test_the_first_hit_of_a_process_reads_once_and_writes_nothing(where):
     from .conftest import run_python
 
     _build(SRC, where)
-    code = (f"import cudamagic, os\nfrom cudamagic.explain import History\n"
+    code = (f"import cudamagic, os\nfrom cudamagic.pipeline.explain import History\n"
             f"os.chdir({str(where.parent)!r})\n"
             f"def boom(*a, **k): raise AssertionError('a hit wrote the history')\n"
             f"History.remember = boom\n"
@@ -474,8 +474,8 @@ AFTER_CD = [
 def test_a_cell_keeps_its_history_after_cd(tmp_path, monkeypatch, cell, module, kinds):
     """``%cd`` in a notebook: the cell built there many times is not 'its first build' in the
     next folder; the shell's cell id identifies it wherever the kernel's working folder is."""
-    from cudamagic.options import options_from_args
-    from cudamagic.pipeline import build_module
+    from cudamagic.core.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
 
     cache = cudamagic.KernelCache(tmp_path / "cache")
     for d in ("a", "b"):
@@ -494,7 +494,7 @@ def test_a_cell_keeps_its_history_after_cd(tmp_path, monkeypatch, cell, module, 
 # never built before is new, not "the source changed; -n changed" against the cell before it
 # (issue 31 item 5); the same cell edited is still compared with its last build.
 import cudamagic
-from cudamagic.miss import ChangeKind
+from cudamagic.core.miss import ChangeKind
 from cudamagic.store import KernelCache
 
 FIRST = 'extern "C" __global__ void first(int* p) { p[0] = 1; }\n'

@@ -22,14 +22,15 @@ import pytest
 
 #: the modules a hit cell may reach, by what the hit does with each
 HIT_REACH = frozenset("cudamagic" + (f".{m}" if m != "-" else "") for m in """
-    - magic errors forksafe process options units toolchain toolchain.driver
-    pipeline miss keys toolkit libraries naming typed
-    store store.base store.cache store.disk store.connections store.limits store.state
-    store.entry toolchain.manifest files
-    toolchain.elf toolchain.image toolchain.demangle
-    cxx cxx.resolve cxx.quick cxx.signatures cxx.display cxx.kernel_names
-    module launch launch.kernel
-    view view.report view.render view.widget explain view.bench toolchain.occupancy
+    - shell.magic errors core.forksafe core.process core.options core.units toolchain
+    toolchain.device.driver pipeline.steps core.miss store.keys core.toolkit core.libraries
+    pipeline.naming pipeline.typed store store.base store.cache store.disk store.connections
+    store.limits store.state store.entry toolchain.compile.manifest core.files
+    toolchain.binary.elf toolchain.binary.image toolchain.binary.demangle cxx cxx.resolve
+    cxx.quick cxx.signatures cxx.display cxx.kernel_names pipeline.module launch launch.kernel
+    view view.report view.render view.widget pipeline.explain view.bench
+    toolchain.device.occupancy shell core toolchain.device pipeline toolchain.compile
+    toolchain.binary
     """.split())
 # %load_ext: the package, the magics (magic, options and the errors it raises, units, the
 #   fork-safe lock, the process registry) and the driver thread (toolchain, toolchain.driver)
@@ -47,32 +48,34 @@ HIT_REACH = frozenset("cudamagic" + (f".{m}" if m != "-" else "") for m in """
 #   the notebook's folds (view.bench with toolchain.occupancy: occupancy from the CUBIN)
 
 #: what only a notebook's report reaches: its timing fold (a terminal's report has no folds)
-NOTEBOOK_ONLY = ("cudamagic.view.bench", "cudamagic.toolchain.occupancy")
+NOTEBOOK_ONLY = ("cudamagic.view.bench", "cudamagic.toolchain.device.occupancy")
 
 #: at most this many of the package's modules after a hit cell, by front end (HIT_REACH's size;
 #: issue 55 asks for 25: the hit's own steps above, one module each or part of one, are 45 by
 #: meaning today, docs/performance.md)
-MAX_HIT_MODULES = {"notebook": 45, "terminal": 43}
+#: (the folders move, issue 48, added 6 packages whose __init__ is a docstring: counted
+#: here, no code)
+MAX_HIT_MODULES = {"notebook": 51, "terminal": 49}
 
 #: what a hit never reaches, by room: the compile, the tool runs, the debugging views, the bench
 NEVER = {
-    "compile": ("cudamagic.toolchain.nvrtc", "cudamagic.toolchain.pch", "cudamagic.toolchain.probe",
-                "cudamagic.toolchain.link", "cudamagic.toolchain.fatbin", "cudamagic.toolchain.deps",
-                "cudamagic.toolchain.listing", "cudamagic.toolchain.ptx",
-                "cudamagic.toolchain.signals", "cudamagic.toolchain.threads",
-                "cudamagic.toolchain.tracefolder", "cudamagic.toolchain.variables",
-                "cudamagic.compiler", "cudamagic.precompiled", "cudamagic.interrupts",
-                "cudamagic.child", "cudamagic.cxx.declared", "cudamagic.cxx.parse",
+    "compile": ("cudamagic.toolchain.compile.nvrtc", "cudamagic.toolchain.compile.pch", "cudamagic.toolchain.compile.probe",
+                "cudamagic.toolchain.compile.link", "cudamagic.toolchain.compile.fatbin", "cudamagic.toolchain.compile.deps",
+                "cudamagic.toolchain.compile.listing", "cudamagic.toolchain.binary.ptx",
+                "cudamagic.toolchain.compile.signals", "cudamagic.toolchain.compile.threads",
+                "cudamagic.toolchain.compile.tracefolder", "cudamagic.toolchain.binary.variables",
+                "cudamagic.compiler", "cudamagic.pipeline.precompiled", "cudamagic.pipeline.interrupts",
+                "cudamagic.pipeline.child", "cudamagic.cxx.declared", "cudamagic.cxx.parse",
                 "cudamagic.cxx.args", "cudamagic.cxx.compare", "cudamagic.cxx.pyname",
-                "cudamagic.cxx.mangled", "cudamagic.view.stored", "cudamagic.lines",
+                "cudamagic.cxx.mangled", "cudamagic.view.stored", "cudamagic.core.lines",
                 "cudamagic.store.memory", "cudamagic.store.remote", "cudamagic.store.server"),
-    "tool run": ("cudamagic.toolchain.tools", "cudamagic.toolchain.sanitizer",
-                 "cudamagic.toolchain.profiler", "cudamagic.toolchain.sass",
-                 "cudamagic.toolchain.annotation", "cudamagic.launch.tool_run",
-                 "cudamagic.launch.support", "cudamagic.lineinfo", "cudamagic.annotated",
+    "tool run": ("cudamagic.toolchain.tools.tools", "cudamagic.toolchain.tools.sanitizer",
+                 "cudamagic.toolchain.tools.profiler", "cudamagic.toolchain.tools.sass",
+                 "cudamagic.toolchain.tools.annotation", "cudamagic.launch.tool_run",
+                 "cudamagic.launch.support", "cudamagic.pipeline.lineinfo", "cudamagic.pipeline.annotated",
                  "cudamagic.view.annotate"),
     "debug": ("cudamagic.view.debug", "cudamagic.view.records", "cudamagic.view.shown",
-              "cudamagic.info"),
+              "cudamagic.shell.info"),
     "bench and launch": ("cudamagic.launch.bench", "cudamagic.launch.calls",
                          "cudamagic.launch.capture", "cudamagic.launch.launcher",
                          "cudamagic.launch.params", "cudamagic.launch.encode",
@@ -106,7 +109,7 @@ CHILD = textwrap.dedent("""
         ip.kernel = object()  # shown as in a notebook: the HTML, the folds, comm's stand-in
     assert ip.run_cell("%load_ext cudamagic").success  # its post_run_cell starts the warm-up
     import cudamagic
-    from cudamagic import magic
+    from cudamagic.shell import magic
 
     magic._WARMUP.wait(120)
     for t in threading.enumerate():

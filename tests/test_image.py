@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cudamagic.errors import ImageError
-from cudamagic.toolchain.image import read_cubin
+from cudamagic.toolchain.binary.image import read_cubin
 
 from .conftest import FIXTURES
 import random
@@ -100,7 +100,7 @@ NV_INFO_DUMP = FIXTURES / "fixture.nv_info.txt"
 def test_nv_info_records_read_as_cuobjdump_lists_them():
     """The record reader against the real bytes: every kernel's attributes in cuobjdump's order,
     with its values for the parameter bank size and the register limit."""
-    from cudamagic.toolchain.image import info_records
+    from cudamagic.toolchain.binary.image import info_records
 
     image = read_cubin((FIXTURES / "fixture.cubin").read_bytes())
     dumped = _cuobjdump_sections()
@@ -149,7 +149,7 @@ def test_registers_agree_with_the_text_section_where_it_has_them(tmp_path):
     """Before sm_90 a kernel's .text section also carries its register count (sh_info >> 24):
     the two records must agree (sm_90 CUBINs keep only the .nv.info one)."""
     import cudamagic
-    from cudamagic.toolchain.image import _EIATTR_REGCOUNT
+    from cudamagic.toolchain.binary.image import _EIATTR_REGCOUNT
 
     for arch in ("sm_75", "sm_80", "sm_90"):
         image = read_cubin(cudamagic.build(RESOURCES, arch=arch, cache=tmp_path).cubin)

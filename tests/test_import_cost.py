@@ -27,7 +27,8 @@ from .conftest import REPO
 #: parser's options, the errors it raises, the fork-safe lock of the compile notice), and the
 #: driver thread's module, which starts ``cuInit`` and device 0's primary context (issue 30)
 LOAD_EXT = frozenset("cudamagic" + (f".{m}" if m != "-" else "") for m in """
-    - magic errors forksafe options process units toolchain toolchain.driver""".split())
+    - shell.magic errors core.forksafe core.options core.process core.units toolchain
+    toolchain.device.driver shell core toolchain.device""".split())
 
 #: outside cudamagic: IPython's own (its magics' argument parser, its %load_ext), contextvars
 #: (the magic's warning capture), locale (argparse's gettext, asked by the magics' help), and
@@ -47,14 +48,13 @@ LOAD_EXT_OTHER = frozenset("""contextvars _contextvars locale _locale ctypes _ct
 #: (lineinfo, launch.support) and the variables' module come with a miss, a tool run or a cell
 #: that has variables (tests/test_hit_reach.py holds the whole list and the count)
 HIT_CELL = frozenset("cudamagic." + m for m in """
-    cxx cxx.display cxx.kernel_names cxx.quick cxx.resolve cxx.signatures
-    explain files keys miss module naming pipeline toolkit typed libraries
-    launch launch.kernel
-    store store.base store.cache store.connections store.disk store.entry store.limits
-    store.state
-    toolchain.demangle toolchain.elf toolchain.image toolchain.manifest
-    toolchain.occupancy
-    view view.bench view.render view.report view.widget""".split())
+    cxx cxx.display cxx.kernel_names cxx.quick cxx.resolve cxx.signatures pipeline.explain
+    core.files store.keys core.miss pipeline.module pipeline.naming pipeline.steps core.toolkit
+    pipeline.typed core.libraries launch launch.kernel store store.base store.cache
+    store.connections store.disk store.entry store.limits store.state toolchain.binary.demangle
+    toolchain.binary.elf toolchain.binary.image toolchain.compile.manifest
+    toolchain.device.occupancy view view.bench view.render view.report view.widget pipeline core
+    toolchain toolchain.binary toolchain.compile toolchain.device""".split())
 
 #: outside cudamagic: the cache's diskcache (and the SQLite, pickletools, tempfile it imports),
 #: the key's hashlib, the report's html, and comm (its widget's channel, which a Jupyter kernel
@@ -69,13 +69,13 @@ HIT_CELL_OTHER = frozenset("""diskcache diskcache.core diskcache.fanout diskcach
 #: subprocess (a tool or cu++filt started), decimal and fractions, csv, difflib (a miss's
 #: explanation), NVRTC and nvJitLink, CuPy, the debugging views
 NEVER = ("numpy", "xml", "email", "importlib.metadata", "subprocess", "decimal", "fractions",
-         "csv", "difflib", "cupy", "cuda.bindings", "cudamagic.toolchain.nvrtc",
-         "cudamagic.toolchain.link", "cudamagic.toolchain.deps", "cudamagic.toolchain.ptx",
-         "cudamagic.toolchain.probe", "cudamagic.toolchain.sanitizer",
-         "cudamagic.toolchain.profiler", "cudamagic.toolchain.tools", "cudamagic.launch.launcher",
-         "cudamagic.launch.encode", "cudamagic.launch.params", "cudamagic.launch.tool_run",
-         "cudamagic.launch.bench", "cudamagic.view.debug", "cudamagic.view.records",
-         "cudamagic.view.shown")
+         "csv", "difflib", "cupy", "cuda.bindings", "cudamagic.toolchain.compile.nvrtc",
+         "cudamagic.toolchain.compile.link", "cudamagic.toolchain.compile.deps",
+         "cudamagic.toolchain.binary.ptx", "cudamagic.toolchain.compile.probe",
+         "cudamagic.toolchain.tools.sanitizer", "cudamagic.toolchain.tools.profiler",
+         "cudamagic.toolchain.tools.tools", "cudamagic.launch.launcher", "cudamagic.launch.encode",
+         "cudamagic.launch.params", "cudamagic.launch.tool_run", "cudamagic.launch.bench",
+         "cudamagic.view.debug", "cudamagic.view.records", "cudamagic.view.shown")
 
 SOURCE = "template <int N> __global__ void k(float* x, int n) { if (n > N) x[N] += 1.f; }\n"
 
@@ -87,7 +87,7 @@ CHILD = textwrap.dedent("""
     ip = InteractiveShell.instance()
     ip.kernel = object()  # shown as in a notebook: the HTML, the folds, comm's stand-in
     before = set(sys.modules)
-    from cudamagic.toolchain import driver  # counted: %load_ext's thread imports it
+    from cudamagic.toolchain.device import driver  # counted: %load_ext's thread imports it
 
     driver.available = lambda: gpu
     driver.retain_primary = lambda device: 1   # the context the thread makes
@@ -150,7 +150,7 @@ WARM = textwrap.dedent("""
         import numpy  # noqa: F401  (CuPy's: a notebook that launches has it)
     from IPython.core.interactiveshell import InteractiveShell
     ip = InteractiveShell.instance()
-    from cudamagic.toolchain import driver
+    from cudamagic.toolchain.device import driver
     driver.available = lambda: sys.argv[2] == "gpu"
     driver.retain_primary = lambda device: 1
     ip.run_line_magic("load_ext", "cudamagic")

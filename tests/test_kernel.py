@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import cudamagic
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 from cudamagic.launch import encode as encode_module
 from cudamagic.launch import params as params_module
 from cudamagic.errors import (
@@ -602,7 +602,7 @@ def test_a_scalar_whose_slot_is_not_its_width_is_taken_as_raw_bytes_only(size, c
     would write 8 bytes where the kernel reads 4. The slot takes raw bytes of its own size alone,
     and the message says how many."""
     from cudamagic.cxx import parse_demangled
-    from cudamagic.toolchain.image import Param
+    from cudamagic.toolchain.binary.image import Param
 
     record = types.SimpleNamespace(params=(Param(ordinal=0, offset=0, size=size),))
     (spec,) = params_module.param_specs(record, parse_demangled(f"k({ctype})"))
@@ -644,7 +644,7 @@ LIBCUDACXX = "cuda::std::__4::complex<double>"
 
 def _library_typed_kernel() -> Kernel:
     """A kernel whose parameters are of CCCL's versioned types (no GPU, no CUBIN: its records)."""
-    from cudamagic.toolchain.image import Param
+    from cudamagic.toolchain.binary.image import Param
     from cudamagic.cxx.signatures import Signatures
 
     symbol = "_Z1kIN6thrust23THRUST_300102_SM_900_NS7complexIfEEEvT_PKN4cuda3std3__47complexIdEEi"
@@ -942,7 +942,7 @@ def test_a_huge_int_for_any_integer_slot_says_so(mod, expr):
 def _foreign_kernel(ctypes_: list[str], sizes: list[int]) -> Kernel:
     """A kernel as a foreign CUBIN may describe it: its parameter records and signature."""
     from cudamagic.cxx import Signatures
-    from cudamagic.toolchain.image import Param
+    from cudamagic.toolchain.binary.image import Param
 
     offsets = [sum(sizes[:i]) for i in range(len(sizes))]
     image = types.SimpleNamespace(symbol="_Z1kv", resources=None, params=tuple(
@@ -1246,7 +1246,7 @@ import pytest
 import cudamagic
 from cudamagic.errors import NoDeviceError
 from cudamagic.launch.attributes import CUPY_NAMES, DEVICE_ONLY
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 
 SOURCE = r"""
 extern "C" __global__ void uses(float* x, int i) {

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from cudamagic.keys import cache_key
-from cudamagic.options import options_from_args
-from cudamagic.pipeline import entry_key
+from cudamagic.store.keys import cache_key
+from cudamagic.core.options import options_from_args
+from cudamagic.pipeline.steps import entry_key
 
 BASE = dict(source="__global__ void k() {}", name_expressions=["a<int, int>", "b"],
             options=["-std=c++17"], arch="sm_90", nvrtc_version="13.5", toolkit="cupy 14")
@@ -64,8 +64,8 @@ _KEY_IN_A_CONDA_LIKE_PROCESS = r"""
 import ctypes, dataclasses, sys
 if sys.argv[1:]:  # the library another NVRTC install holds, loaded as that process loads it
     ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
-from cudamagic import pipeline
-from cudamagic.options import options_from_args
+from cudamagic.pipeline import steps as pipeline
+from cudamagic.core.options import options_from_args
 real = pipeline.toolkit  # no nvidia-cuda-nvrtc wheel: NVRTC is a conda or system toolkit's
 pipeline.toolkit = lambda: dataclasses.replace(real(), distributions=tuple(
     d for d in real().distributions if not d.startswith("nvidia_cuda_nvrtc")))
@@ -84,8 +84,8 @@ def test_an_nvrtc_outside_a_wheel_is_keyed_by_its_library_not_its_major_minor(tm
     import subprocess
     import sys
 
-    from cudamagic.toolchain.nvrtc import nvrtc_version
-    from cudamagic.toolkit import loaded_libraries
+    from cudamagic.toolchain.compile.nvrtc import nvrtc_version
+    from cudamagic.core.toolkit import loaded_libraries
 
     nvrtc_version()  # loaded here: which file it is
     wheel_lib = next(line.split()[-1] for line in open("/proc/self/maps")

@@ -15,11 +15,11 @@ from unittest import mock
 import pytest
 
 from cudamagic.launch import params as params_module  # the Kernel reads its table there
-from cudamagic.pipeline import build_module, options_from_args
-from cudamagic.toolchain.image import read_cubin
+from cudamagic.pipeline.steps import build_module, options_from_args
+from cudamagic.toolchain.binary.image import read_cubin
 
 from .test_fork_locks import _in_child
-from cudamagic.toolchain import image as image_module
+from cudamagic.toolchain.binary import image as image_module
 from cudamagic.view import report as report_module
 
 SOURCE = r"""
@@ -249,7 +249,7 @@ def test_naming_a_whole_table_gives_what_naming_one_by_one_gives(seed):
     import random
 
     from cudamagic.cxx import python_name
-    from cudamagic.naming import Namer
+    from cudamagic.pipeline.naming import Namer
 
     rng = random.Random(seed)
     size = rng.randint(0, 12)
@@ -281,7 +281,7 @@ def test_a_thousand_expressions_checked_at_once_still_refuse_each_bad_one(bad, s
     """The line's expressions are checked in whole-table passes; one bad among 1000 is still
     refused, with what is wrong with it."""
     from cudamagic.errors import OptionError
-    from cudamagic.options import BuildOptions
+    from cudamagic.core.options import BuildOptions
 
     exprs: list = [f"k<{i}>" for i in range(1000)]
     assert BuildOptions(name_expressions=tuple(exprs)).name_expressions == tuple(exprs)
@@ -323,7 +323,7 @@ def _every_section(data: bytes) -> list[tuple[str, tuple]]:
 def test_sections_found_by_name_are_those_a_full_reading_finds():
     """A section is found by its name without reading every name: for every section of every
     kind of CUBIN, the one a plain reading of the whole table names so (the last of a name)."""
-    from cudamagic.toolchain.image import info_records
+    from cudamagic.toolchain.binary.image import info_records
 
     for label, data in _cubins().items():
         elf = read_cubin(data)._elf
@@ -357,7 +357,7 @@ def test_per_function_records_are_read_whatever_their_shapes(records, want):
     import struct
     import types
 
-    from cudamagic.toolchain.image import _Elf
+    from cudamagic.toolchain.binary.image import _Elf
 
     blob = b""
     for fmt, attr, size, body in records:
@@ -371,7 +371,7 @@ def test_variables_are_those_a_plain_reading_of_the_symbol_table_finds():
     """The module's variables, read through typed views of the symbol table, are the OBJECT
     symbols in constant or global memory that a symbol-by-symbol reading finds, with their
     sizes, places and memory, for every kind of CUBIN (and a library's hundreds of globals),
-    less the type probe's own (toolchain/probe.py: their names hold __cudamagic_)."""
+    less the type probe's own (toolchain/compile/probe.py: their names hold __cudamagic_)."""
     import struct
 
     import cudamagic
@@ -410,7 +410,7 @@ def test_a_hit_starts_no_demangler_process(tmp_path, cache, compiler):
     import sys
 
     import cudamagic
-    from cudamagic.toolchain.demangle import CuFilt
+    from cudamagic.toolchain.binary.demangle import CuFilt
 
     log = tmp_path / "starts"
     script = tmp_path / "cu++filt"
@@ -418,7 +418,7 @@ def test_a_hit_starts_no_demangler_process(tmp_path, cache, compiler):
     script.write_text(
         f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {root!r})\n"
         f"open({str(log)!r}, 'a').write('x')\n"
-        "from cudamagic.toolchain.demangle import LibStdCxx\n"
+        "from cudamagic.toolchain.binary.demangle import LibStdCxx\n"
         "names = [line.strip() for line in sys.stdin]\n"
         "print('\\n'.join(LibStdCxx().demangle(names)))\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -446,7 +446,7 @@ def test_a_hit_starts_no_demangler_process(tmp_path, cache, compiler):
 def test_a_section_name_kept_as_the_tail_of_another_is_found(indexed):
     """ELF lets a name be the tail of a longer one (.text.k inside .rela.text.k); searched or
     indexed, a section is found by its name, and of two with one name the last is."""
-    from cudamagic.toolchain import image
+    from cudamagic.toolchain.binary import image
 
     table = b"\0.rela.text.k\0.nv.info\0"
     at = {"": 0, ".rela.text.k": 1, ".text.k": 6, ".nv.info": 14}

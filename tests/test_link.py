@@ -9,9 +9,9 @@ import pytest
 import cudamagic
 from cudamagic.errors import LinkError, OptionError
 from cudamagic.store import KernelCache
-from cudamagic.toolchain import link as link_mod
-from cudamagic.toolchain.image import read_cubin
-from cudamagic.toolchain.elf import ET_EXEC, ET_REL, elf_type
+from cudamagic.toolchain.compile import link as link_mod
+from cudamagic.toolchain.binary.image import read_cubin
+from cudamagic.toolchain.binary.elf import ET_EXEC, ET_REL, elf_type
 
 # a kernel that launches kernels (dynamic parallelism), a template parent, and a __device__
 # function the parent calls: each needs the device runtime or a link to be launchable
@@ -32,8 +32,8 @@ LINKED = [["-rdc=true"], ["--relocatable-device-code=true"], ["-dc"], ["-dlto"],
 
 def _nvrtc_only(source, options):
     """What NVRTC alone gives for these options (no link): the module's unlinked image."""
-    from cudamagic.toolchain.nvrtc import compile_cubin
-    from cudamagic.toolkit import toolkit
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
+    from cudamagic.core.toolkit import toolkit
 
     incs = [f"-I{d}" for d in toolkit().include_dirs]
     return compile_cubin(source, [], ["-arch=sm_90", *incs, *options], trace=False).cubin
@@ -206,7 +206,7 @@ def test_the_last_rdc_option_decides_whether_the_build_is_linked(tmp_path, optio
     """-rdc=true -rdc=false was reported as 'linked with nvJitLink' although NVRTC made
     whole-program code and nothing was linked."""
     import cudamagic
-    from cudamagic.toolchain.link import relocatable
+    from cudamagic.toolchain.compile.link import relocatable
 
     assert relocatable(options) is RDC_ORDER[options]
     mod = cudamagic.build('extern "C" __global__ void k(int* p) { *p = 1; }\n',
@@ -235,8 +235,8 @@ from pathlib import Path
 import pytest
 
 import cudamagic
-from cudamagic.toolchain.image import read_cubin
-from cudamagic.toolchain.link import CodeGeneration, Flag, code_generation
+from cudamagic.toolchain.binary.image import read_cubin
+from cudamagic.toolchain.compile.link import CodeGeneration, Flag, code_generation
 
 
 def _tool_dir() -> Path:

@@ -17,7 +17,7 @@ import threading
 import warnings
 import cudamagic
 from cudamagic import InputWarning
-from cudamagic.toolchain import driver
+from cudamagic.toolchain.device import driver
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ _LOAD = textwrap.dedent("""
     ip = start_ipython()
     ip.run_line_magic("load_ext", "cudamagic")
     import cudamagic
-    from cudamagic.toolchain import driver
+    from cudamagic.toolchain.device import driver
     for t in threading.enumerate():
         if t.name == cudamagic.DRIVER_THREAD:
             t.join(60)
@@ -64,7 +64,7 @@ def _load(env: dict[str, str] | None = None) -> dict:
 def test_the_driver_thread_starts_before_the_pipeline_is_imported():
     seen = _load()
     early = seen["imported when it started"]
-    assert "cudamagic.pipeline" not in early and "cudamagic.magic" not in early, early
+    assert "cudamagic.pipeline.steps" not in early and "cudamagic.shell.magic" not in early, early
 
 
 @pytest.mark.gpu

@@ -219,7 +219,7 @@ def test_name_map_lines_agree_with_nvrtc():
     import random
     import re
 
-    from cudamagic.toolchain.nvrtc import _check, _nvrtc, name_map_lines
+    from cudamagic.toolchain.compile.nvrtc import _check, _nvrtc, name_map_lines
 
     nvrtc = _nvrtc()
     rng = random.Random(11)
@@ -244,8 +244,8 @@ def test_name_map_lines_agree_with_nvrtc():
 
 
 def test_a_log_without_a_located_error_is_not_counted(monkeypatch):
-    from cudamagic.toolchain import nvrtc as compiler
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile import nvrtc as compiler
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
     from cudamagic.errors import CompileError
 
     monkeypatch.setattr(compiler, "rewrite_log", lambda *a, **k: "something NVRTC said")

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from cudamagic.options import options_from_args
-from cudamagic.pipeline import build_module
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.core.options import options_from_args
+from cudamagic.pipeline.steps import build_module
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 from tests import test_manifest_corpus as corpus
 
 KERN = '\nextern "C" __global__ void k(int* x) { x[0] = V; }\n'
@@ -209,7 +209,7 @@ def _past(root: Path) -> None:
     a compile is (rightly) not stored, and these cases test other rules."""
     import time
 
-    from cudamagic.toolchain.deps import RACY_NS
+    from cudamagic.toolchain.compile.deps import RACY_NS
 
     time.sleep(2 * RACY_NS / 1e9)
 
@@ -217,7 +217,7 @@ def _past(root: Path) -> None:
 def test_a_deleted_working_folder_is_not_stored(tmp_path):
     """The cell's folder deleted during the compile: the headers read through it cannot be
     checked, so the build is not stored (the manifest says why), never stored without them."""
-    from cudamagic.toolchain import deps
+    from cudamagic.toolchain.compile import deps
 
     root = tmp_path / "gone"
     root.mkdir()
@@ -355,7 +355,7 @@ import pytest
 _CHILD = textwrap.dedent("""
     import hashlib, resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-    from cudamagic.toolchain.manifest import HeaderState, Manifest, SearchPath
+    from cudamagic.toolchain.compile.manifest import HeaderState, Manifest, SearchPath
     path, size = sys.argv[1], int(sys.argv[2])
     state = HeaderState(path, size, 0, hashlib.sha256(b"#pragma once\\n").hexdigest())
     t = time.perf_counter()

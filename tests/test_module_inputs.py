@@ -90,9 +90,9 @@ def test_a_header_removed_or_shadowed_after_the_build_is_refused(built, tmp_path
 def test_a_header_edited_during_the_lineinfo_compile_is_caught_by_what_it_read(tmp_path):
     """The check before the compile passes; the compile then reads another header (its time
     put back, so only the contents it read can tell): refused, from that compile's manifest."""
-    from cudamagic.options import options_from_args
-    from cudamagic.pipeline import build_module
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.core.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     (tmp_path / "inc").mkdir()
     header = tmp_path / "inc" / "k.cuh"
@@ -145,8 +145,8 @@ def test_a_module_read_from_the_working_folder_is_not_rebuilt_in_another(tmp_pat
 
 
 def test_a_refusal_before_the_compile_compiles_nothing(tmp_path, compiler):
-    from cudamagic.options import options_from_args
-    from cudamagic.pipeline import build_module
+    from cudamagic.core.options import options_from_args
+    from cudamagic.pipeline.steps import build_module
 
     (tmp_path / "inc").mkdir()
     header = tmp_path / "inc" / "k.cuh"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from cudamagic.toolchain.tracefolder import PREFIX
+from cudamagic.toolchain.compile.tracefolder import PREFIX
 
 from .conftest import REPO
 
@@ -150,7 +150,7 @@ BATCH = [k for pair in itertools.product(KINDS, repeat=2) for k in pair]
 
 BATCH_CHILD = r"""
 import json, sys, threading
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 from cudamagic.errors import CudaMagicError
 kinds, batch, inc, threads = json.loads(sys.argv[1])
 
@@ -218,7 +218,7 @@ def test_ctrl_c_during_a_compile_is_raised_once_nvrtc_has_returned(tmp_path):
 
     out = run_python(
         "import os, signal, sys, threading, time\n"
-        "from cudamagic.toolchain.nvrtc import compile_cubin\n"
+        "from cudamagic.toolchain.compile.nvrtc import compile_cubin\n"
         "from tests.held_open import HeldOpen, LeaseUnavailable\n"
         f"folder = {str(tmp_path)!r}\n"
         "try:\n"
@@ -261,7 +261,7 @@ def _popen_python(code: str, *args: str) -> subprocess.Popen:
 # a process whose traced compile waits, its trace folder made, until a file appears
 _HELD_COMPILE = """
 import os, sys, time
-from cudamagic.toolchain import nvrtc
+from cudamagic.toolchain.compile import nvrtc
 real = nvrtc._compile
 def held(*args):
     print("ready", flush=True)
@@ -270,11 +270,11 @@ def held(*args):
     return real(*args)
 nvrtc._compile = held
 # (the word "include" last: no code past it to leave out, so the compile itself is traced
-# rather than listed in a child: toolchain/listing.py)
+# rather than listed in a child: toolchain/compile/listing.py)
 r = nvrtc.compile_cubin('__global__ void k() {}\\n// include\\n', [], ['-arch=sm_90'])
 print("traced", r.trace is not None, flush=True)
 """
-_FIRST_COMPILE = ("from cudamagic.toolchain.nvrtc import compile_cubin\n"
+_FIRST_COMPILE = ("from cudamagic.toolchain.compile.nvrtc import compile_cubin\n"
                   "assert compile_cubin('__global__ void j() {}', [], ['-arch=sm_90']).trace\n")
 
 
@@ -336,14 +336,14 @@ def test_trace_folders_of_processes_killed_mid_compile_are_removed(tmp_path):
 
 # --- an option NVRTC refuses: told apart by its error's type and fields, not its words --------
 
-from cudamagic.options import options_from_args  # noqa: E402
+from cudamagic.core.options import options_from_args  # noqa: E402
 
 _KERNEL = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n'
 
 
 def test_an_option_nvrtc_refuses_is_an_option_error_holding_the_options():
     from cudamagic.errors import OptionError
-    from cudamagic.toolchain import nvrtc
+    from cudamagic.toolchain.compile import nvrtc
 
     options = ["-arch=sm_90", "--no-such-option"]
     with pytest.raises(OptionError, match="NVRTC refused an option") as raised:
@@ -359,7 +359,7 @@ def test_a_refused_trace_option_compiles_untraced_whatever_the_words(refused, mo
     """An NVRTC older than --fdevice-time-trace refuses it: the compile runs without it. The
     decision reads the error's options; the message here is reworded and nothing changes."""
     from cudamagic.errors import OptionError
-    from cudamagic.toolchain import nvrtc
+    from cudamagic.toolchain.compile import nvrtc
 
     real = nvrtc._compile
 

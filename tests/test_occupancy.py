@@ -27,9 +27,10 @@ from types import SimpleNamespace
 import pytest
 
 import cudamagic
-from cudamagic.toolchain import occupancy as occ
-from cudamagic.toolchain.image import read_cubin
-from cudamagic.toolchain.occupancy import KernelUsage, OccupancyError, compute
+from cudamagic.toolchain.device import occupancy as occ
+from cudamagic.toolchain.binary.image import read_cubin
+from cudamagic.toolchain.device.occupancy import KernelUsage, compute
+from cudamagic.errors import OccupancyError
 from cudamagic.view.bench import occupancy_html, occupancy_text
 
 from .conftest import FIXTURES, REPO
@@ -121,7 +122,7 @@ def test_bad_questions_say_what(bad, message):
 
 
 def test_every_nvrtc_target_but_the_newest_has_a_table():
-    from cudamagic.toolchain.nvrtc import supported_archs
+    from cudamagic.toolchain.compile.nvrtc import supported_archs
 
     targets = set(supported_archs())
     # sm_88, sm_107 and sm_110 have no published limits this project could check: they say so
@@ -143,7 +144,7 @@ def test_usage_read_from_the_cubin():
 
 
 def test_launch_bounds_and_barriers_from_a_built_cubin():
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     src = ('extern "C" __global__ void __launch_bounds__(192, 2) lb(float* x) { x[0] = 1; }\n'
            'extern "C" __global__ void nb(float* x) { asm volatile("bar.sync 7, 64;"); x[0]=1; }\n'
@@ -184,7 +185,7 @@ int occ(int major, int minor, int threads_sm, long shared_sm, long optin, long r
 
 
 def _header_dir() -> Path | None:
-    from cudamagic.toolkit import toolkit
+    from cudamagic.core.toolkit import toolkit
 
     for d in toolkit().include_dirs:
         if (Path(d) / "cuda_occupancy.h").is_file():
@@ -530,7 +531,7 @@ def test_the_register_rule_checks_the_spread_block_alone_and_answers_as_before()
     """A block's registers are checked as if its warps were spread over every sub-partition,
     which is never fewer than the block's own: checking the block's own count as well (as the
     rule did) changes no answer over every architecture, register count and block size."""
-    from cudamagic.toolchain import occupancy as occ
+    from cudamagic.toolchain.device import occupancy as occ
 
     for sm in occ.known_archs():
         arch = occ.arch_limits(sm)

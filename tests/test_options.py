@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cudamagic.errors import OptionError
-from cudamagic.options import (BuildOptions, arch_sm, normalize_arch, nvrtc_options,
-                               options_from_args, parse_magic_line)
-from cudamagic.toolkit import std_header_dirs
+from cudamagic.core.options import (BuildOptions, arch_sm, normalize_arch, nvrtc_options,
+                                    options_from_args, parse_magic_line)
+from cudamagic.core.toolkit import std_header_dirs
 
 
 def test_quoted_expressions_with_spaces_and_commas():
@@ -116,7 +116,7 @@ def test_the_line_splits_as_a_shell_splits_it():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from cudamagic.options import split_line
+    from cudamagic.core.options import split_line
 
     @settings(max_examples=2000, deadline=None, database=None)
     @given(st.text(alphabet=" \t'\"<>,:-nak_1", max_size=40))
@@ -173,7 +173,7 @@ def test_one_word_options_pass_as_they_are(opt):
 @pytest.mark.parametrize("arch, sm", [("sm_90", 90), ("sm_90a", 90), ("SM_100f", 100), (" 75 ", 75),
                                       (120, 120), ("sm_103a", 103)])
 def test_an_arch_is_one_sm_number_for_the_nvrtc_check_and_the_fatbin_pick(arch, sm):
-    from cudamagic.options import arch_sm
+    from cudamagic.core.options import arch_sm
 
     assert arch_sm(arch) == sm
 
@@ -186,7 +186,8 @@ def test_an_arch_has_one_sm_number_for_a_build_and_for_occupancy(arch):
     which names an architecture there but makes no CUBIN): one function, one answer."""
     import numpy as np
 
-    from cudamagic.toolchain.occupancy import OccupancyError, sm_number
+    from cudamagic.errors import OccupancyError
+    from cudamagic.toolchain.device.occupancy import sm_number
 
     def read(f):
         try:
@@ -204,7 +205,7 @@ def test_an_arch_has_one_sm_number_for_a_build_and_for_occupancy(arch):
 
 @pytest.mark.parametrize("arch", ["compute_90", "sm90x", "", "sm_9", 1000])
 def test_what_is_no_arch_has_no_sm_number(arch):
-    from cudamagic.options import arch_sm
+    from cudamagic.core.options import arch_sm
 
     with pytest.raises(OptionError):
         arch_sm(arch)
@@ -217,7 +218,7 @@ def test_what_is_no_arch_has_no_sm_number(arch):
     (["-std=c++14", "--std=c++20"], (), {}, "c++20"),              # the last one counts
 ])
 def test_an_option_list_is_read_in_one_place(options, folders, macros, std):
-    from cudamagic.options import include_folders, object_macros, standard
+    from cudamagic.core.options import include_folders, object_macros, standard
 
     assert (include_folders(options), object_macros(options), standard(options)) == \
         (folders, macros, std)
@@ -265,7 +266,7 @@ def test_every_hint_is_a_line_that_builds(line, hints):
     NVRTC in a build (no hint leads to another refusal, as -o -std=c++20 once did)."""
     from dataclasses import replace
 
-    from cudamagic.pipeline import build_module
+    from cudamagic.pipeline.steps import build_module
 
     said = _refusal(lambda: parse_magic_line(line))
     for hint in hints:

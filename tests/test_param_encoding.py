@@ -28,7 +28,7 @@ from cudamagic.errors import ArgumentTypeError, ArgumentValueError, NoDeviceErro
 from cudamagic.launch.encode import encode, pack_args
 from cudamagic.launch.kernel import Kernel
 from cudamagic.launch.params import SlotKind
-from cudamagic.toolchain.ptx import PtxParam, PtxType, entry_params
+from cudamagic.toolchain.binary.ptx import PtxParam, PtxType, entry_params
 
 from .conftest import FIXTURES
 from .test_kernel import (COMPLEX, ECHO_EXPRS, ECHO_SOURCE, FLOATS, INT128,

@@ -19,13 +19,13 @@ import pytest
 
 import cudamagic
 from cudamagic.errors import OptionError
-from cudamagic.options import parse_magic_line
-from cudamagic.pipeline import entry_key
+from cudamagic.core.options import parse_magic_line
+from cudamagic.pipeline.steps import entry_key
 from cudamagic.store.cache import KernelCache
-from cudamagic.toolchain import pch
-from cudamagic.toolchain.elf import elf_section
-from cudamagic.toolchain.image import read_cubin
-from cudamagic.toolchain.pch import PchKind
+from cudamagic.toolchain.compile import pch
+from cudamagic.toolchain.binary.elf import elf_section
+from cudamagic.toolchain.binary.image import read_cubin
+from cudamagic.toolchain.compile.pch import PchKind
 
 from .conftest import REPO, settled, trace_broken
 
@@ -237,7 +237,7 @@ def _replace_by(kind: str):
 
 
 def _another_nvrtc(lib: Path, cache, monkeypatch) -> tuple[str, ...]:
-    from cudamagic.toolkit import Toolkit
+    from cudamagic.core.toolkit import Toolkit
 
     # the identity the key gives NVRTC (its wheel), alone: the headers are the same
     monkeypatch.setattr(Toolkit, "nvrtc_wheel",
@@ -355,7 +355,7 @@ def test_a_compile_without_a_trace_publishes_no_pch(lib, cache, monkeypatch):
     has less free space than a trace needs) knows its headers only by a scan of the quoted
     includes, which misses a <...> one: its PCH is not kept, so an edit of that header is
     compiled, never served from a PCH that holds the old one."""
-    from cudamagic.toolchain import tracefolder
+    from cudamagic.toolchain.compile import tracefolder
 
     monkeypatch.setattr(tracefolder, "TRACE_ROOM", 1 << 62)  # more than any disk has free
     header, kinds = lib / "lib" / "angled.h", []
@@ -390,7 +390,7 @@ def test_the_folder_keeps_its_size_limit_least_recently_used_first(lib, cache, m
 RACE_CHILD = r"""
 import os, sys, time
 import cudamagic
-from cudamagic.toolchain import pch
+from cudamagic.toolchain.compile import pch
 from tests.test_pch import _source
 meet, me = sys.argv[2], sys.argv[3]
 
@@ -520,7 +520,7 @@ def test_a_pch_folder_that_cannot_be_made_is_said_once(lib, tmp_path, fresh_proc
 def test_cuda_cache_shows_the_pchs_and_clears_them_apart(lib, tmp_path, monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
 
-    from cudamagic.info import environment_info
+    from cudamagic.shell.info import environment_info
 
     monkeypatch.setenv("CUDAMAGIC_CACHE_DIR", str(tmp_path / "magic-cache"))
     ip = InteractiveShell.instance()
@@ -544,7 +544,7 @@ def test_cuda_cache_shows_the_pchs_and_clears_them_apart(lib, tmp_path, monkeypa
 
 def test_an_nvrtc_without_pchs_compiles_plainly_and_says_so(lib, cache, monkeypatch):
     """Simulated: an NVRTC older than 12.8 (the probe answers no)."""
-    from cudamagic.info import environment_info
+    from cudamagic.shell.info import environment_info
 
     monkeypatch.setattr(pch, "supported", lambda: False)
     assert dict(environment_info().fields)["precompiled headers"].startswith("not supported")
@@ -645,7 +645,7 @@ def test_a_bad_size_limit_is_said_once(lib, cache, monkeypatch):
 KILLED_CHILD = r"""
 import os, signal, sys
 import cudamagic
-import cudamagic.toolchain.nvrtc as nv
+import cudamagic.toolchain.compile.nvrtc as nv
 from tests.test_pch import _source
 real = nv.read_outcome
 def killed(nvrtc, prog, p, log):  # during the compile that reads the PCH through its link
@@ -722,7 +722,7 @@ def test_a_forked_child_outliving_the_maker_does_not_keep_its_pchs_alive(tmp_pat
     hold_r, hold_w = os.pipe()
     maker = textwrap.dedent(f"""
         import os, sys
-        from cudamagic.toolchain import pch
+        from cudamagic.toolchain.compile import pch
         name = pch._owner({str(folder)!r})
         if os.fork() == 0:  # the worker: runs until the test lets it go
             os.read({hold_r}, 1)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from cudamagic.toolchain import pch
-from cudamagic.toolchain.pch import PchKind
+from cudamagic.toolchain.compile import pch
+from cudamagic.toolchain.compile.pch import PchKind
 
 from .test_pch import BASE, _RUN, _build, _code, _count, _folder, _kind, _plain, _write, lib  # noqa: F401
 

@@ -1,4 +1,4 @@
-"""The type probe (toolchain/probe.py) attacked: which names the token reading asks about, and
+"""The type probe (toolchain/compile/probe.py) attacked: which names the token reading asks about, and
 that a probe never makes a cell fail, never hides the cell's own error, never costs a second
 compile where the cell's code is the one at fault, and costs one more compile only where its
 own questions break."""
@@ -13,9 +13,9 @@ import pytest
 
 import cudamagic
 from cudamagic.errors import CompileError, OptionError
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 from cudamagic.cxx.declared import CandidateKind, candidates, tokens
-from cudamagic.toolchain.probe import TypeGap, decode_type
+from cudamagic.toolchain.compile.probe import TypeGap, decode_type
 
 V, C = CandidateKind.VARIABLE, CandidateKind.EXTERN_C
 
@@ -189,7 +189,7 @@ BREAKS = {
                          ids=list(BREAKS))
 def test_a_probe_that_breaks_costs_one_compile_and_its_own_answers(source, options, compiles,
                                                                    noted, dtype):
-    from cudamagic.pipeline import build_module, options_from_args
+    from cudamagic.pipeline.steps import build_module, options_from_args
 
     compiler = _Counting()
     module = build_module(source, options_from_args(options, [], "sm_90", no_cache=True),
@@ -213,7 +213,7 @@ OWN_ERRORS = {
 
 @pytest.mark.parametrize("source, names", OWN_ERRORS.values(), ids=list(OWN_ERRORS))
 def test_the_cells_own_error_is_its_own(source, names):
-    from cudamagic.pipeline import build_module, options_from_args
+    from cudamagic.pipeline.steps import build_module, options_from_args
 
     compiler = _Counting()
     with pytest.raises(CompileError) as probed:
@@ -263,7 +263,7 @@ def _needs_options_nvrtc_takes(options) -> None:
 
 @pytest.mark.parametrize("source, options", ELEVATED.values(), ids=list(ELEVATED))
 def test_a_warning_made_an_error_reads_as_without_the_probe(source, options):
-    from cudamagic.pipeline import build_module, options_from_args
+    from cudamagic.pipeline.steps import build_module, options_from_args
 
     _needs_options_nvrtc_takes(options)
     with pytest.raises(CompileError) as probed:
@@ -275,7 +275,7 @@ def test_a_warning_made_an_error_reads_as_without_the_probe(source, options):
 
 @pytest.mark.parametrize("elevating", ["-Werror=all-warnings", "--diag-error=177"])
 def test_a_good_cell_whose_warnings_are_errors_keeps_its_types(elevating):
-    from cudamagic.pipeline import build_module, options_from_args
+    from cudamagic.pipeline.steps import build_module, options_from_args
 
     _needs_options_nvrtc_takes([elevating])
     compiler = _Counting()
@@ -303,8 +303,8 @@ def test_the_probe_reads_a_failed_compile_by_its_records_not_its_message(monkeyp
     (CompileError.errors), not by reading the message: a reworded message changes nothing, and
     twelve failed questions (a log longer than the message shows) cost one more compile, as
     one does (the message showed the first error only, so each cost a compile of its own)."""
-    from cudamagic.pipeline import build_module, options_from_args
-    from cudamagic.toolchain import nvrtc
+    from cudamagic.pipeline.steps import build_module, options_from_args
+    from cudamagic.toolchain.compile import nvrtc
 
     if reworded:
         monkeypatch.setattr(nvrtc, "compile_error_message", lambda *a: "NVRTC said no")
@@ -335,7 +335,7 @@ def test_a_cell_the_probe_asks_nothing_about_demangles_nothing_for_it(cell, name
     """A miss whose cell declares no variable and no extern "C" kernel asks the probe nothing,
     so the probe's answers demangle none of the CUBIN's symbols (a CCCL cell's are hundreds:
     9 ms of each edit's miss on the CUB cell): the demangler the answers use is never called."""
-    import cudamagic.typed as typed
+    import cudamagic.pipeline.typed as typed
 
     class Refusing:
         def demangle(self, symbols):

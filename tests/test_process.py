@@ -1,4 +1,4 @@
-"""cudamagic/process.py: the one registry of the package's per-process state.
+"""cudamagic/core/process.py: the one registry of the package's per-process state.
 
 Every module-level container the package changes, every memoized function and every object with
 fork hooks of its own is registered there with what becomes of it in a forked child and in a
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import cudamagic
-from cudamagic import process
-from cudamagic.process import InChild, InTest
+from cudamagic.core import process
+from cudamagic.core.process import InChild, InTest
 
 from .conftest import REPO
 
@@ -101,9 +101,9 @@ def _package_sources() -> dict[str, str]:
 
 def registered() -> set[tuple[str, str]]:
     for info in pkgutil.walk_packages(cudamagic.__path__, "cudamagic."):
-        if info.name != "cudamagic.child" and not info.name.startswith("cudamagic.headers"):
+        if info.name != "cudamagic.pipeline.child" and not info.name.startswith("cudamagic.headers"):
             importlib.import_module(info.name)
-    importlib.import_module("cudamagic.magic")
+    importlib.import_module("cudamagic.shell.magic")
     return {(p.module, name) for p in process.pieces() for name in (p.name, *p.covers)}
 
 
@@ -112,7 +112,7 @@ def test_the_registry_knows_every_piece_of_process_state_the_package_has():
     assert len(found) >= 30  # the walk sees them (33 when this was written)
     missing = found - registered()
     assert not missing, (
-        f"module-level state not registered with cudamagic.process: {sorted(missing)}; make it "
+        f"module-level state not registered with cudamagic.core.process: {sorted(missing)}; make it "
         f"with process.held(...) (a container), @process.cached(...) (in place of lru_cache) or "
         f"process.at_fork(...) (an object with fork hooks), saying what a forked child and a "
         f"test's reset do with it")
@@ -120,18 +120,18 @@ def test_the_registry_knows_every_piece_of_process_state_the_package_has():
 
 PLANTED = {
     "a new module-level dict the package fills": (
-        "cudamagic.toolchain.nvrtc", "_seen: dict[str, int] = {}\n\n\ndef note(k):\n"
+        "cudamagic.toolchain.compile.nvrtc", "_seen: dict[str, int] = {}\n\n\ndef note(k):\n"
         "    _seen[k] = 1\n", "_seen"),
     "a set filled from another module": (
         "cudamagic.launch.kernel", "_told = set()\n", "_told"),
     "an lru_cache'd finder": (
-        "cudamagic.toolchain.tools", "import functools\n\n\n@functools.lru_cache(maxsize=1)\n"
+        "cudamagic.toolchain.tools.tools", "import functools\n\n\n@functools.lru_cache(maxsize=1)\n"
         "def where():\n    return 1\n", "where"),
     "functools.cache": (
-        "cudamagic.units", "import functools\n\n\n@functools.cache\ndef table():\n"
+        "cudamagic.core.units", "import functools\n\n\n@functools.cache\ndef table():\n"
         "    return {}\n", "table"),
     "a name rebound through global": (
-        "cudamagic.files", "_last = None\n\n\ndef remember(x):\n    global _last\n"
+        "cudamagic.core.files", "_last = None\n\n\ndef remember(x):\n    global _last\n"
         "    _last = x\n", "_last"),
 }
 
@@ -144,7 +144,7 @@ def test_a_planted_unregistered_piece_of_state_is_found(case):
     sources = _package_sources()
     sources[module] += "\n\n" + planted
     if case == "a set filled from another module":
-        sources["cudamagic.module"] += "\n\ndef _tell(d):\n    _told.add(d)\n"
+        sources["cudamagic.pipeline.module"] += "\n\ndef _tell(d):\n    _told.add(d)\n"
     assert (module, name) in state_in_source(sources) - registered()
 
 
@@ -156,10 +156,11 @@ def test_constant_tables_are_not_state():
 
 
 def test_a_tests_reset_empties_what_it_says_and_keeps_the_rest():
-    from cudamagic import explain, forksafe
+    from cudamagic.pipeline import explain
+    from cudamagic.core import forksafe
     from cudamagic.launch import launcher
-    from cudamagic import toolkit
-    from cudamagic.toolchain import driver
+    from cudamagic.core import toolkit
+    from cudamagic.toolchain.device import driver
 
     registered()
     driver._lost[99] = driver.Sticky.ASSERT
@@ -173,7 +174,7 @@ def test_a_tests_reset_empties_what_it_says_and_keeps_the_rest():
     assert toolkit._toolkit_for.cache_info().currsize == 0 and explain._histories == {}
     assert lock in forksafe._all and driver._primary == primary  # kept: live objects
     by_name = {(p.module, p.name): p for p in process.pieces()}
-    assert by_name["cudamagic.toolchain.driver", "_primary"].in_test is InTest.KEPT
+    assert by_name["cudamagic.toolchain.device.driver", "_primary"].in_test is InTest.KEPT
     assert by_name["cudamagic.cxx.parse", "parse_expression"].in_test is InTest.KEPT
 
 
@@ -181,7 +182,7 @@ def test_a_tests_reset_empties_what_it_says_and_keeps_the_rest():
 def test_a_forked_child_runs_each_pieces_side_from_the_registry():
     """The one fork hook: a CLEARED piece is empty in the child, a KEPT one as the parent had
     it, a RENEWED one's handler has run (tracefolder's _reaped emptied by its handler)."""
-    from cudamagic.toolchain import tracefolder
+    from cudamagic.toolchain.compile import tracefolder
 
     emptied = process.held(__name__, "emptied", {1: 2}, child=InChild.CLEARED)
     kept = process.held(__name__, "kept", {1: 2})

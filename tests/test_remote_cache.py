@@ -19,7 +19,7 @@ import pytest
 
 from cudamagic import build
 from cudamagic.errors import CacheWarning
-from cudamagic.miss import HitKind
+from cudamagic.core.miss import HitKind
 from cudamagic.store import KernelCache, decode_entry, encode_entry
 from cudamagic.store.remote import (RECORD_MAGIC, RemoteStore, open_remote, sign, verify,
                                     Refused)
@@ -415,7 +415,7 @@ def test_a_forked_child_sends_through_its_own_queue_and_connection(tmp_path, ser
 def _build_on_worker(source: str, names: list[str]) -> dict:
     """A task that builds the cell itself (the module is not shipped)."""
     import cudamagic
-    from cudamagic.toolchain import nvrtc as compiler
+    from cudamagic.toolchain.compile import nvrtc as compiler
 
     compiles = []
     real = compiler._compile

@@ -13,7 +13,8 @@ from IPython.lib.pretty import pretty
 from cudamagic.view import render
 from cudamagic.view import report as R
 from cudamagic.view.records import CacheListing, CacheStats, EnvironmentInfo
-from cudamagic.view.report import SHOWN_ROWS, BuildReport, Explanation, KernelRow, display_signature
+from cudamagic.view.report import (SHOWN_ROWS, BuildReport, Explanation, KernelRow,
+                                   display_signature)
 
 from .conftest import FIXTURES
 
@@ -239,13 +240,13 @@ def test_cache_listing_orders_any_name_nvrtc_takes(names, first):
     (1 << 30, "1.0 GiB"), (5 << 40, "5.0 TiB"), (2**63 - 1, "8.0 EiB"),
 ])
 def test_sizes_read_in_the_unit_they_reach(n, shown):
-    from cudamagic.units import size_text
+    from cudamagic.core.units import size_text
 
     assert size_text(n) == shown
 
 
 def test_no_size_that_is_not_zero_prints_as_zero():
-    from cudamagic.units import size_text
+    from cudamagic.core.units import size_text
 
     sizes = [*range(1, 5000, 7), *(1 << k for k in range(64)), *((1 << k) - 1 for k in range(1, 64))]
     for n in sizes:
@@ -269,7 +270,7 @@ def test_every_phase_has_its_label_and_a_misspelled_one_is_refused():
     """Timings are keyed by BuildPhase, whose every member but the total has a label in the
     phases list (in the enum's order); a word that names no phase is an error where it is
     added, not a time the view would drop into "other"."""
-    from cudamagic.miss import BuildPhase
+    from cudamagic.core.miss import BuildPhase
     from cudamagic.view.report import _PHASES
 
     assert list(_PHASES) == [p for p in BuildPhase if p is not BuildPhase.TOTAL]
@@ -454,7 +455,7 @@ def test_the_cells_variables_first_and_the_librarys_counted():
 # What the report says (issue 31 item 5): -q is quiet for a slow compile too.
 import pytest
 
-from cudamagic import magic
+from cudamagic.shell import magic
 
 CELL = 'extern "C" __global__ void k{n}(float* x) {{ x[0] = {n}.0f; }}\n'
 
@@ -556,7 +557,7 @@ def test_a_report_of_many_kernels_shows_resources_for_the_rows_it_shows(tmp_path
 class _CuFiltTexts:
     """cu++filt's texts for the cell below, as the CUDA 13.0 toolkit's gave them on the GPU
     machine (``T1`` for a template's parameters, a space before ``*``): a machine with the
-    toolkit demangles with it (toolchain/demangle.py's default)."""
+    toolkit demangles with it (toolchain/binary/demangle.py's default)."""
 
     name = "cu++filt"
     placeholders = True
@@ -566,7 +567,7 @@ class _CuFiltTexts:
         return [self.TEXTS.get(s, s) for s in symbols]
 
     def start(self):
-        from cudamagic.toolchain.demangle import Pending
+        from cudamagic.toolchain.binary.demangle import Pending
 
         return Pending(self.demangle)
 
@@ -576,8 +577,8 @@ def test_a_kernel_s_signature_is_the_one_its_report_row_shows(cufilt):
     """With its void return: the extern "C" kernel's parameter types as the compiler declared
     them, a plain C++ kernel's and a template's; with cu++filt's texts too (the GPU machine's
     demangler: the kernel said ``T1`` where its row said ``float``)."""
-    from cudamagic.options import BuildOptions
-    from cudamagic.pipeline import build_module
+    from cudamagic.core.options import BuildOptions
+    from cudamagic.pipeline.steps import build_module
 
     source = ('extern "C" __global__ void fill(float* x, float v, int n) { if (n) x[0] = v; }\n'
               "__global__ void plain(int* p) { *p = 1; }\n"

@@ -10,8 +10,8 @@ import struct
 import pytest
 
 import cudamagic
-from cudamagic.toolchain import occupancy as occ
-from cudamagic.toolchain.image import _Elf, read_cubin
+from cudamagic.toolchain.device import occupancy as occ
+from cudamagic.toolchain.binary.image import _Elf, read_cubin
 from cudamagic.view import bench
 
 from .conftest import FIXTURES, REPO
@@ -84,7 +84,7 @@ def test_kernels_that_ask_alike_share_one_table(module, monkeypatch):
 
 
 def _bounded_cubins() -> list:
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     src = ('extern "C" __global__ void __launch_bounds__(192, 2) lb(float* x) { x[0] = 1; }\n'
            'extern "C" __global__ void __launch_bounds__(1024) big(float* x) { x[0] = 1; }\n'
@@ -135,7 +135,7 @@ def test_a_kernel_that_calls_nothing_needs_no_function_table():
 
 def _traps_reference(code: bytes) -> bool:
     """The trap reading as one loop over every instruction's low halfword."""
-    from cudamagic.toolchain.image import _OPCODE_BPT, _OPCODE_MASK
+    from cudamagic.toolchain.binary.image import _OPCODE_BPT, _OPCODE_MASK
 
     return any(w & _OPCODE_MASK == _OPCODE_BPT
                for (w,) in struct.iter_unpack("<H14x", code[:len(code) // 16 * 16]))
@@ -242,7 +242,7 @@ def test_a_name_hides_a_builtin_exactly_where_python_has_one():
     import builtins
     import types
 
-    from cudamagic.magic import CudaMagics
+    from cudamagic.shell.magic import CudaMagics
 
     candidates = sorted(set(dir(builtins)) | {"saxpy_float", "k_1", "builtins", "print_",
                                               "__name__", "__doc__", "__loader__", "maxx"})

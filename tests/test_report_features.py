@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 import cudamagic
-from cudamagic.toolchain.image import GlobalImage
+from cudamagic.toolchain.binary.image import GlobalImage
 from cudamagic.view.report import SHOWN_VARIABLES, BuildReport
 
 from .conftest import FIXTURES
@@ -118,7 +118,7 @@ def test_the_report_names_variables_as_module_globals_does(built, monkeypatch):
     """One demangler for variable names (toolchain.demangle.variable_texts): the report's
     variables line and ``module.globals`` give each the same C++ name, so a change to how
     variables are demangled changes both (a second demangling in the view would keep its own)."""
-    from cudamagic.toolchain import demangle
+    from cudamagic.toolchain.binary import demangle
 
     module = built[0]["features"]
     ns = next(g for g in module.globals if g.cxx_name == "ns::scale")

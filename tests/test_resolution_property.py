@@ -29,9 +29,9 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt  # noqa: E402
+from cudamagic.toolchain.binary.demangle import CuFilt, LibStdCxx, find_cufilt  # noqa: E402
 from cudamagic.errors import CompileError  # noqa: E402
-from cudamagic.toolchain.image import read_cubin  # noqa: E402
+from cudamagic.toolchain.binary.image import read_cubin  # noqa: E402
 from cudamagic.cxx import compare as comparing  # noqa: E402
 from cudamagic.cxx.compare import CONTRADICTION, EQUAL, compare  # noqa: E402
 from cudamagic.cxx import quick as quickly  # noqa: E402
@@ -209,7 +209,7 @@ def _refused(log: str) -> set[str]:
 
 def compile_well_formed(expressions: list[str]):
     """Compile ``expressions``, dropping those NVRTC refuses: (result, kept, refused)."""
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     todo, refused = list(expressions), []
     for _ in range(50):  # each refused round stops in NVRTC's front end: a fraction of a second
@@ -226,7 +226,7 @@ def compile_well_formed(expressions: list[str]):
 
 
 def _bisect(exprs: list[str]) -> list[str]:
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     if len(exprs) == 1:
         return exprs

@@ -11,8 +11,8 @@ from cudamagic.cxx.resolve import plain_kernels, resolve
 from .test_names import UNDECIDABLE
 import functools
 import cudamagic
-from cudamagic.toolchain.nvrtc import compile_cubin
-from cudamagic.toolchain.demangle import CuFilt, LibStdCxx, find_cufilt
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
+from cudamagic.toolchain.binary.demangle import CuFilt, LibStdCxx, find_cufilt
 from cudamagic.errors import NameResolutionError
 from cudamagic.cxx.pyname import python_name
 
@@ -106,7 +106,7 @@ def test_swap_the_names_cannot_decide_is_accepted_unverified(rows):
 
 @pytest.fixture(scope="module")
 def small_cubin():
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     source = ("template <int N> __global__ void t() {}\n"
               "template <auto V> __global__ void a() {}\n"
@@ -117,8 +117,8 @@ def small_cubin():
 
 
 def _image_kernels(built):
-    from cudamagic.toolchain.demangle import LibStdCxx
-    from cudamagic.toolchain.image import read_cubin
+    from cudamagic.toolchain.binary.demangle import LibStdCxx
+    from cudamagic.toolchain.binary.image import read_cubin
 
     symbols = list(read_cubin(built.cubin).symbols)
     return Signatures(dict(zip(symbols, LibStdCxx().demangle(symbols))), placeholders=False)

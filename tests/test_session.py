@@ -12,10 +12,10 @@ import time
 import pytest
 
 import cudamagic
-from cudamagic.toolchain import driver
-from cudamagic.toolchain.deps import RACY_NS
+from cudamagic.toolchain.device import driver
+from cudamagic.toolchain.compile.deps import RACY_NS
 from cudamagic.errors import CompileError, NameResolutionError, NoDeviceError
-from cudamagic.pipeline import build_module, options_from_args
+from cudamagic.pipeline.steps import build_module, options_from_args
 
 from .conftest import run_python
 
@@ -350,8 +350,8 @@ def test_the_toolkit_is_in_the_key(cache, compiler, monkeypatch):
     """Other CUDA headers (another CCCL, another CuPy) are another build."""
     import dataclasses as dc
 
-    from cudamagic import pipeline
-    from cudamagic.toolkit import toolkit
+    from cudamagic.pipeline import steps as pipeline
+    from cudamagic.core.toolkit import toolkit
 
     src = '__global__ void k(float* x) {}\n'
     first = build_module(src, options_from_args([], []), cache=cache, compiler=compiler)
@@ -383,7 +383,7 @@ def _not_utf8(tmp_path):
 @pytest.mark.parametrize("call", ["build", "entry_key"])
 def test_a_working_folder_nvrtc_cannot_search_is_said(tmp_path, monkeypatch, cache, make, words,
                                                       call):
-    from cudamagic.pipeline import entry_key
+    from cudamagic.pipeline.steps import entry_key
 
     monkeypatch.chdir(tmp_path)  # restored after the test, whatever make() did
     make(tmp_path)
@@ -439,7 +439,7 @@ def test_a_sigint_handler_of_the_programs_own_is_left_alone(cache, compiler, mon
 def test_ctrl_c_during_a_failing_compile_says_interrupted(cache):
     import signal
 
-    from cudamagic.toolchain.nvrtc import compile_cubin
+    from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
     def interrupted(*args, **kw):
         try:
@@ -499,7 +499,7 @@ def test_a_foreign_cubin_without_names_pushes_every_unambiguous_template_instanc
 def test_the_same_shipped_module_arriving_twice_is_rebuilt_once(cache, monkeypatch):
     import pickle
 
-    from cudamagic import module as M
+    from cudamagic.pipeline import module as M
 
     mod = cudamagic.build(FOREIGN, list(INSTANCES), cache=cache)
     blob = pickle.dumps(mod)

@@ -1,6 +1,6 @@
 """NVRTC 13.0 replaces the process's SIGINT and SIGTERM handlers while it compiles (its own end
 the process with exit status 4: a Ctrl-C, or Jupyter's interrupt, killed the kernel), and puts
-them back with other flags. cudamagic.toolchain.signals puts Python's back while the compile runs
+them back with other flags. cudamagic.toolchain.compile.signals puts Python's back while the compile runs
 and exactly as they were after it (docs/magics.md, on Ctrl-C during a build).
 
 Here NVRTC's replacement is played by the test: while a real compile is held at a header's open
@@ -39,8 +39,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 CHILD = r"""
 import ctypes, os, signal, sys, threading, time
-from cudamagic.toolchain import signals
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.compile import signals
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 from tests.held_open import HeldOpen, LeaseUnavailable
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -95,8 +95,8 @@ def test_a_ctrl_c_during_a_compile_whose_nvrtc_took_the_handlers_is_raised(tmp_p
 
 PROGRAMS_OWN = r"""
 import ctypes, json, os, signal, sys, threading
-from cudamagic.toolchain import signals
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.compile import signals
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 from tests.held_open import HeldOpen, LeaseUnavailable
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -153,7 +153,7 @@ def test_the_programs_own_handler_change_during_a_compile_is_kept(tmp_path, case
 
 HANDLER_RAISES = r"""
 import os, signal, sys, threading
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 from tests.held_open import HeldOpen, LeaseUnavailable
 
 FOLDER_HELD
@@ -186,8 +186,8 @@ def test_what_a_handler_raises_during_a_compile_comes_after_it(tmp_path):
 
 IGNORED_MEANWHILE = r"""
 import ctypes, signal
-from cudamagic.toolchain import signals
-from cudamagic.toolchain.nvrtc import compile_cubin
+from cudamagic.toolchain.compile import signals
+from cudamagic.toolchain.compile.nvrtc import compile_cubin
 
 compile_cubin('__global__ void k() {}\n', [], ["-arch=sm_90"])  # NVRTC's library is loaded
 libc = ctypes.CDLL(None, use_errno=True)

@@ -36,34 +36,33 @@ print(json.dumps({"hit": mod.hit, "kernels": len(mod), "modules": new}))
 #: reader), the records of the report, the Kernel class (not yet launched: its launcher,
 #: parameter table and argument packing come with its first call), cxx.kernel_names (the
 #: report's hint of a template kernel left without -n reads the cell's text on every build, a
-#: hit's too), and cudamagic.process (the registry every memoized function and fork hook
+#: hit's too), and cudamagic.core.process (the registry every memoized function and fork hook
 #: registers with). The compile server's client, the tool runs' -lineinfo support and the
 #: variables' module come with a miss, a tool run or a cell that has variables.
 HIT_MODULES = frozenset("cudamagic." + m if m else "cudamagic" for m in """
-    | process cxx cxx.display cxx.quick cxx.resolve
-    cxx.signatures errors explain files forksafe keys miss options toolkit units
-    launch launch.kernel module naming pipeline typed
-    api libraries
-    store store.base store.cache store.connections store.disk store.entry store.limits
-    store.state
-    toolchain toolchain.demangle toolchain.driver toolchain.elf toolchain.image
-    toolchain.manifest cxx.kernel_names
-    view view.render view.report
+    | core.process cxx cxx.display cxx.quick cxx.resolve cxx.signatures errors pipeline.explain
+    core.files core.forksafe store.keys core.miss core.options core.toolkit core.units launch
+    launch.kernel pipeline.module pipeline.naming pipeline.steps pipeline.typed pipeline.api
+    core.libraries store store.base store.cache store.connections store.disk store.entry
+    store.limits store.state toolchain toolchain.binary.demangle toolchain.device.driver
+    toolchain.binary.elf toolchain.binary.image toolchain.compile.manifest cxx.kernel_names view
+    view.render view.report core pipeline toolchain.binary toolchain.device toolchain.compile
     """.replace("|", "").split() + [""])
 
 #: what a hit must never import: the compile's, the link's, the tools', the views a hit does
 #: not show, the remote tier (none configured), and the shell's libraries
-NEVER = ("cudamagic.toolchain.nvrtc", "cudamagic.toolchain.probe", "cudamagic.cxx.declared", "cudamagic.toolchain.link",
-         "cudamagic.toolchain.fatbin", "cudamagic.toolchain.occupancy",
-         "cudamagic.toolchain.sanitizer", "cudamagic.toolchain.profiler",
-         "cudamagic.toolchain.tools", "cudamagic.launch.bench", "cudamagic.launch.tool_run",
+NEVER = ("cudamagic.toolchain.compile.nvrtc", "cudamagic.toolchain.compile.probe",
+         "cudamagic.cxx.declared", "cudamagic.toolchain.compile.link",
+         "cudamagic.toolchain.compile.fatbin", "cudamagic.toolchain.device.occupancy",
+         "cudamagic.toolchain.tools.sanitizer", "cudamagic.toolchain.tools.profiler",
+         "cudamagic.toolchain.tools.tools", "cudamagic.launch.bench", "cudamagic.launch.tool_run",
          "cudamagic.launch.calls", "cudamagic.launch.capture", "cudamagic.view.debug",
          "cudamagic.view.bench", "cudamagic.view.shown", "cudamagic.view.widget",
-         "cudamagic.store.remote", "cudamagic.magic", "cudamagic.info", "redis", "xml",
-         "cudamagic.toolchain.deps", "cudamagic.toolchain.ptx", "cudamagic.launch.launcher",
-         "cudamagic.launch.params", "cudamagic.launch.encode", "cudamagic.launch.extended",
-         "subprocess", "difflib", "decimal", "fractions",
-         "IPython", "ipywidgets", "cupy", "cuda.bindings.nvrtc", "cuda.bindings.nvjitlink")
+         "cudamagic.store.remote", "cudamagic.shell.magic", "cudamagic.shell.info", "redis", "xml",
+         "cudamagic.toolchain.compile.deps", "cudamagic.toolchain.binary.ptx",
+         "cudamagic.launch.launcher", "cudamagic.launch.params", "cudamagic.launch.encode",
+         "cudamagic.launch.extended", "subprocess", "difflib", "decimal", "fractions", "IPython",
+         "ipywidgets", "cupy", "cuda.bindings.nvrtc", "cuda.bindings.nvjitlink")
 
 
 def _child(cache: Path, *, env: dict[str, str] | None = None) -> dict:

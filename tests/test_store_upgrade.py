@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from cudamagic.keys import cache_key
-from cudamagic.pipeline import build_module, entry_key, options_from_args
-from cudamagic.miss import MissKind
+from cudamagic.store.keys import cache_key
+from cudamagic.pipeline.steps import build_module, entry_key, options_from_args
+from cudamagic.core.miss import MissKind
 from cudamagic.store import BadEntry, KernelCache, decode_entry
 
 from .conftest import FIXTURES

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from cudamagic.toolchain import deps
-from cudamagic.toolchain.nvrtc import (count_errors, plain_kernels, rewrite_log, shift_lines,
-                                       template_kernels)
+from cudamagic.toolchain.compile import deps
+from cudamagic.toolchain.compile.nvrtc import (count_errors, plain_kernels, rewrite_log,
+                                               shift_lines, template_kernels)
 
 SIZES = ((16_000, 0.25), (1_000_000, 3.0))  # (characters, seconds allowed)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import cudamagic
-from cudamagic.toolchain.deps import RACY_NS
-from cudamagic.toolchain.manifest import Manifest
+from cudamagic.toolchain.compile.deps import RACY_NS
+from cudamagic.toolchain.compile.manifest import Manifest
 
 HERE = Path(__file__).resolve().parent / "fixtures" / "tinyla"
 _spec = importlib.util.spec_from_file_location("make_tinyla", HERE / "make_tinyla.py")

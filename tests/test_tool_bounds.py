@@ -19,9 +19,9 @@ import pytest
 
 import cudamagic
 from cudamagic.launch import capture as cap
-from cudamagic.toolchain import tools
-from cudamagic.toolchain.sanitizer import (MAX_REPORT_BYTES, SanitizerOutputError,
-                                           SanitizerTool, read_xml)
+from cudamagic.toolchain.tools import tools
+from cudamagic.toolchain.tools.sanitizer import MAX_REPORT_BYTES, SanitizerTool, read_xml
+from cudamagic.errors import SanitizerOutputError
 
 from .test_debug_tools import _DeviceArray, _host_copy
 
@@ -144,7 +144,7 @@ def test_a_childs_output_keeps_a_bounded_tail_and_says_how_much_was_cut(stdout, 
 def test_the_notebook_holds_the_tail_of_a_childs_output_not_all_of_it():
     # ru_maxrss of a fresh interpreter before and after a child that writes 256 MiB
     code = ("import resource, sys\n"
-            "from cudamagic.toolchain import tools\n"
+            "from cudamagic.toolchain.tools import tools\n"
             "from tests.test_tool_bounds import _writer\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "done = tools.run_child(_writer(256 << 20, 0), timeout=300)\n"
@@ -269,7 +269,7 @@ def _parse_in_child(data: bytes, tmp_path) -> str:
     report = tmp_path / "nested.xml"
     report.write_bytes(data)
     code = ("import sys\n"
-            "from cudamagic.toolchain.sanitizer import parse_xml, SanitizerTool, "
+            "from cudamagic.toolchain.tools.sanitizer import parse_xml, SanitizerTool, "
             "SanitizerOutputError\n"
             "try:\n"
             f"    print(len(parse_xml(open({str(report)!r}, 'rb').read(), "
@@ -339,7 +339,7 @@ if __name__ == "__main__":
 def test_the_child_imports_from_the_notebooks_sys_path_as_it_is(tmp_path, monkeypatch, entry):
     # before: PYTHONPATH joined from sys.path, so an entry holding ':' was cut in two, and a
     # relative one was looked for in the child's own folder: what the notebook imports from
-    # there was not found (here a stand-in cudamagic.child that says where it ran from)
+    # there was not found (here a stand-in cudamagic.pipeline.child that says where it ran from)
     from cudamagic.launch.tool_run import LineinfoBuild, _child_env, write_run
     from .test_debug_tools import _oob_capture
 
@@ -347,7 +347,9 @@ def test_the_child_imports_from_the_notebooks_sys_path_as_it_is(tmp_path, monkey
     package = tmp_path / entry / "cudamagic"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "child.py").write_text(_STAND_IN)
+    (package / "pipeline").mkdir()
+    (package / "pipeline" / "__init__.py").write_text("")
+    (package / "pipeline" / "child.py").write_text(_STAND_IN)
     monkeypatch.setattr(sys, "path", [entry, *sys.path])
     folder = tmp_path / "run"
     folder.mkdir()
@@ -355,7 +357,7 @@ def test_the_child_imports_from_the_notebooks_sys_path_as_it_is(tmp_path, monkey
     done = tools.run_child(argv, env=_child_env(), cwd=folder, timeout=120)
     assert done.returncode == 0, done.stderr
     seen = json.loads((folder / "seen.json").read_text())
-    assert seen["file"] == str(package / "child.py")
+    assert seen["file"] == str(package / "pipeline" / "child.py")
     assert seen["path"][0] == str(tmp_path / entry) and seen["argv"] == [str(folder), "0"]
 
 
@@ -471,7 +473,7 @@ def test_a_cluster_launch_the_cubin_refuses_is_an_argument_error_without_a_gpu(
     # its CUBIN) was checked after the device was asked, so without a GPU each of these said
     # only NoDeviceError; here the GPU's absence is simulated, so a GPU machine runs it alike
     from cudamagic.errors import ArgumentValueError, NoDeviceError
-    from cudamagic.toolchain import driver
+    from cudamagic.toolchain.device import driver
 
     monkeypatch.setattr(driver, "_init", lambda: "no GPU (simulated)")
     kernel = cudamagic.build(CLUSTERS, [], arch="sm_90", cache=cluster_cache)[name]

@@ -8,7 +8,7 @@ import pytest
 
 from cudamagic.cxx import types
 from cudamagic.errors import CompileError
-from cudamagic.toolchain.nvrtc import _compile
+from cudamagic.toolchain.compile.nvrtc import _compile
 
 _PRELUDE = """
 template <class A, class B> struct same { static constexpr bool value = false; };

@@ -15,7 +15,7 @@ import pytest
 import cudamagic
 from cudamagic.launch import capture as cap
 from cudamagic.launch import tool_run, warm
-from cudamagic.toolchain import tools
+from cudamagic.toolchain.tools import tools
 
 CELL = 'extern "C" __global__ void f(float* x, int n) { x[0] = n; }\n'
 

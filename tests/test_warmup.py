@@ -25,7 +25,7 @@ PRELUDE = textwrap.dedent("""
     from IPython.core.interactiveshell import InteractiveShell
     ip = InteractiveShell.instance()
     ip.kernel = object()  # shown as in a notebook: the HTML, the folds
-    from cudamagic.toolchain import driver
+    from cudamagic.toolchain.device import driver
     driver.available = lambda: True
     driver.retain_primary = lambda device: 1
     driver.current_device = lambda: 0
@@ -87,7 +87,7 @@ def test_after_the_load_ext_cell_a_hit_cell_imports_nothing(cache, first):
         FIRST_IMPORT
         before = set(sys.modules)
         ip.run_cell("%load_ext cudamagic")
-        from cudamagic import magic
+        from cudamagic.shell import magic
         thread = magic._WARMUP.thread  # (warm_thread() misses one that has ended already)
         started = thread is not None
         if started:
@@ -96,14 +96,14 @@ def test_after_the_load_ext_cell_a_hit_cell_imports_nothing(cache, first):
         module = cuda_cell()
         phases = {p.name: s for p, s in module.report.timings.items()}
         print(json.dumps({"started": started, "hit": module.hit,
-                          "warmed": "cudamagic.pipeline" in warmed - before,
+                          "warmed": "cudamagic.pipeline.steps" in warmed - before,
                           "cell": sorted(set(sys.modules) - warmed),
                           "imports_ms": phases.get("IMPORTS", 0.0) * 1e3}))
     """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
     got = json.loads(out.strip().splitlines()[-1])
     assert got["started"] and got["hit"] and got["warmed"], got
     assert got["cell"] == [], f"the first hit cell imported {got['cell']}: add them to " \
-                              "cudamagic.magic.HIT_PATH (what the warm-up imports)"
+                              "cudamagic.shell.magic.HIT_PATH (what the warm-up imports)"
     assert got["imports_ms"] < 5, got
 
 
@@ -138,7 +138,7 @@ def test_after_the_warm_up_a_hit_cell_makes_none_of_the_first_use_work(cache):
     got = json.loads(out.strip().splitlines()[-1])
     assert got["hit"], got
     assert got["made"] == [], f"the first hit cell did first-use work the warm-up could do " \
-                              f"(cudamagic.magic._first_use): {got['made']}"
+                              f"(cudamagic.shell.magic._first_use): {got['made']}"
 
 
 def test_a_load_ext_by_line_magic_starts_no_thread_and_its_cell_imports_as_before(cache):
@@ -150,7 +150,7 @@ def test_a_load_ext_by_line_magic_starts_no_thread_and_its_cell_imports_as_befor
         before = set(sys.modules)
         module = cuda_cell()
         print(json.dumps({"none": none_yet, "hit": module.hit,
-                          "imported": "cudamagic.pipeline" in set(sys.modules) - before,
+                          "imported": "cudamagic.pipeline.steps" in set(sys.modules) - before,
                           "after": warm_thread() is None}))
     """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})
     got = json.loads(out.strip().splitlines()[-1])
@@ -172,8 +172,8 @@ def _holding(tmp_path) -> str:
         import builtins
         sys.path.insert(0, {str(tmp_path)!r})
         builtins.HELD_IN_IMPORT, builtins.RELEASE_IMPORT = threading.Event(), threading.Event()
-        from cudamagic import magic
-        magic.HIT_PATH = ("cudamagic.miss", "cm_hold", *magic.HIT_PATH[1:])
+        from cudamagic.shell import magic
+        magic.HIT_PATH = ("cudamagic.core.miss", "cm_hold", *magic.HIT_PATH[1:])
         arrived = threading.Event()  # set when a wait for the warm-up (a cell's, a fork's) starts
         real_wait = magic._WARMUP.wait
         def wait(timeout=None):
@@ -195,7 +195,7 @@ def test_a_cuda_cell_sent_during_the_warm_up_waits_for_it_and_is_served(cache, t
             time.sleep(0.05)       # the hold is what the report's imports time must show
             builtins.RELEASE_IMPORT.set()
         threading.Thread(target=release).start()
-        pipeline_before = "cudamagic.pipeline" in sys.modules
+        pipeline_before = "cudamagic.pipeline.steps" in sys.modules
         module = cuda_cell()
         phases = {p.name: s for p, s in module.report.timings.items()}
         print(json.dumps({"pipeline_before": pipeline_before, "waited": arrived.is_set(),
@@ -217,7 +217,7 @@ def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import(cache, t
             builtins.RELEASE_IMPORT.set()
         threading.Thread(target=release).start()
         def in_child():
-            import cm_hold, cudamagic.pipeline  # noqa: F401 - where the lock was held
+            import cm_hold, cudamagic.pipeline.steps  # noqa: F401 - where the lock was held
             return 0 if cuda_cell().hit else 3
         status = fork_and_reap(in_child)
         print(json.dumps({"waited": arrived.is_set(), "child": status}))
@@ -237,7 +237,7 @@ def test_a_fork_while_the_driver_thread_holds_an_import_waits_for_it(cache, tmp_
         sys.path.insert(0, {str(tmp_path)!r})
         builtins.HELD_IN_IMPORT, builtins.RELEASE_IMPORT = threading.Event(), threading.Event()
         import cudamagic
-        from cudamagic import magic
+        from cudamagic.shell import magic
         cudamagic._start_driver = lambda eager: __import__("cm_hold")
         arrived = threading.Event()  # set when a wait for the driver thread starts
         class Watched:
@@ -352,7 +352,7 @@ def test_what_the_notebook_changes_after_load_ext_its_first_cell_sees(tmp_path, 
         warm_thread().join(120)
         {step}
         result = ip.run_cell("%%cuda -n k\\n" + {source!r})
-        from cudamagic.toolchain.demangle import default_demangler
+        from cudamagic.toolchain.binary.demangle import default_demangler
         print(json.dumps({{"ok": result.success, "error": repr(result.error_in_exec)[:400],
                           "cufilt": getattr(default_demangler(), "path", None)}}))
     """), env={"CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache")})
@@ -365,8 +365,8 @@ def test_the_lookups_take_the_values_they_are_kept_by(tmp_path, monkeypatch):
     """The toolkit and cu++filt are kept by the values of what names them and found from
     those values, not from the environment read again (which another cell may have changed
     meanwhile: an answer kept under one value but made from another)."""
-    from cudamagic import toolkit as tk
-    from cudamagic.toolchain.demangle import find_cufilt
+    from cudamagic.core import toolkit as tk
+    from cudamagic.toolchain.binary.demangle import find_cufilt
 
     (tmp_path / "include").mkdir()
     (tmp_path / "include" / "cuda_fp16.h").write_text("")
@@ -433,7 +433,7 @@ def test_a_ctrl_c_while_waiting_for_the_warm_up_leaves_a_later_fork_safe(cache, 
         else:
             threading.Thread(target=interrupt, args=(True,)).start()
         def in_child():
-            import cm_hold, cudamagic.pipeline  # noqa: F401 - where the lock was held
+            import cm_hold, cudamagic.pipeline.steps  # noqa: F401 - where the lock was held
             return 0
         print(json.dumps({{"child": fork_and_reap(in_child)}}))
     """), env={"CUDAMAGIC_CACHE_DIR": str(cache)})

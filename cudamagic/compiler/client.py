@@ -2,7 +2,7 @@
 of this user and toolchain (:mod:`.server`), started on the first miss; where none can serve,
 the compile in this process, as before, said once.
 
-:class:`ServedCompiler` has :func:`~cudamagic.toolchain.nvrtc.compile_cubin`'s signature and is
+:class:`ServedCompiler` has :func:`~cudamagic.toolchain.compile.nvrtc.compile_cubin`'s signature and is
 the pipeline's compiler (``BuildSettings.compiler``); the in-process compiler is handed to it
 (``fallback``), never imported: this module imports nothing that loads NVRTC, and the
 import-linter contract ``notebook-side`` says so. A compile's answer (its result, or the
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import CompileInterrupted, ToolchainError, CudaMagicWarning
-from ..process import InChild, InTest, held
+from ..core.process import InChild, InTest, held
 from .wire import SERVER_ENV, Refused, compile_environment, paths, peer_uid, recv, send
 from .wire import server_folder, toolchain_id
 
@@ -168,7 +168,7 @@ def endpoint(cache_dir: CacheDir) -> Endpoint | None:
     if not hasattr(os, "fork") or not hasattr(socket, "AF_UNIX"):
         _say_once("this platform cannot run the compile server (no fork or no UNIX sockets)")
         return None
-    from ..toolkit import toolkit
+    from ..core.toolkit import toolkit
 
     try:
         folder = server_folder(os.fspath(cache_dir()))
@@ -227,10 +227,10 @@ def stop(cache_dir: CacheDir) -> bool:
 
 
 class ServedCompiler:
-    """:func:`~cudamagic.toolchain.nvrtc.compile_cubin` asked of the compile server;
+    """:func:`~cudamagic.toolchain.compile.nvrtc.compile_cubin` asked of the compile server;
     ``fallback`` (the in-process compile) where none serves."""
 
-    #: Ctrl-C stops its compile at once (:class:`~cudamagic.interrupts.Interrupts` lets it
+    #: Ctrl-C stops its compile at once (:class:`~cudamagic.pipeline.interrupts.Interrupts` lets it
     #: through while the server compiles)
     stoppable = True
 

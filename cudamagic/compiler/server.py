@@ -68,7 +68,7 @@ class _Server:
     def _fds(self) -> list[int]:
         # the instance lock too: a child (or the header listing's grandchild, which does not
         # die with the server) that kept it would keep the next server from starting
-        from ..toolchain import pch
+        from ..toolchain.compile import pch
         return [self.listener.fileno(), *(c.fileno() for c in self.conns), *self.held,
                 *pch.held_fds()]
 
@@ -144,14 +144,14 @@ class _Server:
         self._close(conn)
 
     def _facts(self) -> Facts:
-        from ..toolchain import pch
+        from ..toolchain.compile import pch
         return Facts(**{**self.facts.__dict__, "served": self.served,
                         "generation": pch.generation()})
 
     def _hold(self, folder: object) -> str | None:
         """The server's owner name in a PCH folder, which the PCHs its children make are
         recorded under (they outlive the notebook that asked); None where it cannot be held."""
-        from ..toolchain import pch
+        from ..toolchain.compile import pch
         if not isinstance(folder, str) or not os.path.isabs(folder):
             return None
         try:
@@ -163,7 +163,7 @@ class _Server:
 
     def release(self) -> None:
         """At the server's end: the PCHs it made are removed (no later process can use them)."""
-        from ..toolchain import pch
+        from ..toolchain.compile import pch
         for folder in sorted(self.pch_folders):
             try:
                 pch.release(folder)
@@ -196,7 +196,7 @@ class _Server:
         children come from (their earlier PCHs no longer serve: the generation says so)."""
         from cuda.bindings import nvrtc
 
-        from ..toolchain import pch
+        from ..toolchain.compile import pch
         before = pch.generation()
         pch.raise_heap(nvrtc, heap)
         if pch.generation() != before and self.spare is not None:
@@ -267,7 +267,7 @@ def _load(folder: str) -> Facts:
     """NVRTC loaded, its heap set, an empty kernel compiled (the children start warm)."""
     from cuda.bindings import nvrtc as bindings
 
-    from ..toolchain import nvrtc, pch
+    from ..toolchain.compile import nvrtc, pch
 
     # the package's version (imported already: this module is inside it), read without an
     # import of the layers above

@@ -48,7 +48,7 @@ class Facts:
     """What a server says of itself and its NVRTC (``%cuda_info``, the cache key, PCH plans).
 
     ``owner``: the process NVRTC sees making and using PCHs (the server's pid and start), and
-    ``generation``: how often its heap was resized, as :mod:`cudamagic.toolchain.pch` records
+    ``generation``: how often its heap was resized, as :mod:`cudamagic.toolchain.compile.pch` records
     a PCH's maker.
     """
 

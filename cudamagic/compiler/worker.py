@@ -3,7 +3,7 @@ NVRTC loaded and its PCH heap set by the server, so that the PCHs of all the ser
 are one process's as NVRTC sees them.
 
 The child reads one request from its pipe, takes the notebook's working folder and compile
-environment, runs :func:`~cudamagic.toolchain.nvrtc.compile_cubin` (the type probe's compiles
+environment, runs :func:`~cudamagic.toolchain.compile.nvrtc.compile_cubin` (the type probe's compiles
 and NVRTC's ``-n`` retry are each a request of their own, or run inside it), writes one frame
 (:mod:`.wire`'s: ``("ok", CompileResult)`` or ``("error", exception)``) to the server and ends.
 Whatever NVRTC does to it (a signal handler, a trace broken by a failed header, SIGSEGV) ends
@@ -107,7 +107,7 @@ def _serve_one(req_r: int, ans_w: int) -> NoReturn:
 
 def run_request(request: dict[str, Any]) -> Any:
     """One compile as the notebook asked it: in its working folder and environment."""
-    from ..toolchain.nvrtc import compile_cubin
+    from ..toolchain.compile.nvrtc import compile_cubin
 
     os.chdir(request["cwd"])
     apply_environment(request["env"])

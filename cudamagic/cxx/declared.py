@@ -1,7 +1,7 @@
 """Which names a cell declares at namespace scope, read from its tokens: the variables
 (``__device__``, ``__constant__``; a ``__managed__`` one NVRTC cannot be asked about) and the
 ``extern "C"`` kernels, with their
-namespaces. The type probe (:mod:`cudamagic.toolchain.probe`) asks the compiler about each; this
+namespaces. The type probe (:mod:`cudamagic.toolchain.compile.probe`) asks the compiler about each; this
 reading only chooses the questions, and knows no type. Pure text: no CUDA, no compiler.
 
 Comments, strings, character literals and preprocessor lines are skipped; object-like macros the

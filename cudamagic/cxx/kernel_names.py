@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import re
 
-from ..process import InTest, cached
+from ..core.process import InTest, cached
 
 __all__ = ["template_kernels", "plain_kernels"]
 

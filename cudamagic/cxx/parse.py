@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..process import cached, InTest
+from ..core.process import cached, InTest
 from .args import (CV, LIB_SUFFIX, NOT_NAMES, PTR_OPS, SUFFIX, Arg, Part,
                    Type, Unknown, Value, cast, fits, is_name, is_number, join, name_key,
                    real_value, split, tokens, typed, unary, user_char, user_integer)

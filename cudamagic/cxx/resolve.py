@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..miss import WordEnum
+from ..core.miss import WordEnum
 from .quick import quick_equal
 from .signatures import Signatures
 

@@ -245,7 +245,7 @@ class CupyDevice:
     def __init__(self) -> None:
         import cupy
 
-        from ..toolchain import driver
+        from ..toolchain.device import driver
 
         self.cupy = cupy
         self.index = driver.current_device()
@@ -313,7 +313,7 @@ def hold_cubin(sm: int) -> bytes:
     No cudamagic build: the launch layer builds nothing through the pipeline or its cache."""
     from ..compiler.client import ServedCompiler
     from ..store.cache import default_cache_dir
-    from ..toolchain.nvrtc import compile_cubin
+    from ..toolchain.compile.nvrtc import compile_cubin
 
     compile_served = ServedCompiler(compile_cubin, default_cache_dir)  # NVRTC's server's
     return compile_served(_HOLD_SOURCE, (), (f"-arch=sm_{sm}",), program_name="hold.cu",
@@ -325,7 +325,7 @@ class _HoldKernel:
     :class:`CupyDevice`, before any round (docs/timing-design.md says what that costs)."""
 
     def __init__(self, sm: int, device: int) -> None:
-        from ..toolchain import driver
+        from ..toolchain.device import driver
 
         self.library = driver.Library.load(hold_cubin(sm))  # kept: the kernel lives as long as it
         self.kernel = self.library.kernel(_HOLD_NAME)
@@ -333,7 +333,7 @@ class _HoldKernel:
 
     def __call__(self, stream: int, ns: int) -> None:
         """Launch it on ``stream`` (a ``CUstream`` handle) for ``ns`` nanoseconds."""
-        from ..toolchain import driver
+        from ..toolchain.device import driver
 
         arg = ctypes.c_uint64(ns)
         params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
@@ -572,7 +572,7 @@ def _timing_device() -> Any:
 
     :raises NoDeviceError: no GPU.
     """
-    from ..toolchain import driver
+    from ..toolchain.device import driver
 
     if not driver.available():
         raise NoDeviceError("timing needs a GPU: no CUDA device is available here. "

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentTypeError, ArgumentValueError, NoDeviceError
-from ..toolchain import driver
+from ..toolchain.device import driver
 from .params import (INT_CODES, POINTER_BYTES, ParamSpec, SlotKind, pointer_size_error, tidy_type,
                      type_text)
 

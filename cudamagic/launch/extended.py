@@ -2,7 +2,7 @@
 
 A kernel that synchronises its whole grid (``cooperative_groups::this_grid().sync()``) must be
 launched cooperatively, and then every block of the grid must be resident at once. Its CUBIN says
-so (:class:`~cudamagic.toolchain.image.LaunchNeeds`, read without a GPU), so such a kernel is launched
+so (:class:`~cudamagic.toolchain.binary.image.LaunchNeeds`, read without a GPU), so such a kernel is launched
 cooperatively without being asked, and a grid larger than the device holds at once is refused
 before the launch with the numbers (the driver's occupancy for this block size and shared memory,
 times the SMs) instead of the driver's ``CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE``. Clusters
@@ -19,8 +19,8 @@ import math
 from typing import Any
 
 from ..errors import ArgumentTypeError, ArgumentValueError, LaunchError
-from ..toolchain.driver import ExtendedLaunch
-from ..toolchain.image import LaunchNeeds
+from ..toolchain.device.driver import ExtendedLaunch
+from ..toolchain.binary.image import LaunchNeeds
 from .encode import show, check_dims
 
 __all__ = ["always_extended", "check_extended", "cluster_error", "co_residency_error",

@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..forksafe import ForkSafeLock, once
-from ..process import at_fork
+from ..core.forksafe import ForkSafeLock, once
+from ..core.process import at_fork
 from ..cxx import Signatures, tidy_name, with_void
 from ..cxx.resolve import ResolvedBy
 from ..errors import ContextPoisonedError, LaunchError, NoDeviceError
-from ..toolchain import driver
-from ..toolchain.image import KernelImage, KernelResources, LaunchNeeds
+from ..toolchain.device import driver
+from ..toolchain.binary.image import KernelImage, KernelResources, LaunchNeeds
 
 if TYPE_CHECKING:  # pragma: no cover  (the launch's modules: imported by the first call)
     from .attributes import KernelAttributes
@@ -58,7 +58,7 @@ at_fork(__name__, "_launched", after_in_child=_after_fork_in_child)
 @dataclass(frozen=True)
 class KernelTools:
     """What a kernel's tools need from the layers above launch, given to each kernel by whoever
-    makes it (:class:`cudamagic.module.KernelTable`): the launch layer times and sizes kernels
+    makes it (:class:`cudamagic.pipeline.module.KernelTable`): the launch layer times and sizes kernels
     but neither builds nor words a result.
 
     Attributes
@@ -163,7 +163,7 @@ class Kernel:
             return self.demangled
         text = self.demangled
         if self._signatures.placeholders:
-            from ..toolchain.demangle import concrete_text
+            from ..toolchain.binary.demangle import concrete_text
 
             text = concrete_text(self.symbol) or text
         return with_void(tidy_name(text) if "(" in text else text)
@@ -329,7 +329,7 @@ class Kernel:
 
     def occupancy(self, block_sizes: Sequence[int] | None = None,
                   dynamic_shared: Sequence[int] = (0,), **options: Any) -> Any:
-        """Blocks per SM against block size (:func:`cudamagic.toolchain.occupancy.table`: the
+        """Blocks per SM against block size (:func:`cudamagic.toolchain.device.occupancy.table`: the
         driver's answer on a GPU, computed from the CUBIN without one; ``sm``, ``carveout``),
         through the kernel's :class:`KernelTools`.
 
@@ -343,7 +343,7 @@ class Kernel:
             raise LaunchError(f"{self.name_expression}: kernel.{what}() needs a kernel of a "
                               f"module (cudamagic.build, %%cuda); this one was made on its own: "
                               f"call cudamagic.launch.bench.bench or "
-                              f"cudamagic.toolchain.occupancy.table with it")
+                              f"cudamagic.toolchain.device.occupancy.table with it")
         return tool
 
     def sanitize(self, grid: Any, block: Any, args: Sequence[Any] = (), tool: str = "memcheck",

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..process import held
-from ..toolchain import driver
+from ..core.process import held
+from ..toolchain.device import driver
 from .encode import CONVERTERS, check_dims, check_shared_mem, pack_args, stream_handle
-from ..toolchain.image import LaunchNeeds
+from ..toolchain.binary.image import LaunchNeeds
 from .extended import always_extended, check_extended, launch_extended
 from .params import ParamSpec, SlotKind, nan_checked, layout_error
 
@@ -61,7 +61,7 @@ class LaunchHooks:
     launch : callable or None
         ``cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra)``
         taking plain ints, raising on failure; None:
-        :func:`cudamagic.toolchain.driver.fast_launch` on first use.
+        :func:`cudamagic.toolchain.device.driver.fast_launch` on first use.
     relaunch : callable
         ``(fn, device, grid, block, shared_mem, stream)``: the checked launch after ``launch``
         raised; it says what went wrong.
@@ -72,7 +72,7 @@ class LaunchHooks:
         from another thread than the launcher's (each thread packs into its own buffer).
     launch_ex : callable
         ``(fn, device, params, launch, what)`` (``launch`` an
-        :class:`~cudamagic.toolchain.driver.ExtendedLaunch`): ``cuLaunchKernelEx`` with the
+        :class:`~cudamagic.toolchain.device.driver.ExtendedLaunch`): ``cuLaunchKernelEx`` with the
         cluster-dimension and cooperative attributes, checked.
     occupancy : callable
         ``(device, fn, threads, shared_mem) -> int``: blocks of this kernel one SM holds at

@@ -1,7 +1,7 @@
 """A kernel's parameter table: one row per parameter, how values reach it.
 
 Built once per kernel from the CUBIN's parameter records (offset and size,
-:mod:`cudamagic.toolchain.image`) and the demangled signature (the C++ type, where the kernel
+:mod:`cudamagic.toolchain.binary.image`) and the demangled signature (the C++ type, where the kernel
 has one): a :class:`ParamSpec` per parameter. The checked path (:mod:`.encode`) and the
 generated launcher (:mod:`.launcher`) both read it, and nothing else decides an encoding.
 """
@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ..process import cached, InTest
+from ..core.process import cached, InTest
 from ..cxx import SCALARS, Signature, tidy_name
 from ..cxx.types import ELEMENTS
 from ..errors import LaunchError
-from ..toolchain.image import KernelImage
-from ..toolchain.ptx import PtxParam, PtxType
+from ..toolchain.binary.image import KernelImage
+from ..toolchain.binary.ptx import PtxParam, PtxType
 
 __all__ = ["ParamSpec", "SlotKind", "param_specs", "layout_error", "pointer_size_error", "tidy_type",
            "type_text", "POINTER_BYTES"]
@@ -156,7 +156,7 @@ def param_specs(image: KernelImage, signature: Signature | None,
 
 
 def _declared_spec(index: int, offset: int, size: int, ptx: PtxType | None) -> ParamSpec:
-    """A slot whose PTX type is known (:class:`~cudamagic.toolchain.ptx.PtxType`): an integer
+    """A slot whose PTX type is known (:class:`~cudamagic.toolchain.binary.ptx.PtxType`): an integer
     of 1, 2 or 4 bytes takes a value of either sign's range (PTX does not keep the sign of a C++
     integer: ``int`` and ``unsigned`` are both ``.u32``), ``.f32``/``.f64`` a float; 8-byte
     integers (pointers are ``.u64`` too), bit types and arrays stay untyped."""

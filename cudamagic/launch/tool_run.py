@@ -9,7 +9,7 @@ launches once and synchronises; the tool watches it. The notebook's arrays are o
 device-to-host copy each) and its context is not otherwise used.
 
 The results are frozen records (:class:`SanitizeReport`, and the profile's in
-:mod:`cudamagic.toolchain.profiler`); their words are the view's (:mod:`cudamagic.view.debug`),
+:mod:`cudamagic.toolchain.tools.profiler`); their words are the view's (:mod:`cudamagic.view.debug`),
 which the module's :class:`DebugSupport` passes in as ``present``.
 """
 
@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import files
+from ..core import files
 from ..errors import ArgumentValueError, LaunchError, OptionError
-from ..toolchain import driver, tools
-from ..lines import cell_lines
-from ..units import size_text
-from ..toolchain.sanitizer import (Finding, SanitizerOutputError, SanitizerTool, Space,
-                                   read_xml, sanitizer_argv)
+from ..toolchain.device import driver
+from ..toolchain.tools import tools
+from ..core.lines import cell_lines
+from ..core.units import size_text
+from ..toolchain.tools.sanitizer import Finding, SanitizerTool, Space, read_xml, sanitizer_argv
+from ..errors import SanitizerOutputError
 from .calls import CallSyntax, read_calls, read_options
 from .capture import (TIMES_ENV, ArgAddress, ArgKind, Capture, CapturedArg, Placement, capture,
                       check_launch, encode_capture, name_address, check_options,
@@ -46,7 +47,7 @@ __all__ = ["LineinfoBuild", "DebugSupport", "CellFinding", "SanitizeReport", "sa
            "profile", "prepare_run", "CHILD_MODULE"]
 
 #: the module a child runs (``python -m``): it imports the pipeline's arrival of a module
-CHILD_MODULE = "cudamagic.child"
+CHILD_MODULE = "cudamagic.pipeline.child"
 
 
 @dataclass(frozen=True)
@@ -406,7 +407,7 @@ def profile(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (), *,
     :raises NoDeviceError: no GPU (after the checks).
     :raises ToolMissingError: no ncu (the message says how to install it).
     """
-    from ..toolchain import profiler
+    from ..toolchain.tools import profiler
 
     records = profile_many([(kernel, grid, block, args, launch_options, labels)])
     return _present(kernel, records[0] if len(records) == 1 else profiler.Comparison(
@@ -416,7 +417,7 @@ def profile(kernel: Any, grid: Any, block: Any, args: Sequence[Any] = (), *,
 def profile_many(launches: Sequence[tuple]) -> list[Any]:
     """Each ``(kernel, grid, block, args, launch_options, labels)`` profiled in a child of its
     own (one ncu run each); every launch is checked before the first starts."""
-    from ..toolchain import profiler
+    from ..toolchain.tools import profiler
 
     prepared = [(k, prepare_run(k, g, b, a, o, labels=lab)) for k, g, b, a, o, lab in launches]
     program = tools.require(tools.ToolKind.NCU)
@@ -505,7 +506,7 @@ def profile_line(line: str, namespace: dict) -> Any:
     :raises NoDeviceError: no GPU.
     :raises ToolMissingError: no ncu.
     """
-    from ..toolchain import profiler
+    from ..toolchain.tools import profiler
 
     _, calls = _checked_calls(line, namespace, PROFILE_SYNTAX)
     records = profile_many([(c.kernel, c.grid, c.block, c.args, {"shared_mem": c.shared_mem},

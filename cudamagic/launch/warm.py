@@ -1,7 +1,7 @@
 """A warm child for the next tool run of the same kind: started in the background after a run,
 already under its tool, its interpreter started and cudamagic's child imported, waiting on its
 standard input; the next run writes its files into the child's folder and sends the device,
-and the child runs them as a cold one would (:mod:`cudamagic.child`).
+and the child runs them as a cold one would (:mod:`cudamagic.pipeline.child`).
 
 The isolation is a cold child's: a process of its own, started fresh (never forked from the
 notebook, whose CUDA state a fork would copy). It makes its context ahead, under its tool, on
@@ -25,14 +25,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..process import InChild, InTest, held
-from ..toolchain import tools
+from ..core.process import InChild, InTest, held
+from ..toolchain.tools import tools
 
 __all__ = ["WarmChild", "take", "keep", "stop_all", "warm_boot"]
 
 #: the child modules' imports done before the go (the cold child's cost, docs/debugging-design.md)
-_PRELOAD = ("cudamagic.child", "cudamagic.module", "cudamagic.launch.capture",
-            "cudamagic.toolchain.driver")
+_PRELOAD = ("cudamagic.pipeline.child", "cudamagic.pipeline.module", "cudamagic.launch.capture",
+            "cudamagic.toolchain.device.driver")
 
 
 def warm_boot(child_module: str) -> str:
@@ -48,7 +48,7 @@ def warm_boot(child_module: str) -> str:
             "    importlib.import_module(name)\n"
             "if len(sys.argv) > 3:  # the device of the run before: its context made ahead\n"
             "    try:\n"
-            "        from cudamagic.toolchain import driver\n"
+            "        from cudamagic.toolchain.device import driver\n"
             "        driver.ensure_context(int(sys.argv[3]))\n"
             "    except Exception:  # the run's own context says what is wrong\n"
             "        pass\n"

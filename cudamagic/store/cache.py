@@ -39,13 +39,13 @@ from .entry import BadEntry, EntryRecord, decode_entry, encode_entry
 from .limits import (DEFAULT_SIZE_LIMIT, MAX_SIZE, MIN_ENTRY_ROOM, checked_size,
                      short_of, stored_limit_problem)
 from .state import MAX_FOLDERS, state
-from ..miss import HitKind, Miss, MissKind
-from ..toolchain.manifest import contents_digest
-from ..units import size_text
+from ..core.miss import HitKind, Miss, MissKind
+from ..toolchain.compile.manifest import contents_digest
+from ..core.units import size_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..toolchain.fatbin import LinkCache
-    from ..toolchain.link import LinkResult
+    from ..toolchain.compile.fatbin import LinkCache
+    from ..toolchain.compile.link import LinkResult
     from .remote import RemoteStore
 
 __all__ = ["KernelCache", "EntryInfo", "Lookup", "default_cache", "default_cache_dir"]
@@ -76,7 +76,7 @@ def unnamed_kernels(rec: EntryRecord) -> tuple[str, ...]:
     the CUBIN's symbol table (the device runtime's and the type probe's left out): an ``extern
     "C"`` kernel by its symbol (its name), a C++ one by its demangled text where the record
     keeps it (the demangler's reading of the symbol), else its symbol."""
-    from ..toolchain.image import PROBE_MARK, from_device_runtime, read_cubin
+    from ..toolchain.binary.image import PROBE_MARK, from_device_runtime, read_cubin
 
     named = set((rec.lowered or {}).values())
     texts = (rec.symbols or {}).get("texts", {})
@@ -248,7 +248,7 @@ class KernelCache:
     @property
     def pch_folder(self) -> str | None:
         """The folder of NVRTC's precompiled headers beside the entries (``pch`` in the cache
-        folder; :mod:`cudamagic.toolchain.pch`); None while the cache is in memory."""
+        folder; :mod:`cudamagic.toolchain.compile.pch`); None while the cache is in memory."""
         return None if self.in_memory is not None else str(self.directory / "pch")
 
     @property
@@ -385,10 +385,10 @@ class KernelCache:
         return self.put(key, record, share=False)
 
     def link_cache(self) -> "LinkCache":
-        """What :func:`~cudamagic.toolchain.fatbin.loadable_cubin` keeps nvJitLink's CUBINs in:
+        """What :func:`~cudamagic.toolchain.compile.fatbin.loadable_cubin` keeps nvJitLink's CUBINs in:
         entries of this cache holding the CUBIN alone (no name map, no manifest: what was
         linked is the key)."""
-        from ..toolchain.fatbin import LinkCache
+        from ..toolchain.compile.fatbin import LinkCache
 
         def find(key: str) -> bytes | None:
             record, _ = self.get(key)

@@ -22,7 +22,7 @@ import threading
 import weakref
 from typing import Any
 
-from ..process import at_fork
+from ..core.process import at_fork
 
 __all__ = ["ThreadConnections", "close_orphans"]
 

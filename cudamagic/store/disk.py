@@ -6,7 +6,7 @@ unpickled would be code execution for whoever can write the folder). Every value
 costs one entry, never the database. Everything the store creates is owner-only (folders 700,
 files 600, whatever the umask), and everything it reads must still be: the folder and
 ``cache.db`` are checked when the store opens, and each value file and the subfolders above it
-on every read (:func:`cudamagic.files.open_regular`: a symbolic link, a FIFO or a device in place
+on every read (:func:`cudamagic.core.files.open_regular`: a symbolic link, a FIFO or a device in place
 of an entry is refused, never followed, waited on or read without end).
 
 Every SQLite call holds the process's SQLite lock (:mod:`cudamagic.store.state`: a fork waits
@@ -40,7 +40,7 @@ from typing import Any
 import diskcache
 from diskcache.core import DBNAME, DEFAULT_SETTINGS, METADATA, MODE_BINARY, MODE_PICKLE, MODE_RAW
 
-from ..files import FileRefused, TooLarge, file_kind, open_regular, read_fd
+from ..core.files import FileRefused, TooLarge, file_kind, open_regular, read_fd
 from .base import Refused, Store, StoreBusy, StoredEntry, StoreUnavailable
 from .connections import ThreadConnections, close_orphans
 from .limits import DEFAULT_SIZE_LIMIT

@@ -27,8 +27,8 @@ from typing import Any
 
 from ..cxx.resolve import ResolvedBy
 from ..errors import CacheArgumentError
-from ..miss import MissKind
-from ..toolchain.image import GridSyncTable
+from ..core.miss import MissKind
+from ..toolchain.binary.image import GridSyncTable
 
 __all__ = ["EntryRecord", "BadEntry", "TableRow", "encode_entry", "decode_entry", "entry_digest",
            "ENTRY_FORMAT", "ENTRY_MAGIC", "made_here"]
@@ -36,7 +36,7 @@ __all__ = ["EntryRecord", "BadEntry", "TableRow", "encode_entry", "decode_entry"
 #: The layout of an entry record. 2: the record names its key; format-1 records (which do not)
 #: are misses, rebuilt on first use. 3: the record holds its variables' types as the compiler
 #: gave them (``variables``); format-2 records (whose variables were typed from the source
-#: text) are misses, rebuilt on first use. Independent of :data:`cudamagic.keys.KEY_VERSION`, which
+#: text) are misses, rebuilt on first use. Independent of :data:`cudamagic.store.keys.KEY_VERSION`, which
 #: changes what keys mean.
 ENTRY_FORMAT = 3
 
@@ -100,13 +100,13 @@ class EntryRecord:
         entries: demangled.
     variables : dict or None
         The CUBIN's variables' types as the compiler gave them in the compile (the type probe,
-        :mod:`cudamagic.toolchain.probe`), by symbol: ``{symbol: [C++ type, dtype, shape,
-        gap]}`` (:meth:`~cudamagic.toolchain.variables.VarType.to_json`); a variable it lacks was
+        :mod:`cudamagic.toolchain.compile.probe`), by symbol: ``{symbol: [C++ type, dtype, shape,
+        gap]}`` (:meth:`~cudamagic.toolchain.binary.variables.VarType.to_json`); a variable it lacks was
         not asked about. Every compiled entry has it; a module from a CUBIN built elsewhere
         has none.
     grid_sync : GridSyncTable or None
         Which kernels synchronise the grid, as the PTX the CUBIN was compiled from says
-        (:class:`~cudamagic.toolchain.image.GridSyncTable`; stored as ``{"syncing": [symbol,
+        (:class:`~cudamagic.toolchain.binary.image.GridSyncTable`; stored as ``{"syncing": [symbol,
         ...], "unknown": [symbol, ...]}``; every other kernel does not). None where no PTX
         was read (an entry written before the field, a CUBIN from elsewhere, a ``-dlto`` build
         whose CUBIN answered alone): the CUBIN's records decide.
@@ -202,7 +202,7 @@ def _variable_table(value: object) -> bool:
         return False
     if not value:
         return True
-    from ..toolchain.variables import VarType  # an entry with variables only: not every hit's
+    from ..toolchain.binary.variables import VarType  # an entry with variables only: not every hit's
 
     try:
         for k, v in value.items():

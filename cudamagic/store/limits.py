@@ -6,7 +6,7 @@ import math
 import os
 
 from ..errors import CacheArgumentError
-from ..units import size_text
+from ..core.units import size_text
 
 __all__ = ["DEFAULT_SIZE_LIMIT", "MIN_ENTRY_ROOM", "MAX_SIZE", "parse_size", "short_of",
            "stored_limit_problem", "checked_size", "pch_size_limit"]
@@ -104,7 +104,7 @@ def pch_size_limit() -> int:
 
     :raises CacheArgumentError: the variable holds no size.
     """
-    from ..toolchain.pch import DEFAULT_LIMIT, LIMIT_ENV
+    from ..toolchain.compile.pch import DEFAULT_LIMIT, LIMIT_ENV
 
     text = os.environ.get(LIMIT_ENV)
     if text is None or not text.strip():

@@ -9,7 +9,7 @@ local miss, and a compile is offered to it in the background.
 
 **Builds of one cell by what they read.** A cache key does not cover the headers' contents (the
 compile says what it read), so one key has a record per state of its headers: a *variant*,
-named by the sha256 of its header manifest's contents (:func:`~cudamagic.toolchain.manifest.
+named by the sha256 of its header manifest's contents (:func:`~cudamagic.toolchain.compile.manifest.
 contents_digest`). Under ``r:<key>:<variant>`` is the record; the hash ``i:<key>`` indexes a
 key's variants, each field holding that variant's manifest. A lookup reads the index, asks the
 caller which manifest holds on this machine (newest first) and fetches that record alone: after
@@ -61,9 +61,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CacheArgumentError, CacheWarning
-from ..files import FileRefused, read_regular
-from ..forksafe import ForkSafeLock
-from ..process import at_fork
+from ..core.files import FileRefused, read_regular
+from ..core.forksafe import ForkSafeLock
+from ..core.process import at_fork
 from .base import REMOTE_VARIABLES, Refused, Store, StoredEntry
 from .server import bounded, masked, refused_url_text, shown_url, too_slow
 

@@ -5,7 +5,7 @@ A forked child is a copy of one thread of its parent. SQLite's own per-process b
 fork: a fork while a thread was inside a SQLite call leaves the child with a lock or a mutex
 that no thread of its own will ever release, and its next write waits forever. So every SQLite
 call the package makes holds :attr:`ProcessState.sqlite`, and a fork waits for it (its hooks
-are registered with :mod:`cudamagic.process`): no thread of the package is inside SQLite when
+are registered with :mod:`cudamagic.core.process`): no thread of the package is inside SQLite when
 the child is made.
 The child then starts clean: a fresh lock, no bookkeeping inherited (the parent writes its own),
 no bookkeeper thread, the default cache opened again on first use (its connection is
@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ..process import at_fork
+from ..core.process import at_fork
 
 __all__ = ["ProcessState", "state", "FORK_WAIT_S", "MAX_FOLDERS"]
 

@@ -1,4 +1,4 @@
-"""An :class:`~cudamagic.toolchain.annotation.Annotation` as a notebook and a terminal show it:
+"""An :class:`~cudamagic.toolchain.tools.annotation.Annotation` as a notebook and a terminal show it:
 a shaded HTML table (each line's source, its instructions by kind, a click opens its machine
 code; with profiles, their samples and stall reasons per line, side by side) and a text table.
 
@@ -15,8 +15,8 @@ import enum
 import html
 from collections.abc import Sequence
 
-from ..toolchain.annotation import Annotation, CellLine, LineCode, LineProfile
-from ..toolchain.sass import Counts
+from ..toolchain.tools.annotation import Annotation, CellLine, LineCode, LineProfile
+from ..toolchain.tools.sass import Counts
 from .render import table_text
 
 __all__ = ["Grouping", "AnnotatedView", "annotation_fold", "annotation_text",

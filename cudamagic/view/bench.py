@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..units import size_text
+from ..core.units import size_text
 
 __all__ = ["occupancy_text", "occupancy_html", "timing_text", "timing_html", "svg_lines",
            "svg_strips", "timing_fold", "debug_fold"]
@@ -30,7 +30,7 @@ COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 
 def _bytes(n: int) -> str:
     """``48 KiB``, ``1000 B``: sizes as a person reads them (past 1 MiB, as
-    :func:`~cudamagic.units.size_text` writes them)."""
+    :func:`~cudamagic.core.units.size_text` writes them)."""
     if n >= 1 << 20:
         return size_text(n)
     if n and n % 1024 == 0:
@@ -49,7 +49,7 @@ def _usage_line(table: Any) -> str:
 
 
 def _source_text(table: Any) -> str:
-    from ..toolchain.occupancy import Source
+    from ..toolchain.device.occupancy import Source
 
     return ("the driver's answer" if table.source is Source.DRIVER
             else "computed from the CUBIN's records and sm_%d's limits" % table.sm)
@@ -65,7 +65,7 @@ def _occupancy_row(r: Any) -> str:
 
 
 def occupancy_text(table: Any) -> str:
-    """An :class:`~cudamagic.toolchain.occupancy.OccupancyTable` as terminal text."""
+    """An :class:`~cudamagic.toolchain.device.occupancy.OccupancyTable` as terminal text."""
     lines = [f"{table.kernel}: occupancy on sm_{table.sm} ({_source_text(table)})",
              f"  {_usage_line(table)}"]
     sizes = {r.block_size for r in table.rows}
@@ -303,7 +303,7 @@ def _fold_line(module_kernel: Any, tables: dict) -> tuple[list | None, str]:
     """One kernel's occupancy curve (None where it has none) and its note in the fold; kernels
     that ask an SM for the same (their usage and architecture alike) share one table."""
     from ..errors import CudaMagicError
-    from ..toolchain.occupancy import cubin_sm, table, usage_of
+    from ..toolchain.device.occupancy import cubin_sm, table, usage_of
 
     k = module_kernel
     try:

@@ -1,5 +1,5 @@
 """The debugging records in words: a sanitizer run (:class:`~cudamagic.launch.tool_run.
-SanitizeReport`), a profile and several side by side (:mod:`cudamagic.toolchain.profiler`), and
+SanitizeReport`), a profile and several side by side (:mod:`cudamagic.toolchain.tools.profiler`), and
 the advice of a lost CUDA context. Each has a text view and an HTML view; the HTML is a fold
 (``<details>``) as the report's other folds are, opened, with a roofline plot for profiles.
 """
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..launch.tool_run import CellFinding, SanitizeReport, sanitize_hint
-from ..toolchain.driver import Sticky, lost_text
-from ..toolchain.profiler import Comparison, Profile
-from ..toolchain.sanitizer import PRINT_LIMIT, Access, FindingKind, SanitizerTool, Space
-from ..units import counted, size_text
+from ..toolchain.device.driver import Sticky, lost_text
+from ..toolchain.tools.profiler import Comparison, Profile
+from ..toolchain.tools.sanitizer import PRINT_LIMIT, Access, FindingKind, SanitizerTool, Space
+from ..core.units import counted, size_text
 from .bench import COLOURS
 
 __all__ = ["DebugView", "present", "sanitize_text", "sanitize_html", "initcheck_note", "profile_text",

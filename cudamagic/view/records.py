@@ -9,11 +9,11 @@ import time as _time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..units import counted, duration_text, size_text
+from ..core.units import counted, duration_text, size_text
 from .render import CELL_STYLE, plain_table_html, table_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..toolchain.pch import PchFiles
+    from ..toolchain.compile.pch import PchFiles
 
 __all__ = ["CacheStats", "CacheListing", "EnvironmentInfo", "RemoteCacheStats"]
 
@@ -104,7 +104,7 @@ def pch_files(cache) -> "PchFiles | None":
     """What the cache's PCH folder holds (None: the cache is in memory)."""
     from ..errors import CacheArgumentError
     from ..store.limits import pch_size_limit
-    from ..toolchain.pch import DEFAULT_LIMIT, files_of
+    from ..toolchain.compile.pch import DEFAULT_LIMIT, files_of
 
     folder = cache.pch_folder
     if folder is None:
@@ -119,7 +119,7 @@ def pch_files(cache) -> "PchFiles | None":
 def limit_words(cache) -> str:
     """What ``%cuda_cache limit SIZE`` did, said plainly: the limit is the entries'; the
     precompiled headers beside them keep a limit of their own, so the folder may hold both."""
-    from ..toolchain.pch import LIMIT_ENV
+    from ..toolchain.compile.pch import LIMIT_ENV
 
     said = f"the entries' size limit set to {size_text(cache.size_limit)}"
     files = pch_files(cache)
@@ -134,7 +134,7 @@ def limit_words(cache) -> str:
 def pch_words(files: "PchFiles") -> str:
     """``3 files, 1.0 GB of 2.0 GB, a limit of their own..., 12 hits, last used 2026-...``
     (``%cuda_cache``): the PCHs' limit is another than the entries' and said so."""
-    from ..toolchain.pch import LIMIT_ENV
+    from ..toolchain.compile.pch import LIMIT_ENV
 
     left = (f" ({counted(files.left, 'file')} left by processes that ended during a compile)"
             if files.left else "")

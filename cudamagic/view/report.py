@@ -18,20 +18,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
-from ..process import cached, InTest
+from ..core.process import cached, InTest
 from ..cxx.display import tidy_name as _tidy, with_void
 from ..cxx.resolve import ResolvedBy
-from ..miss import BuildOrigin, BuildPhase
-from ..forksafe import once
-from ..miss import HitKind
-from ..units import counted, duration_text
+from ..core.miss import BuildOrigin, BuildPhase
+from ..core.forksafe import once
+from ..core.miss import HitKind
+from ..core.units import counted, duration_text
 from .render import CELL_STYLE, TEXT_WIDTH, table_text, wrap_html
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..toolchain.image import GlobalImage, KernelImage
-    from ..toolchain.link import CodeKind
-    from ..toolchain.listing import HeaderListing
-    from ..toolchain.pch import PchKind
+    from ..toolchain.binary.image import GlobalImage, KernelImage
+    from ..toolchain.compile.link import CodeKind
+    from ..toolchain.compile.listing import HeaderListing
+    from ..toolchain.compile.pch import PchKind
 
 __all__ = ["Explanation", "KernelRow", "KernelRows", "BuildReport", "Badge", "Phase",
            "SHOWN_ROWS", "display_signature", "too_long_text", "render_text", "render_html", "text_head",
@@ -65,7 +65,7 @@ def _library_global(symbol: str) -> bool:
 def _variable_names(symbols: list[str]) -> list[str]:
     """The C++ names of variables (mangled inside a namespace) as ``module.globals`` has them,
     demangled in process (a report starts no demangler)."""
-    from ..toolchain.demangle import variable_texts
+    from ..toolchain.binary.demangle import variable_texts
 
     texts = variable_texts(symbols, may_start=False)
     return [too_long_text(s) if s in texts and texts[s] is None else texts.get(s) or s
@@ -74,8 +74,8 @@ def _variable_names(symbols: list[str]) -> list[str]:
 
 def too_long_text(symbol: str) -> str:
     """What a view shows in place of a demangled name that was too long to keep (the
-    demangler gave none: :mod:`cudamagic.toolchain.demangle`)."""
-    from ..toolchain.demangle import TEXT_LIMIT
+    demangler gave none: :mod:`cudamagic.toolchain.binary.demangle`)."""
+    from ..toolchain.binary.demangle import TEXT_LIMIT
 
     return (f"too long to show (the demangled name of a {len(symbol)}-character symbol is over "
             f"{TEXT_LIMIT >> 10} KiB)")
@@ -209,7 +209,7 @@ class KernelRow:
         if self.too_long:
             return too_long_text(self.symbol)
         if self.placeholders:
-            from ..toolchain.demangle import concrete_text
+            from ..toolchain.binary.demangle import concrete_text
 
             text = concrete_text(self.symbol)
             if text is not None:
@@ -579,7 +579,7 @@ class BuildReport:
         """A copy with more phases (and the cell's time, where given); ``seconds`` names each
         by its word (``display=0.002``).
 
-        :raises ValueError: a word that names no :class:`~cudamagic.miss.BuildPhase`.
+        :raises ValueError: a word that names no :class:`~cudamagic.core.miss.BuildPhase`.
         """
         more = {**(phases or {}), **{BuildPhase(k): v for k, v in seconds.items()}}
         return dataclasses.replace(
@@ -774,7 +774,7 @@ def render_html(report: BuildReport, max_rows: int | None = SHOWN_ROWS) -> str:
 
 def pch_text(kind: PchKind, seconds: float, made_seconds: float) -> str:
     """What a miss's precompiled header did, in words (the report's ``headers`` fact)."""
-    from ..toolchain.pch import PchKind  # a miss's: a hit's report has no PCH fact
+    from ..toolchain.compile.pch import PchKind  # a miss's: a hit's report has no PCH fact
 
     if kind is PchKind.USED:
         spared = (f"; parsing them took NVRTC's front end {duration_text(made_seconds)} "

@@ -1,7 +1,7 @@
 """The timing and occupancy records as a user is handed them: each the record itself (a
 subclass, every field and method the same) with its text for a terminal and its HTML for a
 notebook (:mod:`.bench`'s words). The records are made below the views (a table by
-:mod:`cudamagic.toolchain.occupancy`, a timing by :mod:`cudamagic.launch.bench`) and know no
+:mod:`cudamagic.toolchain.device.occupancy`, a timing by :mod:`cudamagic.launch.bench`) and know no
 words; what hands one to the user shows it here: ``kernel.occupancy()`` and ``kernel.bench()``
 (through the :class:`~cudamagic.launch.kernel.KernelTools` a module gives its kernels) and
 ``%cuda_bench``.
@@ -15,7 +15,7 @@ from typing import Any
 
 from ..launch import bench as timing
 from ..launch.bench import BenchResult
-from ..toolchain.occupancy import DEFAULT_BLOCK_SIZES, OccupancyTable, table
+from ..toolchain.device.occupancy import DEFAULT_BLOCK_SIZES, OccupancyTable, table
 from .bench import occupancy_html, occupancy_text, timing_html, timing_text
 
 __all__ = ["ShownOccupancy", "ShownBench", "show_occupancy", "show_bench", "kernel_occupancy",
@@ -23,7 +23,7 @@ __all__ = ["ShownOccupancy", "ShownBench", "show_occupancy", "show_bench", "kern
 
 
 class ShownOccupancy(OccupancyTable):
-    """An :class:`~cudamagic.toolchain.occupancy.OccupancyTable` that prints as its table and
+    """An :class:`~cudamagic.toolchain.device.occupancy.OccupancyTable` that prints as its table and
     shows as its plot."""
 
     def __str__(self) -> str:
@@ -67,7 +67,7 @@ def show_bench(result: BenchResult) -> ShownBench:
 
 def kernel_occupancy(kernel: Any, block_sizes: Sequence[int] | None = None,
                      dynamic_shared: Sequence[int] = (0,), **options: Any) -> ShownOccupancy:
-    """``kernel.occupancy()``: :func:`cudamagic.toolchain.occupancy.table`, shown."""
+    """``kernel.occupancy()``: :func:`cudamagic.toolchain.device.occupancy.table`, shown."""
     return show_occupancy(table(kernel, DEFAULT_BLOCK_SIZES if block_sizes is None
                                 else block_sizes, dynamic_shared, **options))
 

@@ -3,7 +3,7 @@ cell's history, an interrupted build's message)."""
 
 from __future__ import annotations
 
-from ..miss import StoreOutcome, Stored
+from ..core.miss import StoreOutcome, Stored
 
 __all__ = ["stored_text", "stored_note", "not_cached"]
 

@@ -18,7 +18,7 @@ ipywidgets' Python package. The front end (JupyterLab's widget manager, from
 ``jupyterlab_widgets``) renders them as it renders any ``ipywidgets.Accordion``.
 
 Nothing here imports IPython or comm: the shell hands a :class:`Frontend` down (how to display a
-bundle, how to open a model's comm), made by :func:`cudamagic.magic.frontend`.
+bundle, how to open a model's comm), made by :func:`cudamagic.shell.magic.frontend`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import ImageError
-from ..miss import BuildPhase
-from ..units import counted
+from ..core.miss import BuildPhase
+from ..core.units import counted
 from .render import wrap_html
 from .report import (SHOWN_ROWS, BuildReport, KernelRows, html_body, html_head, html_rows,
                      html_table, text_body, text_head, text_phases)

@@ -1,0 +1,1 @@
+"""toolchain/device/: The CUDA driver and what it answers (occupancy). Never imports compile/ or tools/."""
