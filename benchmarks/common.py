@@ -253,6 +253,16 @@ def cupy_cell(kind: str, n: int, options: tuple[str, ...]) -> str:
             f"kernels = [mod.get_function(e) for e in name_expressions]\n")
 
 
+def write_outputs(out: str, stem: str, text: list[str], result: dict) -> None:
+    """A benchmark's table as ``OUT/STEM.md`` and its figures as ``OUT/STEM.json``."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{stem}.md"), "w") as f:
+        f.write("\n".join(text) + "\n")
+    with open(os.path.join(out, f"{stem}.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    print(f"{out}/{stem}.md, {stem}.json")
+
+
 def cupy_options() -> tuple[str, ...]:
     """CuPy's options for :func:`cupy_cell`: cudamagic's default dialect and system headers
     (CuPy adds its own arch and include folder)."""

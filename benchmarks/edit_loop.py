@@ -88,7 +88,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from common import REPO, bench_env, cupy_options, gpu_available, machine, median, versions
+from common import (REPO, bench_env, cupy_options, gpu_available, machine, median, versions,
+                    write_outputs)
 
 TINYLA = str(REPO / "tests" / "fixtures" / "tinyla" / "include")
 
@@ -676,12 +677,7 @@ def main() -> int:
     text += ["", f"(wall time {result['wall_s']:.0f} s)"]
     print("\n" + "\n".join(text), flush=True)
     if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "edit_loop.md"), "w") as f:
-            f.write("\n".join(text) + "\n")
-        with open(os.path.join(a.out, "edit_loop.json"), "w") as f:
-            json.dump(result, f, indent=1, default=str)
-        print(f"{a.out}/edit_loop.md, edit_loop.json")
+        write_outputs(a.out, "edit_loop", text, result)
     return 0
 
 

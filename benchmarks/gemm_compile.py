@@ -44,7 +44,6 @@ Here (no GPU; the SGEMM cell is 10-20 s a compile on 2 cores, about 5 minutes in
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -55,7 +54,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from common import cupy_options, gpu_available, machine, median, versions
+from common import cupy_options, gpu_available, machine, median, versions, write_outputs
 from edit_loop import CUPY_NO_GPU, Cell, Salt, cutlass_folders, edited
 
 #: where the wheel keeps the tutorial, under the cutlass_library package's folder
@@ -530,12 +529,7 @@ def main() -> int:
             f"(wall time {result['wall_s']:.0f} s)"]
     print("\n" + "\n".join(text), flush=True)
     if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "gemm_compile.md"), "w") as f:
-            f.write("\n".join(text) + "\n")
-        with open(os.path.join(a.out, "gemm_compile.json"), "w") as f:
-            json.dump(result, f, indent=1, default=str)
-        print(f"{a.out}/gemm_compile.md, gemm_compile.json")
+        write_outputs(a.out, "gemm_compile", text, result)
     return 0
 
 

@@ -127,6 +127,18 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
     return proc.stdout
 
 
+def benchmark_module(name: str):
+    """``benchmarks/NAME.py`` as the script imports it (its folder on sys.path), for a
+    fixture to yield: ``yield from benchmark_module("edit_loop")``."""
+    import importlib
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        yield importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
 def hit_child(program: str, cache: Path, *args: str) -> dict:
     """``program`` run with ``args`` in a fresh interpreter whose default cache is ``cache`` (no
     team cache), from the cache's parent folder: the JSON its last line prints."""

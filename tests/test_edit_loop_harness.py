@@ -7,27 +7,20 @@ server as the edits before it, which never loaded NVRTC into the kernel."""
 from __future__ import annotations
 
 import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("jupyter_client")
 pytest.importorskip("cupy")
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
 def edit_loop():
     """benchmarks/edit_loop.py as the script imports it (its folder on sys.path)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import edit_loop
-        yield edit_loop
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    from .conftest import benchmark_module
+
+    yield from benchmark_module("edit_loop")
 
 
 @pytest.fixture(scope="module")

@@ -6,25 +6,17 @@ whole SGEMM loop is 10-20 s a compile here, too long for CI)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("cupy")
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def bench():
     """benchmarks/gemm_compile.py as the script imports it (its folder on sys.path)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import gemm_compile
-        yield gemm_compile
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    from .conftest import benchmark_module
+
+    yield from benchmark_module("gemm_compile")
 
 
 @pytest.fixture(scope="module")
