@@ -106,3 +106,22 @@ def test_the_architecture_page_draws_the_folders_with_their_rules():
     assert all(len(h) == 2 and h[1].strip() for h in heads), "a folder without its rule"
     for room in ROOMS:
         assert f"  ({room}) " in block, f"toolchain/{room}/ has no rule on the page"
+
+
+def test_the_documented_walk_of_a_hit_is_the_measured_one(tmp_path):
+    """docs/architecture.md's list of the modules a hit cell enters, in order, is what
+    scripts/walk.py measures now (a hit path that changes must change the doc with it)."""
+    import re
+
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    written = re.search(r"<!-- walk:hit -->(.*?)<!-- /walk -->", doc, re.S).group(1)
+    documented = [m.strip().strip("`") for m in written.split(",")]
+    env = {**os.environ, "CUDAMAGIC_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join((str(REPO), os.environ.get("PYTHONPATH", "")))}
+    env.pop("CUDAMAGIC_REMOTE_CACHE", None)
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "walk.py"), "hit"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    walk = json.loads(done.stdout.strip().splitlines()[-1])
+    measured = [m.replace("cudamagic.", "", 1) for m in walk["modules"]]
+    assert documented == measured
