@@ -1316,3 +1316,15 @@ def test_the_keys_and_values_are_cupys_rawkernels(kernel):
         if name != "ptx_version":  # CuPy's NVRTC options differ from the build's
             assert ours[name] == value, name
     assert kernel.max_threads_per_block == theirs.max_threads_per_block
+
+
+def test_a_loaded_cubins_extern_c_kernel_says_its_signature_as_its_report_row(tmp_path):
+    """A new user's finding: a CUBIN loaded from elsewhere (no source, no type probe) showed
+    'void fill(8 bytes, 4 bytes, 4 bytes)' in its report row and 'void fill' as the kernel's
+    signature. Both are the CUBIN's parameter sizes now."""
+    built = cudamagic.build('extern "C" __global__ void fill(float* x, float v, int n) '
+                            "{ x[0] = v; }\n", arch="sm_90", cache=tmp_path / "a")
+    loaded = cudamagic.load_cubin(built.cubin, arch="sm_90", cache=tmp_path / "b")
+    (row,) = loaded.report.rows
+    assert loaded["fill"].signature == row.signature == "void fill(8 bytes, 4 bytes, 4 bytes)"
+    assert built["fill"].signature == "void fill(float*, float, int)"  # the probe's types

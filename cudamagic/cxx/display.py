@@ -24,6 +24,16 @@ def tidy_name(text: str) -> str:
     return _CLOSE_CLOSE.sub("", _COMMA.sub(", ", text))
 
 
+def plain_signature(name: str, param_sizes: tuple[int, ...] | None) -> str:
+    """An ``extern "C"`` kernel's signature, whose symbol carries no types: its parameters as
+    the sizes its CUBIN records (``void fill(8 bytes, 4 bytes)``; ``?`` where it records none).
+    The report's row and :attr:`Kernel.signature` both say it so."""
+    from ..core.units import counted
+
+    sizes = "?" if param_sizes is None else ", ".join(counted(n, "byte") for n in param_sizes)
+    return with_void(f"{name}({sizes})")
+
+
 def with_void(signature: str) -> str:
     """A kernel's signature with its return type, as C++ declares it (``void k(int*)``): a
     demangled name carries the return type of a template only."""

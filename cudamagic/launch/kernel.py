@@ -162,6 +162,16 @@ class Kernel:
         if self.name_too_long:
             return self.demangled
         text = self.demangled
+        if "(" not in text:  # extern "C": the CUBIN's sizes, as the report's row shows them
+            from ..cxx.display import plain_signature
+            from ..errors import ImageError
+
+            try:
+                params = self.image.params
+            except ImageError:
+                params = None
+            return plain_signature(text, None if params is None else
+                                   tuple(p.size for p in params))
         if self._signatures.placeholders:
             from ..toolchain.binary.demangle import concrete_text
 

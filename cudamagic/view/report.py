@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from ..core.process import cached, InTest
-from ..cxx.display import tidy_name as _tidy, with_void
+from ..cxx.display import plain_signature, tidy_name as _tidy, with_void
 from ..cxx.resolve import ResolvedBy
 from ..core.miss import BuildOrigin, BuildPhase
 from ..core.forksafe import once
@@ -127,8 +127,7 @@ def display_signature(demangled: str, placeholders: bool = False,
     records (``void fill(8 bytes, 4 bytes)``).
     """
     if "(" not in demangled:  # a plain symbol: extern "C"
-        sizes = "?" if param_sizes is None else ", ".join((counted(n, "byte") for n in param_sizes))
-        return with_void(f"{demangled}({sizes})")
+        return plain_signature(demangled, param_sizes)
     if not placeholders:  # libstdc++ prints concrete types already: no parse needed
         text = _tidy(demangled)
         return with_void(text)
