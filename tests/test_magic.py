@@ -328,6 +328,23 @@ def test_an_untrusted_cache_folder_is_said_once_in_the_report(tmp_path):
     assert "CacheWarning" not in err and "warnings.warn" not in err, err
 
 
+def test_an_untrusted_cache_folder_is_said_where_the_first_build_fails(tmp_path):
+    """A new user's finding: the folder's warning is said once per process, and where the
+    first cell did not compile it went with that cell's report, which is never shown: no cell
+    said it. It is said beside the error."""
+    import os
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.chmod(folder, 0o775)
+    out, err = _terminal(tmp_path, '%%cuda\n__global__ void gw() { x }\n',
+                         '%%cuda\n__global__ void gw() {}\n',
+                         env={"CUDAMAGIC_CACHE_DIR": str(folder)})
+    said = out + err
+    assert said.count("writable by its group (mode 775)") == 1, said
+    assert "CacheWarning" not in err and "self._store" not in err, err  # a line, no source
+
+
 @pytest.mark.parametrize("name", ["In", "Out", "get_ipython", "exit"])
 def test_a_module_name_ipython_relies_on_is_refused_and_left_in_place(name, tmp_path,
                                                                        monkeypatch):

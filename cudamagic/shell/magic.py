@@ -781,12 +781,20 @@ def _warnings_said_in_report() -> Iterator[list[str]]:
     from ..errors import CudaMagicWarning
 
     said: list[str] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield said
-    for w in caught:
-        if issubclass(w.category, CudaMagicWarning):
-            said.append(str(w.message).removeprefix("cudamagic: "))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
-                                   source=w.source)
+    caught: list[warnings.WarningMessage] = []
+    shown = False  # a build that raised shows no report: its warnings are said as warnings
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield said
+        shown = True
+    finally:
+        for w in caught:
+            if shown and issubclass(w.category, CudaMagicWarning):
+                said.append(str(w.message).removeprefix("cudamagic: "))
+            elif issubclass(w.category, CudaMagicWarning):  # beside the error, as a line
+                print(f"cudamagic: {str(w.message).removeprefix('cudamagic: ')}",
+                      file=sys.stderr)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
+                                       source=w.source)
