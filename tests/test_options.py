@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cudamagic.errors import OptionError
@@ -275,3 +277,16 @@ def test_every_hint_is_a_line_that_builds(line, hints):
         opts = parse_magic_line(command)
         module = build_module(HINT_CELL, replace(opts, no_cache=True))
         assert module is not None
+
+
+@pytest.mark.parametrize("options, said", [
+    (["-include", "f.h"], "Give '-include=f.h'"),
+    (["--pre-include", "f.h"], "Give '--pre-include=f.h'"),
+    (["-maxrregcount", "32"], "Give '-maxrregcount=32'"),
+])
+def test_a_flag_and_its_value_as_two_list_items_say_how_to_give_them(options, said):
+    """An adversary's finding: build(options=["-include", "f.h"]) was refused as
+    "-o 'f.h': an NVRTC option starts with '-'", naming the magic's flag and not the pair.
+    (-I, -D and -U as two items are joined, as NVRTC's own list of them is.)"""
+    with pytest.raises(OptionError, match=re.escape(said)):
+        options_from_args(options)

@@ -247,6 +247,13 @@ class BuildOptions:
                 or keyword.iskeyword(self.module) or keyword.issoftkeyword(self.module):
             raise OptionError(f"--module {self.module!r} is not a name Python can assign to "
                               "(an identifier, not a keyword)")
+        for before, opt in zip(("", *self.options), self.options):
+            if isinstance(opt, str) and isinstance(before, str) and before.startswith("-") \
+                    and not opt.startswith("-") and "=" not in before:
+                # a value as a word of its own after its flag: NVRTC takes each option whole
+                raise OptionError(f"the NVRTC option {before!r} and its value {opt!r} are two "
+                                  f"words: NVRTC takes each option as one. Give "
+                                  f"{before + '=' + opt!r}")
         object.__setattr__(self, "options", tuple(_check_option(o) for o in self.options))
         deduped = tuple(dict.fromkeys(self.name_expressions))
         if len(deduped) != len(self.name_expressions):
