@@ -438,36 +438,41 @@ def test_two_processes_make_the_same_header_sets_pch_at_once(lib, tmp_path, cach
 def test_a_pch_published_over_another_leaves_a_compile_reading_it_untouched(lib, cache,
                                                                             monkeypatch,
                                                                             tmp_path):
-    """Two threads make the same header set's PCH at once (both held before publishing until
-    both are there: the race made to happen); the first publishes, a compile reads that PCH
-    through a hard link of its own (as pch.plan gives one), then the second publishes over it:
-    the reader's file is not rewritten under it (a PCH is published by rename, never by writing
-    over the file a link may share)."""
+    """Two threads make the same header set's PCH (the first held before publishing until the
+    second has made its own too: the race made to happen); the first publishes, a compile
+    reads that PCH through a hard link of its own (as pch.plan gives one), then the second
+    publishes over it: the reader's file is not rewritten under it (a PCH is published by
+    rename, never by writing over the file a link may share). The second starts once the first
+    is past NVRTC: two compiles of one process inside NVRTC at once leave the second no forked
+    header listing, and so no PCH to publish."""
     import hashlib
     import threading
 
-    both = threading.Barrier(2, timeout=120)
-    second_may_go, arrived = threading.Event(), []
+    first_here, first_may_go, second_may_go = (threading.Event() for _ in range(3))
+    arrived: list = []
     order_lock = threading.Lock()
 
     def held():
-        both.wait()
         with order_lock:
             arrived.append(threading.current_thread())
             first = len(arrived) == 1
-        if not first:
-            assert second_may_go.wait(120)
+        if first:
+            first_here.set()
+        assert (first_may_go if first else second_may_go).wait(120)
 
     monkeypatch.setattr(pch, "before_publish", held)
     kinds: list = []
     threads = [threading.Thread(target=lambda: kinds.append(_kind(_build(cache, _source()))))
                for _ in range(2)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 120
-    while len(arrived) < 2:  # both past the barrier; only the first may publish
-        assert time.monotonic() < deadline, "the two compiles never both made their PCH"
+    threads[0].start()
+    assert first_here.wait(240), "the first compile never made its PCH"
+    threads[1].start()
+    deadline = time.monotonic() + 240
+    while len(arrived) < 2:  # the second made its PCH too; neither has published
+        assert time.monotonic() < deadline and threads[1].is_alive(), \
+            "the second compile made no PCH of its own"
         time.sleep(0.01)
+    first_may_go.set()
     arrived[0].join(120)
     reader = tmp_path / "reader.pch"
     os.link(_only_pch(cache), reader)  # a compile's private link to the PCH it reads
