@@ -95,6 +95,17 @@ print(json.dumps(out))
 """
 
 
+def _written_before(tmp_path: Path, files: dict[str, str]) -> Path:
+    """``tmp_path/lib`` with ``files``, each dated 5 s back (written well before any build)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    _write(lib, files)
+    for f in lib.iterdir():
+        past = f.stat().st_mtime - 5
+        os.utime(f, (past, past))
+    return lib
+
+
 def _write(folder: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         path = folder / rel
@@ -654,14 +665,10 @@ def test_a_trace_nvrtc_broke_is_not_taken_as_the_list_of_headers(tmp_path):
     whose trace is broken (a header opened after the PCH's part, or another header set) is not
     cached, says why, and makes no precompiled header; an edit of a header a broken trace
     leaves out is a miss for every cell."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    _write(lib, {"a.h": '#pragma once\n#include "b.h"\n#define A 1\n',
-                 "b.h": "#pragma once\n#define B 2\n", "c.h": "#pragma once\n#define C 3\n",
-                 "bad.h": '#pragma once\n#include "missing.h"\n'})
-    for f in lib.iterdir():
-        past = f.stat().st_mtime - 5
-        os.utime(f, (past, past))
+    _written_before(tmp_path, {
+        "a.h": '#pragma once\n#include "b.h"\n#define A 1\n',
+        "b.h": "#pragma once\n#define B 2\n", "c.h": "#pragma once\n#define C 3\n",
+        "bad.h": '#pragma once\n#include "missing.h"\n'})
     code = _BROKEN_TRACE_CHILD.replace("sys.argv[1]", repr(str(tmp_path))).replace(
         "sys.argv[2]", repr(str(tmp_path / "cache")))
     out = run_python(code, timeout=240).strip().splitlines()
@@ -700,12 +707,8 @@ def test_a_restarted_kernel_is_not_told_its_list_is_broken(tmp_path):
     cached) is told why the last build was not cached, never that the list "is broken in
     this process" and to restart the kernel (planted: the history keeping the report's
     words -> the new process is told to restart)."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    _write(lib, {"c.h": "#pragma once\n#define C 3\n", "bad.h": '#include "missing.h"\n'})
-    for f in lib.iterdir():
-        past = f.stat().st_mtime - 5
-        os.utime(f, (past, past))
+    _written_before(tmp_path, {"c.h": "#pragma once\n#define C 3\n",
+                               "bad.h": '#include "missing.h"\n'})
 
     def child(step: str):
         code = _RESTART_CHILD.replace("sys.argv[1]", repr(str(tmp_path))).replace(
@@ -747,12 +750,8 @@ def test_a_cell_failing_inside_a_header_leaves_later_cells_cached(tmp_path):
     failed in a forked child): a later cell with a quoted header, built twice, is a hit the
     second time and is told nothing of a broken list (planted: the listing child not started,
     the cell compiled traced in the process -> the second build is a miss)."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    _write(lib, {"c.h": "#pragma once\n#define C 3\n", "bad.h": "#pragma once\n#error boom\n"})
-    for f in lib.iterdir():
-        past = f.stat().st_mtime - 5
-        os.utime(f, (past, past))
+    _written_before(tmp_path, {"c.h": "#pragma once\n#define C 3\n",
+                               "bad.h": "#pragma once\n#error boom\n"})
     code = _HEADER_ERROR_CHILD.replace("sys.argv[1]", repr(str(tmp_path))).replace(
         "sys.argv[2]", repr(str(tmp_path / "cache")))
     out = run_python(code, timeout=240).strip().splitlines()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import threading
 import time
-import sys
 from pathlib import Path
 
 import pytest
